@@ -1,0 +1,85 @@
+#include "planner/baselines.h"
+
+#include <algorithm>
+
+#include "planner/allocation.h"
+
+namespace poplar {
+namespace {
+
+// Splits each class's per-device samples into `rounds` near-equal micro-batches
+// (stages 2-3), or into ceil(samples / cap) of them (stages 0-1; rounds ignored).
+void AppendSplit(const StageProblem& problem, int device_class, std::int64_t class_total,
+                 int rounds, Schedule& schedule) {
+  const DeviceClass& info = problem.classes[device_class];
+  for (const Assignment& spread : SpreadOverClass(device_class, info.count, {class_total}, true)) {
+    const std::int64_t samples = spread.Samples();
+    const int parts = problem.RoundsSynchronised()
+                          ? rounds
+                          : static_cast<int>((samples + info.max_micro_batch - 1) /
+                                             std::max(1, info.max_micro_batch));
+    Assignment assignment{device_class, spread.count, SplitEvenly(samples, parts)};
+    if (!problem.RoundsSynchronised()) {
+      auto& parts_list = assignment.micro_batches;
+      parts_list.erase(std::remove(parts_list.begin(), parts_list.end(), 0), parts_list.end());
+    }
+    schedule.assignments.push_back(std::move(assignment));
+  }
+}
+
+}  // namespace
+
+std::optional<Schedule> UniformSchedule(const StageProblem& problem) {
+  if (!problem.feasible) return std::nullopt;
+  std::int64_t smallest_cap = problem.global_batch;
+  for (const auto& device_class : problem.classes) {
+    smallest_cap = std::min<std::int64_t>(smallest_cap, device_class.max_micro_batch);
+  }
+  if (smallest_cap <= 0) return std::nullopt;
+  const std::int64_t devices = problem.DeviceCount();
+  const std::int64_t batch = problem.global_batch;
+  const int accumulation = static_cast<int>((batch + smallest_cap * devices - 1) / (smallest_cap * devices));
+
+  // Device d (in class order) takes B/N samples, +1 for the first B mod N devices.
+  Schedule schedule;
+  schedule.stage = problem.stage;
+  std::int64_t first_device = 0;
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) {
+    const std::int64_t count = problem.classes[c].count;
+    const std::int64_t extra =
+        std::clamp<std::int64_t>(batch % devices - first_device, 0, count);
+    AppendSplit(problem, c, count * (batch / devices) + extra, accumulation, schedule);
+    first_device += count;
+  }
+  return schedule;
+}
+
+std::optional<Schedule> ProportionalSchedule(const StageProblem& problem) {
+  if (!problem.feasible) return std::nullopt;
+  std::vector<double> weights;
+  std::vector<std::int64_t> limits;
+  for (const auto& device_class : problem.classes) {
+    const int cap = device_class.max_micro_batch;
+    const double speed = cap > 0 ? cap / device_class.Time(cap) : 0.0;
+    weights.push_back(speed * device_class.count);
+    limits.push_back(cap > 0 ? problem.global_batch : 0);
+  }
+  const std::vector<std::int64_t> shares = ShareByWeight(problem.global_batch, weights, limits);
+
+  int rounds = 1;
+  for (std::size_t c = 0; c < shares.size(); ++c) {
+    const DeviceClass& device_class = problem.classes[c];
+    if (device_class.max_micro_batch == 0) continue;
+    const std::int64_t most = (shares[c] + device_class.count - 1) / device_class.count;
+    rounds = std::max<int>(rounds, static_cast<int>((most + device_class.max_micro_batch - 1) /
+                                                    device_class.max_micro_batch));
+  }
+  Schedule schedule;
+  schedule.stage = problem.stage;
+  for (int c = 0; c < static_cast<int>(shares.size()); ++c) {
+    AppendSplit(problem, c, shares[c], rounds, schedule);
+  }
+  return schedule;
+}
+
+}  // namespace poplar

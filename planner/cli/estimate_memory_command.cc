@@ -1,0 +1,95 @@
+// `poplar estimate-memory`: ZeRO model-state bytes per GPU for each stage.
+#include <cmath>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/cli/commands.h"
+#include "planner/cli/text_table.h"
+#include "planner/input_error.h"
+#include "planner/memory_model.h"
+
+namespace poplar {
+namespace {
+
+struct EstimateOptions {
+  std::string params;
+  int gpus = 0;
+  std::string precision = "mixed";
+  bool json = false;
+};
+
+// "354823168", "355M", "1.5B", "7e9" -> parameter count.
+std::int64_t ParseCount(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  double scale = 1;
+  const std::string suffix = used > 0 ? text.substr(used) : "";
+  if (suffix == "K" || suffix == "k") scale = 1e3;
+  else if (suffix == "M" || suffix == "m") scale = 1e6;
+  else if (suffix == "B" || suffix == "b" || suffix == "G") scale = 1e9;
+  else if (!suffix.empty()) used = 0;
+  if (used == 0 || !(value * scale >= 1) || value * scale > 1e15) {
+    throw InputError("--params", "", "expected a positive parameter count like 354823168, 355M or 1.5B, got '" +
+                                         text + "'");
+  }
+  return std::llround(value * scale);
+}
+
+void Run(const EstimateOptions& options) {
+  const std::int64_t params = ParseCount(options.params);
+  const Precision precision = *ParsePrecision(options.precision);
+  if (options.json) {
+    nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+    for (int stage = 0; stage <= 3; ++stage) {
+      const ModelStateBytes bytes = ModelStatesPerRank(params, stage, options.gpus, precision);
+      stages.push_back({{"stage", stage},
+                        {"parameters_bytes", bytes.parameters},
+                        {"gradients_bytes", bytes.gradients},
+                        {"optimizer_bytes", bytes.optimizer},
+                        {"total_bytes", bytes.Total()}});
+    }
+    nlohmann::ordered_json out = {{"params", params},
+                                  {"gpus", options.gpus},
+                                  {"precision", PrecisionName(precision)},
+                                  {"stages", stages}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  TextTable table({"stage", "parameters", "gradients", "optimizer", "total per GPU"},
+                  {false, true, true, true, true});
+  for (int stage = 0; stage <= 3; ++stage) {
+    const ModelStateBytes bytes = ModelStatesPerRank(params, stage, options.gpus, precision);
+    table.AddRow({std::to_string(stage), GiB(bytes.parameters), GiB(bytes.gradients),
+                  GiB(bytes.optimizer), GiB(bytes.Total())});
+  }
+  std::cout << "model states per GPU for " << params << " parameters on " << options.gpus
+            << " GPUs (" << PrecisionName(precision) << " Adam; activations not included)\n\n"
+            << table.Render();
+}
+
+}  // namespace
+
+void RegisterEstimateMemoryCommand(CLI::App& app) {
+  auto options = std::make_shared<EstimateOptions>();
+  CLI::App* command = app.add_subcommand(
+      "estimate-memory", "Model-state memory per GPU for each ZeRO stage (ZeRO paper accounting)");
+  command->add_option("--params", options->params, "Parameter count, e.g. 354823168, 355M or 1.5B")
+      ->required();
+  command->add_option("--gpus", options->gpus, "Number of GPUs (data-parallel ranks)")
+      ->required()
+      ->check(CLI::Range(1, 10'000'000));
+  command->add_option("--precision", options->precision, "fp32 or mixed")
+      ->check(CLI::IsMember({"fp32", "mixed"}))
+      ->capture_default_str();
+  command->add_flag("--json", options->json, "Print one JSON document on stdout and nothing else");
+  command->callback([options] { Run(*options); });
+}
+
+}  // namespace poplar

@@ -1,0 +1,111 @@
+// `poplar plan` and `poplar simulate`: offline planning from profile files.
+#include <iostream>
+#include <memory>
+
+#include "planner/cli/commands.h"
+#include "planner/cli/plan_report.h"
+#include "planner/input_error.h"
+#include "planner/plan_file.h"
+#include "planner/planner.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+struct PlanOptions {
+  std::string cluster_file;
+  std::string profiles_dir;
+  std::string output = "plan.json";
+  std::string policy = "poplar";
+  bool json = false;
+};
+
+struct LoadedCluster {
+  ClusterSpec cluster;
+  std::map<std::string, DeviceProfile> profiles;
+};
+
+LoadedCluster Load(const PlanOptions& options) {
+  LoadedCluster loaded;
+  loaded.cluster = LoadClusterFile(options.cluster_file);
+  std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
+  if (dir.empty()) {
+    throw InputError(options.cluster_file, "profiles",
+                     "no profile directory: pass --profiles DIR or set 'profiles' in the cluster file");
+  }
+  loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
+  return loaded;
+}
+
+void AddCommonOptions(CLI::App* command, PlanOptions& options) {
+  command->add_option("cluster", options.cluster_file, "Cluster file (YAML, see docs/formats.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("--profiles", options.profiles_dir,
+                      "Folder of profile files <type>.json (default: the cluster file's 'profiles')")
+      ->check(CLI::ExistingDirectory);
+  command->add_flag("--json", options.json, "Print one JSON document on stdout and nothing else");
+}
+
+void RunPlan(const PlanOptions& options) {
+  const LoadedCluster loaded = Load(options);
+  const PlanResult result = MakePlan(loaded.cluster, loaded.profiles, Policy::kPoplar);
+  const auto plan = PlanToJson(loaded.cluster, loaded.profiles, result);
+  WriteFileAtomically(options.output, plan.dump(2) + "\n");
+  if (options.json) {
+    std::cout << plan.dump(2) << "\n";
+    return;
+  }
+  std::cout << ClusterSummary(loaded.cluster, result) << "\n"
+            << StageTable(result) << "\n"
+            << "schedule for stage " << result.chosen_stage << ":\n"
+            << ScheduleTable(result) << "\n"
+            << PredictionLine(result) << "plan written to " << options.output << "\n";
+}
+
+void RunSimulate(const PlanOptions& options) {
+  const auto policy = ParsePolicy(options.policy);
+  const LoadedCluster loaded = Load(options);
+  const PlanResult result = MakePlan(loaded.cluster, loaded.profiles, *policy);
+  if (options.json) {
+    auto plan = PlanToJson(loaded.cluster, loaded.profiles, result);
+    nlohmann::ordered_json summary = {{"policy", plan["policy"]},
+                                      {"stage", plan["stage"]},
+                                      {"global_batch", plan["global_batch"]},
+                                      {"predicted", plan["predicted"]},
+                                      {"device_types", plan["device_types"]},
+                                      {"stages", plan["stages"]}};
+    std::cout << summary.dump(2) << "\n";
+    return;
+  }
+  std::cout << ClusterSummary(loaded.cluster, result) << "\n"
+            << StageTable(result) << "\n"
+            << "schedule for stage " << result.chosen_stage << ":\n"
+            << ScheduleTable(result) << "\n"
+            << PredictionLine(result);
+}
+
+}  // namespace
+
+void RegisterPlanCommand(CLI::App& app) {
+  auto options = std::make_shared<PlanOptions>();
+  CLI::App* command = app.add_subcommand(
+      "plan", "Choose the ZeRO stage and per-GPU micro-batches that train fastest");
+  AddCommonOptions(command, *options);
+  command->add_option("-o,--output", options->output, "Plan file to write")
+      ->capture_default_str();
+  command->callback([options] { RunPlan(*options); });
+}
+
+void RegisterSimulateCommand(CLI::App& app) {
+  auto options = std::make_shared<PlanOptions>();
+  CLI::App* command = app.add_subcommand(
+      "simulate", "Predict step time and throughput of a scheduling policy on a cluster");
+  AddCommonOptions(command, *options);
+  command->add_option("--policy", options->policy, "poplar, uniform (DeepSpeed) or proportional")
+      ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
+      ->capture_default_str();
+  command->callback([options] { RunSimulate(*options); });
+}
+
+}  // namespace poplar

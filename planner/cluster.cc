@@ -1,0 +1,162 @@
+#include "planner/cluster.h"
+
+#include <set>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "planner/yaml_fields.h"
+
+namespace poplar {
+namespace {
+
+constexpr double kBitsPerByte = 8.0;
+
+LinkSpec ParseLink(YamlFields fields) {
+  LinkSpec link;
+  const double gbps = fields.Number("bandwidth_gbps");
+  if (!(gbps > 0)) fields.Fail("bandwidth_gbps", "must be a positive number of gigabits per second");
+  link.bandwidth_bytes_per_s = gbps * 1e9 / kBitsPerByte;
+  const double latency_us = fields.Number("latency_us");
+  if (!(latency_us >= 0)) fields.Fail("latency_us", "must be zero or more microseconds");
+  link.latency_s = latency_us * 1e-6;
+  fields.Finish();
+  return link;
+}
+
+void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
+  cluster.global_batch = fields.Integer("global_batch");
+  if (cluster.global_batch <= 0) {
+    fields.Fail("global_batch", "must be a positive number of samples, got " +
+                                    std::to_string(cluster.global_batch));
+  }
+  if (auto text = fields.OptionalString("precision")) {
+    auto precision = ParsePrecision(*text);
+    if (!precision) fields.Fail("precision", "must be fp32 or mixed, got '" + *text + "'");
+    cluster.precision = *precision;
+  }
+  if (auto text = fields.OptionalString("stage"); text && *text != "auto") {
+    if (text->size() != 1 || (*text)[0] < '0' || (*text)[0] > '3') {
+      fields.Fail("stage", "must be auto, 0, 1, 2 or 3, got '" + *text + "'");
+    }
+    cluster.stage = (*text)[0] - '0';
+  }
+  fields.Finish();
+}
+
+DeviceGroupSpec ParseDeviceGroup(YamlFields fields) {
+  DeviceGroupSpec group;
+  group.type = fields.String("type");
+  if (group.type.find('/') != std::string::npos || group.type == "." || group.type == "..") {
+    fields.Fail("type", "must be a plain name (it names the profile file <type>.json)");
+  }
+  const std::int64_t count = fields.Integer("count");
+  if (count <= 0 || count > 1'000'000) {
+    fields.Fail("count", "must be a positive integer up to 1000000, got " + std::to_string(count));
+  }
+  group.count = static_cast<int>(count);
+  fields.Finish();
+  return group;
+}
+
+NodeSpec ParseNode(YamlFields fields) {
+  NodeSpec node;
+  node.name = fields.String("name");
+  node.host = fields.OptionalString("host").value_or(node.name);
+  YAML::Node devices = fields.Child("devices");
+  if (!devices || !devices.IsSequence() || devices.size() == 0) {
+    fields.Fail("devices", "must be a non-empty list of {type, count}" + YamlFields::LineOf(devices));
+  }
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    node.devices.push_back(ParseDeviceGroup(
+        YamlFields(devices[i], fields.file(), fields.KeyPath("devices[" + std::to_string(i) + "]"))));
+  }
+  fields.Finish();
+  return node;
+}
+
+}  // namespace
+
+int ClusterSpec::DeviceCount() const {
+  int total = 0;
+  for (const auto& node : nodes) {
+    for (const auto& group : node.devices) total += group.count;
+  }
+  return total;
+}
+
+std::vector<std::string> ClusterSpec::DeviceTypes() const {
+  std::vector<std::string> types;
+  std::set<std::string> seen;
+  for (const auto& node : nodes) {
+    for (const auto& group : node.devices) {
+      if (seen.insert(group.type).second) types.push_back(group.type);
+    }
+  }
+  return types;
+}
+
+std::optional<LinkSpec> ClusterSpec::SlowestLink() const {
+  return nodes.size() > 1 ? inter_node : intra_node;
+}
+
+ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& error) {
+    throw InputError(file, "", "not valid YAML: " + error.msg + " (line " +
+                                   std::to_string(error.mark.line + 1) + ")");
+  }
+  if (!root || root.IsNull()) throw InputError(file, "", "is empty");
+  YamlFields fields(root, file, "");
+
+  ClusterSpec cluster;
+  cluster.file = file;
+  cluster.name = fields.OptionalString("name").value_or("cluster");
+  if (auto dir = fields.OptionalString("profiles")) {
+    cluster.profiles_dir = ResolveAgainst(ParentFolder(file), *dir);
+  }
+  ParseTraining(fields.Map("training"), cluster);
+
+  YAML::Node nodes = fields.Child("nodes");
+  if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
+    fields.Fail("nodes", "must be a non-empty list of nodes" + YamlFields::LineOf(nodes));
+  }
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
+    if (!names.insert(cluster.nodes.back().name).second) {
+      throw InputError(file, path + ".name", "'" + cluster.nodes.back().name + "' is used twice");
+    }
+  }
+
+  if (fields.Has("network")) {
+    YamlFields network = fields.Map("network");
+    if (network.Has("intra_node")) cluster.intra_node = ParseLink(network.Map("intra_node"));
+    if (network.Has("inter_node")) cluster.inter_node = ParseLink(network.Map("inter_node"));
+    network.Finish();
+  } else {
+    fields.Child("network");
+  }
+  bool multi_device_node = false;
+  for (const auto& node : cluster.nodes) {
+    int count = 0;
+    for (const auto& group : node.devices) count += group.count;
+    multi_device_node = multi_device_node || count > 1;
+  }
+  if (cluster.nodes.size() > 1 && !cluster.inter_node) {
+    fields.Fail("network.inter_node", "is required when the cluster has more than one node");
+  }
+  if (multi_device_node && !cluster.intra_node) {
+    fields.Fail("network.intra_node", "is required when a node has more than one device");
+  }
+  fields.Finish();
+  return cluster;
+}
+
+ClusterSpec LoadClusterFile(const std::string& path) {
+  return ParseClusterYaml(ReadTextFile(path), path);
+}
+
+}  // namespace poplar

@@ -1,0 +1,73 @@
+// The cluster file: which devices exist, where, how they are connected, and what the
+// training job asks for (global batch, precision, optionally a fixed ZeRO stage).
+//
+// Format (YAML; docs/formats.md is the reference, unknown keys are errors):
+//
+//   name: lab
+//   profiles: profiles/lab          # optional; relative to this file
+//   training:
+//     global_batch: 512             # samples per optimizer step
+//     precision: mixed              # fp32 | mixed
+//     stage: auto                   # auto | 0 | 1 | 2 | 3
+//   network:
+//     intra_node: {bandwidth_gbps: 2400, latency_us: 5}   # needed if a node has 2+ devices
+//     inter_node: {bandwidth_gbps: 100, latency_us: 20}   # needed if there are 2+ nodes
+//   nodes:
+//     - name: node-a
+//       host: 10.0.0.1              # optional, defaults to name
+//       devices:
+//         - {type: A100-80GB, count: 8}
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/precision.h"
+
+namespace poplar {
+
+// One link class of the network. Collectives are modelled as rings over the slowest
+// link class in use (docs/cost-model.md).
+struct LinkSpec {
+  double bandwidth_bytes_per_s = 0;  // one direction, per device
+  double latency_s = 0;              // per message hop
+};
+
+struct DeviceGroupSpec {
+  std::string type;  // names the profile DIR/<type>.json
+  int count = 0;     // > 0
+};
+
+struct NodeSpec {
+  std::string name;
+  std::string host;  // where this node's ranks run; defaults to name
+  std::vector<DeviceGroupSpec> devices;
+};
+
+struct ClusterSpec {
+  std::string file;  // the path it was read from, for error messages
+  std::string name;
+  std::string profiles_dir;  // resolved against the file's folder; empty if not given
+  std::int64_t global_batch = 0;
+  Precision precision = Precision::kMixed;
+  std::optional<int> stage;  // nullopt: choose automatically
+  std::optional<LinkSpec> intra_node;
+  std::optional<LinkSpec> inter_node;
+  std::vector<NodeSpec> nodes;
+
+  int DeviceCount() const;
+  // Device types in order of first appearance.
+  std::vector<std::string> DeviceTypes() const;
+  // The link every collective crosses: inter_node when the cluster spans 2+ nodes,
+  // else intra_node. Present for every validated cluster with 2+ devices.
+  std::optional<LinkSpec> SlowestLink() const;
+};
+
+// Parses and validates YAML text. `file` names the source in errors. Throws InputError.
+ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file);
+// Reads and parses a file. Throws InputError (also when it cannot be read).
+ClusterSpec LoadClusterFile(const std::string& path);
+
+}  // namespace poplar

@@ -1,0 +1,103 @@
+#include "planner/plan_file.h"
+
+#include <deque>
+
+namespace poplar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json PredictionJson(const StepPrediction& prediction) {
+  return {{"step_s", prediction.step_s},
+          {"samples_per_s", prediction.samples_per_s},
+          {"compute_s", prediction.compute_s},
+          {"communication_s", prediction.communication_s},
+          {"optimizer_s", prediction.optimizer_s}};
+}
+
+// Hands out each class's assignments, one device at a time, in order.
+class AssignmentQueue {
+ public:
+  explicit AssignmentQueue(const Schedule& schedule) {
+    for (const auto& assignment : schedule.assignments) {
+      queues_[assignment.device_class].push_back({assignment.count, &assignment});
+    }
+  }
+  const Assignment& Next(int device_class) {
+    auto& queue = queues_.at(device_class);
+    const Assignment* assignment = queue.front().second;
+    if (--queue.front().first == 0) queue.pop_front();
+    return *assignment;
+  }
+
+ private:
+  std::map<int, std::deque<std::pair<int, const Assignment*>>> queues_;
+};
+
+}  // namespace
+
+nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
+                                  const std::map<std::string, DeviceProfile>& profiles,
+                                  const PlanResult& result) {
+  const StageOutcome& chosen = result.Chosen();
+  const StageProblem& problem = chosen.problem;
+  std::map<std::string, int> class_of;
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) {
+    class_of[problem.classes[c].type] = c;
+  }
+
+  Json ranks = Json::array();
+  AssignmentQueue queue(chosen.schedule);
+  int rank = 0;
+  for (const auto& node : cluster.nodes) {
+    int local = 0;
+    for (const auto& group : node.devices) {
+      const std::string kind = profiles.at(group.type).emulated ? "cpu:" : "cuda:";
+      for (int i = 0; i < group.count; ++i, ++local, ++rank) {
+        ranks.push_back({{"rank", rank},
+                         {"host", node.host},
+                         {"node", node.name},
+                         {"device", kind + std::to_string(local)},
+                         {"device_type", group.type},
+                         {"micro_batches", queue.Next(class_of.at(group.type)).micro_batches}});
+      }
+    }
+  }
+
+  Json device_types = Json::array();
+  for (std::size_t c = 0; c < problem.classes.size(); ++c) {
+    const DeviceClass& device_class = problem.classes[c];
+    device_types.push_back({{"type", device_class.type},
+                            {"count", device_class.count},
+                            {"max_micro_batch", device_class.max_micro_batch},
+                            {"memory_bytes", device_class.memory.capacity_bytes},
+                            {"busy_s", chosen.prediction.classes[c].busy_s},
+                            {"idle_s", chosen.prediction.classes[c].idle_s}});
+  }
+
+  Json stages = Json::array();
+  for (const auto& outcome : result.stages) {
+    Json entry = {{"stage", outcome.problem.stage}, {"feasible", outcome.feasible}};
+    if (outcome.feasible) {
+      entry["step_s"] = outcome.prediction.step_s;
+      entry["samples_per_s"] = outcome.prediction.samples_per_s;
+      entry["rounds"] = outcome.schedule.Rounds();
+    } else {
+      entry["reason"] = outcome.reason;
+    }
+    stages.push_back(std::move(entry));
+  }
+
+  return {{"format", "poplar-plan/1"},
+          {"stage", problem.stage},
+          {"global_batch", problem.global_batch},
+          {"policy", PolicyName(result.policy)},
+          {"cluster", cluster.name},
+          {"model", {{"params", problem.params}, {"precision", PrecisionName(problem.precision)}}},
+          {"ranks", std::move(ranks)},
+          {"predicted", PredictionJson(chosen.prediction)},
+          {"device_types", std::move(device_types)},
+          {"stages", std::move(stages)}};
+}
+
+}  // namespace poplar

@@ -1,0 +1,24 @@
+// The plan file (DESIGN.md 4.2; docs/formats.md): the chosen stage and one entry per
+// rank with its micro-batches, plus the prediction and the per-stage comparison.
+//
+// Ranks are numbered in cluster-file order: nodes in order, within a node its device
+// groups in order. A rank's device is "cuda:<i>" (or "cpu:<i>" for an emulated device
+// type), i counting the node's devices from 0.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/cluster.h"
+#include "planner/planner.h"
+#include "planner/profile.h"
+
+namespace poplar {
+
+nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
+                                  const std::map<std::string, DeviceProfile>& profiles,
+                                  const PlanResult& result);
+
+}  // namespace poplar

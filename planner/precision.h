@@ -1,0 +1,23 @@
+// Training precision as the memory and communication models see it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace poplar {
+
+enum class Precision {
+  kFp32,   // fp32 parameters and gradients, fp32 Adam state: 4 + 4 + 8 bytes/parameter
+  kMixed,  // 16-bit parameters and gradients, fp32 master copy and Adam state: 2 + 2 + 12
+};
+
+// "fp32" or "mixed" (also accepted: "bf16", "fp16", both meaning kMixed).
+std::optional<Precision> ParsePrecision(const std::string& text);
+std::string PrecisionName(Precision precision);
+
+// Bytes of one parameter (and of one gradient) as computed on and communicated.
+inline int BytesPerWorkingValue(Precision precision) {
+  return precision == Precision::kFp32 ? 4 : 2;
+}
+
+}  // namespace poplar

@@ -1,0 +1,199 @@
+#include "planner/profile.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "planner/yaml_fields.h"
+
+namespace poplar {
+namespace {
+
+constexpr const char* kFormat = "poplar-profile/1";
+
+ProfilePoint ParsePoint(YamlFields fields) {
+  ProfilePoint point;
+  const std::int64_t micro_batch = fields.Integer("micro_batch");
+  if (micro_batch <= 0 || micro_batch > 1'000'000) {
+    fields.Fail("micro_batch", "must be a positive number of samples");
+  }
+  point.micro_batch = static_cast<int>(micro_batch);
+  point.compute_s = fields.Number("compute_s");
+  if (!(point.compute_s > 0)) fields.Fail("compute_s", "must be a positive number of seconds");
+  const double peak = fields.Number("peak_bytes");
+  if (!(peak > 0)) fields.Fail("peak_bytes", "must be a positive number of bytes");
+  point.peak_bytes = static_cast<std::int64_t>(peak);
+  fields.Finish();
+  return point;
+}
+
+StageProfile ParseStage(YamlFields fields) {
+  StageProfile stage;
+  const std::int64_t number = fields.Integer("stage");
+  if (number < 0 || number > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
+  stage.stage = static_cast<int>(number);
+  if (fields.Has("world_size")) {
+    const std::int64_t world = fields.Integer("world_size");
+    if (world <= 0) fields.Fail("world_size", "must be a positive number of ranks");
+    stage.world_size = static_cast<int>(world);
+  } else {
+    fields.Child("world_size");
+  }
+  const std::int64_t max_micro_batch = fields.Integer("max_micro_batch");
+  if (max_micro_batch < 0 || max_micro_batch > 1'000'000) {
+    fields.Fail("max_micro_batch", "must be zero or a positive number of samples");
+  }
+  stage.max_micro_batch = static_cast<int>(max_micro_batch);
+  stage.optimizer_step_s = fields.Number("optimizer_step_s");
+  if (!(stage.optimizer_step_s >= 0)) {
+    fields.Fail("optimizer_step_s", "must be zero or more seconds");
+  }
+  YAML::Node points = fields.Child("points");
+  if (!points || !points.IsSequence() || points.size() == 0) {
+    fields.Fail("points", "must be a non-empty list of {micro_batch, compute_s, peak_bytes}");
+  }
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const std::string key = "points[" + std::to_string(i) + "]";
+    stage.points.push_back(ParsePoint(YamlFields(points[i], fields.file(), fields.KeyPath(key))));
+    if (i > 0 && stage.points[i].micro_batch <= stage.points[i - 1].micro_batch) {
+      fields.Fail(key + ".micro_batch", "points must be in increasing micro_batch order");
+    }
+  }
+  fields.Finish();
+  return stage;
+}
+
+ModelInfo ParseModel(YamlFields fields) {
+  ModelInfo model;
+  model.name = fields.OptionalString("name").value_or("");
+  model.params = fields.Integer("params");
+  if (model.params <= 0) fields.Fail("params", "must be a positive parameter count");
+  const std::string precision = fields.String("precision");
+  auto parsed = ParsePrecision(precision);
+  if (!parsed) fields.Fail("precision", "must be fp32 or mixed, got '" + precision + "'");
+  model.precision = *parsed;
+  fields.Finish();
+  return model;
+}
+
+}  // namespace
+
+const StageProfile* DeviceProfile::Stage(int stage) const {
+  for (const auto& entry : stages) {
+    if (entry.stage == stage) return &entry;
+  }
+  return nullptr;
+}
+
+DeviceProfile ParseProfileJson(const std::string& text, const std::string& file) {
+  // nlohmann checks that this is JSON (YAML would accept more); the typed walk then
+  // shares YamlFields with the cluster parser, JSON being a subset of YAML.
+  try {
+    [[maybe_unused]] const auto checked = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
+  }
+  YamlFields fields(YAML::Load(text), file, "");
+  DeviceProfile profile;
+  profile.file = file;
+  const std::string format = fields.String("format");
+  if (format != kFormat) {
+    fields.Fail("format", "must be \"" + std::string(kFormat) + "\", got \"" + format + "\"");
+  }
+  profile.device_type = fields.String("device_type");
+  const double memory = fields.Number("memory_bytes");
+  if (!(memory > 0)) fields.Fail("memory_bytes", "must be a positive number of bytes");
+  profile.memory_bytes = static_cast<std::int64_t>(memory);
+  if (fields.Has("emulated")) {
+    const std::string emulated = fields.String("emulated");
+    if (emulated != "true" && emulated != "false") fields.Fail("emulated", "must be true or false");
+    profile.emulated = emulated == "true";
+  } else {
+    fields.Child("emulated");
+  }
+  profile.source = fields.OptionalString("source").value_or("");
+  profile.model = ParseModel(fields.Map("model"));
+  YAML::Node stages = fields.Child("stages");
+  if (!stages || !stages.IsSequence() || stages.size() == 0) {
+    fields.Fail("stages", "must be a non-empty list of stage measurements");
+  }
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const std::string key = "stages[" + std::to_string(i) + "]";
+    StageProfile stage = ParseStage(YamlFields(stages[i], file, key));
+    if (profile.Stage(stage.stage)) {
+      fields.Fail(key + ".stage", "stage " + std::to_string(stage.stage) + " appears twice");
+    }
+    profile.stages.push_back(std::move(stage));
+  }
+  fields.Finish();
+  return profile;
+}
+
+DeviceProfile LoadProfileFile(const std::string& path) {
+  return ParseProfileJson(ReadTextFile(path), path);
+}
+
+std::string ProfileToJson(const DeviceProfile& profile) {
+  nlohmann::ordered_json root;
+  root["format"] = kFormat;
+  root["device_type"] = profile.device_type;
+  root["memory_bytes"] = profile.memory_bytes;
+  root["emulated"] = profile.emulated;
+  root["source"] = profile.source;
+  root["model"] = {{"name", profile.model.name},
+                   {"params", profile.model.params},
+                   {"precision", PrecisionName(profile.model.precision)}};
+  root["stages"] = nlohmann::ordered_json::array();
+  for (const auto& stage : profile.stages) {
+    nlohmann::ordered_json entry;
+    entry["stage"] = stage.stage;
+    entry["world_size"] = stage.world_size;
+    entry["max_micro_batch"] = stage.max_micro_batch;
+    entry["optimizer_step_s"] = stage.optimizer_step_s;
+    entry["points"] = nlohmann::ordered_json::array();
+    for (const auto& point : stage.points) {
+      entry["points"].push_back({{"micro_batch", point.micro_batch},
+                                 {"compute_s", point.compute_s},
+                                 {"peak_bytes", point.peak_bytes}});
+    }
+    root["stages"].push_back(std::move(entry));
+  }
+  return root.dump(2) + "\n";
+}
+
+std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
+                                                         const std::string& dir) {
+  std::map<std::string, DeviceProfile> profiles;
+  const DeviceProfile* first = nullptr;
+  for (const auto& type : cluster.DeviceTypes()) {
+    const std::string path = dir + "/" + type + ".json";
+    if (!std::ifstream(path)) {
+      throw InputError(cluster.file, "nodes", "device type '" + type + "' has no profile (looked for " +
+                                                  path + ")");
+    }
+    DeviceProfile profile = LoadProfileFile(path);
+    if (profile.device_type != type) {
+      throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" +
+                                                type + "'");
+    }
+    if (profile.model.precision != cluster.precision) {
+      throw InputError(path, "model.precision",
+                       "is " + PrecisionName(profile.model.precision) + " but " + cluster.file +
+                           " trains in " + PrecisionName(cluster.precision));
+    }
+    auto& stored = profiles.emplace(type, std::move(profile)).first->second;
+    if (first && stored.model.params != first->model.params) {
+      throw InputError(path, "model.params",
+                       "is " + std::to_string(stored.model.params) + " but " + first->file +
+                           " profiled a model of " + std::to_string(first->model.params) +
+                           " parameters; profile every device with the same model");
+    }
+    if (!first) first = &stored;
+  }
+  return profiles;
+}
+
+}  // namespace poplar

@@ -1,0 +1,76 @@
+// Profile files: what one device type can do for one model, per ZeRO stage.
+//
+// Written by `poplar-worker profile` (measured) or by hand/scripts (derived estimates);
+// read by the planner. Format (JSON; docs/formats.md is the reference):
+//
+//   {"format": "poplar-profile/1",
+//    "device_type": "A100-80GB", "memory_bytes": 85899345920,
+//    "emulated": false, "source": "measured on ... | derived from public specifications",
+//    "model": {"name": "gpt2-medium", "params": 354823168, "precision": "mixed"},
+//    "stages": [{"stage": 0, "world_size": 1, "max_micro_batch": 24,
+//                "optimizer_step_s": 0.011,
+//                "points": [{"micro_batch": 1, "compute_s": 0.031, "peak_bytes": 9.1e9}, ...]},
+//               ...]}
+//
+// `points` are forward plus backward of one micro-batch on one device; `world_size` is
+// the number of ranks the stage ran with while measuring (it sets how much of the model
+// state each rank held, see docs/cost-model.md); `optimizer_step_s` is the time of one
+// optimizer step over the parameters that rank updated at that world size.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "planner/cluster.h"
+#include "planner/precision.h"
+
+namespace poplar {
+
+struct ProfilePoint {
+  int micro_batch = 0;         // samples, > 0
+  double compute_s = 0;        // seconds for forward + backward, > 0
+  std::int64_t peak_bytes = 0; // peak device memory during the micro-batch, > 0
+};
+
+struct StageProfile {
+  int stage = 0;               // 0..3
+  int world_size = 1;          // ranks while measuring, > 0
+  int max_micro_batch = 0;     // largest micro-batch that fit, >= 0
+  double optimizer_step_s = 0; // >= 0
+  std::vector<ProfilePoint> points;  // non-empty, increasing micro_batch
+};
+
+struct ModelInfo {
+  std::string name;
+  std::int64_t params = 0;  // > 0
+  Precision precision = Precision::kMixed;
+};
+
+struct DeviceProfile {
+  std::string file;  // where it was read from, for error messages
+  std::string device_type;
+  std::int64_t memory_bytes = 0;  // > 0
+  bool emulated = false;
+  std::string source;
+  ModelInfo model;
+  std::vector<StageProfile> stages;  // at most one per stage
+
+  // nullptr if this profile has no measurements for `stage`.
+  const StageProfile* Stage(int stage) const;
+};
+
+// Parses and validates JSON text; `file` names the source in errors. Throws InputError.
+DeviceProfile ParseProfileJson(const std::string& text, const std::string& file);
+DeviceProfile LoadProfileFile(const std::string& path);
+// The JSON text of a profile, as ParseProfileJson reads it back.
+std::string ProfileToJson(const DeviceProfile& profile);
+
+// The profile of every device type of `cluster`, read from `dir`/<type>.json, checked
+// against each other (same model, same precision as the cluster). Throws InputError
+// naming the cluster file when a type has no profile.
+std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
+                                                         const std::string& dir);
+
+}  // namespace poplar

@@ -1,0 +1,252 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "planner/allocation.h"
+
+namespace poplar {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// F(s) for one class: the least compute time of s samples on one device, and the
+// micro-batches that achieve it. Grown on demand.
+class AccumulationCost {
+ public:
+  explicit AccumulationCost(const DeviceClass& device_class) {
+    for (int b = 0; b <= device_class.max_micro_batch; ++b) time_.push_back(device_class.Time(b));
+  }
+
+  int cap() const { return static_cast<int>(time_.size()) - 1; }
+  const std::vector<double>& values() const { return best_; }
+  std::int64_t size() const { return static_cast<std::int64_t>(best_.size()); }
+
+  void Extend() {
+    const std::int64_t s = size();
+    double best = kInfinity;
+    int choice = 0;
+    // Largest micro-batch first, so ties prefer fewer micro-batches.
+    for (int b = static_cast<int>(std::min<std::int64_t>(s, cap())); b >= 1; --b) {
+      const double candidate = time_[b] + best_[s - b];
+      if (candidate < best) {
+        best = candidate;
+        choice = b;
+      }
+    }
+    best_.push_back(best);
+    last_.push_back(choice);
+  }
+
+  // Most samples s with F(s) <= limit among those computed.
+  std::int64_t MostWithin(double limit) const {
+    return std::upper_bound(best_.begin(), best_.end(), limit) - best_.begin() - 1;
+  }
+
+  std::vector<std::int64_t> MicroBatches(std::int64_t samples) const {
+    std::vector<std::int64_t> parts;
+    for (std::int64_t s = samples; s > 0; s -= last_[s]) parts.push_back(last_[s]);
+    std::sort(parts.rbegin(), parts.rend());
+    return parts;
+  }
+
+ private:
+  std::vector<double> time_;        // time_[b]: one micro-batch of b samples
+  std::vector<double> best_ = {0};  // best_[s] = F(s)
+  std::vector<int> last_ = {0};     // one micro-batch of an optimal split of s
+};
+
+std::vector<int> UsableClasses(const StageProblem& problem) {
+  std::vector<int> usable;
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) {
+    if (problem.classes[c].max_micro_batch > 0) usable.push_back(c);
+  }
+  return usable;
+}
+
+void AddIdleClasses(const StageProblem& problem, int rounds, Schedule& schedule) {
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) {
+    if (problem.classes[c].max_micro_batch > 0) continue;
+    schedule.assignments.push_back({c, problem.classes[c].count, std::vector<int>(rounds, 0)});
+  }
+}
+
+Schedule SearchPerStepSync(const StageProblem& problem) {
+  const std::int64_t batch = problem.global_batch;
+  const std::vector<int> usable = UsableClasses(problem);
+  std::vector<AccumulationCost> costs;
+  std::int64_t usable_devices = 0;
+  for (int c : usable) {
+    costs.emplace_back(problem.classes[c]);
+    usable_devices += problem.classes[c].count;
+  }
+
+  // An upper bound on the optimum: every usable device takes ceil(B / devices).
+  const std::int64_t even_share = (batch + usable_devices - 1) / usable_devices;
+  double upper = 0;
+  for (auto& cost : costs) {
+    while (cost.size() <= even_share) cost.Extend();
+    upper = std::max(upper, cost.values()[even_share]);
+  }
+  // No device takes more than it can finish within the bound.
+  std::vector<double> candidates;
+  for (auto& cost : costs) {
+    while (cost.size() <= batch && cost.values().back() <= upper) cost.Extend();
+    for (double value : cost.values()) {
+      if (value <= upper) candidates.push_back(value);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+
+  auto capacity = [&](double limit) {
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < usable.size(); ++i) {
+      total += problem.classes[usable[i]].count * costs[i].MostWithin(limit);
+    }
+    return total;
+  };
+  // candidates[0] is F(0) = 0 with capacity 0 < B; the last candidate has capacity >= B.
+  std::size_t low = 0, high = candidates.size() - 1;
+  while (high - low > 1) {
+    const std::size_t middle = (low + high) / 2;
+    (capacity(candidates[middle]) >= batch ? high : low) = middle;
+  }
+  const double makespan = candidates[high];
+  const double below = candidates[low];
+
+  // Every device takes what fits strictly below the optimum; the rest goes to devices
+  // that can take more within it, spread evenly inside each class.
+  Schedule schedule;
+  schedule.stage = problem.stage;
+  std::int64_t remaining = batch;
+  std::vector<std::int64_t> floor_samples(usable.size());
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    floor_samples[i] = costs[i].MostWithin(below);
+    remaining -= problem.classes[usable[i]].count * floor_samples[i];
+  }
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    const int count = problem.classes[usable[i]].count;
+    const std::int64_t room = count * (costs[i].MostWithin(makespan) - floor_samples[i]);
+    const std::int64_t extra = std::min(remaining, room);
+    remaining -= extra;
+    for (const Assignment& spread :
+         SpreadOverClass(usable[i], count, {floor_samples[i] * count + extra}, false)) {
+      Assignment assignment = spread;
+      assignment.micro_batches.clear();
+      for (std::int64_t part : costs[i].MicroBatches(spread.Samples())) {
+        assignment.micro_batches.push_back(static_cast<int>(part));
+      }
+      schedule.assignments.push_back(std::move(assignment));
+    }
+  }
+  AddIdleClasses(problem, 0, schedule);
+  return schedule;
+}
+
+// One kind of reduce round: its slowest device takes `tau`, and each usable class's
+// devices take up to caps[i] samples.
+struct RoundKind {
+  double tau = 0;
+  std::int64_t capacity = 0;
+  std::vector<std::int64_t> caps;
+};
+
+std::vector<RoundKind> RoundKinds(const StageProblem& problem, const std::vector<int>& usable) {
+  std::vector<double> taus;
+  for (int c : usable) {
+    for (int b = 1; b <= problem.classes[c].max_micro_batch; ++b) {
+      taus.push_back(problem.classes[c].Time(b));
+    }
+  }
+  std::sort(taus.begin(), taus.end());
+  taus.erase(std::unique(taus.begin(), taus.end()), taus.end());
+
+  std::vector<RoundKind> kinds;
+  std::vector<std::int64_t> caps(usable.size(), 0);
+  for (double tau : taus) {
+    std::int64_t capacity = 0;
+    for (std::size_t i = 0; i < usable.size(); ++i) {
+      const DeviceClass& device_class = problem.classes[usable[i]];
+      while (caps[i] < device_class.max_micro_batch && device_class.Time(caps[i] + 1) <= tau) {
+        ++caps[i];
+      }
+      capacity += device_class.count * caps[i];
+    }
+    // A kind that holds no more than a cheaper one is never needed; one that holds the
+    // whole batch makes every costlier kind useless.
+    if (!kinds.empty() && capacity <= kinds.back().capacity) continue;
+    kinds.push_back({tau, capacity, caps});
+    if (capacity >= problem.global_batch) break;
+  }
+  return kinds;
+}
+
+Schedule SearchPerRoundSync(const StageProblem& problem) {
+  const std::int64_t batch = problem.global_batch;
+  const std::vector<int> usable = UsableClasses(problem);
+  const std::vector<RoundKind> kinds = RoundKinds(problem, usable);
+
+  // cost[x]: least time of rounds holding at least x samples; choice[x]: one kind used.
+  std::vector<double> cost(batch + 1, kInfinity);
+  std::vector<int> choice(batch + 1, -1);
+  cost[0] = 0;
+  for (std::int64_t x = 1; x <= batch; ++x) {
+    // Kinds are in increasing capacity and cost: of those that cover x alone, only the
+    // first can be best, so stop there.
+    for (int j = 0; j < static_cast<int>(kinds.size()); ++j) {
+      const std::int64_t rest = std::max<std::int64_t>(0, x - kinds[j].capacity);
+      const double candidate = kinds[j].tau + problem.comm_per_round_s + cost[rest];
+      if (candidate < cost[x] || (candidate == cost[x] && j > choice[x])) {
+        cost[x] = candidate;
+        choice[x] = j;
+      }
+      if (rest == 0) break;
+    }
+  }
+
+  std::vector<int> rounds;
+  for (std::int64_t x = batch; x > 0; x = std::max<std::int64_t>(0, x - kinds[choice[x]].capacity)) {
+    rounds.push_back(choice[x]);
+  }
+  std::sort(rounds.rbegin(), rounds.rend());  // largest rounds first
+
+  // Per round and class, the samples the class takes; the surplus over the global batch
+  // comes off the smallest rounds, shared among classes in proportion to their room.
+  std::vector<std::vector<std::int64_t>> class_totals(usable.size());
+  std::int64_t surplus = -batch;
+  for (int kind : rounds) surplus += kinds[kind].capacity;
+  for (int r = static_cast<int>(rounds.size()) - 1; r >= 0; --r) {
+    const RoundKind& kind = kinds[rounds[r]];
+    const std::int64_t cut = std::min(surplus, kind.capacity - 1);
+    surplus -= cut;
+    std::vector<double> weights;
+    std::vector<std::int64_t> limits;
+    for (std::size_t i = 0; i < usable.size(); ++i) {
+      limits.push_back(problem.classes[usable[i]].count * kind.caps[i]);
+      weights.push_back(static_cast<double>(limits.back()));
+    }
+    const std::vector<std::int64_t> shares = ShareByWeight(kind.capacity - cut, weights, limits);
+    for (std::size_t i = 0; i < usable.size(); ++i) class_totals[i].push_back(shares[i]);
+  }
+  Schedule schedule;
+  schedule.stage = problem.stage;
+  for (std::size_t i = 0; i < usable.size(); ++i) {
+    std::reverse(class_totals[i].begin(), class_totals[i].end());
+    for (Assignment& assignment :
+         SpreadOverClass(usable[i], problem.classes[usable[i]].count, class_totals[i], true)) {
+      schedule.assignments.push_back(std::move(assignment));
+    }
+  }
+  AddIdleClasses(problem, static_cast<int>(rounds.size()), schedule);
+  return schedule;
+}
+
+}  // namespace
+
+std::optional<Schedule> SearchSchedule(const StageProblem& problem) {
+  if (!problem.feasible) return std::nullopt;
+  return problem.RoundsSynchronised() ? SearchPerRoundSync(problem) : SearchPerStepSync(problem);
+}
+
+}  // namespace poplar

@@ -1,0 +1,85 @@
+#include "planner/stage_problem.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "planner/cost_model.h"
+
+namespace poplar {
+namespace {
+
+std::string Gibibytes(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+ComputeCurve CurveOf(const StageProfile& stage) {
+  std::vector<std::pair<int, double>> points;
+  for (const auto& point : stage.points) points.emplace_back(point.micro_batch, point.compute_s);
+  return ComputeCurve(std::move(points));
+}
+
+}  // namespace
+
+int StageProblem::DeviceCount() const {
+  int total = 0;
+  for (const auto& device_class : classes) total += device_class.count;
+  return total;
+}
+
+StageProblem BuildStageProblem(const ClusterSpec& cluster,
+                               const std::map<std::string, DeviceProfile>& profiles, int stage) {
+  StageProblem problem;
+  problem.stage = stage;
+  problem.global_batch = cluster.global_batch;
+  problem.precision = cluster.precision;
+  const int ranks = cluster.DeviceCount();
+  std::map<std::string, int> counts;
+  for (const auto& node : cluster.nodes) {
+    for (const auto& group : node.devices) counts[group.type] += group.count;
+  }
+
+  std::string reason;
+  bool any_sample_fits = false;
+  for (const auto& type : cluster.DeviceTypes()) {
+    const DeviceProfile& profile = profiles.at(type);
+    problem.params = profile.model.params;
+    const StageProfile* measured = profile.Stage(stage);
+    if (!measured) {
+      if (reason.empty()) reason = "profile " + profile.file + " has no stage " + std::to_string(stage);
+      continue;
+    }
+    DeviceClass device_class;
+    device_class.type = type;
+    device_class.count = counts[type];
+    device_class.memory = FitMemory(profile, *measured, ranks);
+    device_class.max_micro_batch =
+        static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch,
+                                                cluster.global_batch));
+    device_class.compute = CurveOf(*measured);
+    device_class.optimizer_s = OptimizerSeconds(measured->optimizer_step_s, stage,
+                                                profile.model.params, measured->world_size, ranks);
+    if (!device_class.memory.states_fit && reason.empty()) {
+      reason = "model states (" + Gibibytes(device_class.memory.model_state_bytes) +
+               " per rank) do not fit on " + type + " (" +
+               Gibibytes(device_class.memory.capacity_bytes) + ")";
+    }
+    any_sample_fits = any_sample_fits || device_class.max_micro_batch > 0;
+    problem.optimizer_s = std::max(problem.optimizer_s, device_class.optimizer_s);
+    problem.classes.push_back(std::move(device_class));
+  }
+  if (reason.empty() && !any_sample_fits) reason = "no device has memory for one sample";
+
+  if (ranks > 1) {
+    const StageCommunication comm = CommunicationForStage(
+        stage, problem.params, problem.precision, ranks, *cluster.SlowestLink());
+    problem.comm_per_step_s = comm.per_step_s;
+    problem.comm_per_round_s = comm.per_round_s;
+  }
+  problem.feasible = reason.empty();
+  problem.infeasible_reason = reason;
+  return problem;
+}
+
+}  // namespace poplar

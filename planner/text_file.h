@@ -1,0 +1,17 @@
+// Reading and writing whole text files, with the error policy of docs/architecture.md:
+// failures are InputErrors naming the path; writes are atomic (temporary file in the
+// same folder, then rename), so a reader never sees half a file.
+#pragma once
+
+#include <string>
+
+namespace poplar {
+
+std::string ReadTextFile(const std::string& path);
+void WriteFileAtomically(const std::string& path, const std::string& contents);
+// The folder part of a path ("a/b/c.yaml" -> "a/b", "c.yaml" -> ".").
+std::string ParentFolder(const std::string& path);
+// `path` if absolute, else `base_folder`/`path`.
+std::string ResolveAgainst(const std::string& base_folder, const std::string& path);
+
+}  // namespace poplar

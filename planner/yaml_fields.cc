@@ -1,0 +1,93 @@
+#include "planner/yaml_fields.h"
+
+#include "planner/input_error.h"
+
+namespace poplar {
+
+YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string path)
+    : node_(node), file_(std::move(file)), path_(std::move(path)) {
+  if (!node_.IsMap()) {
+    throw InputError(file_, path_.empty() ? "" : path_,
+                     "must be a mapping of keys to values" + LineOf(node_));
+  }
+}
+
+std::string YamlFields::LineOf(const YAML::Node& node) {
+  if (!node.IsDefined() || node.Mark().line < 0) return "";
+  return " (line " + std::to_string(node.Mark().line + 1) + ")";
+}
+
+std::string YamlFields::KeyPath(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+void YamlFields::Fail(const std::string& key, const std::string& reason) const {
+  throw InputError(file_, KeyPath(key), reason);
+}
+
+bool YamlFields::Has(const std::string& key) const { return static_cast<bool>(node_[key]); }
+
+YAML::Node YamlFields::Child(const std::string& key) {
+  used_.insert(key);
+  return node_[key];
+}
+
+YAML::Node YamlFields::Required(const std::string& key) {
+  YAML::Node child = Child(key);
+  if (!child || child.IsNull()) Fail(key, "is required" + LineOf(node_));
+  return child;
+}
+
+std::string YamlFields::String(const std::string& key) {
+  YAML::Node child = Required(key);
+  if (!child.IsScalar()) Fail(key, "must be a string" + LineOf(child));
+  const std::string value = child.Scalar();
+  if (value.empty()) Fail(key, "must not be empty" + LineOf(child));
+  return value;
+}
+
+std::optional<std::string> YamlFields::OptionalString(const std::string& key) {
+  if (!Has(key)) {
+    used_.insert(key);
+    return std::nullopt;
+  }
+  return String(key);
+}
+
+std::int64_t YamlFields::Integer(const std::string& key) {
+  YAML::Node child = Required(key);
+  std::int64_t value = 0;
+  if (!child.IsScalar() || !YAML::convert<std::int64_t>::decode(child, value)) {
+    Fail(key, "must be an integer, got '" + (child.IsScalar() ? child.Scalar() : "a collection") +
+                  "'" + LineOf(child));
+  }
+  return value;
+}
+
+double YamlFields::Number(const std::string& key) {
+  YAML::Node child = Required(key);
+  double value = 0;
+  if (!child.IsScalar() || !YAML::convert<double>::decode(child, value)) {
+    Fail(key, "must be a number, got '" + (child.IsScalar() ? child.Scalar() : "a collection") +
+                  "'" + LineOf(child));
+  }
+  return value;
+}
+
+YamlFields YamlFields::Map(const std::string& key) {
+  YAML::Node child = Required(key);
+  return YamlFields(child, file_, KeyPath(key));
+}
+
+void YamlFields::Finish() const {
+  for (const auto& entry : node_) {
+    const std::string key = entry.first.as<std::string>();
+    if (used_.count(key)) continue;
+    std::string known;
+    for (const auto& name : used_) known += (known.empty() ? "" : ", ") + name;
+    throw InputError(file_, KeyPath(key),
+                     "unknown key" + LineOf(entry.first) + "; known keys here: " + known);
+  }
+}
+
+}  // namespace poplar

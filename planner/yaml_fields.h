@@ -1,0 +1,52 @@
+// Typed, validated access to the fields of a YAML mapping, for the file parsers.
+//
+// A YamlFields wraps one mapping node and the dotted key path that leads to it. Each
+// getter names the full key path in the InputError it throws, and Finish() rejects
+// keys that no getter asked for, so a misspelt key is an error, never silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <yaml-cpp/yaml.h>
+
+namespace poplar {
+
+class YamlFields {
+ public:
+  // Throws InputError unless `node` is a mapping.
+  YamlFields(const YAML::Node& node, std::string file, std::string path);
+
+  bool Has(const std::string& key) const;
+  YAML::Node Child(const std::string& key);  // marks the key used; may be undefined
+
+  std::string String(const std::string& key);
+  std::optional<std::string> OptionalString(const std::string& key);
+  std::int64_t Integer(const std::string& key);
+  double Number(const std::string& key);
+  // A nested mapping; throws if absent.
+  YamlFields Map(const std::string& key);
+
+  // Throws InputError naming the first key that was never read.
+  void Finish() const;
+
+  std::string KeyPath(const std::string& key) const;
+  const std::string& file() const { return file_; }
+  const std::string& path() const { return path_; }
+
+  // Error helpers shared with the parsers.
+  [[noreturn]] void Fail(const std::string& key, const std::string& reason) const;
+  static std::string LineOf(const YAML::Node& node);
+
+ private:
+  YAML::Node Required(const std::string& key);
+
+  YAML::Node node_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+}  // namespace poplar
