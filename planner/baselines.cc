@@ -7,21 +7,19 @@
 namespace poplar {
 namespace {
 
-// Splits each class's per-device samples into `rounds` near-equal micro-batches
-// (stages 2-3), or into ceil(samples / cap) of them (stages 0-1; rounds ignored).
+// Appends the assignments of one class whose devices share `class_total` samples as
+// evenly as possible, each device splitting its samples into `parts(samples)` near-equal
+// micro-batches (zeros dropped at stages 0-1).
+template <typename PartsOf>
 void AppendSplit(const StageProblem& problem, int device_class, std::int64_t class_total,
-                 int rounds, Schedule& schedule) {
-  const DeviceClass& info = problem.classes[device_class];
-  for (const Assignment& spread : SpreadOverClass(device_class, info.count, {class_total}, true)) {
+                 PartsOf parts, Schedule& schedule) {
+  const int count = problem.classes[device_class].count;
+  for (const Assignment& spread : SpreadOverClass(device_class, count, {class_total}, true)) {
     const std::int64_t samples = spread.Samples();
-    const int parts = problem.RoundsSynchronised()
-                          ? rounds
-                          : static_cast<int>((samples + info.max_micro_batch - 1) /
-                                             std::max(1, info.max_micro_batch));
-    Assignment assignment{device_class, spread.count, SplitEvenly(samples, parts)};
+    Assignment assignment{device_class, spread.count, SplitEvenly(samples, parts(samples))};
     if (!problem.RoundsSynchronised()) {
-      auto& parts_list = assignment.micro_batches;
-      parts_list.erase(std::remove(parts_list.begin(), parts_list.end(), 0), parts_list.end());
+      auto& list = assignment.micro_batches;
+      list.erase(std::remove(list.begin(), list.end(), 0), list.end());
     }
     schedule.assignments.push_back(std::move(assignment));
   }
@@ -48,7 +46,8 @@ std::optional<Schedule> UniformSchedule(const StageProblem& problem) {
     const std::int64_t count = problem.classes[c].count;
     const std::int64_t extra =
         std::clamp<std::int64_t>(batch % devices - first_device, 0, count);
-    AppendSplit(problem, c, count * (batch / devices) + extra, accumulation, schedule);
+    AppendSplit(problem, c, count * (batch / devices) + extra,
+                [accumulation](std::int64_t) { return accumulation; }, schedule);
     first_device += count;
   }
   return schedule;
@@ -77,7 +76,13 @@ std::optional<Schedule> ProportionalSchedule(const StageProblem& problem) {
   Schedule schedule;
   schedule.stage = problem.stage;
   for (int c = 0; c < static_cast<int>(shares.size()); ++c) {
-    AppendSplit(problem, c, shares[c], rounds, schedule);
+    const int cap = std::max(1, problem.classes[c].max_micro_batch);
+    const bool rounds_synchronised = problem.RoundsSynchronised();
+    AppendSplit(problem, c, shares[c],
+                [=](std::int64_t samples) {
+                  return rounds_synchronised ? rounds : static_cast<int>((samples + cap - 1) / cap);
+                },
+                schedule);
   }
   return schedule;
 }

@@ -31,7 +31,7 @@ double ComputeCurve::Time(int micro_batch) const {
     const double proportional = first.second * micro_batch / first.first;
     if (points_.size() == 1) return proportional;
     const double line = first.second - segment_slope(first, points_[1]) * (first.first - micro_batch);
-    return std::max(line, proportional);
+    return std::min(std::max(line, proportional), first.second);
   }
   if (micro_batch >= last.first) {
     const double slope = points_.size() == 1 ? last.second / last.first
@@ -42,7 +42,9 @@ double ComputeCurve::Time(int micro_batch) const {
                                 [](const std::pair<int, double>& p, int b) { return p.first < b; });
   if (upper->first == micro_batch) return upper->second;
   const auto& lower = *(upper - 1);
-  return lower.second + segment_slope(lower, *upper) * (micro_batch - lower.first);
+  // Clamped so that rounding cannot lift an interpolated time above the next point.
+  const double interpolated = lower.second + segment_slope(lower, *upper) * (micro_batch - lower.first);
+  return std::min(interpolated, upper->second);
 }
 
 }  // namespace poplar

@@ -1,0 +1,90 @@
+#include "planner/memory_model.h"
+
+#include <gtest/gtest.h>
+
+namespace poplar {
+namespace {
+
+TEST(ModelStates, FollowTheZeroPaperForMixedPrecision) {
+  // ZeRO paper, Figure 1: 7.5B parameters on 64 GPUs, K = 12.
+  const std::int64_t psi = 7'500'000'000;
+  EXPECT_EQ(ModelStatesPerRank(psi, 0, 64, Precision::kMixed).Total(), 16 * psi);  // 120 GB
+  EXPECT_EQ(ModelStatesPerRank(psi, 1, 64, Precision::kMixed).Total(),
+            4 * psi + 12 * ((psi + 63) / 64));  // 31.4 GB
+  EXPECT_EQ(ModelStatesPerRank(psi, 2, 64, Precision::kMixed).Total(),
+            2 * psi + 14 * ((psi + 63) / 64));  // 16.6 GB
+  EXPECT_EQ(ModelStatesPerRank(psi, 3, 64, Precision::kMixed).Total(),
+            16 * ((psi + 63) / 64));  // 1.9 GB
+}
+
+TEST(ModelStates, Fp32AdamKeepsFourBytesPerValue) {
+  const ModelStateBytes s0 = ModelStatesPerRank(1000, 0, 4, Precision::kFp32);
+  EXPECT_EQ(s0.parameters, 4000);
+  EXPECT_EQ(s0.gradients, 4000);
+  EXPECT_EQ(s0.optimizer, 8000);
+  EXPECT_EQ(ModelStatesPerRank(1000, 1, 4, Precision::kFp32).Total(), 4000 + 4000 + 2000);
+  EXPECT_EQ(ModelStatesPerRank(1000, 2, 4, Precision::kFp32).Total(), 4000 + 1000 + 2000);
+  EXPECT_EQ(ModelStatesPerRank(1000, 3, 4, Precision::kFp32).Total(), 1000 + 1000 + 2000);
+}
+
+TEST(ModelStates, PartitionsRoundUp) {
+  EXPECT_EQ(ModelStatesPerRank(10, 3, 4, Precision::kFp32).parameters, 4 * 3);
+}
+
+// A profile of a 1e6-parameter fp32 model on a 100 MB device, measured alone:
+// peak = 16 MB states + 4 MB runtime + 2 MB per sample; 40 samples fit.
+DeviceProfile SmallProfile(int max_micro_batch) {
+  DeviceProfile profile;
+  profile.device_type = "dev";
+  profile.memory_bytes = 100'000'000;
+  profile.model = {"m", 1'000'000, Precision::kFp32};
+  for (int stage = 0; stage <= 3; ++stage) {
+    StageProfile measured;
+    measured.stage = stage;
+    measured.max_micro_batch = max_micro_batch;
+    for (int b : {1, 4, 16}) {
+      measured.points.push_back({b, 0.1 * b, 16'000'000 + 4'000'000 + 2'000'000LL * b});
+    }
+    profile.stages.push_back(measured);
+  }
+  return profile;
+}
+
+TEST(FitMemory, SeparatesModelStatesOverheadAndActivations) {
+  const DeviceProfile profile = SmallProfile(40);
+  const MemoryFit fit = FitMemory(profile, profile.stages[0], 1);
+  EXPECT_EQ(fit.model_state_bytes, 16'000'000);
+  EXPECT_EQ(fit.fixed_bytes, 4'000'000);
+  EXPECT_EQ(fit.activation_bytes_per_sample, 2'000'000);
+  EXPECT_TRUE(fit.states_fit);
+  EXPECT_EQ(fit.max_micro_batch, 40);
+  EXPECT_EQ(fit.BytesAt(40), 100'000'000);
+}
+
+TEST(FitMemory, PartitionedStatesFreeRoomForMoreSamplesOnMoreRanks) {
+  const DeviceProfile profile = SmallProfile(40);
+  // Stage 3 on 8 ranks: states 2 MB instead of 16 MB -> 7 more samples.
+  const MemoryFit fit = FitMemory(profile, profile.stages[3], 8);
+  EXPECT_EQ(fit.model_state_bytes, 2'000'000);
+  EXPECT_EQ(fit.max_micro_batch, 47);
+  // Stage 0 gains nothing from more ranks.
+  EXPECT_EQ(FitMemory(profile, profile.stages[0], 8).max_micro_batch, 40);
+}
+
+TEST(FitMemory, MeasuredCapBelowTheModelWins) {
+  // Fragmentation: only 30 fit when measured although the line says 40.
+  const DeviceProfile profile = SmallProfile(30);
+  EXPECT_EQ(FitMemory(profile, profile.stages[0], 1).max_micro_batch, 30);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 8).max_micro_batch, 37);
+}
+
+TEST(FitMemory, ModelThatDoesNotFitHasNoMicroBatch) {
+  DeviceProfile profile = SmallProfile(40);
+  profile.memory_bytes = 10'000'000;  // less than the 16 MB of model states
+  const MemoryFit fit = FitMemory(profile, profile.stages[0], 1);
+  EXPECT_FALSE(fit.states_fit);
+  EXPECT_EQ(fit.max_micro_batch, 0);
+}
+
+}  // namespace
+}  // namespace poplar
