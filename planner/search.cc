@@ -182,10 +182,35 @@ std::vector<RoundKind> RoundKinds(const StageProblem& problem, const std::vector
   return kinds;
 }
 
+// Drops round kinds that no optimal schedule uses. With w_j = tau_j + per-round
+// communication and rho = min_j w_j / K_j, every schedule costs at least rho * B, and one
+// that uses kind j at least w_j + rho * max(0, B - K_j). Repeating the single best kind is
+// a schedule, so its cost bounds the optimum from above; kinds whose lower bound exceeds
+// it cannot appear in an optimum. Exact, and in practice it removes most small kinds.
+std::vector<RoundKind> PruneRoundKinds(std::vector<RoundKind> kinds, std::int64_t batch,
+                                       double comm_per_round) {
+  double rho = kInfinity, upper = kInfinity;
+  for (const auto& kind : kinds) {
+    const double cost = kind.tau + comm_per_round;
+    rho = std::min(rho, cost / static_cast<double>(kind.capacity));
+    const std::int64_t repeats = (batch + kind.capacity - 1) / kind.capacity;
+    upper = std::min(upper, static_cast<double>(repeats) * cost);
+  }
+  const double slack = 1e-9 * upper;  // rounding must never prune an optimal kind
+  std::vector<RoundKind> kept;
+  for (auto& kind : kinds) {
+    const double lower = kind.tau + comm_per_round +
+                         rho * static_cast<double>(std::max<std::int64_t>(0, batch - kind.capacity));
+    if (lower <= upper + slack) kept.push_back(std::move(kind));
+  }
+  return kept;
+}
+
 Schedule SearchPerRoundSync(const StageProblem& problem) {
   const std::int64_t batch = problem.global_batch;
   const std::vector<int> usable = UsableClasses(problem);
-  const std::vector<RoundKind> kinds = RoundKinds(problem, usable);
+  const std::vector<RoundKind> kinds =
+      PruneRoundKinds(RoundKinds(problem, usable), batch, problem.comm_per_round_s);
 
   // cost[x]: least time of rounds holding at least x samples; choice[x]: one kind used.
   std::vector<double> cost(batch + 1, kInfinity);

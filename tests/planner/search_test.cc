@@ -61,6 +61,23 @@ TEST(Search, MatchesExhaustiveSolverOnRandomSmallClusters) {
   EXPECT_EQ(checked, 2000);
 }
 
+// Stages 2-3 with many rounds (batches up to 300 on devices holding at most 4): the
+// round-kind pruning and the covering knapsack still give the exact optimum.
+TEST(Search, MatchesExhaustiveSolverWithManyRounds) {
+  std::mt19937 rng(99);
+  RandomProblemOptions options;
+  options.max_batch = 300;
+  for (int trial = 0; trial < 300; ++trial) {
+    options.stage = 2 + trial % 2;
+    const StageProblem problem = RandomProblem(rng, options);
+    const auto schedule = SearchSchedule(problem);
+    ASSERT_TRUE(schedule.has_value());
+    ASSERT_EQ(ValidateSchedule(problem, *schedule), "") << Describe(problem);
+    const testing::ReferenceOptimum reference = testing::SolveExhaustively(problem);
+    ASSERT_NEAR(Simulate(problem, *schedule).step_s, reference.step_s, 1e-9) << Describe(problem);
+  }
+}
+
 // Larger random clusters: the schedule is valid (samples sum to the global batch, every
 // micro-batch within its cap, equal rounds for stages 2-3) and never slower than either
 // baseline under the same simulator.
