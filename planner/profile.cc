@@ -1,9 +1,9 @@
 #include "planner/profile.h"
 
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
@@ -89,14 +89,28 @@ const StageProfile* DeviceProfile::Stage(int stage) const {
 }
 
 DeviceProfile ParseProfileJson(const std::string& text, const std::string& file) {
-  // nlohmann checks that this is JSON (YAML would accept more); the typed walk then
-  // shares YamlFields with the cluster parser, JSON being a subset of YAML.
+  // nlohmann reads the JSON (and reports a key given twice, which it would otherwise
+  // resolve silently); the typed walk then shares YamlFields with the cluster parser.
+  std::vector<std::set<std::string>> open_objects;
+  std::string repeated_key;
+  const auto note_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) open_objects.emplace_back();
+    if (event == Event::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == Event::key && repeated_key.empty() && !open_objects.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      repeated_key = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json document;
   try {
-    [[maybe_unused]] const auto checked = nlohmann::json::parse(text);
+    document = nlohmann::json::parse(text, note_keys);
   } catch (const nlohmann::json::exception& error) {
     throw InputError(file, "", std::string("not valid JSON: ") + error.what());
   }
-  YamlFields fields(YAML::Load(text), file, "");
+  if (!repeated_key.empty()) throw InputError(file, repeated_key, "is given more than once in one object");
+  YamlFields fields(JsonToYaml(document), file, "");
   DeviceProfile profile;
   profile.file = file;
   const std::string format = fields.String("format");
@@ -107,13 +121,7 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
   const double memory = fields.Number("memory_bytes");
   if (!(memory > 0)) fields.Fail("memory_bytes", "must be a positive number of bytes");
   profile.memory_bytes = static_cast<std::int64_t>(memory);
-  if (fields.Has("emulated")) {
-    const std::string emulated = fields.String("emulated");
-    if (emulated != "true" && emulated != "false") fields.Fail("emulated", "must be true or false");
-    profile.emulated = emulated == "true";
-  } else {
-    fields.Child("emulated");
-  }
+  profile.emulated = fields.Boolean("emulated", false);
   profile.source = fields.OptionalString("source").value_or("");
   profile.model = ParseModel(fields.Map("model"));
   YAML::Node stages = fields.Child("stages");
@@ -142,10 +150,11 @@ std::string ProfileToJson(const DeviceProfile& profile) {
   root["device_type"] = profile.device_type;
   root["memory_bytes"] = profile.memory_bytes;
   root["emulated"] = profile.emulated;
-  root["source"] = profile.source;
-  root["model"] = {{"name", profile.model.name},
-                   {"params", profile.model.params},
-                   {"precision", PrecisionName(profile.model.precision)}};
+  if (!profile.source.empty()) root["source"] = profile.source;  // optional keys: absent
+  root["model"] = nlohmann::ordered_json::object();               // when empty
+  if (!profile.model.name.empty()) root["model"]["name"] = profile.model.name;
+  root["model"]["params"] = profile.model.params;
+  root["model"]["precision"] = PrecisionName(profile.model.precision);
   root["stages"] = nlohmann::ordered_json::array();
   for (const auto& stage : profile.stages) {
     nlohmann::ordered_json entry;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,10 @@
 namespace poplar {
 
 std::string ReadTextFile(const std::string& path) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    throw InputError(path, "", "cannot read: is a folder, not a file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
   std::ostringstream contents;

@@ -10,6 +10,44 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
     throw InputError(file_, path_.empty() ? "" : path_,
                      "must be a mapping of keys to values" + LineOf(node_));
   }
+  std::set<std::string> seen;
+  for (const auto& entry : node_) {
+    const std::string key = entry.first.Scalar();
+    if (!seen.insert(key).second) {
+      throw InputError(file_, KeyPath(key), "is given more than once" + LineOf(entry.first));
+    }
+  }
+}
+
+namespace {
+
+// A quoted scalar ('4', "true") is a string even where its text reads as a number.
+bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() != "!"; }
+
+std::string Shown(const YAML::Node& node) {
+  if (!node.IsScalar()) return "a collection";
+  return node.Tag() == "!" ? "the string \"" + node.Scalar() + "\"" : "'" + node.Scalar() + "'";
+}
+
+}  // namespace
+
+YAML::Node JsonToYaml(const nlohmann::json& value) {
+  YAML::Node node;
+  if (value.is_object()) {
+    node = YAML::Node(YAML::NodeType::Map);
+    for (const auto& [key, child] : value.items()) node[key] = JsonToYaml(child);
+  } else if (value.is_array()) {
+    node = YAML::Node(YAML::NodeType::Sequence);
+    for (const auto& child : value) node.push_back(JsonToYaml(child));
+  } else if (value.is_string()) {
+    node = YAML::Node(value.get<std::string>());
+    node.SetTag("!");
+  } else if (value.is_null()) {
+    node = YAML::Node(YAML::NodeType::Null);
+  } else {
+    node = YAML::Node(value.dump());  // number or boolean, as its JSON text
+  }
+  return node;
 }
 
 std::string YamlFields::LineOf(const YAML::Node& node) {
@@ -57,9 +95,8 @@ std::optional<std::string> YamlFields::OptionalString(const std::string& key) {
 std::int64_t YamlFields::Integer(const std::string& key) {
   YAML::Node child = Required(key);
   std::int64_t value = 0;
-  if (!child.IsScalar() || !YAML::convert<std::int64_t>::decode(child, value)) {
-    Fail(key, "must be an integer, got '" + (child.IsScalar() ? child.Scalar() : "a collection") +
-                  "'" + LineOf(child));
+  if (!IsPlainScalar(child) || !YAML::convert<std::int64_t>::decode(child, value)) {
+    Fail(key, "must be an integer, got " + Shown(child) + LineOf(child));
   }
   return value;
 }
@@ -67,11 +104,19 @@ std::int64_t YamlFields::Integer(const std::string& key) {
 double YamlFields::Number(const std::string& key) {
   YAML::Node child = Required(key);
   double value = 0;
-  if (!child.IsScalar() || !YAML::convert<double>::decode(child, value)) {
-    Fail(key, "must be a number, got '" + (child.IsScalar() ? child.Scalar() : "a collection") +
-                  "'" + LineOf(child));
+  if (!IsPlainScalar(child) || !YAML::convert<double>::decode(child, value)) {
+    Fail(key, "must be a number, got " + Shown(child) + LineOf(child));
   }
   return value;
+}
+
+bool YamlFields::Boolean(const std::string& key, bool fallback) {
+  YAML::Node child = Child(key);
+  if (!child || child.IsNull()) return fallback;
+  if (!IsPlainScalar(child) || (child.Scalar() != "true" && child.Scalar() != "false")) {
+    Fail(key, "must be true or false, got " + Shown(child) + LineOf(child));
+  }
+  return child.Scalar() == "true";
 }
 
 YamlFields YamlFields::Map(const std::string& key) {

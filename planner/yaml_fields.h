@@ -3,6 +3,8 @@
 // A YamlFields wraps one mapping node and the dotted key path that leads to it. Each
 // getter names the full key path in the InputError it throws, and Finish() rejects
 // keys that no getter asked for, so a misspelt key is an error, never silently ignored.
+// A key given twice is an error. Numbers and booleans must be plain scalars: a quoted
+// "4" is a string (JSON converted by JsonToYaml keeps that distinction).
 #pragma once
 
 #include <cstdint>
@@ -10,9 +12,14 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 namespace poplar {
+
+// The same document as a YAML node tree: objects become mappings, arrays sequences;
+// strings become quoted scalars, numbers, booleans and null plain ones.
+YAML::Node JsonToYaml(const nlohmann::json& value);
 
 class YamlFields {
  public:
@@ -26,6 +33,8 @@ class YamlFields {
   std::optional<std::string> OptionalString(const std::string& key);
   std::int64_t Integer(const std::string& key);
   double Number(const std::string& key);
+  // Optional true/false; `fallback` when absent.
+  bool Boolean(const std::string& key, bool fallback);
   // A nested mapping; throws if absent.
   YamlFields Map(const std::string& key);
 

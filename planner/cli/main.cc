@@ -10,7 +10,9 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"poplar: ZeRO data-parallel training over heterogeneous GPU clusters", "poplar"};
-  app.require_subcommand(1);
+  // At most one command; none is handled below, after CLI11 has had the chance to name
+  // an unknown flag or command (require_subcommand would hide it).
+  app.require_subcommand(0, 1);
   app.set_version_flag("--version", "poplar 0.1.0");
   app.footer("Run 'poplar COMMAND --help' for a command's flags. Docs: docs/README.md");
   poplar::RegisterPlanCommand(app);
@@ -19,6 +21,11 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      std::cerr << "poplar: a command is required: plan, simulate or estimate-memory "
+                   "(see 'poplar --help')\n";
+      return 2;
+    }
   } catch (const CLI::CallForHelp& help) {
     return app.exit(help);
   } catch (const CLI::CallForAllHelp& help) {

@@ -1,0 +1,571 @@
+// Runs the real `poplar` binary as a child process and checks what a user sees: exit
+// status, stdout, stderr and the files written (DESIGN.md 4.1, 4.2 and 8).
+//
+// Exit statuses (planner/cli/main.cc): 0 success, 1 bad input, 2 bad usage.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using Json = nlohmann::json;
+
+// What one run of the binary produced.
+struct Outcome {
+  int exit_code = -1;  // 128 + signal number if it was killed
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+bool Exists(const std::string& path) { return std::filesystem::exists(path); }
+
+std::string SourcePath(const std::string& relative) {
+  return std::string(POPLAR_SOURCE_DIR) + "/" + relative;
+}
+
+std::string ExampleCluster(const std::string& name) {
+  return SourcePath("configs/" + name + ".yaml");
+}
+
+const std::string& ExampleProfiles() {
+  static const std::string dir = SourcePath("configs/profiles/gpt2-medium");
+  return dir;
+}
+
+using ::poplar::testing::Contains;
+using ::poplar::testing::ContainsAll;
+
+// Errors are one line a user can act on: non-empty, ending in a newline, no other newline.
+::testing::AssertionResult IsOneLine(const std::string& text) {
+  if (text.empty() || text.back() != '\n' || text.find('\n') != text.size() - 1) {
+    return ::testing::AssertionFailure() << "not exactly one line: '" << text << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Parses stdout as exactly one JSON document (nothing else but trailing whitespace).
+Json ParseOneDocument(const std::string& out) {
+  try {
+    return Json::parse(out);
+  } catch (const Json::exception& error) {
+    ADD_FAILURE() << "stdout is not one JSON document (" << error.what() << "):\n" << out;
+  }
+  return Json::object();
+}
+
+// Each test gets a fresh folder: `work_` is the child's working directory (so a
+// command that writes to its default path leaves the source tree alone) and holds
+// the files a test writes; the child's stdout and stderr go to `io_`.
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(work_);
+    std::filesystem::create_directories(io_);
+  }
+
+  // Runs `poplar args...` in `cwd` (default: work_), stdin from /dev/null.
+  Outcome Poplar(const std::vector<std::string>& args, const std::string& cwd = "") {
+    const std::string out_path = io_ + "/stdout";
+    const std::string err_path = io_ + "/stderr";
+    std::vector<std::string> argv_strings = {POPLAR_BINARY};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& arg : argv_strings) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const std::string dir = cwd.empty() ? work_ : cwd;
+
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int in = ::open("/dev/null", O_RDONLY);
+      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 ||
+          ::dup2(err, 2) < 0 || ::chdir(dir.c_str()) != 0) {
+        ::_exit(126);
+      }
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    Outcome run;
+    if (pid < 0) {
+      ADD_FAILURE() << "fork failed";
+      return run;
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid) {
+      ADD_FAILURE() << "waitpid failed";
+      return run;
+    }
+    if (WIFEXITED(status)) {
+      run.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      run.exit_code = 128 + WTERMSIG(status);
+    }
+    EXPECT_NE(run.exit_code, 126) << "could not set up the child";
+    EXPECT_NE(run.exit_code, 127) << "could not run " << POPLAR_BINARY;
+    run.out = ReadFile(out_path);
+    run.err = ReadFile(err_path);
+    return run;
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = work_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // An example cluster file with `from` replaced by `to` and its profiles given by
+  // absolute path, written to work_/`name`.
+  std::string WriteExampleVariant(const std::string& example, const std::string& from,
+                                  const std::string& to, const std::string& name = "cluster.yaml") {
+    std::string text = ReadFile(ExampleCluster(example));
+    const auto profiles = text.find("profiles: profiles/gpt2-medium");
+    EXPECT_NE(profiles, std::string::npos);
+    if (profiles != std::string::npos) {
+      text.replace(profiles, 30, "profiles: " + ExampleProfiles());
+    }
+    if (!from.empty()) {
+      const auto at = text.find(from);
+      EXPECT_NE(at, std::string::npos) << "'" << from << "' is not in " << example;
+      if (at != std::string::npos) text.replace(at, from.size(), to);
+    }
+    return Write(name, text);
+  }
+
+  std::vector<std::string> WorkFiles() const {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(work_)) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  ::poplar::testing::ScratchDir scratch_{"poplar_cli_test"};
+  const std::string root_ = scratch_.path();
+  const std::string work_ = root_ + "/work";
+  const std::string io_ = root_ + "/io";
+};
+
+// Checks the plan contract of DESIGN.md 4.2 for a cluster of `devices` devices.
+void ExpectValidPlan(const Json& plan, int devices, int global_batch) {
+  ASSERT_TRUE(plan.is_object());
+  ASSERT_TRUE(plan.contains("stage"));
+  ASSERT_TRUE(plan["stage"].is_number_integer());
+  const int stage = plan["stage"];
+  EXPECT_GE(stage, 0);
+  EXPECT_LE(stage, 3);
+  ASSERT_TRUE(plan.contains("global_batch"));
+  EXPECT_EQ(plan["global_batch"], global_batch);
+
+  ASSERT_TRUE(plan.contains("ranks"));
+  const Json& ranks = plan["ranks"];
+  ASSERT_TRUE(ranks.is_array());
+  ASSERT_EQ(ranks.size(), static_cast<std::size_t>(devices));
+  long long total = 0;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    SCOPED_TRACE("rank " + std::to_string(i));
+    const Json& rank = ranks[i];
+    EXPECT_EQ(rank["rank"], i);
+    EXPECT_TRUE(rank["host"].is_string());
+    EXPECT_TRUE(rank["device"].is_string());
+    ASSERT_TRUE(rank["micro_batches"].is_array());
+    EXPECT_FALSE(rank["micro_batches"].empty());
+    for (const Json& micro_batch : rank["micro_batches"]) {
+      ASSERT_TRUE(micro_batch.is_number_integer());
+      EXPECT_GE(micro_batch.get<int>(), 0);
+      total += micro_batch.get<int>();
+    }
+    if (stage >= 2) {
+      // One entry per reduce round, the same on every rank.
+      EXPECT_EQ(rank["micro_batches"].size(), ranks[0]["micro_batches"].size());
+    }
+  }
+  EXPECT_EQ(total, global_batch);
+
+  ASSERT_TRUE(plan.contains("predicted"));
+  const Json& predicted = plan["predicted"];
+  ASSERT_TRUE(predicted["step_s"].is_number());
+  ASSERT_TRUE(predicted["samples_per_s"].is_number());
+  const double step_s = predicted["step_s"];
+  const double samples_per_s = predicted["samples_per_s"];
+  EXPECT_GT(step_s, 0);
+  EXPECT_NEAR(samples_per_s, global_batch / step_s, 1e-6 * samples_per_s);
+}
+
+// ---------------------------------------------------------------------------
+// Help and usage errors.
+
+TEST_F(Cli, HelpListsTheCommands) {
+  const Outcome run = Poplar({"--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(ContainsAll(run.out, {"plan", "simulate", "estimate-memory"}));
+  EXPECT_EQ(run.err, "");
+}
+
+TEST_F(Cli, PlanHelpListsItsFlags) {
+  const Outcome run = Poplar({"plan", "--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(ContainsAll(run.out, {"--profiles", "--json", "--output"}));
+}
+
+TEST_F(Cli, SimulateHelpListsPolicies) {
+  const Outcome run = Poplar({"simulate", "--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(ContainsAll(run.out, {"--policy", "uniform", "proportional"}));
+}
+
+TEST_F(Cli, EstimateMemoryHelpListsItsFlags) {
+  const Outcome run = Poplar({"estimate-memory", "--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(ContainsAll(run.out, {"--params", "--gpus", "--precision"}));
+}
+
+TEST_F(Cli, RejectsUnknownFlagOfCommandInOneLine) {
+  const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "--bogus-flag"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(Contains(run.err, "--bogus-flag"));
+  EXPECT_EQ(run.out, "");
+  EXPECT_FALSE(Exists(work_ + "/plan.json"));
+}
+
+TEST_F(Cli, RejectsUnknownTopLevelFlagByName) {
+  const Outcome run = Poplar({"--bogus-flag"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(Contains(run.err, "--bogus-flag"));
+}
+
+TEST_F(Cli, RejectsUnknownCommandByName) {
+  const Outcome run = Poplar({"frobnicate", ExampleCluster("v100-and-t4")});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(Contains(run.err, "frobnicate"));
+}
+
+TEST_F(Cli, RequiresACommand) {
+  const Outcome run = Poplar({});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_EQ(run.out, "");
+}
+
+TEST_F(Cli, PlanRequiresAClusterFile) {
+  const Outcome run = Poplar({"plan"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(Contains(run.err, "cluster"));
+}
+
+TEST_F(Cli, RejectsMissingClusterFileInOneLine) {
+  const std::string missing = work_ + "/no-such-cluster.yaml";
+  const Outcome run = Poplar({"plan", missing, "-o", work_ + "/plan.json"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(Contains(run.err, missing));
+  EXPECT_EQ(run.out, "");
+  EXPECT_FALSE(Exists(work_ + "/plan.json"));
+}
+
+// ---------------------------------------------------------------------------
+// poplar plan.
+
+TEST_F(Cli, PlanJsonPrintsOneDocumentAndWritesThePlan) {
+  const std::string output = work_ + "/out.json";
+  // The relative path, as a user in the source tree types it; the cluster file's
+  // relative "profiles:" must resolve against the file, not a guess.
+  const Outcome run =
+      Poplar({"plan", "configs/v100-and-t4.yaml", "-o", output, "--json"}, POPLAR_SOURCE_DIR);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  const Json printed = ParseOneDocument(run.out);
+  ExpectValidPlan(printed, 8, 128);
+  ASSERT_TRUE(Exists(output));
+  EXPECT_EQ(Json::parse(ReadFile(output)), printed);
+}
+
+TEST_F(Cli, PlanNumbersRanksInClusterFileOrder) {
+  const Outcome run =
+      Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/plan.json", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Json plan = ParseOneDocument(run.out);
+  ASSERT_EQ(plan["ranks"].size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    SCOPED_TRACE(i);
+    const Json& rank = plan["ranks"][i];
+    EXPECT_EQ(rank["host"], i < 4 ? "node-v100" : "node-t4");
+    EXPECT_EQ(rank["device"], "cuda:" + std::to_string(i % 4));
+    EXPECT_EQ(rank["device_type"], i < 4 ? "V100-16GB" : "T4-16GB");
+  }
+}
+
+TEST_F(Cli, PlanKeepsEveryExampleClusterWithinTheContract) {
+  const std::vector<std::pair<std::string, int>> examples = {
+      {"a100-80-and-40", 512}, {"a800-and-v100s", 256}, {"v100-and-t4", 128}};
+  for (const auto& [name, global_batch] : examples) {
+    SCOPED_TRACE(name);
+    const Outcome run =
+        Poplar({"plan", ExampleCluster(name), "-o", work_ + "/" + name + ".json", "--json"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    ExpectValidPlan(ParseOneDocument(run.out), 8, global_batch);
+  }
+}
+
+TEST_F(Cli, PlanWithFixedStageTwoGivesEveryRankTheSameRounds) {
+  const std::string cluster = WriteExampleVariant("v100-and-t4", "stage: auto", "stage: 2");
+  const Outcome run = Poplar({"plan", cluster, "-o", work_ + "/plan.json", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Json plan = ParseOneDocument(run.out);
+  EXPECT_EQ(plan["stage"], 2);
+  ExpectValidPlan(plan, 8, 128);
+}
+
+TEST_F(Cli, PlanPrintsStageTableAndWhereThePlanWent) {
+  const std::string output = work_ + "/plan.json";
+  const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", output});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  EXPECT_TRUE(ContainsAll(run.out, {"stage", "step", "samples/s", "rounds", "chosen",
+                                    "predicted step", "plan written to " + output + "\n"}));
+  // One row per stage, exactly one of them marked as chosen.
+  std::istringstream lines(run.out);
+  std::vector<bool> row_seen(4, false);
+  int chosen_rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string first;
+    words >> first;
+    if (first.size() == 1 && first[0] >= '0' && first[0] <= '3') {
+      row_seen[first[0] - '0'] = true;
+      if (line.find(" * ") != std::string::npos) ++chosen_rows;
+    }
+  }
+  EXPECT_EQ(row_seen, std::vector<bool>(4, true));
+  EXPECT_EQ(chosen_rows, 1);
+  EXPECT_TRUE(Exists(output));
+}
+
+TEST_F(Cli, PlanWritesToPlanJsonByDefault) {
+  const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(Json::parse(ReadFile(work_ + "/plan.json")), ParseOneDocument(run.out));
+}
+
+TEST_F(Cli, PlanLeavesNoTemporaryFiles) {
+  const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/plan.json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(WorkFiles(), std::vector<std::string>{"plan.json"});
+}
+
+TEST_F(Cli, PlanReplacesAnExistingPlan) {
+  const std::string output = Write("plan.json", "old contents\n");
+  const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", output, "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(Json::parse(ReadFile(output)), ParseOneDocument(run.out));
+}
+
+TEST_F(Cli, BrokenClusterFileFailsInOneLineAndWritesNothing) {
+  const std::string cluster = WriteExampleVariant("v100-and-t4", "count: 4", "count: -2");
+  const std::string output = work_ + "/plan.json";
+  for (const bool json : {false, true}) {
+    SCOPED_TRACE(json ? "--json" : "text");
+    std::vector<std::string> args = {"plan", cluster, "-o", output};
+    if (json) args.push_back("--json");
+    const Outcome run = Poplar(args);
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(run.err));
+    EXPECT_TRUE(ContainsAll(
+        run.err, {cluster, "nodes[0].devices[0].count", "must be a positive integer", "-2"}));
+    EXPECT_EQ(run.out, "");
+    EXPECT_FALSE(Exists(output));
+    EXPECT_EQ(WorkFiles(), std::vector<std::string>{"cluster.yaml"});
+  }
+}
+
+TEST_F(Cli, BrokenClusterFileKeepsThePreviousPlan) {
+  const std::string cluster =
+      WriteExampleVariant("v100-and-t4", "global_batch: 128", "global_batch: 0");
+  const std::string output = Write("plan.json", "{\"previous\": true}\n");
+  const Outcome run = Poplar({"plan", cluster, "-o", output});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(ContainsAll(run.err, {cluster, "training.global_batch"}));
+  EXPECT_EQ(ReadFile(output), "{\"previous\": true}\n");
+}
+
+TEST_F(Cli, ProfilesFlagReplacesTheClusterFilesProfiles) {
+  const std::string cluster =
+      WriteExampleVariant("v100-and-t4", "profiles: " + ExampleProfiles() + "\n", "");
+  const Outcome without = Poplar({"plan", cluster, "-o", work_ + "/plan.json"});
+  EXPECT_EQ(without.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(without.err));
+  EXPECT_TRUE(ContainsAll(without.err, {cluster, "profiles", "--profiles"}));
+
+  const Outcome with = Poplar(
+      {"plan", cluster, "--profiles", ExampleProfiles(), "-o", work_ + "/plan.json", "--json"});
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ExpectValidPlan(ParseOneDocument(with.out), 8, 128);
+}
+
+TEST_F(Cli, MissingProfileNamesTheClusterFileAndType) {
+  const std::string cluster =
+      WriteExampleVariant("v100-and-t4", "type: T4-16GB", "type: P100-16GB");
+  const Outcome run = Poplar({"plan", cluster, "-o", work_ + "/plan.json"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(ContainsAll(run.err, {cluster, "P100-16GB"}));
+  EXPECT_FALSE(Exists(work_ + "/plan.json"));
+}
+
+// ---------------------------------------------------------------------------
+// poplar simulate.
+
+TEST_F(Cli, SimulateUniformPrintsOneJsonDocument) {
+  const Outcome run =
+      Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", "uniform", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  const Json result = ParseOneDocument(run.out);
+  EXPECT_EQ(result["policy"], "uniform");
+  EXPECT_TRUE(result["stage"].is_number_integer());
+  EXPECT_EQ(result["global_batch"], 512);
+  ASSERT_TRUE(result["predicted"].is_object());
+  EXPECT_GT(result["predicted"]["step_s"].get<double>(), 0);
+  EXPECT_GT(result["predicted"]["samples_per_s"].get<double>(), 0);
+  // Simulating writes no plan.
+  EXPECT_TRUE(WorkFiles().empty());
+}
+
+TEST_F(Cli, SimulatePoplarIsNoSlowerThanUniform) {
+  double step_s[2] = {0, 0};
+  const char* policies[2] = {"poplar", "uniform"};
+  for (int i = 0; i < 2; ++i) {
+    const Outcome run =
+        Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", policies[i], "--json"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    step_s[i] = ParseOneDocument(run.out)["predicted"]["step_s"];
+  }
+  EXPECT_LE(step_s[0], step_s[1] * (1 + 1e-9));
+}
+
+TEST_F(Cli, SimulateRejectsUnknownPolicy) {
+  const Outcome run = Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", "bogus"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(ContainsAll(run.err, {"--policy", "bogus"}));
+  EXPECT_EQ(run.out, "");
+}
+
+// ---------------------------------------------------------------------------
+// poplar estimate-memory.
+
+// The per-stage entries of an estimate-memory --json document, by stage.
+std::vector<Json> StageEntries(const Json& estimate) {
+  std::vector<Json> entries(4);
+  for (const Json& entry : estimate["stages"]) entries.at(entry["stage"].get<int>()) = entry;
+  return entries;
+}
+
+TEST_F(Cli, EstimateMemoryFp32FollowsZeroAccounting) {
+  // P = 1000 on N = 4 in fp32: 4 bytes of parameters, 4 of gradients, 8 of Adam state
+  // per parameter; partitions hold ceil(P / N) = 250 parameters.
+  const Outcome run = Poplar(
+      {"estimate-memory", "--params", "1000", "--gpus", "4", "--precision", "fp32", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  const Json estimate = ParseOneDocument(run.out);
+  EXPECT_EQ(estimate["params"], 1000);
+  EXPECT_EQ(estimate["gpus"], 4);
+  EXPECT_EQ(estimate["precision"], "fp32");
+  ASSERT_EQ(estimate["stages"].size(), 4u);
+  const std::vector<Json> stages = StageEntries(estimate);
+  const int expected[4][4] = {// parameters, gradients, optimizer, total
+                              {4000, 4000, 8000, 16000},
+                              {4000, 4000, 2000, 10000},
+                              {4000, 1000, 2000, 7000},
+                              {1000, 1000, 2000, 4000}};
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    EXPECT_EQ(stages[s]["parameters_bytes"], expected[s][0]);
+    EXPECT_EQ(stages[s]["gradients_bytes"], expected[s][1]);
+    EXPECT_EQ(stages[s]["optimizer_bytes"], expected[s][2]);
+    EXPECT_EQ(stages[s]["total_bytes"], expected[s][3]);
+  }
+}
+
+TEST_F(Cli, EstimateMemoryDefaultsToMixedPrecisionAndRoundsPartitionsUp) {
+  // P = 1001 on N = 4 in mixed precision: 2 + 2 + 12 bytes per parameter; a partition
+  // holds ceil(1001 / 4) = 251 parameters.
+  const Outcome run = Poplar({"estimate-memory", "--params", "1001", "--gpus", "4", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Json estimate = ParseOneDocument(run.out);
+  EXPECT_EQ(estimate["precision"], "mixed");
+  const std::vector<Json> stages = StageEntries(estimate);
+  EXPECT_EQ(stages[0]["total_bytes"], 16 * 1001);
+  EXPECT_EQ(stages[1]["total_bytes"], 2002 + 2002 + 12 * 251);
+  EXPECT_EQ(stages[2]["total_bytes"], 2002 + 2 * 251 + 12 * 251);
+  EXPECT_EQ(stages[3]["total_bytes"], 16 * 251);
+}
+
+TEST_F(Cli, EstimateMemoryAcceptsSuffixedParameterCounts) {
+  const Outcome run = Poplar({"estimate-memory", "--params", "1.5B", "--gpus", "8", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(ParseOneDocument(run.out)["params"], 1500000000);
+}
+
+TEST_F(Cli, EstimateMemoryPrintsATable) {
+  const Outcome run = Poplar({"estimate-memory", "--params", "355M", "--gpus", "8"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(ContainsAll(run.out, {"355000000", "8 GPUs", "stage", "total per GPU"}));
+}
+
+TEST_F(Cli, EstimateMemoryRejectsParamsThatAreNotACount) {
+  for (const std::string params : {"abc", "-5", "0", "12Q"}) {
+    SCOPED_TRACE(params);
+    const Outcome run = Poplar({"estimate-memory", "--params", params, "--gpus", "4", "--json"});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(run.err));
+    EXPECT_TRUE(ContainsAll(run.err, {"--params", "'" + params + "'"}));
+    EXPECT_EQ(run.out, "");
+  }
+}
+
+TEST_F(Cli, EstimateMemoryRejectsZeroGpus) {
+  const Outcome run = Poplar({"estimate-memory", "--params", "1000", "--gpus", "0"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(Contains(run.err, "--gpus"));
+}
+
+TEST_F(Cli, EstimateMemoryRejectsUnknownPrecision) {
+  const Outcome run =
+      Poplar({"estimate-memory", "--params", "1000", "--gpus", "4", "--precision", "fp8"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(run.err));
+  EXPECT_TRUE(ContainsAll(run.err, {"--precision", "fp8"}));
+}
+
+}  // namespace

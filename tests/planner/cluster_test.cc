@@ -1,0 +1,611 @@
+// Tests of the cluster file parser (planner/cluster.h): the values a valid file
+// produces, and for every kind of bad input an InputError naming the file, the key
+// and the reason (DESIGN.md section 8).
+#include "planner/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+using testing::Contains;
+using testing::ContainsAll;
+
+::testing::AssertionResult StartsWith(const std::string& text, const std::string& prefix) {
+  if (text.compare(0, prefix.size(), prefix) == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not start with '" << prefix << "'";
+}
+
+constexpr char kFile[] = "configs/lab/cluster.yaml";
+
+// Two nodes, three device types, every optional key given. Tests derive bad files from
+// it with Replaced(), so each error test changes exactly one thing.
+constexpr char kValidCluster[] = R"(name: lab
+profiles: profiles/lab
+training:
+  global_batch: 512
+  precision: mixed
+  stage: auto
+network:
+  intra_node: {bandwidth_gbps: 2400, latency_us: 5}
+  inter_node: {bandwidth_gbps: 100, latency_us: 20}
+nodes:
+  - name: node-a
+    host: 10.0.0.1
+    devices:
+      - {type: A100-80GB, count: 2}
+      - {type: V100-16GB, count: 1}
+  - name: node-b
+    devices:
+      - {type: T4-16GB, count: 3}
+      - {type: A100-80GB, count: 1}
+)";
+
+// One node with one device: no network section is needed.
+constexpr char kSingleDeviceCluster[] = R"(training:
+  global_batch: 8
+nodes:
+  - name: solo
+    devices:
+      - {type: T4-16GB, count: 1}
+)";
+
+// `text` with the first occurrence of `from` replaced by `to`; fails the test if
+// `from` is not there, so a typo in a test cannot silently test the valid file.
+std::string Replaced(const std::string& text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "'" << from << "' is not in the cluster text";
+    return text;
+  }
+  std::string result = text;
+  result.replace(at, from.size(), to);
+  return result;
+}
+
+std::string ValidWith(const std::string& from, const std::string& to) {
+  return Replaced(kValidCluster, from, to);
+}
+
+// The InputError that parsing `text` throws; fails the test if it parses.
+InputError ParseError(const std::string& text, const std::string& file = kFile) {
+  try {
+    const ClusterSpec cluster = ParseClusterYaml(text, file);
+    ADD_FAILURE() << "parsed without error:\n" << text;
+  } catch (const InputError& error) {
+    return error;
+  }
+  return InputError("<none>", "<none>", "<no error was thrown>");
+}
+
+// Expects parsing `text` to fail on `key` with a reason containing `reason_part`.
+void ExpectRejected(const std::string& text, const std::string& key,
+                    const std::string& reason_part) {
+  const InputError error = ParseError(text);
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_EQ(error.key(), key);
+  EXPECT_TRUE(Contains(error.reason(), reason_part));
+}
+
+constexpr double kGbps = 1e9 / 8;  // bytes per second in one gigabit per second
+
+// ---------------------------------------------------------------------------
+// Valid files.
+
+TEST(ClusterFile, ParsesTrainingSection) {
+  const ClusterSpec cluster = ParseClusterYaml(kValidCluster, kFile);
+  EXPECT_EQ(cluster.file, kFile);
+  EXPECT_EQ(cluster.name, "lab");
+  EXPECT_EQ(cluster.global_batch, 512);
+  EXPECT_EQ(cluster.precision, Precision::kMixed);
+  EXPECT_EQ(cluster.stage, std::nullopt);
+}
+
+TEST(ClusterFile, ConvertsBandwidthToBytesAndLatencyToSeconds) {
+  const ClusterSpec cluster = ParseClusterYaml(kValidCluster, kFile);
+  ASSERT_TRUE(cluster.intra_node.has_value());
+  ASSERT_TRUE(cluster.inter_node.has_value());
+  EXPECT_DOUBLE_EQ(cluster.intra_node->bandwidth_bytes_per_s, 2400 * kGbps);
+  EXPECT_DOUBLE_EQ(cluster.intra_node->bandwidth_bytes_per_s, 300e9);
+  EXPECT_DOUBLE_EQ(cluster.intra_node->latency_s, 5e-6);
+  EXPECT_DOUBLE_EQ(cluster.inter_node->bandwidth_bytes_per_s, 12.5e9);
+  EXPECT_DOUBLE_EQ(cluster.inter_node->latency_s, 20e-6);
+}
+
+TEST(ClusterFile, AcceptsFractionalBandwidthAndZeroLatency) {
+  const ClusterSpec cluster = ParseClusterYaml(
+      ValidWith("{bandwidth_gbps: 100, latency_us: 20}", "{bandwidth_gbps: 12.5, latency_us: 0}"),
+      kFile);
+  ASSERT_TRUE(cluster.inter_node.has_value());
+  EXPECT_DOUBLE_EQ(cluster.inter_node->bandwidth_bytes_per_s, 12.5 * kGbps);
+  EXPECT_EQ(cluster.inter_node->latency_s, 0);
+}
+
+TEST(ClusterFile, ParsesNodesAndDeviceGroupsInOrder) {
+  const ClusterSpec cluster = ParseClusterYaml(kValidCluster, kFile);
+  ASSERT_EQ(cluster.nodes.size(), 2u);
+  const NodeSpec& a = cluster.nodes[0];
+  EXPECT_EQ(a.name, "node-a");
+  EXPECT_EQ(a.host, "10.0.0.1");
+  ASSERT_EQ(a.devices.size(), 2u);
+  EXPECT_EQ(a.devices[0].type, "A100-80GB");
+  EXPECT_EQ(a.devices[0].count, 2);
+  EXPECT_EQ(a.devices[1].type, "V100-16GB");
+  EXPECT_EQ(a.devices[1].count, 1);
+  const NodeSpec& b = cluster.nodes[1];
+  EXPECT_EQ(b.name, "node-b");
+  ASSERT_EQ(b.devices.size(), 2u);
+  EXPECT_EQ(b.devices[0].type, "T4-16GB");
+  EXPECT_EQ(b.devices[0].count, 3);
+  EXPECT_EQ(b.devices[1].type, "A100-80GB");
+  EXPECT_EQ(b.devices[1].count, 1);
+}
+
+TEST(ClusterFile, HostDefaultsToNodeName) {
+  const ClusterSpec cluster = ParseClusterYaml(kValidCluster, kFile);
+  ASSERT_EQ(cluster.nodes.size(), 2u);
+  EXPECT_EQ(cluster.nodes[1].host, "node-b");
+}
+
+TEST(ClusterFile, ParsesFixedStages) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(stage);
+    const ClusterSpec cluster =
+        ParseClusterYaml(ValidWith("stage: auto", "stage: " + std::to_string(stage)), kFile);
+    EXPECT_EQ(cluster.stage, stage);
+  }
+}
+
+TEST(ClusterFile, StageDefaultsToAutomatic) {
+  const ClusterSpec cluster = ParseClusterYaml(ValidWith("  stage: auto\n", ""), kFile);
+  EXPECT_EQ(cluster.stage, std::nullopt);
+}
+
+TEST(ClusterFile, ParsesPrecision) {
+  EXPECT_EQ(ParseClusterYaml(ValidWith("precision: mixed", "precision: fp32"), kFile).precision,
+            Precision::kFp32);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("precision: mixed", "precision: bf16"), kFile).precision,
+            Precision::kMixed);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("  precision: mixed\n", ""), kFile).precision,
+            Precision::kMixed);
+}
+
+TEST(ClusterFile, ResolvesProfilesAgainstTheFilesFolder) {
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, "configs/lab/cluster.yaml").profiles_dir,
+            "configs/lab/profiles/lab");
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, "/etc/poplar/cluster.yaml").profiles_dir,
+            "/etc/poplar/profiles/lab");
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, "cluster.yaml").profiles_dir, "./profiles/lab");
+}
+
+TEST(ClusterFile, KeepsAbsoluteProfilesPath) {
+  const ClusterSpec cluster =
+      ParseClusterYaml(ValidWith("profiles: profiles/lab", "profiles: /srv/profiles"), kFile);
+  EXPECT_EQ(cluster.profiles_dir, "/srv/profiles");
+}
+
+TEST(ClusterFile, ProfilesDirIsEmptyWhenNotGiven) {
+  const ClusterSpec cluster = ParseClusterYaml(ValidWith("profiles: profiles/lab\n", ""), kFile);
+  EXPECT_EQ(cluster.profiles_dir, "");
+}
+
+TEST(ClusterFile, SingleDeviceNeedsNoNetwork) {
+  const ClusterSpec cluster = ParseClusterYaml(kSingleDeviceCluster, kFile);
+  EXPECT_EQ(cluster.DeviceCount(), 1);
+  EXPECT_FALSE(cluster.intra_node.has_value());
+  EXPECT_FALSE(cluster.inter_node.has_value());
+  EXPECT_EQ(cluster.SlowestLink(), std::nullopt);
+}
+
+TEST(ClusterSpec, CountsDevicesOverAllNodesAndGroups) {
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, kFile).DeviceCount(), 2 + 1 + 3 + 1);
+}
+
+TEST(ClusterSpec, ListsDeviceTypesInOrderOfFirstAppearance) {
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, kFile).DeviceTypes(),
+            (std::vector<std::string>{"A100-80GB", "V100-16GB", "T4-16GB"}));
+}
+
+TEST(ClusterSpec, SlowestLinkIsInterNodeAcrossNodes) {
+  const ClusterSpec cluster = ParseClusterYaml(kValidCluster, kFile);
+  const auto link = cluster.SlowestLink();
+  ASSERT_TRUE(link.has_value());
+  EXPECT_DOUBLE_EQ(link->bandwidth_bytes_per_s, 100 * kGbps);
+  EXPECT_DOUBLE_EQ(link->latency_s, 20e-6);
+}
+
+TEST(ClusterSpec, SlowestLinkIsIntraNodeWithinOneNode) {
+  const ClusterSpec cluster = ParseClusterYaml(R"(training: {global_batch: 8}
+network:
+  intra_node: {bandwidth_gbps: 800, latency_us: 3}
+nodes:
+  - name: solo
+    devices:
+      - {type: A100-80GB, count: 4}
+)",
+                                               kFile);
+  const auto link = cluster.SlowestLink();
+  ASSERT_TRUE(link.has_value());
+  EXPECT_DOUBLE_EQ(link->bandwidth_bytes_per_s, 800 * kGbps);
+  EXPECT_DOUBLE_EQ(link->latency_s, 3e-6);
+}
+
+// ---------------------------------------------------------------------------
+// Errors concerning the whole file.
+
+TEST(ClusterFile, RejectsMalformedYaml) {
+  const InputError error = ParseError("training:\n  global_batch: [1, 2\nnodes: []\n");
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_EQ(error.key(), "");
+  EXPECT_TRUE(StartsWith(error.reason(), "not valid YAML"));
+  EXPECT_TRUE(Contains(error.reason(), "line"));
+}
+
+TEST(ClusterFile, RejectsEmptyFile) {
+  for (const std::string text : {"", "\n", "# only a comment\n"}) {
+    SCOPED_TRACE(text);
+    const InputError error = ParseError(text);
+    EXPECT_EQ(error.file(), kFile);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_EQ(error.reason(), "is empty");
+  }
+}
+
+TEST(ClusterFile, RejectsTopLevelThatIsNotAMapping) {
+  for (const std::string text : {"- a\n- b\n", "just a string\n", "42\n"}) {
+    SCOPED_TRACE(text);
+    const InputError error = ParseError(text);
+    EXPECT_EQ(error.file(), kFile);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_TRUE(Contains(error.reason(), "must be a mapping"));
+  }
+}
+
+TEST(ClusterFile, ErrorMessageNamesFileKeyAndReason) {
+  const InputError error = ParseError(ValidWith("count: 3", "count: -2"));
+  EXPECT_STREQ(error.what(),
+               "configs/lab/cluster.yaml: nodes[1].devices[0].count: "
+               "must be a positive integer up to 1000000, got -2");
+}
+
+// ---------------------------------------------------------------------------
+// Unknown keys.
+
+TEST(ClusterFile, RejectsUnknownTopLevelKeyAndListsKnownKeys) {
+  const InputError error = ParseError(std::string(kValidCluster) + "colour: red\n");
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_EQ(error.key(), "colour");
+  EXPECT_TRUE(ContainsAll(error.reason(),
+                          {"unknown key", "name", "profiles", "training", "network", "nodes"}));
+}
+
+TEST(ClusterFile, RejectsUnknownTrainingKeyAndListsKnownKeys) {
+  const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: auto\n  epochs: 3\n"));
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_EQ(error.key(), "training.epochs");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "global_batch", "precision", "stage"}));
+}
+
+TEST(ClusterFile, RejectsUnknownDeviceGroupKey) {
+  const InputError error =
+      ParseError(ValidWith("{type: T4-16GB, count: 3}", "{type: T4-16GB, count: 3, colour: red}"));
+  EXPECT_EQ(error.key(), "nodes[1].devices[0].colour");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "type", "count"}));
+}
+
+TEST(ClusterFile, RejectsUnknownNodeKey) {
+  const InputError error =
+      ParseError(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    rack: 7\n"));
+  EXPECT_EQ(error.key(), "nodes[0].rack");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "host", "devices"}));
+}
+
+TEST(ClusterFile, RejectsUnknownNetworkKeys) {
+  ExpectRejected(ValidWith("network:\n", "network:\n  wan: {bandwidth_gbps: 1, latency_us: 1}\n"),
+                 "network.wan", "unknown key");
+  ExpectRejected(ValidWith("latency_us: 5}", "latency_us: 5, jitter_us: 1}"),
+                 "network.intra_node.jitter_us", "unknown key");
+}
+
+TEST(ClusterFile, RejectsDuplicateKey) {
+  // YAML forbids repeated keys in a mapping; taking either value silently would train
+  // with a global batch the user may not have meant.
+  const InputError error =
+      ParseError(ValidWith("  global_batch: 512\n", "  global_batch: 512\n  global_batch: 64\n"));
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_TRUE(Contains(error.what(), "global_batch"));
+}
+
+TEST(ClusterFile, RejectsMisspeltKeyInsteadOfUsingDefault) {
+  // "precison" must not silently leave the default precision in place.
+  ExpectRejected(ValidWith("precision: mixed", "precison: fp32"), "training.precison",
+                 "unknown key");
+}
+
+// ---------------------------------------------------------------------------
+// The training section.
+
+TEST(ClusterFile, RejectsMissingTraining) {
+  ExpectRejected(
+      ValidWith("training:\n  global_batch: 512\n  precision: mixed\n  stage: auto\n", ""),
+      "training", "is required");
+}
+
+TEST(ClusterFile, RejectsTrainingThatIsNotAMapping) {
+  ExpectRejected(ValidWith("training:\n  global_batch: 512\n  precision: mixed\n  stage: auto\n",
+                           "training: 512\n"),
+                 "training", "must be a mapping");
+}
+
+TEST(ClusterFile, RejectsMissingGlobalBatch) {
+  ExpectRejected(ValidWith("  global_batch: 512\n", ""), "training.global_batch", "is required");
+}
+
+TEST(ClusterFile, RejectsZeroGlobalBatch) {
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: 0"), "training.global_batch",
+                 "must be a positive number of samples, got 0");
+}
+
+TEST(ClusterFile, RejectsNegativeGlobalBatch) {
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: -16"), "training.global_batch",
+                 "must be a positive number of samples, got -16");
+}
+
+TEST(ClusterFile, RejectsGlobalBatchThatIsNotAnInteger) {
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: 1.5"), "training.global_batch",
+                 "must be an integer, got '1.5'");
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: lots"), "training.global_batch",
+                 "must be an integer, got 'lots'");
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: [512]"), "training.global_batch",
+                 "must be an integer");
+}
+
+TEST(ClusterFile, RejectsUnknownPrecision) {
+  ExpectRejected(ValidWith("precision: mixed", "precision: fp8"), "training.precision",
+                 "must be fp32 or mixed, got 'fp8'");
+}
+
+TEST(ClusterFile, RejectsStageOutOfRange) {
+  ExpectRejected(ValidWith("stage: auto", "stage: 4"), "training.stage",
+                 "must be auto, 0, 1, 2 or 3, got '4'");
+  ExpectRejected(ValidWith("stage: auto", "stage: -1"), "training.stage", "got '-1'");
+}
+
+TEST(ClusterFile, RejectsStageThatIsNotANumber) {
+  ExpectRejected(ValidWith("stage: auto", "stage: two"), "training.stage",
+                 "must be auto, 0, 1, 2 or 3, got 'two'");
+}
+
+// ---------------------------------------------------------------------------
+// Nodes and devices.
+
+// The valid cluster up to (not including) its nodes section.
+std::string WithoutNodes() {
+  const std::string text = kValidCluster;
+  return text.substr(0, text.find("nodes:\n"));
+}
+
+TEST(ClusterFile, RejectsMissingNodes) {
+  ExpectRejected(WithoutNodes(), "nodes", "must be a non-empty list of nodes");
+}
+
+TEST(ClusterFile, RejectsEmptyNodeList) {
+  ExpectRejected(WithoutNodes() + "nodes: []\n", "nodes", "must be a non-empty list of nodes");
+}
+
+TEST(ClusterFile, RejectsNodesThatAreNotAList) {
+  ExpectRejected(WithoutNodes() + "nodes: node-a\n", "nodes", "must be a non-empty list");
+  ExpectRejected(WithoutNodes() + "nodes:\n  node-a: {devices: []}\n", "nodes",
+                 "must be a non-empty list");
+}
+
+TEST(ClusterFile, RejectsNodeThatIsNotAMapping) {
+  ExpectRejected(WithoutNodes() + "nodes:\n  - node-a\n", "nodes[0]", "must be a mapping");
+}
+
+TEST(ClusterFile, RejectsNodeWithoutName) {
+  ExpectRejected(ValidWith("  - name: node-b\n", "  -\n"), "nodes[1].name", "is required");
+}
+
+TEST(ClusterFile, RejectsEmptyDeviceList) {
+  ExpectRejected(Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n",
+                          "    devices: []\n"),
+                 "nodes[0].devices", "must be a non-empty list of {type, count}");
+}
+
+TEST(ClusterFile, RejectsMissingDeviceList) {
+  ExpectRejected(Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n",
+                          "    host: solo.lab\n"),
+                 "nodes[0].devices", "must be a non-empty list");
+}
+
+TEST(ClusterFile, RejectsDeviceGroupThatIsNotAMapping) {
+  ExpectRejected(Replaced(kSingleDeviceCluster, "{type: T4-16GB, count: 1}", "T4-16GB"),
+                 "nodes[0].devices[0]", "must be a mapping");
+}
+
+TEST(ClusterFile, RejectsZeroDeviceCount) {
+  ExpectRejected(ValidWith("count: 2", "count: 0"), "nodes[0].devices[0].count",
+                 "must be a positive integer up to 1000000, got 0");
+}
+
+TEST(ClusterFile, RejectsNegativeDeviceCount) {
+  ExpectRejected(ValidWith("count: 2", "count: -2"), "nodes[0].devices[0].count",
+                 "must be a positive integer up to 1000000, got -2");
+}
+
+TEST(ClusterFile, RejectsDeviceCountThatIsNotAnInteger) {
+  ExpectRejected(ValidWith("count: 1}", "count: 1.5}"), "nodes[0].devices[1].count",
+                 "must be an integer, got '1.5'");
+  ExpectRejected(ValidWith("count: 1}", "count: four}"), "nodes[0].devices[1].count",
+                 "must be an integer, got 'four'");
+}
+
+TEST(ClusterFile, RejectsMissingDeviceCount) {
+  ExpectRejected(ValidWith("{type: V100-16GB, count: 1}", "{type: V100-16GB}"),
+                 "nodes[0].devices[1].count", "is required");
+}
+
+TEST(ClusterFile, RejectsMissingDeviceType) {
+  ExpectRejected(ValidWith("{type: V100-16GB, count: 1}", "{count: 1}"), "nodes[0].devices[1].type",
+                 "is required");
+}
+
+TEST(ClusterFile, RejectsDeviceTypeThatIsNotAPlainName) {
+  // The type names the profile file <type>.json, so it must not leave the folder.
+  for (const std::string type : {"gpus/T4-16GB", "../../etc/passwd", "..", "."}) {
+    SCOPED_TRACE(type);
+    ExpectRejected(ValidWith("type: T4-16GB", "type: \"" + type + "\""), "nodes[1].devices[0].type",
+                   "must be a plain name");
+  }
+}
+
+TEST(ClusterFile, RejectsDuplicateNodeName) {
+  ExpectRejected(ValidWith("name: node-b", "name: node-a"), "nodes[1].name",
+                 "'node-a' is used twice");
+}
+
+// ---------------------------------------------------------------------------
+// The network section.
+
+TEST(ClusterFile, RequiresInterNodeLinkWithTwoNodes) {
+  ExpectRejected(ValidWith("  inter_node: {bandwidth_gbps: 100, latency_us: 20}\n", ""),
+                 "network.inter_node", "is required when the cluster has more than one node");
+}
+
+TEST(ClusterFile, RequiresNetworkSectionWithTwoNodes) {
+  const std::string text = ValidWith(
+      "network:\n  intra_node: {bandwidth_gbps: 2400, latency_us: 5}\n"
+      "  inter_node: {bandwidth_gbps: 100, latency_us: 20}\n",
+      "");
+  const InputError error = ParseError(text);
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_TRUE(StartsWith(error.key(), "network."));
+  EXPECT_TRUE(Contains(error.reason(), "is required"));
+}
+
+TEST(ClusterFile, RequiresIntraNodeLinkWithTwoDevicesOnANode) {
+  const std::string text = Replaced(kSingleDeviceCluster, "count: 1", "count: 2") +
+                           "network:\n  inter_node: {bandwidth_gbps: 100, latency_us: 20}\n";
+  ExpectRejected(text, "network.intra_node", "is required when a node has more than one device");
+}
+
+TEST(ClusterFile, RequiresIntraNodeLinkWithTwoGroupsOnANode) {
+  const std::string text =
+      Replaced(kSingleDeviceCluster, "      - {type: T4-16GB, count: 1}\n",
+               "      - {type: T4-16GB, count: 1}\n      - {type: V100-16GB, count: 1}\n");
+  ExpectRejected(text, "network.intra_node", "is required when a node has more than one device");
+}
+
+TEST(ClusterFile, RejectsNegativeBandwidth) {
+  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: -100"),
+                 "network.inter_node.bandwidth_gbps", "must be a positive number");
+}
+
+TEST(ClusterFile, RejectsZeroBandwidth) {
+  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 0"),
+                 "network.intra_node.bandwidth_gbps", "must be a positive number");
+}
+
+TEST(ClusterFile, RejectsBandwidthThatIsNotANumber) {
+  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: fast"),
+                 "network.intra_node.bandwidth_gbps", "must be a number, got 'fast'");
+}
+
+TEST(ClusterFile, RejectsNegativeLatency) {
+  ExpectRejected(ValidWith("latency_us: 5", "latency_us: -5"), "network.intra_node.latency_us",
+                 "must be zero or more microseconds");
+  ExpectRejected(ValidWith("latency_us: 20", "latency_us: -0.5"), "network.inter_node.latency_us",
+                 "must be zero or more microseconds");
+}
+
+TEST(ClusterFile, RejectsMissingLatency) {
+  ExpectRejected(ValidWith("{bandwidth_gbps: 100, latency_us: 20}", "{bandwidth_gbps: 100}"),
+                 "network.inter_node.latency_us", "is required");
+}
+
+// ---------------------------------------------------------------------------
+// Reading files.
+
+// A fresh folder under the test temporary directory, removed afterwards.
+class ClusterFileOnDisk : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& text) {
+    return scratch_.Write(name, text);
+  }
+
+  testing::ScratchDir scratch_{"poplar_cluster_test"};
+  const std::string dir_ = scratch_.path();
+};
+
+TEST_F(ClusterFileOnDisk, LoadsFileAndResolvesProfilesNextToIt) {
+  const std::string path = Write("lab.yaml", kValidCluster);
+  const ClusterSpec cluster = LoadClusterFile(path);
+  EXPECT_EQ(cluster.file, path);
+  EXPECT_EQ(cluster.profiles_dir, dir_ + "/profiles/lab");
+  EXPECT_EQ(cluster.DeviceCount(), 7);
+}
+
+TEST_F(ClusterFileOnDisk, ErrorsNameTheLoadedPath) {
+  const std::string path = Write("lab.yaml", ValidWith("count: 2", "count: -2"));
+  try {
+    LoadClusterFile(path);
+    FAIL() << "loaded without error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), path);
+    EXPECT_EQ(error.key(), "nodes[0].devices[0].count");
+    EXPECT_TRUE(StartsWith(error.what(), path + ": nodes[0].devices[0].count: "));
+  }
+}
+
+TEST_F(ClusterFileOnDisk, RejectsMissingFile) {
+  const std::string path = dir_ + "/no-such-cluster.yaml";
+  try {
+    LoadClusterFile(path);
+    FAIL() << "loaded without error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), path);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_TRUE(ContainsAll(error.reason(), {"cannot read", "No such file"}));
+  }
+}
+
+TEST_F(ClusterFileOnDisk, RejectsFolderInsteadOfFile) {
+  // A folder is not an empty cluster file: the reason must say it cannot be read.
+  try {
+    LoadClusterFile(dir_);
+    FAIL() << "loaded without error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), dir_);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_TRUE(Contains(error.reason(), "cannot read"));
+  }
+}
+
+TEST(ClusterFileExamples, EveryShippedExampleParses) {
+  for (const std::string name : {"a100-80-and-40", "a800-and-v100s", "v100-and-t4"}) {
+    SCOPED_TRACE(name);
+    const std::string path = std::string(POPLAR_SOURCE_DIR) + "/configs/" + name + ".yaml";
+    const ClusterSpec cluster = LoadClusterFile(path);
+    EXPECT_EQ(cluster.name, name);
+    EXPECT_EQ(cluster.DeviceCount(), 8);
+    EXPECT_EQ(cluster.DeviceTypes().size(), 2u);
+    EXPECT_EQ(cluster.profiles_dir,
+              std::string(POPLAR_SOURCE_DIR) + "/configs/profiles/gpt2-medium");
+    EXPECT_TRUE(cluster.SlowestLink().has_value());
+  }
+}
+
+}  // namespace
+}  // namespace poplar

@@ -1,0 +1,555 @@
+// Tests of profile files (planner/profile.h): ProfileToJson and ParseProfileJson agree,
+// every kind of bad profile is an InputError naming the file, key and reason, and
+// LoadClusterProfiles finds and cross-checks the profiles of a cluster's device types.
+#include "planner/profile.h"
+
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "planner/cluster.h"
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+using Json = nlohmann::json;
+using JsonEdit = std::function<void(Json&)>;
+
+constexpr char kFile[] = "profiles/A100-80GB.json";
+
+using testing::Contains;
+using testing::ContainsAll;
+
+// A profile with two stages of several points each, values chosen so that a field
+// swapped or dropped on the way through JSON shows.
+DeviceProfile SampleProfile(const std::string& type = "A100-80GB") {
+  DeviceProfile profile;
+  profile.device_type = type;
+  profile.memory_bytes = 85899345920;  // 80 GiB, beyond 32 bits
+  profile.emulated = true;
+  profile.source = "measured on node-a: \"A100\" \\ 80GB / 2 runs, caf\xc3\xa9\tdone";
+  profile.model = {"gpt2-medium", 354823168, Precision::kFp32};
+  StageProfile zero;
+  zero.stage = 0;
+  zero.world_size = 1;
+  zero.max_micro_batch = 24;
+  zero.optimizer_step_s = 0.011;
+  zero.points = {{1, 0.031, 9100000000}, {2, 0.1 + 0.2, 9600000001}, {8, 0.2, 12884901888}};
+  StageProfile three;
+  three.stage = 3;
+  three.world_size = 4;
+  three.max_micro_batch = 0;
+  three.optimizer_step_s = 0;
+  three.points = {{1, 1.0 / 3.0, 4000000000}};
+  profile.stages = {zero, three};
+  return profile;
+}
+
+Json SampleJson() { return Json::parse(ProfileToJson(SampleProfile())); }
+
+// The InputError that parsing `text` throws; fails the test if it parses.
+InputError ParseError(const std::string& text) {
+  try {
+    ParseProfileJson(text, kFile);
+    ADD_FAILURE() << "parsed without error:\n" << text;
+  } catch (const InputError& error) {
+    return error;
+  }
+  return InputError("<none>", "<none>", "<no error was thrown>");
+}
+
+// Expects the sample profile changed by `edit` to be rejected on `key` with a reason
+// containing `reason_part`.
+void ExpectRejected(const JsonEdit& edit, const std::string& key, const std::string& reason_part) {
+  Json json = SampleJson();
+  edit(json);
+  const InputError error = ParseError(json.dump(2));
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_EQ(error.key(), key);
+  EXPECT_TRUE(Contains(error.reason(), reason_part));
+}
+
+// ParseProfileJson(ProfileToJson(profile)), failing the test (not throwing) when the
+// written text does not read back.
+DeviceProfile RoundTrip(const DeviceProfile& profile) {
+  const std::string text = ProfileToJson(profile);
+  try {
+    return ParseProfileJson(text, kFile);
+  } catch (const InputError& error) {
+    ADD_FAILURE() << "ProfileToJson wrote text that ParseProfileJson rejects: " << error.what()
+                  << "\n"
+                  << text;
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+// Round trip.
+
+TEST(ProfileFile, RoundTripPreservesEveryField) {
+  const DeviceProfile original = SampleProfile();
+  const DeviceProfile parsed = RoundTrip(original);
+  EXPECT_EQ(parsed.file, kFile);
+  EXPECT_EQ(parsed.device_type, original.device_type);
+  EXPECT_EQ(parsed.memory_bytes, original.memory_bytes);
+  EXPECT_EQ(parsed.emulated, original.emulated);
+  EXPECT_EQ(parsed.source, original.source);
+  EXPECT_EQ(parsed.model.name, original.model.name);
+  EXPECT_EQ(parsed.model.params, original.model.params);
+  EXPECT_EQ(parsed.model.precision, original.model.precision);
+  ASSERT_EQ(parsed.stages.size(), original.stages.size());
+  for (std::size_t s = 0; s < original.stages.size(); ++s) {
+    SCOPED_TRACE("stage entry " + std::to_string(s));
+    const StageProfile& want = original.stages[s];
+    const StageProfile& got = parsed.stages[s];
+    EXPECT_EQ(got.stage, want.stage);
+    EXPECT_EQ(got.world_size, want.world_size);
+    EXPECT_EQ(got.max_micro_batch, want.max_micro_batch);
+    EXPECT_EQ(got.optimizer_step_s, want.optimizer_step_s);
+    ASSERT_EQ(got.points.size(), want.points.size());
+    for (std::size_t p = 0; p < want.points.size(); ++p) {
+      SCOPED_TRACE("point " + std::to_string(p));
+      EXPECT_EQ(got.points[p].micro_batch, want.points[p].micro_batch);
+      // Exact: a profile written and read back must plan identically.
+      EXPECT_EQ(got.points[p].compute_s, want.points[p].compute_s);
+      EXPECT_EQ(got.points[p].peak_bytes, want.points[p].peak_bytes);
+    }
+  }
+}
+
+TEST(ProfileFile, RoundTripPreservesFalseEmulatedAndMixedPrecision) {
+  DeviceProfile original = SampleProfile();
+  original.emulated = false;
+  original.model.precision = Precision::kMixed;
+  const DeviceProfile parsed = RoundTrip(original);
+  EXPECT_FALSE(parsed.emulated);
+  EXPECT_EQ(parsed.model.precision, Precision::kMixed);
+}
+
+TEST(ProfileFile, RoundTripPreservesEmptySource) {
+  // source is optional and defaults to "", so a profile without one must read back.
+  DeviceProfile original = SampleProfile();
+  original.source = "";
+  const DeviceProfile parsed = RoundTrip(original);
+  EXPECT_EQ(parsed.source, "");
+  EXPECT_EQ(parsed.device_type, original.device_type);
+}
+
+TEST(ProfileFile, RoundTripPreservesEmptyModelName) {
+  // model.name is optional and defaults to "", so a profile without one must read back.
+  DeviceProfile original = SampleProfile();
+  original.model.name = "";
+  const DeviceProfile parsed = RoundTrip(original);
+  EXPECT_EQ(parsed.model.name, "");
+  EXPECT_EQ(parsed.model.params, original.model.params);
+}
+
+TEST(ProfileFile, WritesTheDocumentedFormat) {
+  const Json json = SampleJson();
+  EXPECT_EQ(json["format"], "poplar-profile/1");
+  EXPECT_EQ(json["device_type"], "A100-80GB");
+  EXPECT_EQ(json["memory_bytes"], 85899345920);
+  EXPECT_EQ(json["emulated"], true);
+  EXPECT_EQ(json["model"]["params"], 354823168);
+  EXPECT_EQ(json["model"]["precision"], "fp32");
+  EXPECT_EQ(json["stages"][0]["points"][2]["micro_batch"], 8);
+  EXPECT_EQ(json["stages"][1]["world_size"], 4);
+}
+
+TEST(ProfileFile, OptionalKeysTakeDefaults) {
+  Json json = SampleJson();
+  json.erase("emulated");
+  json.erase("source");
+  json["model"].erase("name");
+  json["stages"][1].erase("world_size");
+  const DeviceProfile parsed = ParseProfileJson(json.dump(), kFile);
+  EXPECT_FALSE(parsed.emulated);
+  EXPECT_EQ(parsed.source, "");
+  EXPECT_EQ(parsed.model.name, "");
+  ASSERT_EQ(parsed.stages.size(), 2u);
+  EXPECT_EQ(parsed.stages[1].world_size, 1);
+}
+
+TEST(ProfileFile, StageFindsMeasurementsByStageNumber) {
+  const DeviceProfile parsed = ParseProfileJson(ProfileToJson(SampleProfile()), kFile);
+  ASSERT_NE(parsed.Stage(0), nullptr);
+  EXPECT_EQ(parsed.Stage(0)->max_micro_batch, 24);
+  ASSERT_NE(parsed.Stage(3), nullptr);
+  EXPECT_EQ(parsed.Stage(3)->world_size, 4);
+  EXPECT_EQ(parsed.Stage(1), nullptr);
+  EXPECT_EQ(parsed.Stage(2), nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// Whole-file errors.
+
+TEST(ProfileFile, RejectsTextThatIsNotJson) {
+  for (const std::string text : {"{not json", "", "format: poplar-profile/1\n", "{\"a\": 1} {}"}) {
+    SCOPED_TRACE(text);
+    const InputError error = ParseError(text);
+    EXPECT_EQ(error.file(), kFile);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_TRUE(Contains(error.reason(), "not valid JSON"));
+  }
+}
+
+TEST(ProfileFile, RejectsJsonThatIsNotAnObject) {
+  for (const std::string text : {"[1, 2]", "42", "\"profile\""}) {
+    SCOPED_TRACE(text);
+    const InputError error = ParseError(text);
+    EXPECT_EQ(error.file(), kFile);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_TRUE(Contains(error.reason(), "must be a mapping"));
+  }
+}
+
+TEST(ProfileFile, AcceptsJsonIndentedWithTabs) {
+  // Valid JSON stays valid however it is laid out.
+  std::string text = ProfileToJson(SampleProfile());
+  for (std::size_t at = text.find("\n  "); at != std::string::npos; at = text.find("\n  ", at)) {
+    text.replace(at, 3, "\n\t");
+  }
+  try {
+    EXPECT_EQ(ParseProfileJson(text, kFile).device_type, "A100-80GB");
+  } catch (const InputError& error) {
+    ADD_FAILURE() << "rejected: " << error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "not an InputError: " << error.what();
+  }
+}
+
+TEST(ProfileFile, AcceptsEveryJsonStringEscape) {
+  // Python's json.dump escapes non-ASCII text by default, characters outside the Basic
+  // Multilingual Plane as surrogate pairs; all of it is valid JSON.
+  Json json = SampleJson();
+  json["source"] = "@SOURCE@";
+  std::string text = json.dump();
+  text.replace(text.find("@SOURCE@"), 8, R"(caf\u00e9 a\/b \ud83d\ude00)");
+  try {
+    EXPECT_EQ(ParseProfileJson(text, kFile).source, "caf\xc3\xa9 a/b \xf0\x9f\x98\x80");
+  } catch (const InputError& error) {
+    ADD_FAILURE() << "rejected: " << error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "not an InputError: " << error.what();
+  }
+}
+
+TEST(ProfileFile, RejectsWrongFormat) {
+  ExpectRejected([](Json& j) { j["format"] = "poplar-profile/2"; }, "format",
+                 "must be \"poplar-profile/1\", got \"poplar-profile/2\"");
+  ExpectRejected([](Json& j) { j.erase("format"); }, "format", "is required");
+}
+
+TEST(ProfileFile, RejectsUnknownTopLevelKey) {
+  const Json edited = [] {
+    Json j = SampleJson();
+    j["colour"] = "red";
+    return j;
+  }();
+  const InputError error = ParseError(edited.dump());
+  EXPECT_EQ(error.key(), "colour");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "device_type", "stages"}));
+}
+
+TEST(ProfileFile, RejectsMissingDeviceType) {
+  ExpectRejected([](Json& j) { j.erase("device_type"); }, "device_type", "is required");
+  ExpectRejected([](Json& j) { j["device_type"] = ""; }, "device_type", "must not be empty");
+}
+
+TEST(ProfileFile, RejectsNegativeMemory) {
+  ExpectRejected([](Json& j) { j["memory_bytes"] = -1; }, "memory_bytes",
+                 "must be a positive number of bytes");
+}
+
+TEST(ProfileFile, RejectsZeroMemory) {
+  ExpectRejected([](Json& j) { j["memory_bytes"] = 0; }, "memory_bytes",
+                 "must be a positive number of bytes");
+}
+
+TEST(ProfileFile, RejectsEmulatedThatIsNotBoolean) {
+  ExpectRejected([](Json& j) { j["emulated"] = "yes"; }, "emulated", "must be true or false");
+  ExpectRejected([](Json& j) { j["emulated"] = 1; }, "emulated", "must be true or false");
+  ExpectRejected([](Json& j) { j["emulated"] = Json::array({true}); }, "emulated", "must be");
+}
+
+TEST(ProfileFile, RejectsEmulatedGivenAsString) {
+  // "true" in quotes is a JSON string, not a boolean.
+  ExpectRejected([](Json& j) { j["emulated"] = "true"; }, "emulated", "must be true or false");
+}
+
+// ---------------------------------------------------------------------------
+// The model.
+
+TEST(ProfileFile, RejectsUnknownModelPrecision) {
+  ExpectRejected([](Json& j) { j["model"]["precision"] = "int8"; }, "model.precision",
+                 "must be fp32 or mixed, got 'int8'");
+  ExpectRejected([](Json& j) { j["model"].erase("precision"); }, "model.precision", "is required");
+}
+
+TEST(ProfileFile, RejectsNonPositiveParameterCount) {
+  ExpectRejected([](Json& j) { j["model"]["params"] = 0; }, "model.params",
+                 "must be a positive parameter count");
+  ExpectRejected([](Json& j) { j["model"]["params"] = -354823168; }, "model.params",
+                 "must be a positive parameter count");
+  ExpectRejected([](Json& j) { j["model"]["params"] = 3.5; }, "model.params", "must be an integer");
+}
+
+TEST(ProfileFile, RejectsMissingModel) {
+  ExpectRejected([](Json& j) { j.erase("model"); }, "model", "is required");
+}
+
+// ---------------------------------------------------------------------------
+// Stages and points.
+
+TEST(ProfileFile, RejectsMissingOrEmptyStages) {
+  ExpectRejected([](Json& j) { j.erase("stages"); }, "stages", "must be a non-empty list");
+  ExpectRejected([](Json& j) { j["stages"] = Json::array(); }, "stages",
+                 "must be a non-empty list");
+}
+
+TEST(ProfileFile, RejectsStageOutOfRange) {
+  ExpectRejected([](Json& j) { j["stages"][0]["stage"] = 5; }, "stages[0].stage",
+                 "must be 0, 1, 2 or 3");
+  ExpectRejected([](Json& j) { j["stages"][1]["stage"] = -1; }, "stages[1].stage",
+                 "must be 0, 1, 2 or 3");
+}
+
+TEST(ProfileFile, RejectsDuplicateStage) {
+  ExpectRejected([](Json& j) { j["stages"][1]["stage"] = 0; }, "stages[1].stage",
+                 "stage 0 appears twice");
+}
+
+TEST(ProfileFile, RejectsNonPositiveWorldSize) {
+  ExpectRejected([](Json& j) { j["stages"][1]["world_size"] = 0; }, "stages[1].world_size",
+                 "must be a positive number of ranks");
+}
+
+TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
+  ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; },
+                 "stages[0].max_micro_batch", "must be zero or a positive number");
+}
+
+TEST(ProfileFile, RejectsNegativeOptimizerStep) {
+  ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = -0.5; },
+                 "stages[0].optimizer_step_s", "must be zero or more seconds");
+}
+
+TEST(ProfileFile, RejectsEmptyPoints) {
+  ExpectRejected([](Json& j) { j["stages"][0]["points"] = Json::array(); }, "stages[0].points",
+                 "must be a non-empty list");
+  ExpectRejected([](Json& j) { j["stages"][1].erase("points"); }, "stages[1].points",
+                 "must be a non-empty list");
+}
+
+TEST(ProfileFile, RejectsUnknownKeyInPoint) {
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["flops"] = 1e12; },
+                 "stages[0].points[1].flops", "unknown key");
+}
+
+TEST(ProfileFile, RejectsUnknownKeyInStage) {
+  ExpectRejected([](Json& j) { j["stages"][1]["warmup"] = 3; }, "stages[1].warmup", "unknown key");
+}
+
+TEST(ProfileFile, RejectsNonPositiveComputeTime) {
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["compute_s"] = 0; },
+                 "stages[0].points[0].compute_s", "must be a positive number of seconds");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["compute_s"] = -0.1; },
+                 "stages[0].points[2].compute_s", "must be a positive number of seconds");
+}
+
+TEST(ProfileFile, RejectsNonPositivePeakBytes) {
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 0; },
+                 "stages[1].points[0].peak_bytes", "must be a positive number of bytes");
+}
+
+TEST(ProfileFile, RejectsNonPositiveMicroBatch) {
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["micro_batch"] = 0; },
+                 "stages[0].points[0].micro_batch", "must be a positive number of samples");
+}
+
+TEST(ProfileFile, RejectsPointsOutOfMicroBatchOrder) {
+  // A repeated micro-batch is out of order too.
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["micro_batch"] = 1; },
+                 "stages[0].points[1].micro_batch", "increasing micro_batch order");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["micro_batch"] = 2; },
+                 "stages[0].points[2].micro_batch", "increasing micro_batch order");
+  ExpectRejected(
+      [](Json& j) {
+        auto& points = j["stages"][0]["points"];
+        std::swap(points[0], points[2]);
+      },
+      "stages[0].points[1].micro_batch", "increasing micro_batch order");
+}
+
+// ---------------------------------------------------------------------------
+// Files on disk and LoadClusterProfiles.
+
+class ProfileFiles : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& text) {
+    return scratch_.Write(name, text);
+  }
+  // Writes `profile` as <file_type>.json (by default, named after its device type).
+  std::string WriteProfile(const DeviceProfile& profile, std::string file_type = "") {
+    if (file_type.empty()) file_type = profile.device_type;
+    return Write(file_type + ".json", ProfileToJson(profile));
+  }
+
+  // A two-node fp32 cluster of A100-80GB and T4-16GB, read from a file in dir_.
+  ClusterSpec Cluster() {
+    const std::string path = Write("cluster.yaml", R"(training: {global_batch: 64, precision: fp32}
+network:
+  inter_node: {bandwidth_gbps: 100, latency_us: 20}
+nodes:
+  - name: a
+    devices: [{type: A100-80GB, count: 1}]
+  - name: b
+    devices: [{type: T4-16GB, count: 1}]
+)");
+    return LoadClusterFile(path);
+  }
+
+  // The InputError LoadClusterProfiles throws for `cluster`; fails the test if none.
+  InputError LoadError(const ClusterSpec& cluster) {
+    try {
+      LoadClusterProfiles(cluster, dir_);
+      ADD_FAILURE() << "loaded without error";
+    } catch (const InputError& error) {
+      return error;
+    }
+    return InputError("<none>", "<none>", "<no error was thrown>");
+  }
+
+  testing::ScratchDir scratch_{"poplar_profile_test"};
+  const std::string dir_ = scratch_.path();
+};
+
+TEST_F(ProfileFiles, LoadsWrittenProfile) {
+  const std::string path = WriteProfile(SampleProfile());
+  const DeviceProfile loaded = LoadProfileFile(path);
+  EXPECT_EQ(loaded.file, path);
+  EXPECT_EQ(loaded.device_type, "A100-80GB");
+  EXPECT_EQ(loaded.stages.size(), 2u);
+}
+
+TEST_F(ProfileFiles, ErrorsNameTheLoadedPath) {
+  Json json = SampleJson();
+  json["stages"][0]["points"][1]["compute_s"] = -1;
+  const std::string path = Write("A100-80GB.json", json.dump());
+  try {
+    LoadProfileFile(path);
+    FAIL() << "loaded without error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), path);
+    EXPECT_EQ(error.key(), "stages[0].points[1].compute_s");
+    EXPECT_EQ(std::string(error.what()),
+              path + ": stages[0].points[1].compute_s: must be a positive number of seconds");
+  }
+}
+
+TEST_F(ProfileFiles, RejectsMissingFile) {
+  const std::string path = dir_ + "/none.json";
+  try {
+    LoadProfileFile(path);
+    FAIL() << "loaded without error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), path);
+    EXPECT_EQ(error.key(), "");
+    EXPECT_TRUE(Contains(error.reason(), "cannot read"));
+  }
+}
+
+TEST_F(ProfileFiles, LoadsOneProfilePerDeviceType) {
+  const std::string a100 = WriteProfile(SampleProfile("A100-80GB"));
+  const std::string t4 = WriteProfile(SampleProfile("T4-16GB"));
+  const auto profiles = LoadClusterProfiles(Cluster(), dir_);
+  ASSERT_EQ(profiles.size(), 2u);
+  EXPECT_EQ(profiles.at("A100-80GB").file, a100);
+  EXPECT_EQ(profiles.at("A100-80GB").device_type, "A100-80GB");
+  EXPECT_EQ(profiles.at("T4-16GB").file, t4);
+  EXPECT_EQ(profiles.at("T4-16GB").model.params, 354823168);
+}
+
+TEST_F(ProfileFiles, IgnoresProfilesOfTypesNotInTheCluster) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  WriteProfile(SampleProfile("T4-16GB"));
+  WriteProfile(SampleProfile("H100-80GB"));
+  EXPECT_EQ(LoadClusterProfiles(Cluster(), dir_).count("H100-80GB"), 0u);
+}
+
+TEST_F(ProfileFiles, RejectsDeviceTypeWithoutProfile) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  const ClusterSpec cluster = Cluster();
+  const InputError error = LoadError(cluster);
+  EXPECT_EQ(error.file(), cluster.file);
+  EXPECT_TRUE(ContainsAll(error.reason(), {"T4-16GB", dir_ + "/T4-16GB.json"}));
+}
+
+TEST_F(ProfileFiles, RejectsProfileForAnotherDeviceType) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  const std::string path = WriteProfile(SampleProfile("V100-16GB"), "T4-16GB");
+  const InputError error = LoadError(Cluster());
+  EXPECT_EQ(error.file(), path);
+  EXPECT_EQ(error.key(), "device_type");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"V100-16GB", "T4-16GB"}));
+}
+
+TEST_F(ProfileFiles, RejectsPrecisionDifferentFromCluster) {
+  DeviceProfile mixed = SampleProfile("A100-80GB");
+  mixed.model.precision = Precision::kMixed;
+  const std::string path = WriteProfile(mixed);
+  WriteProfile(SampleProfile("T4-16GB"));
+  const ClusterSpec cluster = Cluster();
+  const InputError error = LoadError(cluster);
+  EXPECT_EQ(error.file(), path);
+  EXPECT_EQ(error.key(), "model.precision");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"mixed", "fp32", cluster.file}));
+}
+
+TEST_F(ProfileFiles, RejectsProfilesOfDifferentModels) {
+  const std::string first = WriteProfile(SampleProfile("A100-80GB"));
+  DeviceProfile other = SampleProfile("T4-16GB");
+  other.model.params = 124439808;
+  const std::string second = WriteProfile(other);
+  const InputError error = LoadError(Cluster());
+  EXPECT_EQ(error.file(), second);
+  EXPECT_EQ(error.key(), "model.params");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"124439808", "354823168", first}));
+}
+
+TEST_F(ProfileFiles, ReportsInvalidProfileByItsOwnPath) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  const std::string path = Write("T4-16GB.json", "{\"format\": ");
+  const InputError error = LoadError(Cluster());
+  EXPECT_EQ(error.file(), path);
+  EXPECT_TRUE(Contains(error.reason(), "not valid JSON"));
+}
+
+TEST(ProfileExamples, ShippedExampleProfilesLoadForTheirClusters) {
+  for (const std::string name : {"a100-80-and-40", "a800-and-v100s", "v100-and-t4"}) {
+    SCOPED_TRACE(name);
+    const ClusterSpec cluster =
+        LoadClusterFile(std::string(POPLAR_SOURCE_DIR) + "/configs/" + name + ".yaml");
+    const auto profiles = LoadClusterProfiles(cluster, cluster.profiles_dir);
+    ASSERT_EQ(profiles.size(), 2u);
+    for (const auto& [type, profile] : profiles) {
+      EXPECT_EQ(profile.device_type, type);
+      EXPECT_EQ(profile.model.params, 354823168);
+      EXPECT_EQ(profile.model.precision, cluster.precision);
+      EXPECT_NE(profile.Stage(0), nullptr);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace poplar

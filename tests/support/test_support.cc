@@ -1,0 +1,42 @@
+#include "test_support.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+namespace poplar::testing {
+
+::testing::AssertionResult ContainsAll(const std::string& text,
+                                       std::initializer_list<std::string> parts) {
+  for (const auto& part : parts) {
+    if (text.find(part) == std::string::npos) {
+      return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  return ContainsAll(text, {part});
+}
+
+ScratchDir::ScratchDir(const std::string& prefix) {
+  std::string pattern = ::testing::TempDir() + prefix + "_XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + pattern);
+  path_ = pattern;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::string ScratchDir::Write(const std::string& name, const std::string& text) const {
+  const std::string path = path_ + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace poplar::testing

@@ -1,0 +1,33 @@
+// Small helpers shared by the test suites (gmock is not linked into them).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+
+namespace poplar::testing {
+
+// Whether `text` contains every one of `parts`; the failure shows the text.
+::testing::AssertionResult ContainsAll(const std::string& text,
+                                       std::initializer_list<std::string> parts);
+::testing::AssertionResult Contains(const std::string& text, const std::string& part);
+
+// A fresh folder under the test temporary directory, removed with everything in it
+// when the ScratchDir goes away.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Writes `text` to path()/name and returns that path.
+  std::string Write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace poplar::testing
