@@ -10,5 +10,6 @@ namespace poplar {
 void RegisterPlanCommand(CLI::App& app);
 void RegisterSimulateCommand(CLI::App& app);
 void RegisterEstimateMemoryCommand(CLI::App& app);
+void RegisterPrepareDataCommand(CLI::App& app);
 
 }  // namespace poplar

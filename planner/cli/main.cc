@@ -18,11 +18,12 @@ int main(int argc, char** argv) {
   poplar::RegisterPlanCommand(app);
   poplar::RegisterSimulateCommand(app);
   poplar::RegisterEstimateMemoryCommand(app);
+  poplar::RegisterPrepareDataCommand(app);
 
   try {
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
-      std::cerr << "poplar: a command is required: plan, simulate or estimate-memory "
+      std::cerr << "poplar: a command is required: plan, simulate, estimate-memory or prepare-data "
                    "(see 'poplar --help')\n";
       return 2;
     }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
+#include "child_process.h"
 #include "test_support.h"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,47 +88,15 @@ class Cli : public ::testing::Test {
 
   // Runs `poplar args...` in `cwd` (default: work_), stdin from /dev/null.
   Outcome Poplar(const std::vector<std::string>& args, const std::string& cwd = "") {
-    const std::string out_path = io_ + "/stdout";
-    const std::string err_path = io_ + "/stderr";
-    std::vector<std::string> argv_strings = {POPLAR_BINARY};
-    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& arg : argv_strings) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    const std::string dir = cwd.empty() ? work_ : cwd;
-
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int in = ::open("/dev/null", O_RDONLY);
-      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 ||
-          ::dup2(err, 2) < 0 || ::chdir(dir.c_str()) != 0) {
-        ::_exit(126);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    Outcome run;
-    if (pid < 0) {
-      ADD_FAILURE() << "fork failed";
-      return run;
-    }
-    int status = 0;
-    if (::waitpid(pid, &status, 0) != pid) {
-      ADD_FAILURE() << "waitpid failed";
-      return run;
-    }
-    if (WIFEXITED(status)) {
-      run.exit_code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-      run.exit_code = 128 + WTERMSIG(status);
-    }
-    EXPECT_NE(run.exit_code, 126) << "could not set up the child";
-    EXPECT_NE(run.exit_code, 127) << "could not run " << POPLAR_BINARY;
-    run.out = ReadFile(out_path);
-    run.err = ReadFile(err_path);
-    return run;
+    ::poplar::testing::ChildOptions options;
+    options.argv = {POPLAR_BINARY};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.cwd = cwd.empty() ? work_ : cwd;
+    const auto outcome = ::poplar::testing::RunProcess(options, io_);
+    EXPECT_NE(outcome.exit_code, 126) << "could not set up the child";
+    EXPECT_NE(outcome.exit_code, 127) << "could not run " << POPLAR_BINARY;
+    EXPECT_NE(outcome.exit_code, -1) << "timed out";
+    return {outcome.exit_code, outcome.out, outcome.err};
   }
 
   std::string Write(const std::string& name, const std::string& text) {

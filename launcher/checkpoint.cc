@@ -1,0 +1,97 @@
+#include "launcher/checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFormat = "poplar-checkpoint/1";
+
+nlohmann::json ConfigJson(const GptConfig& config) {
+  return {{"arch", "gpt"},           {"n_layer", config.n_layer},
+          {"n_head", config.n_head}, {"n_embd", config.n_embd},
+          {"vocab_size", config.vocab_size}, {"block_size", config.block_size}};
+}
+
+std::string StepFolderName(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+}  // namespace
+
+void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config) {
+  fs::create_directories(dir);
+  const std::string final_name = StepFolderName(checkpoint.step);
+  const fs::path temporary = fs::path(dir) / ("." + final_name + ".tmp" + std::to_string(::getpid()));
+  fs::remove_all(temporary);
+  fs::create_directories(temporary);
+  WriteStateDict((temporary / "model.pt").string(), checkpoint.model);
+  StateDict optimizer;
+  for (const auto& [name, moments] : checkpoint.moments) {
+    optimizer["exp_avg." + name] = moments.exp_avg;
+    optimizer["exp_avg_sq." + name] = moments.exp_avg_sq;
+  }
+  WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
+  const nlohmann::json meta = {{"format", kFormat}, {"step", checkpoint.step}, {"model", ConfigJson(config)}};
+  WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
+  const fs::path final_path = fs::path(dir) / final_name;
+  fs::remove_all(final_path);
+  fs::rename(temporary, final_path);
+  WriteFileAtomically((fs::path(dir) / "latest").string(), final_name + "\n");
+}
+
+Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config) {
+  fs::path folder = path;
+  if (fs::exists(folder / "latest")) {
+    std::string name = ReadTextFile((folder / "latest").string());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    folder /= name;
+  }
+  const std::string meta_path = (folder / "meta.json").string();
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(ReadTextFile(meta_path));
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(meta_path, "", std::string("not valid JSON: ") + error.what());
+  }
+  if (!meta.is_object() || meta.value("format", "") != kFormat || !meta.contains("step") ||
+      !meta["step"].is_number_integer() || meta["step"].get<std::int64_t>() < 0) {
+    throw InputError(meta_path, "", std::string("not a ") + kFormat + " checkpoint description");
+  }
+  if (meta["model"] != ConfigJson(config)) {
+    throw InputError(meta_path, "model", "was trained with " + meta["model"].dump() +
+                                             ", not the --model-config " + ConfigJson(config).dump());
+  }
+  Checkpoint checkpoint;
+  checkpoint.step = meta["step"].get<std::int64_t>();
+  checkpoint.model = ReadStateDict((folder / "model.pt").string());
+  const std::string optimizer_path = (folder / "optimizer.pt").string();
+  const StateDict optimizer = ReadStateDict(optimizer_path);
+  for (const auto& [name, tensor] : checkpoint.model) {
+    if (name == kTiedHeadName) continue;
+    auto avg = optimizer.find("exp_avg." + name);
+    auto avg_sq = optimizer.find("exp_avg_sq." + name);
+    if (avg == optimizer.end() || avg_sq == optimizer.end()) {
+      throw InputError(optimizer_path, "exp_avg." + name, "is missing");
+    }
+    if (avg->second.sizes() != tensor.sizes() || avg_sq->second.sizes() != tensor.sizes()) {
+      throw InputError(optimizer_path, "exp_avg." + name, "does not have the parameter's shape");
+    }
+    checkpoint.moments[name] = {avg->second, avg_sq->second};
+  }
+  return checkpoint;
+}
+
+}  // namespace poplar

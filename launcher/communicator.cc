@@ -1,0 +1,123 @@
+#include "launcher/communicator.h"
+
+#include <cstdlib>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+int IntegerVariable(const char* name, int fallback, int low, int high) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < low || value > high) {
+    throw InputError(std::string("environment ") + name, "",
+                     "must be an integer from " + std::to_string(low) + " to " +
+                         std::to_string(high) + ", got '" + text + "'");
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+DistributedEnv DistributedEnv::FromEnvironment() {
+  DistributedEnv env;
+  env.world_size = IntegerVariable("WORLD_SIZE", 1, 1, 1 << 20);
+  env.rank = IntegerVariable("RANK", 0, 0, env.world_size - 1);
+  env.local_rank = IntegerVariable("LOCAL_RANK", 0, 0, 1 << 20);
+  env.master_port = IntegerVariable("MASTER_PORT", 29500, 1, 65535);
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
+    env.master_addr = addr;
+  }
+  if (env.world_size > 1 && std::getenv("MASTER_PORT") == nullptr) {
+    throw InputError("environment MASTER_PORT", "", "must be set when WORLD_SIZE > 1");
+  }
+  return env;
+}
+
+class Communicator::Timer {
+ public:
+  explicit Timer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~Timer() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout)
+    : rank_(env.rank), world_size_(env.world_size) {
+  if (world_size_ == 1) return;
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = rank_ == 0;
+  store_options.numWorkers = world_size_;
+  store_options.waitWorkers = true;
+  store_options.timeout = timeout;
+  store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->timeout = timeout;
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
+  group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, options);
+}
+
+Communicator::~Communicator() = default;
+
+void Communicator::AllReduceSum(torch::Tensor& tensor) {
+  if (world_size_ == 1) return;
+  Timer timer(communication_seconds_);
+  std::vector<torch::Tensor> tensors = {tensor};
+  group_->allreduce(tensors)->wait();
+}
+
+void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output) {
+  const auto chunk = output.numel();
+  TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
+  if (world_size_ == 1) {
+    output.copy_(input);
+    return;
+  }
+  Timer timer(communication_seconds_);
+  std::vector<torch::Tensor> tensors = {input.clone()};
+  group_->allreduce(tensors)->wait();
+  output.copy_(tensors[0].narrow(0, rank_ * chunk, chunk));
+}
+
+void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) {
+  const auto chunk = shard.numel();
+  TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
+  if (world_size_ == 1) {
+    output.copy_(shard);
+    return;
+  }
+  Timer timer(communication_seconds_);
+  std::vector<std::vector<torch::Tensor>> outputs(1);
+  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(output.narrow(0, r * chunk, chunk));
+  std::vector<torch::Tensor> inputs = {shard.contiguous()};
+  group_->allgather(outputs, inputs)->wait();
+}
+
+void Communicator::Broadcast(torch::Tensor& tensor, int root) {
+  if (world_size_ == 1) return;
+  Timer timer(communication_seconds_);
+  std::vector<torch::Tensor> tensors = {tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  group_->broadcast(tensors, options)->wait();
+}
+
+void Communicator::Barrier() {
+  if (world_size_ == 1) return;
+  Timer timer(communication_seconds_);
+  group_->barrier()->wait();
+}
+
+}  // namespace poplar

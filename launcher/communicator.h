@@ -1,0 +1,70 @@
+// Communicator: the collectives the ZeRO engine needs, over a c10d process group.
+//
+// Ranks rendezvous through a c10d TCPStore hosted by rank 0 (torchrun's MASTER_ADDR and
+// MASTER_PORT); collectives run on c10d's Gloo process group for CPU tensors. Every
+// collective and the rendezvous have a timeout, so a dead peer ends the job with an
+// error instead of a hang. With one rank no process group is created and every
+// collective is the identity.
+//
+// Tensors are 1-D and contiguous. Not thread-safe: one caller (the training loop).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace poplar {
+
+// The torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+// Without WORLD_SIZE the process is rank 0 of 1. Throws InputError naming the variable.
+struct DistributedEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+
+  static DistributedEnv FromEnvironment();
+};
+
+class Communicator {
+ public:
+  // Rendezvous and create the process group (world_size > 1). Throws on timeout.
+  Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+
+  // In place: every rank ends with the element-wise sum.
+  void AllReduceSum(torch::Tensor& tensor);
+  // input: world_size * k elements; output: k elements, the sum over ranks of input's
+  // rank()-th chunk. (Gloo in libtorch 1.13 has no reduce-scatter: this all-reduces a
+  // copy and keeps the chunk, moving twice the bytes of a true reduce-scatter.)
+  void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
+  // shard: k elements; output: world_size * k elements, chunk r from rank r.
+  void AllGather(const torch::Tensor& shard, torch::Tensor& output);
+  void Broadcast(torch::Tensor& tensor, int root);
+  void Barrier();
+
+  // Wall time spent inside collectives since construction.
+  double communication_seconds() const { return communication_seconds_; }
+
+ private:
+  class Timer;
+
+  int rank_;
+  int world_size_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  double communication_seconds_ = 0;
+};
+
+}  // namespace poplar

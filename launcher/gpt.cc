@@ -1,0 +1,105 @@
+#include "launcher/gpt.h"
+
+#include <cmath>
+
+namespace poplar {
+namespace {
+
+torch::nn::LayerNorm MakeLayerNorm(int n_embd) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd}).eps(1e-5));
+}
+
+}  // namespace
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
+  c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
+  causal_mask_ = torch::ones({config.block_size, config.block_size}, torch::kBool).tril();
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const auto batch = x.size(0), time = x.size(1), channels = x.size(2);
+  const auto head_size = channels / n_head_;
+  auto qkv = c_attn(x).split(channels, 2);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({batch, time, n_head_, head_size}).transpose(1, 2);
+  };
+  const torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  auto attention = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_size)));
+  const auto mask = causal_mask_.to(x.device()).narrow(0, 0, time).narrow(1, 0, time);
+  attention = attention.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  attention = torch::softmax(attention, -1);
+  auto y = torch::matmul(attention, v).transpose(1, 2).contiguous().view({batch, time, channels});
+  return c_proj(y);
+}
+
+MlpImpl::MlpImpl(const GptConfig& config) {
+  c_fc = register_module("c_fc", torch::nn::Linear(config.n_embd, 4 * config.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return c_proj(torch::gelu(c_fc(x))); }
+
+BlockImpl::BlockImpl(const GptConfig& config) {
+  ln_1 = register_module("ln_1", MakeLayerNorm(config.n_embd));
+  attn = register_module("attn", CausalSelfAttention(config));
+  ln_2 = register_module("ln_2", MakeLayerNorm(config.n_embd));
+  mlp = register_module("mlp", Mlp(config));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  auto y = x + attn(ln_1(x));
+  return y + mlp(ln_2(y));
+}
+
+GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+  transformer_ = register_module("transformer", std::make_shared<torch::nn::Module>());
+  wte = transformer_->register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
+  wpe = transformer_->register_module("wpe", torch::nn::Embedding(config.block_size, config.n_embd));
+  h = transformer_->register_module("h", torch::nn::ModuleList());
+  for (int i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
+  ln_f = transformer_->register_module("ln_f", MakeLayerNorm(config.n_embd));
+
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * config.n_layer);
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& parameter = item.value();
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_norm = name.find(".ln_") != std::string::npos;
+    if (is_norm) continue;  // LayerNorm keeps weight 1, bias 0
+    if (is_bias) {
+      parameter.zero_();
+    } else if (name.find("c_proj.weight") != std::string::npos) {
+      parameter.normal_(0.0, residual_std);
+    } else {
+      parameter.normal_(0.0, 0.02);
+    }
+  }
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+  const auto time = idx.size(1);
+  TORCH_CHECK(time <= config_.block_size, "sequence of ", time, " tokens exceeds block_size ",
+              config_.block_size);
+  const auto positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  auto x = wte(idx) + wpe(positions);
+  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  x = ln_f(x);
+  return torch::nn::functional::linear(x, wte->weight);
+}
+
+torch::Tensor GptImpl::LossSum(const torch::Tensor& idx, const torch::Tensor& targets) {
+  const auto logits = forward(idx);
+  return torch::nn::functional::cross_entropy(
+      logits.view({-1, logits.size(-1)}), targets.view({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> GptImpl::NamedParameters() const {
+  std::vector<std::pair<std::string, torch::Tensor>> result;
+  for (const auto& item : named_parameters()) result.emplace_back(item.key(), item.value());
+  return result;
+}
+
+}  // namespace poplar

@@ -1,0 +1,80 @@
+// The GPT of DESIGN.md 4.4: GPT-2 with nanoGPT's parameter names. Pre-LayerNorm blocks
+// with biases, learned positions, causal self-attention, exact (erf) GELU, no dropout;
+// the output head is tied to the token embedding (it reuses transformer.wte.weight, so
+// the model has one parameter for both; state dicts list it under both names).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/model_config.h"
+
+namespace poplar {
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int n_head_;
+  torch::Tensor causal_mask_;  // [block, block] bool, true where attention is allowed
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  // Parameters initialised as nanoGPT does (normal 0.02, residual projections scaled by
+  // 1/sqrt(2 n_layer), zero biases), from the current torch random state.
+  explicit GptImpl(const GptConfig& config);
+
+  // idx: [B, T] int64 token ids, T <= block_size. Returns logits [B, T, vocab].
+  torch::Tensor forward(const torch::Tensor& idx);
+
+  // Sum (not mean) of the cross-entropy over every token of the micro-batch.
+  torch::Tensor LossSum(const torch::Tensor& idx, const torch::Tensor& targets);
+
+  // Unique trainable parameters with their nanoGPT names, in a fixed order.
+  std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
+
+  const GptConfig& config() const { return config_; }
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  GptConfig config_;
+  std::shared_ptr<torch::nn::Module> transformer_;
+};
+TORCH_MODULE(Gpt);
+
+// The name under which the tied head appears in nanoGPT state dicts.
+inline constexpr const char* kTiedHeadName = "lm_head.weight";
+inline constexpr const char* kTokenEmbeddingName = "transformer.wte.weight";
+
+}  // namespace poplar

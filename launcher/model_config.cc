@@ -1,0 +1,54 @@
+#include "launcher/model_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "planner/yaml_fields.h"
+
+namespace poplar {
+namespace {
+
+int PositiveField(YamlFields& fields, const std::string& key, std::int64_t most) {
+  const std::int64_t value = fields.Integer(key);
+  if (value <= 0 || value > most) {
+    fields.Fail(key, "must be a positive integer up to " + std::to_string(most));
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+std::int64_t GptConfig::ParameterCount() const {
+  const std::int64_t c = n_embd;
+  const std::int64_t per_block = 12 * c * c + 13 * c;  // attn 4c^2+4c, mlp 8c^2+5c, 2 LN 4c
+  return static_cast<std::int64_t>(vocab_size) * c + static_cast<std::int64_t>(block_size) * c +
+         n_layer * per_block + 2 * c;
+}
+
+GptConfig ParseModelConfig(const std::string& text, const std::string& file) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
+  }
+  YamlFields fields(JsonToYaml(document), file, "");
+  const std::string arch = fields.String("arch");
+  if (arch != "gpt") fields.Fail("arch", "must be \"gpt\", got \"" + arch + "\"");
+  GptConfig config;
+  config.n_layer = PositiveField(fields, "n_layer", 1000);
+  config.n_head = PositiveField(fields, "n_head", 1000);
+  config.n_embd = PositiveField(fields, "n_embd", 1 << 16);
+  config.vocab_size = PositiveField(fields, "vocab_size", 65536);
+  config.block_size = PositiveField(fields, "block_size", 1 << 16);
+  if (config.n_embd % config.n_head != 0) {
+    fields.Fail("n_embd", "must be divisible by n_head (" + std::to_string(config.n_head) + ")");
+  }
+  fields.Finish();
+  return config;
+}
+
+GptConfig LoadModelConfig(const std::string& path) { return ParseModelConfig(ReadTextFile(path), path); }
+
+}  // namespace poplar

@@ -1,0 +1,26 @@
+// The model configuration file of `poplar-worker --model-config` (DESIGN.md 4.4):
+//   {"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32}
+// The GPT is GPT-2 with nanoGPT's parameter names; training sequence length is block_size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace poplar {
+
+struct GptConfig {
+  int n_layer = 0;
+  int n_head = 0;
+  int n_embd = 0;      // divisible by n_head
+  int vocab_size = 0;
+  int block_size = 0;  // sequence length
+
+  // Parameters of the model (lm_head tied to wte, so counted once).
+  std::int64_t ParameterCount() const;
+};
+
+// Throws InputError naming the file and key.
+GptConfig ParseModelConfig(const std::string& text, const std::string& file);
+GptConfig LoadModelConfig(const std::string& path);
+
+}  // namespace poplar

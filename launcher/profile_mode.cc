@@ -1,0 +1,160 @@
+#include "launcher/profile_mode.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "launcher/communicator.h"
+#include "launcher/counting_allocator.h"
+#include "launcher/gpt.h"
+#include "launcher/zero_engine.h"
+#include "planner/input_error.h"
+#include "planner/profile.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One device's model, engine and the measurements for one stage.
+class StageProfiler {
+ public:
+  StageProfiler(const GptConfig& config, int stage, const ProfileOptions& options,
+                Communicator& communicator)
+      : config_(config), options_(options), model_(nullptr) {
+    torch::manual_seed(options.seed);
+    model_ = Gpt(config);
+    engine_ = std::make_unique<ZeroEngine>(model_->NamedParameters(), stage, communicator,
+                                           AdamWOptions{}, std::int64_t{1} << 22);
+  }
+
+  // Median time and peak bytes of a micro-batch of `size`, or nullopt if it does not fit.
+  std::optional<ProfilePoint> Measure(int size) {
+    std::vector<double> times;
+    std::int64_t peak = 0;
+    try {
+      for (int run = 0; run <= options_.repeats; ++run) {  // run 0 warms up
+        CountingAllocator::ResetPeak();
+        const auto start = Clock::now();
+        auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size}, torch::kLong);
+        auto loss = model_->LossSum(inputs, inputs);
+        loss.backward();
+        double elapsed = Seconds(start);
+        if (options_.slowdown > 1.0) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(elapsed * (options_.slowdown - 1.0)));
+          elapsed *= options_.slowdown;
+        }
+        engine_->FinishRound();
+        peak = std::max(peak, CountingAllocator::Peak());
+        if (run > 0) times.push_back(elapsed);
+      }
+    } catch (const c10::OutOfMemoryError&) {
+      return std::nullopt;  // the activations unwound with the exception
+    }
+    std::sort(times.begin(), times.end());
+    return ProfilePoint{size, times[times.size() / 2], peak};
+  }
+
+  double OptimizerStepSeconds() {
+    std::vector<double> times;
+    for (int run = 0; run < std::max(1, options_.repeats); ++run) {
+      const auto start = Clock::now();
+      engine_->Step(1.0);
+      times.push_back(Seconds(start) * std::max(1.0, options_.slowdown));
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+
+ private:
+  const GptConfig& config_;
+  const ProfileOptions& options_;
+  Gpt model_;
+  std::unique_ptr<ZeroEngine> engine_;
+};
+
+StageProfile ProfileStage(const GptConfig& config, int stage, const ProfileOptions& options,
+                          Communicator& communicator) {
+  StageProfile result;
+  result.stage = stage;
+  result.world_size = 1;
+  StageProfiler profiler(config, stage, options, communicator);
+  int fits = 0;
+  int fails = 0;
+  for (int size = 1; size <= options.largest_micro_batch; size *= 2) {
+    auto point = profiler.Measure(size);
+    if (!point) {
+      fails = size;
+      break;
+    }
+    result.points.push_back(*point);
+    fits = size;
+  }
+  // Largest size that fits, between the last that did and the first that did not.
+  if (fails > 0) {
+    int low = fits, high = fails;
+    while (high - low > 1) {
+      const int middle = low + (high - low) / 2;
+      auto point = profiler.Measure(middle);
+      if (point) {
+        low = middle;
+        result.points.push_back(*point);
+      } else {
+        high = middle;
+      }
+    }
+    fits = low;
+  }
+  std::sort(result.points.begin(), result.points.end(),
+            [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
+  result.max_micro_batch = fits;
+  if (fits > 0) result.optimizer_step_s = profiler.OptimizerStepSeconds();
+  std::cerr << "poplar-worker profile: stage " << stage << ": largest micro-batch " << fits << ", "
+            << result.points.size() << " points\n";
+  return result;
+}
+
+}  // namespace
+
+void Profile(const ProfileOptions& options) {
+  CountingAllocator::Install();
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+  const GptConfig config = LoadModelConfig(options.model_config);
+  std::int64_t capacity = options.memory_bytes;
+  if (capacity == 0) capacity = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  CountingAllocator::SetCapacity(options.memory_bytes);
+
+  DeviceProfile profile;
+  profile.device_type = options.device_type;
+  profile.memory_bytes = capacity;
+  profile.emulated = true;
+  profile.source = "measured by poplar-worker profile on CPU, emulated device: " +
+                   std::to_string(options.threads > 0 ? options.threads : torch::get_num_threads()) +
+                   " threads, slowdown " + std::to_string(options.slowdown) + ", memory cap " +
+                   std::to_string(options.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
+  profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
+                   config.ParameterCount(), Precision::kFp32};
+  DistributedEnv alone;
+  Communicator communicator(alone, std::chrono::seconds(10));
+  for (int stage : options.stages) {
+    StageProfile measured = ProfileStage(config, stage, options, communicator);
+    if (measured.points.empty()) {
+      throw InputError(options.model_config, "",
+                       "not even one sample fits in " + std::to_string(options.memory_bytes) +
+                           " bytes at stage " + std::to_string(stage));
+    }
+    profile.stages.push_back(std::move(measured));
+  }
+  WriteFileAtomically(options.output, ProfileToJson(profile));
+  std::cerr << "poplar-worker profile: wrote " << options.output << "\n";
+}
+
+}  // namespace poplar

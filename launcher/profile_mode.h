@@ -1,0 +1,37 @@
+// `poplar-worker profile`: measures one device for ZeRO stages (DESIGN.md 7) and writes
+// the profile file the planner reads (docs/formats.md).
+//
+// For each stage, alone (world size 1): one warm-up micro-batch, then timed forward +
+// backward passes at micro-batch sizes 1, 2, 4, ... until one runs out of memory; a
+// binary search between the last size that fitted and the first that did not finds the
+// largest micro-batch. Out-of-memory errors are caught and recovered from, never fatal.
+// Each point records the median time of `repeats` runs and the peak bytes in use. Then
+// the optimizer step is timed.
+//
+// On CPU the device is emulated: `threads` intra-op threads, a `slowdown` factor that
+// stretches compute wall time, and `memory_bytes` enforced by the counting allocator.
+// The profile says so ("emulated": true and its "source").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace poplar {
+
+struct ProfileOptions {
+  std::string model_config;
+  std::string output;              // profile file to write
+  std::string device_type;         // the profile's device_type
+  std::vector<int> stages = {0, 1, 2};
+  std::int64_t memory_bytes = 0;   // emulated capacity; 0: the machine's memory, no cap
+  int threads = 0;
+  double slowdown = 1.0;
+  int repeats = 3;
+  int largest_micro_batch = 4096;  // search limit when memory never runs out
+  std::uint64_t seed = 1337;
+};
+
+void Profile(const ProfileOptions& options);
+
+}  // namespace poplar

@@ -1,0 +1,33 @@
+// TokenData: a nanoGPT-style token file (flat little-endian uint16) cut into samples.
+//
+// Sample k is tokens[k*L, k*L+L) as input and the same window shifted by one as target
+// (L = block size); there are S = (tokens - 1) / L samples. Global batch t of B samples
+// is samples (t*B + i) mod S for i = 0..B-1 (DESIGN.md 4.4).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace poplar {
+
+class TokenData {
+ public:
+  // Reads the whole file. Throws InputError for an unreadable file, an odd byte count,
+  // fewer than block_size + 1 tokens, or a token id >= vocab_size (naming its position).
+  TokenData(const std::string& path, int block_size, int vocab_size);
+
+  std::int64_t samples() const { return samples_; }
+
+  // Inputs and targets [count, L] (int64) of global samples first, first+1, ... (mod S).
+  std::pair<torch::Tensor, torch::Tensor> Batch(std::int64_t first, int count) const;
+
+ private:
+  std::vector<std::uint16_t> tokens_;
+  int block_size_;
+  std::int64_t samples_;
+};
+
+}  // namespace poplar

@@ -1,0 +1,38 @@
+// `poplar-worker train`: one rank of a ZeRO data-parallel training job that follows its
+// plan's micro-batch schedule (DESIGN.md 4.4 and 5).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "launcher/zero_engine.h"
+
+namespace poplar {
+
+struct TrainOptions {
+  std::string plan;          // plan file (DESIGN.md 4.2)
+  std::string model_config;  // model configuration (DESIGN.md 4.4)
+  std::string data;          // uint16 token file
+  std::int64_t steps = 1;    // train until this many optimizer steps are done
+  std::string init;          // optional initial state dict (torch.save(dict))
+  std::string save;          // optional final state dict, written by rank 0
+  AdamWOptions adamw;
+  std::string device = "cpu";
+  std::string metrics;          // JSONL; "{rank}" is replaced by the rank, else rank 0 only
+  std::string checkpoint_dir;   // periodic checkpoints go here
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set
+  std::string resume;           // checkpoint (step folder or checkpoint folder) to start from
+  std::uint64_t seed = 1337;    // model initialisation when there is no --init
+  int threads = 0;              // intra-op threads; 0: libtorch's default
+  double slowdown = 1.0;        // emulated device: stretch compute wall time by this factor
+  std::int64_t memory_limit = 0;  // emulated device: bytes of CPU memory; 0: unlimited
+  int timeout_s = 120;          // rendezvous and every collective
+  double bucket_mb = 25;        // gradient/parameter bucket size
+  std::int64_t log_every = 1;   // progress line every N steps (rank 0); 0: none
+};
+
+// Runs the rank; throws InputError for bad input and c10::Error/std::exception for
+// failures (a dead peer, out of memory), which the caller turns into a message.
+void Train(const TrainOptions& options);
+
+}  // namespace poplar

@@ -1,0 +1,104 @@
+// `poplar-worker`: trains one rank (train) or measures one device (profile).
+// Every error — bad input, a libtorch or Gloo failure, a dead peer, out of memory — is
+// caught here and becomes one line on stderr naming the rank, and a non-zero exit:
+//   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "launcher/profile_mode.h"
+#include "launcher/train.h"
+#include "planner/input_error.h"
+
+namespace {
+
+std::string Who() {
+  const char* rank = std::getenv("RANK");
+  return std::string("poplar-worker[rank ") + (rank ? rank : "0") + "]";
+}
+
+// The first line of a libtorch message (the rest is a C++ backtrace).
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
+  CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
+  train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
+  train->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
+  train->add_option("--data", o.data, "Token file (uint16, poplar prepare-data)")->required()->check(CLI::ExistingFile);
+  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
+  train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
+  train->add_option("--save", o.save, "Write the final state dict here (rank 0)");
+  train->add_option("--lr", o.adamw.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--beta1", o.adamw.beta1, "AdamW beta1")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  train->add_option("--beta2", o.adamw.beta2, "AdamW beta2")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
+  train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");
+  train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(CLI::NonNegativeNumber);
+  train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
+  train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
+  train->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
+  train->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
+  train->add_option("--memory-limit", o.memory_limit, "Emulated device: CPU memory in bytes (0: unlimited)")->check(CLI::NonNegativeNumber);
+  train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
+  train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB")->check(CLI::Range(0.001, 4096.0))->capture_default_str();
+  train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->callback([&o] { poplar::Train(o); });
+}
+
+void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
+  CLI::App* profile = app.add_subcommand("profile", "Measure one device per ZeRO stage; write a profile file");
+  profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
+  profile->add_option("-o,--output", o.output, "Profile file to write")->required();
+  profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
+  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 2))->capture_default_str();
+  profile->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes (0: machine memory, no cap)")->check(CLI::NonNegativeNumber);
+  profile->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
+  profile->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
+  profile->add_option("--repeats", o.repeats, "Timed runs per micro-batch size (median)")->check(CLI::Range(1, 100))->capture_default_str();
+  profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  profile->callback([&o] { poplar::Profile(o); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
+               "poplar-worker"};
+  app.require_subcommand(0, 1);
+  poplar::TrainOptions train_options;
+  poplar::ProfileOptions profile_options;
+  AddTrainCommand(app, train_options);
+  AddProfileCommand(app, profile_options);
+  try {
+    app.parse(argc, argv);
+    if (app.get_subcommands().empty()) {
+      std::cerr << "poplar-worker: a command is required: train or profile (see 'poplar-worker --help')\n";
+      return 2;
+    }
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::CallForAllHelp& help) {
+    return app.exit(help);
+  } catch (const CLI::ParseError& error) {
+    std::string command = "poplar-worker";
+    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::cerr << command << ": " << error.what() << " (see '" << command << " --help')\n";
+    return 2;
+  } catch (const poplar::InputError& error) {
+    std::cerr << Who() << ": error: " << error.what() << "\n";
+    return 1;
+  } catch (const c10::Error& error) {
+    std::cerr << Who() << ": error: " << FirstLine(error.what_without_backtrace()) << "\n";
+    return 1;
+  } catch (const std::exception& error) {
+    std::cerr << Who() << ": error: " << FirstLine(error.what()) << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,108 @@
+#include "planner/worker_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "planner/yaml_fields.h"
+
+namespace poplar {
+
+std::int64_t WorkerPlan::RankSamples(int rank) const {
+  const auto& list = micro_batches.at(rank);
+  return std::accumulate(list.begin(), list.end(), std::int64_t{0});
+}
+
+std::int64_t WorkerPlan::RankOffset(int rank) const {
+  std::int64_t offset = 0;
+  for (int r = 0; r < rank; ++r) offset += RankSamples(r);
+  return offset;
+}
+
+int WorkerPlan::Rounds() const {
+  std::size_t rounds = 0;
+  for (const auto& list : micro_batches) rounds = std::max(rounds, list.size());
+  return static_cast<int>(rounds);
+}
+
+WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
+  }
+  if (!document.is_object()) throw InputError(file, "", "must be a JSON object");
+  // Plan files carry informational keys (predicted, stages, ...); only these are read.
+  YamlFields fields(JsonToYaml(document), file, "");
+  WorkerPlan plan;
+  plan.file = file;
+  const std::int64_t stage = fields.Integer("stage");
+  if (stage < 0 || stage > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
+  plan.stage = static_cast<int>(stage);
+  plan.global_batch = fields.Integer("global_batch");
+  if (plan.global_batch <= 0) fields.Fail("global_batch", "must be a positive number of samples");
+
+  YAML::Node ranks = fields.Child("ranks");
+  if (!ranks || !ranks.IsSequence() || ranks.size() == 0) {
+    fields.Fail("ranks", "must be a non-empty list of {rank, micro_batches}");
+  }
+  plan.micro_batches.resize(ranks.size());
+  std::vector<bool> seen(ranks.size(), false);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string path = "ranks[" + std::to_string(i) + "]";
+    YamlFields entry(ranks[i], file, path);
+    const std::int64_t rank = entry.Integer("rank");
+    if (rank < 0 || rank >= static_cast<std::int64_t>(ranks.size())) {
+      entry.Fail("rank", "must be between 0 and " + std::to_string(ranks.size() - 1));
+    }
+    if (seen[rank]) entry.Fail("rank", "rank " + std::to_string(rank) + " appears twice");
+    seen[rank] = true;
+    YAML::Node list = entry.Child("micro_batches");
+    if (!list || !list.IsSequence()) entry.Fail("micro_batches", "must be a list of sizes");
+    for (std::size_t m = 0; m < list.size(); ++m) {
+      std::int64_t size = -1;
+      if (!list[m].IsScalar() || list[m].Tag() == "!" ||
+          !YAML::convert<std::int64_t>::decode(list[m], size) || size < 0 ||
+          (size == 0 && plan.stage < 2) || size > 1'000'000) {
+        throw InputError(file, path + ".micro_batches[" + std::to_string(m) + "]",
+                         plan.stage < 2 ? "must be a positive number of samples"
+                                        : "must be zero or a positive number of samples");
+      }
+      plan.micro_batches[rank].push_back(static_cast<int>(size));
+    }
+  }
+  std::int64_t total = 0;
+  for (int r = 0; r < plan.WorldSize(); ++r) total += plan.RankSamples(r);
+  if (total != plan.global_batch) {
+    throw InputError(file, "ranks", "micro-batches sum to " + std::to_string(total) +
+                                        " samples but global_batch is " +
+                                        std::to_string(plan.global_batch));
+  }
+  if (plan.stage >= 2) {
+    for (int r = 0; r < plan.WorldSize(); ++r) {
+      if (static_cast<int>(plan.micro_batches[r].size()) != plan.Rounds()) {
+        throw InputError(file, "ranks", "stage " + std::to_string(plan.stage) +
+                                            " needs the same number of micro-batches (rounds) on "
+                                            "every rank; rank " + std::to_string(r) + " has " +
+                                            std::to_string(plan.micro_batches[r].size()) +
+                                            ", another " + std::to_string(plan.Rounds()));
+      }
+    }
+  }
+  return plan;
+}
+
+WorkerPlan LoadWorkerPlan(const std::string& path) { return ParseWorkerPlan(ReadTextFile(path), path); }
+
+void RequireWorldSize(const WorkerPlan& plan, int world_size) {
+  if (plan.WorldSize() != world_size) {
+    throw InputError(plan.file, "ranks", "the plan has " + std::to_string(plan.WorldSize()) +
+                                             " ranks but WORLD_SIZE is " + std::to_string(world_size));
+  }
+}
+
+}  // namespace poplar

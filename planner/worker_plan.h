@@ -1,0 +1,36 @@
+// The part of a plan file a worker trains with (DESIGN.md 4.2): the stage, the global
+// batch and every rank's micro-batches. Read and validated here, without torch, so the
+// launcher and the tests share one definition of "a valid plan".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace poplar {
+
+struct WorkerPlan {
+  std::string file;
+  int stage = 0;
+  std::int64_t global_batch = 0;
+  std::vector<std::vector<int>> micro_batches;  // [rank] -> sizes in order
+
+  int WorldSize() const { return static_cast<int>(micro_batches.size()); }
+  std::int64_t RankSamples(int rank) const;
+  // Index within the global batch of rank `rank`'s first sample: samples are divided
+  // among ranks in rank order.
+  std::int64_t RankOffset(int rank) const;
+  int Rounds() const;  // stages 2-3: entries per rank
+};
+
+// Parses and validates: stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
+// micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch;
+// at stages 2-3 every rank has the same number of entries. Throws InputError naming the
+// file and the key.
+WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file);
+WorkerPlan LoadWorkerPlan(const std::string& path);
+
+// Throws InputError unless the plan has exactly `world_size` ranks.
+void RequireWorldSize(const WorkerPlan& plan, int world_size);
+
+}  // namespace poplar
