@@ -1,0 +1,117 @@
+// Bad inputs to poplar-worker: each gives one clear error naming the file and reason,
+// a non-zero exit on every rank, and no process left running.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "child_process.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+class WorkerBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteModelConfig(scratch_);
+    WriteTokens(scratch_, 4000);
+  }
+  std::vector<std::string> Args(const std::string& plan, std::vector<std::string> extra = {},
+                                int steps = 2) {
+    std::vector<std::string> args = {"train", "--plan", plan, "--model-config",
+                                     scratch_.path() + "/model.json", "--data",
+                                     scratch_.path() + "/tokens.bin", "--steps", std::to_string(steps),
+                                     "--log-every", "0", "--timeout", "20"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  // Every rank ended (none killed at the deadline) with exit 1 and `words` in stderr.
+  void ExpectRejected(const JobOutcome& job, std::initializer_list<std::string> words) {
+    for (std::size_t r = 0; r < job.exit_codes.size(); ++r) {
+      EXPECT_EQ(job.exit_codes[r], 1) << job.Describe();
+      EXPECT_TRUE(ContainsAll(job.errors[r], words)) << job.errors[r];
+      EXPECT_TRUE(Contains(job.errors[r], "poplar-worker[rank " + std::to_string(r) + "]: error:"));
+    }
+  }
+
+  ScratchDir scratch_{"poplar_worker_bad_input"};
+};
+
+TEST_F(WorkerBadInput, PlanWhoseMicroBatchesDoNotSumToTheGlobalBatch) {
+  const std::string plan = scratch_.Write(
+      "plan.json", R"({"stage": 0, "global_batch": 10, "ranks": [{"rank": 0, "micro_batches": [4]},
+                                                                 {"rank": 1, "micro_batches": [4]}]})");
+  ExpectRejected(RunJob(scratch_, 2, Args(plan)), {plan, "sum to 8", "global_batch is 10"});
+}
+
+TEST_F(WorkerBadInput, PlanWithFewerRanksThanTheJob) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
+  ExpectRejected(RunJob(scratch_, 3, Args(plan)), {plan, "2 ranks", "WORLD_SIZE is 3"});
+}
+
+TEST_F(WorkerBadInput, PlanWithAMissingRankNumber) {
+  const std::string plan = scratch_.Write(
+      "plan.json", R"({"stage": 0, "global_batch": 8, "ranks": [{"rank": 0, "micro_batches": [4]},
+                                                                {"rank": 0, "micro_batches": [4]}]})");
+  ExpectRejected(RunJob(scratch_, 2, Args(plan)), {plan, "ranks[1].rank", "appears twice"});
+}
+
+TEST_F(WorkerBadInput, StageTwoPlanWithUnequalRounds) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 2, {{4, 4}, {8}});
+  ExpectRejected(RunJob(scratch_, 2, Args(plan)), {plan, "same number of micro-batches"});
+}
+
+TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  scratch_.Write("tokens.bin", "abc");
+  ExpectRejected(RunJob(scratch_, 1, Args(plan)), {"tokens.bin", "odd number of bytes"});
+}
+
+TEST_F(WorkerBadInput, InitFileThatIsNotAStateDict) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const std::string init = scratch_.Write("init.pt", "this is not a pickle");
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", init})), {init, "not a state dict"});
+}
+
+TEST_F(WorkerBadInput, CorruptCheckpoint) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
+  const std::string checkpoints = scratch_.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch_, 2, Args(plan, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  scratch_.Write("checkpoints/step-00000002/model.pt", "garbage");
+  ExpectRejected(RunJob(scratch_, 2, Args(plan, {"--resume", checkpoints}, 3)),
+                 {"step-00000002/model.pt", "not a state dict"});
+}
+
+TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
+  const int port = FreePort();
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ChildOptions options;
+    options.argv = {POPLAR_WORKER_BINARY};
+    for (const auto& arg : Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000)) {
+      options.argv.push_back(arg);
+    }
+    options.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)}};
+    options.stderr_path = scratch_.path() + "/rank" + std::to_string(r) + ".err";
+    ranks.push_back(std::make_unique<ChildProcess>(options));
+  }
+  // Wait until training runs, then kill rank 1 as a crash would.
+  for (int i = 0; i < 600 && ReadLines(scratch_.path() + "/m1.jsonl").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(ReadLines(scratch_.path() + "/m1.jsonl").empty());
+  ranks[1]->Signal(SIGKILL);
+  EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  const int survivor = ranks[0]->Wait(std::chrono::seconds(60));
+  EXPECT_EQ(survivor, 1) << "rank 0 should fail cleanly, not hang (-1) or crash";
+  EXPECT_TRUE(Contains(ReadWholeFile(scratch_.path() + "/rank0.err"), "poplar-worker[rank 0]: error:"));
+}
+
+}  // namespace
+}  // namespace poplar::testing

@@ -1,0 +1,69 @@
+// `poplar-worker profile` on an emulated device: finds the largest micro-batch under a
+// memory cap by running out of memory and recovering, and writes a profile the planner
+// reads.
+#include <gtest/gtest.h>
+
+#include "child_process.h"
+#include "planner/profile.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+constexpr std::int64_t kCap = 12 << 20;  // 12 MiB emulated device
+
+ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output) {
+  ChildOptions options;
+  options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json",
+                  "-o", output, "--device-type", "tiny-cpu", "--memory-bytes", std::to_string(cap),
+                  "--threads", "1", "--repeats", "1", "--largest-micro-batch", "512"};
+  return RunProcess(options, scratch.path());
+}
+
+TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
+  ScratchDir scratch("poplar_profile");
+  WriteModelConfig(scratch, 32, 64);
+  const std::string path = scratch.path() + "/tiny-cpu.json";
+  const ProcessOutcome run = RunProfile(scratch, kCap, path);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+
+  const DeviceProfile profile = LoadProfileFile(path);
+  EXPECT_TRUE(profile.emulated);
+  EXPECT_EQ(profile.memory_bytes, kCap);
+  ASSERT_EQ(profile.stages.size(), 3u);
+  for (const StageProfile& stage : profile.stages) {
+    // Memory ran out below the search limit, and the search went on after it.
+    EXPECT_GT(stage.max_micro_batch, 1);
+    EXPECT_LT(stage.max_micro_batch, 512);
+    EXPECT_EQ(stage.points.back().micro_batch, stage.max_micro_batch);
+    for (const ProfilePoint& point : stage.points) {
+      EXPECT_LE(point.peak_bytes, kCap);
+      EXPECT_GT(point.compute_s, 0);
+    }
+    // Peak memory grows with the micro-batch.
+    EXPECT_GT(stage.points.back().peak_bytes, stage.points.front().peak_bytes);
+    EXPECT_GT(stage.optimizer_step_s, 0);
+  }
+
+  // Twice the memory holds more than twice the samples' activations would need less.
+  const ProcessOutcome bigger = RunProfile(scratch, 2 * kCap, scratch.path() + "/bigger.json");
+  ASSERT_EQ(bigger.exit_code, 0) << bigger.err;
+  EXPECT_GT(LoadProfileFile(scratch.path() + "/bigger.json").stages[0].max_micro_batch,
+            profile.stages[0].max_micro_batch);
+}
+
+TEST(ProfileMode, TrainingBeyondTheEmulatedMemoryFailsWithAClearError) {
+  ScratchDir scratch("poplar_profile_oom");
+  WriteModelConfig(scratch, 32, 64);
+  WriteTokens(scratch, 20000);
+  const std::string plan = WritePlan(scratch, "plan.json", 0, {{256}});
+  const JobOutcome job = RunJob(
+      scratch, 1,
+      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
+       scratch.path() + "/tokens.bin", "--memory-limit", std::to_string(kCap), "--log-every", "0"});
+  ASSERT_EQ(job.exit_codes[0], 1) << job.Describe();
+  EXPECT_TRUE(Contains(job.errors[0], "out of memory")) << job.errors[0];
+}
+
+}  // namespace
+}  // namespace poplar::testing

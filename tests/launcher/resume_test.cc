@@ -1,0 +1,69 @@
+// Checkpoints resume on another plan and another number of ranks with the same result
+// as the uninterrupted run (DESIGN.md 4.4).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "child_process.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps,
+                              std::vector<std::string> extra) {
+  std::vector<std::string> args = {"train", "--plan", plan, "--model-config",
+                                   scratch.path() + "/model.json", "--data",
+                                   scratch.path() + "/tokens.bin", "--steps", std::to_string(steps),
+                                   "--lr", "1e-3", "--log-every", "0", "--timeout", "60"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
+  ScratchDir scratch("poplar_resume");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
+  const std::string three = WritePlan(scratch, "three.json", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}});
+
+  const JobOutcome whole = RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"}));
+  ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
+
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const JobOutcome first = RunJob(
+      scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}));
+  ASSERT_TRUE(first.AllSucceeded()) << first.Describe();
+  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/step-00000001/model.pt"));
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000002\n");
+
+  const JobOutcome second =
+      RunJob(scratch, 3, Args(scratch, three, 4, {"--resume", checkpoints, "--save", "resumed.pt"}));
+  ASSERT_TRUE(second.AllSucceeded()) << second.Describe();
+
+  const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
+                                             ReadStateDict(scratch.path() + "/resumed.pt"));
+  std::cout << "[ resume 2 ranks stage 1 -> 3 ranks stage 2 ] max |difference| = " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+}
+
+TEST(Resume, FromAStepFolderOnOneRank) {
+  ScratchDir scratch("poplar_resume_one");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
+  const std::string one = WritePlan(scratch, "one.json", 0, {{7, 7}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--save", "whole.pt"})).AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  const JobOutcome resumed = RunJob(
+      scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints + "/step-00000002", "--save", "resumed.pt"}));
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+  EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
+                             ReadStateDict(scratch.path() + "/resumed.pt")),
+            1e-5);
+}
+
+}  // namespace
+}  // namespace poplar::testing

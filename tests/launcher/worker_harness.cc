@@ -1,0 +1,128 @@
+#include "worker_harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "child_process.h"
+
+namespace poplar::testing {
+
+std::string WriteModelConfig(const ScratchDir& scratch, int n_embd, int block_size) {
+  return scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", 2}, {"n_head", 2},
+                                                    {"n_embd", n_embd}, {"vocab_size", 256},
+                                                    {"block_size", block_size}}
+                                         .dump());
+}
+
+std::string WriteTokens(const ScratchDir& scratch, int count) {
+  std::string text;
+  for (int line = 0; static_cast<int>(text.size()) < count; ++line) {
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(line % 97) + ".\n";
+  }
+  text.resize(count);
+  std::string bytes;
+  for (unsigned char c : text) {
+    bytes.push_back(static_cast<char>(c));
+    bytes.push_back('\0');
+  }
+  return scratch.Write("tokens.bin", bytes);
+}
+
+std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,
+                      const std::vector<std::vector<int>>& micro_batches) {
+  nlohmann::json ranks = nlohmann::json::array();
+  int total = 0;
+  for (std::size_t r = 0; r < micro_batches.size(); ++r) {
+    ranks.push_back({{"rank", r}, {"micro_batches", micro_batches[r]}});
+    for (int b : micro_batches[r]) total += b;
+  }
+  return scratch.Write(name, nlohmann::json{{"stage", stage}, {"global_batch", total}, {"ranks", ranks}}.dump());
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  const int port = ntohs(address.sin_port);
+  ::close(fd);
+  return port;
+}
+
+bool JobOutcome::AllSucceeded() const {
+  for (int code : exit_codes) {
+    if (code != 0) return false;
+  }
+  return !exit_codes.empty();
+}
+
+std::string JobOutcome::Describe() const {
+  std::string text;
+  for (std::size_t r = 0; r < exit_codes.size(); ++r) {
+    text += "rank " + std::to_string(r) + " exit " + std::to_string(exit_codes[r]) + ": " + errors[r] + "\n";
+  }
+  return text;
+}
+
+JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
+                  std::chrono::seconds deadline) {
+  const int port = FreePort();
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    ChildOptions options;
+    options.argv = {POPLAR_WORKER_BINARY};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.env = {{"RANK", std::to_string(r)},      {"WORLD_SIZE", std::to_string(world_size)},
+                   {"LOCAL_RANK", std::to_string(r)}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
+    options.cwd = scratch.path();
+    options.stderr_path = scratch.path() + "/rank" + std::to_string(r) + ".err";
+    ranks.push_back(std::make_unique<ChildProcess>(options));
+  }
+  JobOutcome outcome;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  for (int r = 0; r < world_size; ++r) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    outcome.exit_codes.push_back(ranks[r]->Wait(std::max(left, std::chrono::milliseconds(1))));
+    outcome.errors.push_back(ReadWholeFile(scratch.path() + "/rank" + std::to_string(r) + ".err"));
+  }
+  return outcome;
+}
+
+double MaxAbsDifference(const StateDict& a, const StateDict& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double largest = 0;
+  for (const auto& [name, tensor] : a) {
+    auto other = b.find(name);
+    if (other == b.end() || other->second.sizes() != tensor.sizes()) {
+      return std::numeric_limits<double>::infinity();
+    }
+    largest = std::max(largest, (tensor - other->second).abs().max().item<double>());
+  }
+  return largest;
+}
+
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace poplar::testing

@@ -1,0 +1,48 @@
+// Running poplar-worker jobs for end-to-end tests: every rank a real process on
+// loopback with torchrun's environment, inputs written to a scratch folder.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "launcher/state_dict.h"
+#include "test_support.h"
+
+namespace poplar::testing {
+
+// A tiny GPT (2 layers, 2 heads, 32 wide, byte vocabulary, 16 tokens per sample).
+std::string WriteModelConfig(const ScratchDir& scratch, int n_embd = 32, int block_size = 16);
+
+// `count` tokens of a deterministic, learnable byte sequence (a repeated sentence with
+// a counter), written as uint16.
+std::string WriteTokens(const ScratchDir& scratch, int count);
+
+// A plan file for the worker: stage, and each rank's micro-batches.
+std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,
+                      const std::vector<std::vector<int>>& micro_batches);
+
+// A port that was free a moment ago on 127.0.0.1.
+int FreePort();
+
+struct JobOutcome {
+  std::vector<int> exit_codes;  // per rank; -1: killed at the deadline
+  std::vector<std::string> errors;  // per rank stderr
+
+  bool AllSucceeded() const;
+  std::string Describe() const;
+};
+
+// Starts `world_size` workers `poplar-worker args...` (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT set), waits for all of them up to `deadline`.
+JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
+                  std::chrono::seconds deadline = std::chrono::seconds(180));
+
+// Largest |a - b| over every tensor of two state dicts with the same keys and shapes
+// (infinity if they differ in keys or shapes).
+double MaxAbsDifference(const StateDict& a, const StateDict& b);
+
+// The JSON lines of a metrics file.
+std::vector<std::string> ReadLines(const std::string& path);
+
+}  // namespace poplar::testing
