@@ -4,6 +4,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "planner/input_error.h"
 
@@ -52,8 +55,14 @@ class Communicator::Timer {
   std::chrono::steady_clock::time_point start_;
 };
 
-Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout)
+Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
+                           torch::Device device)
     : rank_(env.rank), world_size_(env.world_size) {
+#ifndef USE_C10D_NCCL
+  if (device.is_cuda() && world_size_ > 1) {
+    throw InputError("--device", "", "cuda with several ranks needs a libtorch built with NCCL");
+  }
+#endif
   if (world_size_ == 1) return;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
@@ -63,6 +72,15 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.timeout = timeout;
   store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
 
+#ifdef USE_C10D_NCCL
+  if (device.is_cuda()) {
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = timeout;
+    group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, options);
+    native_scatter_gather_ = true;
+    return;
+  }
+#endif
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
@@ -86,6 +104,11 @@ void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& o
     return;
   }
   Timer timer(communication_seconds_);
+  if (native_scatter_gather_) {
+    auto source = input.contiguous();
+    group_->_reduce_scatter_base(output, source)->wait();
+    return;
+  }
   std::vector<torch::Tensor> tensors = {input.clone()};
   group_->allreduce(tensors)->wait();
   output.copy_(tensors[0].narrow(0, rank_ * chunk, chunk));
@@ -99,6 +122,11 @@ void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) 
     return;
   }
   Timer timer(communication_seconds_);
+  if (native_scatter_gather_) {
+    auto source = shard.contiguous();
+    group_->_allgather_base(output, source)->wait();
+    return;
+  }
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(output.narrow(0, r * chunk, chunk));
   std::vector<torch::Tensor> inputs = {shard.contiguous()};

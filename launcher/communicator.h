@@ -1,7 +1,9 @@
 // Communicator: the collectives the ZeRO engine needs, over a c10d process group.
 //
 // Ranks rendezvous through a c10d TCPStore hosted by rank 0 (torchrun's MASTER_ADDR and
-// MASTER_PORT); collectives run on c10d's Gloo process group for CPU tensors. Every
+// MASTER_PORT); collectives run on c10d's Gloo process group for CPU tensors and on its
+// NCCL process group for CUDA tensors (compiled only where libtorch has NCCL:
+// USE_C10D_NCCL; elsewhere a CUDA device is refused with a clear error). Every
 // collective and the rendezvous have a timeout, so a dead peer ends the job with an
 // error instead of a hang. With one rank no process group is created and every
 // collective is the identity.
@@ -36,8 +38,10 @@ struct DistributedEnv {
 
 class Communicator {
  public:
-  // Rendezvous and create the process group (world_size > 1). Throws on timeout.
-  Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout);
+  // Rendezvous and create the process group for tensors on `device` (world_size > 1).
+  // Throws on timeout, and InputError for a CUDA device without NCCL.
+  Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
+               torch::Device device = torch::kCPU);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -46,8 +50,9 @@ class Communicator {
   // In place: every rank ends with the element-wise sum.
   void AllReduceSum(torch::Tensor& tensor);
   // input: world_size * k elements; output: k elements, the sum over ranks of input's
-  // rank()-th chunk. (Gloo in libtorch 1.13 has no reduce-scatter: this all-reduces a
-  // copy and keeps the chunk, moving twice the bytes of a true reduce-scatter.)
+  // rank()-th chunk. (NCCL reduce-scatters natively; Gloo in libtorch 1.13 has no
+  // reduce-scatter, so there this all-reduces a copy and keeps the chunk, moving twice
+  // the bytes of a true reduce-scatter.)
   void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
   // shard: k elements; output: world_size * k elements, chunk r from rank r.
   void AllGather(const torch::Tensor& shard, torch::Tensor& output);
@@ -64,6 +69,7 @@ class Communicator {
   int world_size_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  bool native_scatter_gather_ = false;  // the group has _reduce_scatter_base/_allgather_base
   double communication_seconds_ = 0;
 };
 

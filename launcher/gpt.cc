@@ -14,7 +14,9 @@ torch::nn::LayerNorm MakeLayerNorm(int n_embd) {
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
   c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
-  causal_mask_ = torch::ones({config.block_size, config.block_size}, torch::kBool).tril();
+  // A buffer, not a parameter: it moves with the model and stays out of state dicts.
+  causal_mask_ = register_buffer(
+      "causal_mask", torch::ones({config.block_size, config.block_size}, torch::kBool).tril());
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -26,7 +28,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   };
   const torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   auto attention = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_size)));
-  const auto mask = causal_mask_.to(x.device()).narrow(0, 0, time).narrow(1, 0, time);
+  const auto mask = causal_mask_.narrow(0, 0, time).narrow(1, 0, time);
   attention = attention.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
   attention = torch::softmax(attention, -1);
   auto y = torch::matmul(attention, v).transpose(1, 2).contiguous().view({batch, time, channels});

@@ -50,7 +50,7 @@ void WriteStateDict(const std::string& path, const StateDict& tensors) {
 StateDict ModelStateDict(const Gpt& model) {
   StateDict tensors;
   for (const auto& [name, parameter] : model->NamedParameters()) {
-    tensors[name] = parameter.detach().clone();
+    tensors[name] = parameter.detach().cpu().clone();
   }
   tensors[kTiedHeadName] = tensors.at(kTokenEmbeddingName);
   return tensors;

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <torch/cuda.h>
+
 #include "launcher/checkpoint.h"
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
@@ -51,12 +53,13 @@ class MetricsWriter {
 
 // Compute of one micro-batch: forward, backward, and for an emulated slower device the
 // extra wall time. Returns the loss summed over its tokens.
-double RunMicroBatch(Gpt& model, const TokenData& data, std::int64_t first, int size, double slowdown) {
+double RunMicroBatch(Gpt& model, const TokenData& data, std::int64_t first, int size,
+                     double slowdown, torch::Device device) {
   const auto start = Clock::now();
   auto [inputs, targets] = data.Batch(first, size);
-  auto loss = model->LossSum(inputs, targets);
+  auto loss = model->LossSum(inputs.to(device), targets.to(device));
   loss.backward();
-  const double value = loss.item<double>();
+  const double value = loss.item<double>();  // also waits for the device
   if (slowdown > 1.0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(SecondsSince(start) * (slowdown - 1.0)));
   }
@@ -68,14 +71,17 @@ double RunMicroBatch(Gpt& model, const TokenData& data, std::int64_t first, int 
 void Train(const TrainOptions& options) {
   CountingAllocator::Install();
   CountingAllocator::SetCapacity(options.memory_limit);
-  if (options.device != "cpu") {
-    throw InputError("--device", "", "'" + options.device +
-                                         "' is not available: this worker is built with a CPU "
-                                         "libtorch (CUDA builds: docs/operations.md)");
+  const DistributedEnv env = DistributedEnv::FromEnvironment();
+  torch::Device device = torch::kCPU;
+  if (options.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw InputError("--device", "", "cuda is not available: no GPU, or a libtorch built without "
+                                       "CUDA (docs/operations.md says how to build against one)");
+    }
+    device = torch::Device(torch::kCUDA, env.local_rank % static_cast<int>(torch::cuda::device_count()));
   }
   if (options.threads > 0) torch::set_num_threads(options.threads);
 
-  const DistributedEnv env = DistributedEnv::FromEnvironment();
   const WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
   if (plan.stage > 2) {
@@ -92,8 +98,9 @@ void Train(const TrainOptions& options) {
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, initial, options.init);
   if (resumed) LoadModelState(model, resumed->model, options.resume);
+  model->to(device);
 
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s));
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device);
   const auto bucket_elements = static_cast<std::int64_t>(options.bucket_mb * (1 << 20) / 4);
   ZeroEngine engine(model->NamedParameters(), plan.stage, communicator, options.adamw,
                     std::max<std::int64_t>(1, bucket_elements));
@@ -125,16 +132,16 @@ void Train(const TrainOptions& options) {
     for (int size : micro_batches) {
       if (size > 0) {
         const auto compute_start = Clock::now();
-        loss_sum += RunMicroBatch(model, data, first, size, options.slowdown);
+        loss_sum += RunMicroBatch(model, data, first, size, options.slowdown, device);
         compute_s += SecondsSince(compute_start);
         first += size;
       }
       engine.FinishRound();
     }
     const double grad_norm = engine.Step(tokens_per_step);
-    auto loss = torch::tensor({loss_sum}, torch::kFloat64);
+    auto loss = torch::tensor({loss_sum}, torch::kFloat64).to(device);
     communicator.AllReduceSum(loss);
-    const double mean_loss = loss.item<double>() / tokens_per_step;
+    const double mean_loss = loss.item<double>() / tokens_per_step;  // waits for the device
     const double step_s = SecondsSince(step_start);
 
     metrics.Write({{"step", step + 1},

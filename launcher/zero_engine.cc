@@ -6,7 +6,6 @@
 namespace poplar {
 namespace {
 
-torch::Tensor Zeros(std::int64_t elements) { return torch::zeros({elements}, torch::kFloat32); }
 
 }  // namespace
 
@@ -15,6 +14,8 @@ ZeroEngine::ZeroEngine(std::vector<std::pair<std::string, torch::Tensor>> parame
                        std::int64_t bucket_elements)
     : stage_(stage), communicator_(communicator), options_(options) {
   TORCH_CHECK(stage >= 0 && stage <= 2, "ZeroEngine supports stages 0-2, got ", stage);
+  TORCH_CHECK(!parameters.empty(), "ZeroEngine needs parameters");
+  device_ = parameters.front().second.device();
   const int world = communicator.world_size();
   const int rank = communicator.rank();
 
@@ -103,7 +104,7 @@ double ZeroEngine::Step(double token_count) {
     }
   }
   // Scale once by the global token count, then the global norm over all shards.
-  auto squares = torch::zeros({1}, torch::kFloat64);
+  auto squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const Bucket& bucket : buckets_) {
     auto gradient = OwnedGradient(bucket);
     gradient.div_(token_count);
@@ -160,6 +161,10 @@ void ZeroEngine::ApplyAdamW(double clip_coefficient) {
   }
 }
 
+torch::Tensor ZeroEngine::Zeros(std::int64_t elements) const {
+  return torch::zeros({elements}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+}
+
 std::map<std::string, AdamMoments> ZeroEngine::GatherMoments() {
   torch::NoGradGuard no_grad;
   torch::Tensor full_avg = exp_avg_, full_avg_sq = exp_avg_sq_;
@@ -177,8 +182,8 @@ std::map<std::string, AdamMoments> ZeroEngine::GatherMoments() {
   std::map<std::string, AdamMoments> moments;
   for (const Slot& slot : slots_) {
     moments[slot.name] = {
-        full_avg.narrow(0, slot.offset, slot.numel).view(slot.parameter.sizes()).clone(),
-        full_avg_sq.narrow(0, slot.offset, slot.numel).view(slot.parameter.sizes()).clone()};
+        full_avg.narrow(0, slot.offset, slot.numel).view(slot.parameter.sizes()).cpu().clone(),
+        full_avg_sq.narrow(0, slot.offset, slot.numel).view(slot.parameter.sizes()).cpu().clone()};
   }
   return moments;
 }

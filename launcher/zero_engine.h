@@ -64,7 +64,7 @@ class ZeroEngine {
   std::int64_t step() const { return step_; }
   double optimizer_seconds() const { return optimizer_seconds_; }
 
-  // Full Adam moments by parameter name (collective at stages 1-2).
+  // Full Adam moments by parameter name, on the CPU (collective at stages 1-2).
   std::map<std::string, AdamMoments> GatherMoments();
   // Restores full moments (for example from a checkpoint written with any plan).
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step);
@@ -87,9 +87,11 @@ class ZeroEngine {
   };
 
   torch::Tensor OwnedGradient(const Bucket& bucket);
+  torch::Tensor Zeros(std::int64_t elements) const;  // fp32 on the parameters' device
   void ApplyAdamW(double clip_coefficient);
 
   int stage_;
+  torch::Device device_ = torch::kCPU;
   Communicator& communicator_;
   AdamWOptions options_;
   std::vector<Slot> slots_;
