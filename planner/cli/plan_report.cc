@@ -8,7 +8,8 @@ std::string ClusterSummary(const ClusterSpec& cluster, const PlanResult& result)
   const StageProblem& problem = result.stages.front().problem;
   return "cluster " + cluster.name + ": " + std::to_string(cluster.DeviceCount()) + " devices of " +
          std::to_string(cluster.DeviceTypes().size()) + " types on " +
-         std::to_string(cluster.nodes.size()) + " nodes; global batch " +
+         std::to_string(cluster.nodes.size()) + (cluster.nodes.size() == 1 ? " node" : " nodes") +
+         "; global batch " +
          std::to_string(cluster.global_batch) + "; model " +
          Fixed(problem.params / 1e6, 1) + "M parameters (" + PrecisionName(problem.precision) +
          "); policy " + PolicyName(result.policy) + "\n";

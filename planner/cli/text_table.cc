@@ -52,7 +52,10 @@ std::string Seconds(double seconds) {
   return Fixed(seconds, 3) + " s";
 }
 
-std::string GiB(double bytes) { return Fixed(bytes / (1024.0 * 1024.0 * 1024.0), 1) + " GiB"; }
+std::string GiB(double bytes) {
+  if (bytes < 1024.0 * 1024.0 * 1024.0) return Fixed(bytes / (1024.0 * 1024.0), 1) + " MiB";
+  return Fixed(bytes / (1024.0 * 1024.0 * 1024.0), 1) + " GiB";
+}
 
 std::string MicroBatchList(const std::vector<int>& micro_batches) {
   if (micro_batches.empty()) return "-";

@@ -25,7 +25,7 @@ class TextTable {
 std::string Fixed(double value, int digits);
 // Seconds with a unit chosen for readability: "850 us", "12.3 ms", "1.234 s".
 std::string Seconds(double seconds);
-// Bytes in GiB with one decimal: "37.5 GiB".
+// Bytes with one decimal in GiB, or MiB below one GiB: "37.5 GiB", "48.0 MiB".
 std::string GiB(double bytes);
 // A micro-batch list with runs folded: [24,24,24,16] -> "24x3 16"; empty -> "-".
 std::string MicroBatchList(const std::vector<int>& micro_batches);
