@@ -1,0 +1,128 @@
+"""PyTorch's own training of poplar's GPT, for checks and benchmarks against poplar-worker.
+
+The model is nanoGPT's GPT-2 (same parameter names, pre-LayerNorm blocks with biases,
+learned positions, causal attention, exact GELU, no dropout, head tied to wte); the
+data, loss, clipping and AdamW follow DESIGN.md 4.4, so one step here is the step
+poplar-worker takes on the same global batch.
+"""
+import json
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.n_head = c["n_head"]
+        self.c_attn = nn.Linear(c["n_embd"], 3 * c["n_embd"])
+        self.c_proj = nn.Linear(c["n_embd"], c["n_embd"])
+        size = c["block_size"]
+        self.register_buffer("mask", torch.tril(torch.ones(size, size, dtype=torch.bool)), persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q, k, v = heads(q), heads(k), heads(v)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_fc = nn.Linear(c["n_embd"], 4 * c["n_embd"])
+        self.c_proj = nn.Linear(4 * c["n_embd"], c["n_embd"])
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c["n_embd"])
+        self.attn = CausalSelfAttention(c)
+        self.ln_2 = nn.LayerNorm(c["n_embd"])
+        self.mlp = MLP(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(c["vocab_size"], c["n_embd"]),
+            wpe=nn.Embedding(c["block_size"], c["n_embd"]),
+            h=nn.ModuleList([Block(c) for _ in range(c["n_layer"])]),
+            ln_f=nn.LayerNorm(c["n_embd"])))
+        self.lm_head = nn.Linear(c["n_embd"], c["vocab_size"], bias=False)
+        self.lm_head.weight = self.transformer.wte.weight
+        # nanoGPT's initialisation: normal(0, 0.02), residual projections scaled down.
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * c["n_layer"]))
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            elif "ln_" not in name:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T, device=idx.device))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def load_config(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+class Tokens:
+    """DESIGN.md 4.4: sample k = tokens[kL, kL+L), targets shifted by one."""
+
+    def __init__(self, path, block_size):
+        self.tokens = torch.from_numpy(np.fromfile(path, dtype="<u2").astype(np.int64))
+        self.L = block_size
+        self.samples = (len(self.tokens) - 1) // block_size
+
+    def batch(self, first, count):
+        index = [(first + i) % self.samples for i in range(count)]
+        x = torch.stack([self.tokens[k * self.L:(k + 1) * self.L] for k in index])
+        y = torch.stack([self.tokens[k * self.L + 1:(k + 1) * self.L + 1] for k in index])
+        return x, y
+
+
+def optimizer(model, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=eps)
+
+
+def train_step(model, opt, tokens, step, global_batch, micro_batch, grad_clip=1.0):
+    """One step on global batch `step`, accumulated in micro-batches; mean loss."""
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    first = step * global_batch
+    for start in range(0, global_batch, micro_batch):
+        count = min(micro_batch, global_batch - start)
+        x, y = tokens.batch(first + start, count)
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), reduction="sum")
+        (loss / (global_batch * tokens.L)).backward()
+        total += loss.item()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return total / (global_batch * tokens.L)
