@@ -46,10 +46,16 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
   WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
   const nlohmann::json meta = {{"format", kFormat}, {"step", checkpoint.step}, {"model", ConfigJson(config)}};
   WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
+  // An older folder of the same step (a rerun after resuming from an earlier step) is
+  // moved aside before the new one takes its name, so `latest` never names a missing
+  // folder; then `latest` is replaced.
   const fs::path final_path = fs::path(dir) / final_name;
-  fs::remove_all(final_path);
+  const fs::path old_path = fs::path(dir) / ("." + final_name + ".old" + std::to_string(::getpid()));
+  const bool replacing = fs::exists(final_path);
+  if (replacing) fs::rename(final_path, old_path);
   fs::rename(temporary, final_path);
   WriteFileAtomically((fs::path(dir) / "latest").string(), final_name + "\n");
+  if (replacing) fs::remove_all(old_path);
 }
 
 Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config) {

@@ -15,7 +15,7 @@
 
 #include "launcher/model_config.h"
 #include "launcher/state_dict.h"
-#include "launcher/zero_engine.h"
+#include "launcher/training_engine.h"
 
 namespace poplar {
 

@@ -74,6 +74,10 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
 
 #ifdef USE_C10D_NCCL
   if (device.is_cuda()) {
+    // Blocking waits make NCCL's timeout raise an error in wait() instead of leaving
+    // the host blocked or the watchdog aborting the process.
+    ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
+    ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, options);
@@ -83,8 +87,35 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
 #endif
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
+  options->devices.push_back(GlooDevice(env.master_addr));
   group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, options);
+}
+
+std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::string& master_addr) {
+  // The interface Gloo listens on: GLOO_SOCKET_IFNAME when set (as torchrun), loopback
+  // when the whole job is on this machine, else the one the host name resolves to.
+  // (The master's address is not a local address on other nodes.)
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  }
+  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname(master_addr);
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+void Communicator::RequireAgreement(const std::string& what, const std::string& value) {
+  if (world_size_ == 1) return;
+  const std::string prefix = "poplar/agree/" + what + "/";
+  store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+  for (int r = 0; r < world_size_; ++r) {
+    const std::vector<uint8_t> theirs = store_->get(prefix + std::to_string(r));
+    if (std::string(theirs.begin(), theirs.end()) != value) {
+      throw InputError("ranks " + std::to_string(rank_) + " and " + std::to_string(r), what,
+                       "differ: every rank must run with the same " + what + " (this rank: " +
+                           value.substr(0, 200) + ")");
+    }
+  }
 }
 
 Communicator::~Communicator() = default;

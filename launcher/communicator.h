@@ -21,6 +21,9 @@ namespace c10d {
 class ProcessGroup;
 class Store;
 }  // namespace c10d
+namespace gloo::transport {
+class Device;
+}  // namespace gloo::transport
 
 namespace poplar {
 
@@ -58,12 +61,17 @@ class Communicator {
   void AllGather(const torch::Tensor& shard, torch::Tensor& output);
   void Broadcast(torch::Tensor& tensor, int root);
   void Barrier();
+  // Throws InputError on every rank unless all ranks pass the same `value` for `what`
+  // (for example the plan, the model, the flags that decide which collectives run).
+  // Ranks that disagree would otherwise deadlock or silently diverge.
+  void RequireAgreement(const std::string& what, const std::string& value);
 
   // Wall time spent inside collectives since construction.
   double communication_seconds() const { return communication_seconds_; }
 
  private:
   class Timer;
+  static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
 
   int rank_;
   int world_size_;

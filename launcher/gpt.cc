@@ -80,22 +80,31 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
   }
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+torch::Tensor GptImpl::Embed(const torch::Tensor& idx) {
   const auto time = idx.size(1);
   TORCH_CHECK(time <= config_.block_size, "sequence of ", time, " tokens exceeds block_size ",
               config_.block_size);
   const auto positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
-  auto x = wte(idx) + wpe(positions);
-  for (const auto& block : *h) x = block->as<Block>()->forward(x);
-  x = ln_f(x);
-  return torch::nn::functional::linear(x, wte->weight);
+  return wte(idx) + wpe(positions);
 }
 
-torch::Tensor GptImpl::LossSum(const torch::Tensor& idx, const torch::Tensor& targets) {
-  const auto logits = forward(idx);
+torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+  auto x = Embed(idx);
+  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  return torch::nn::functional::linear(ln_f(x), wte->weight);
+}
+
+torch::Tensor GptImpl::HeadLoss(const torch::Tensor& x, const torch::Tensor& targets) {
+  const auto logits = torch::nn::functional::linear(ln_f(x), wte->weight);
   return torch::nn::functional::cross_entropy(
       logits.view({-1, logits.size(-1)}), targets.view({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+torch::Tensor GptImpl::LossSum(const torch::Tensor& idx, const torch::Tensor& targets) {
+  auto x = Embed(idx);
+  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  return HeadLoss(x, targets);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> GptImpl::NamedParameters() const {

@@ -59,6 +59,11 @@ class GptImpl : public torch::nn::Module {
   // Sum (not mean) of the cross-entropy over every token of the micro-batch.
   torch::Tensor LossSum(const torch::Tensor& idx, const torch::Tensor& targets);
 
+  // The model's units, which LossSum chains and ZeRO-3 runs one at a time:
+  // Embed (wte, wpe) -> h[0..n_layer) -> HeadLoss (ln_f, and wte as the tied head).
+  torch::Tensor Embed(const torch::Tensor& idx);
+  torch::Tensor HeadLoss(const torch::Tensor& x, const torch::Tensor& targets);
+
   // Unique trainable parameters with their nanoGPT names, in a fixed order.
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
 

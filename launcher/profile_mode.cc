@@ -10,7 +10,7 @@
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
 #include "launcher/gpt.h"
-#include "launcher/zero_engine.h"
+#include "launcher/training_engine.h"
 #include "planner/input_error.h"
 #include "planner/profile.h"
 #include "planner/text_file.h"
@@ -32,8 +32,7 @@ class StageProfiler {
       : config_(config), options_(options), model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = Gpt(config);
-    engine_ = std::make_unique<ZeroEngine>(model_->NamedParameters(), stage, communicator,
-                                           AdamWOptions{}, std::int64_t{1} << 22);
+    engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, std::int64_t{1} << 22);
   }
 
   // Median time and peak bytes of a micro-batch of `size`, or nullopt if it does not fit.
@@ -45,14 +44,13 @@ class StageProfiler {
         CountingAllocator::ResetPeak();
         const auto start = Clock::now();
         auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size}, torch::kLong);
-        auto loss = model_->LossSum(inputs, inputs);
-        loss.backward();
+        engine_->MicroBatch(inputs, inputs);
         double elapsed = Seconds(start);
         if (options_.slowdown > 1.0) {
           std::this_thread::sleep_for(std::chrono::duration<double>(elapsed * (options_.slowdown - 1.0)));
           elapsed *= options_.slowdown;
         }
-        engine_->FinishRound();
+        engine_->EndRound(true);
         peak = std::max(peak, CountingAllocator::Peak());
         if (run > 0) times.push_back(elapsed);
       }
@@ -78,7 +76,7 @@ class StageProfiler {
   const GptConfig& config_;
   const ProfileOptions& options_;
   Gpt model_;
-  std::unique_ptr<ZeroEngine> engine_;
+  std::unique_ptr<TrainingEngine> engine_;
 };
 
 StageProfile ProfileStage(const GptConfig& config, int stage, const ProfileOptions& options,

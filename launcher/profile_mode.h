@@ -1,4 +1,4 @@
-// `poplar-worker profile`: measures one device for ZeRO stages (DESIGN.md 7) and writes
+// `poplar-worker profile`: measures one device for ZeRO stages 0-3 (DESIGN.md 7) and writes
 // the profile file the planner reads (docs/formats.md).
 //
 // For each stage, alone (world size 1): one warm-up micro-batch, then timed forward +
@@ -23,7 +23,7 @@ struct ProfileOptions {
   std::string model_config;
   std::string output;              // profile file to write
   std::string device_type;         // the profile's device_type
-  std::vector<int> stages = {0, 1, 2};
+  std::vector<int> stages = {0, 1, 2, 3};
   std::int64_t memory_bytes = 0;   // emulated capacity; 0: the machine's memory, no cap
   int threads = 0;
   double slowdown = 1.0;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "launcher/model_config.h"
 #include "launcher/state_dict.h"
 #include "launcher/token_data.h"
+#include "launcher/training_engine.h"
 #include "planner/input_error.h"
 #include "planner/worker_plan.h"
 
@@ -53,17 +56,59 @@ class MetricsWriter {
 
 // Compute of one micro-batch: forward, backward, and for an emulated slower device the
 // extra wall time. Returns the loss summed over its tokens.
-double RunMicroBatch(Gpt& model, const TokenData& data, std::int64_t first, int size,
+double RunMicroBatch(TrainingEngine& engine, const TokenData& data, std::int64_t first, int size,
                      double slowdown, torch::Device device) {
   const auto start = Clock::now();
   auto [inputs, targets] = data.Batch(first, size);
-  auto loss = model->LossSum(inputs.to(device), targets.to(device));
-  loss.backward();
-  const double value = loss.item<double>();  // also waits for the device
+  const double value = engine.MicroBatch(inputs.to(device), targets.to(device));  // waits for the device
   if (slowdown > 1.0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(SecondsSince(start) * (slowdown - 1.0)));
   }
   return value;
+}
+
+// Output paths are checked before the rendezvous, so a typo fails at once on its own
+// rank instead of after training (or as a peer's connection error).
+void RequireWritableOutputs(const TrainOptions& options) {
+  namespace fs = std::filesystem;
+  if (!options.checkpoint_dir.empty()) {
+    std::error_code error;
+    fs::create_directories(options.checkpoint_dir, error);
+    if (error || !fs::is_directory(options.checkpoint_dir)) {
+      throw InputError("--checkpoint-dir", "", "cannot create folder " + options.checkpoint_dir + ": " +
+                                                   (error ? error.message() : "a file is in the way"));
+    }
+  }
+  if (!options.save.empty()) {
+    const fs::path parent = fs::path(options.save).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent)) {
+      throw InputError("--save", "", "folder " + parent.string() + " does not exist");
+    }
+  }
+}
+
+// What every rank must agree on: anything that decides which collectives run, or what
+// is trained. Includes a checksum of the initial parameters.
+std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config,
+                           const Gpt& model, std::int64_t first_step) {
+  double checksum = 0;
+  for (const auto& [name, parameter] : model->NamedParameters()) {
+    checksum += parameter.detach().to(torch::kFloat64).sum().item<double>();
+  }
+  nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
+                              {"micro_batches", plan.micro_batches}};
+  return nlohmann::json{{"plan", plan_json},
+                        {"model", {config.n_layer, config.n_head, config.n_embd, config.vocab_size,
+                                   config.block_size}},
+                        {"steps", options.steps},
+                        {"first_step", first_step},
+                        {"bucket_mb", options.bucket_mb},
+                        {"save", !options.save.empty()},
+                        {"checkpoint_dir", !options.checkpoint_dir.empty()},
+                        {"checkpoint_every", options.checkpoint_every},
+                        {"device", options.device},
+                        {"initial_parameters_sum", checksum}}
+      .dump();
 }
 
 }  // namespace
@@ -84,33 +129,42 @@ void Train(const TrainOptions& options) {
 
   const WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
-  if (plan.stage > 2) {
-    throw InputError(options.plan, "stage", "stage 3 is not supported by this worker yet (stages 0-2)");
-  }
   const GptConfig config = LoadModelConfig(options.model_config);
   const TokenData data(options.data, config.block_size, config.vocab_size);
-  std::optional<Checkpoint> resumed;
-  if (!options.resume.empty()) resumed = ReadCheckpoint(options.resume, config);
-  const StateDict initial = options.init.empty() ? StateDict{} : ReadStateDict(options.init);
+  RequireWritableOutputs(options);
+  MetricsWriter metrics(options.metrics, env.rank, !options.resume.empty());
 
+  // Model, from --init or --resume; the loaded files are dropped once copied in.
+  std::int64_t first_step = 0;
+  std::map<std::string, AdamMoments> resumed_moments;
   const std::int64_t baseline_bytes = CountingAllocator::InUse();
   torch::manual_seed(options.seed);
   Gpt model(config);
-  if (!options.init.empty()) LoadModelState(model, initial, options.init);
-  if (resumed) LoadModelState(model, resumed->model, options.resume);
+  if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
+  if (!options.resume.empty()) {
+    Checkpoint checkpoint = ReadCheckpoint(options.resume, config);
+    if (checkpoint.step > options.steps) {
+      throw InputError("--steps", "", std::to_string(options.steps) + " is below the step of the "
+                                      "checkpoint in " + options.resume + " (" +
+                                      std::to_string(checkpoint.step) + ")");
+    }
+    LoadModelState(model, checkpoint.model, options.resume);
+    first_step = checkpoint.step;
+    resumed_moments = std::move(checkpoint.moments);
+  }
   model->to(device);
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device);
+  communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
   const auto bucket_elements = static_cast<std::int64_t>(options.bucket_mb * (1 << 20) / 4);
-  ZeroEngine engine(model->NamedParameters(), plan.stage, communicator, options.adamw,
-                    std::max<std::int64_t>(1, bucket_elements));
-  std::int64_t first_step = 0;
-  if (resumed) {
-    engine.LoadMoments(resumed->moments, resumed->step);
-    first_step = resumed->step;
+  const std::unique_ptr<TrainingEngine> engine_owner = MakeEngine(
+      plan.stage, model, communicator, options.adamw, std::max<std::int64_t>(1, bucket_elements));
+  TrainingEngine& engine = *engine_owner;
+  if (!options.resume.empty()) {
+    engine.LoadMoments(resumed_moments, first_step);
+    resumed_moments.clear();
   }
 
-  MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());
   const int rank = env.rank;
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);
@@ -132,11 +186,11 @@ void Train(const TrainOptions& options) {
     for (int size : micro_batches) {
       if (size > 0) {
         const auto compute_start = Clock::now();
-        loss_sum += RunMicroBatch(model, data, first, size, options.slowdown, device);
+        loss_sum += RunMicroBatch(engine, data, first, size, options.slowdown, device);
         compute_s += SecondsSince(compute_start);
         first += size;
       }
-      engine.FinishRound();
+      engine.EndRound(size > 0);
     }
     const double grad_norm = engine.Step(tokens_per_step);
     auto loss = torch::tensor({loss_sum}, torch::kFloat64).to(device);
@@ -166,15 +220,15 @@ void Train(const TrainOptions& options) {
     const bool last = step + 1 == options.steps;
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-      Checkpoint checkpoint{step + 1, {}, engine.GatherMoments()};
-      if (rank == 0) {
-        checkpoint.model = ModelStateDict(model);
-        WriteCheckpoint(options.checkpoint_dir, checkpoint, config);
-      }
+      const Checkpoint checkpoint{step + 1, engine.FullState(), engine.GatherMoments()};
+      if (rank == 0) WriteCheckpoint(options.checkpoint_dir, checkpoint, config);
       communicator.Barrier();
     }
   }
-  if (!options.save.empty() && rank == 0) WriteStateDict(options.save, ModelStateDict(model));
+  if (!options.save.empty()) {
+    const StateDict state = engine.FullState();  // collective at stage 3
+    if (rank == 0) WriteStateDict(options.save, state);
+  }
   communicator.Barrier();
 }
 

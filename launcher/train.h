@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/zero_engine.h"
+#include "launcher/adamw.h"
 
 namespace poplar {
 

@@ -22,6 +22,18 @@ std::string Who() {
 // The first line of a libtorch message (the rest is a C++ backtrace).
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// Adam's betas, like PyTorch's: 0 <= beta < 1.
+const CLI::Validator kBelowOne(
+    [](std::string& text) {
+      try {
+        const double value = std::stod(text);
+        if (value >= 0.0 && value < 1.0) return std::string();
+      } catch (const std::exception&) {
+      }
+      return "must be a number in [0, 1), got " + text;
+    },
+    "[0, 1)");
+
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
@@ -31,8 +43,8 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)");
   train->add_option("--lr", o.adamw.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  train->add_option("--beta1", o.adamw.beta1, "AdamW beta1")->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  train->add_option("--beta2", o.adamw.beta2, "AdamW beta2")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
+  train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(CLI::PositiveNumber)->capture_default_str();
   train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -56,7 +68,7 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
   profile->add_option("-o,--output", o.output, "Profile file to write")->required();
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
-  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 2))->capture_default_str();
+  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 3))->capture_default_str();
   profile->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes (0: machine memory, no cap)")->check(CLI::NonNegativeNumber);
   profile->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
   profile->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
@@ -99,6 +111,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& error) {
     std::cerr << Who() << ": error: " << FirstLine(error.what()) << "\n";
     return 1;
+  } catch (...) {
+    std::cerr << Who() << ": internal error: an unknown exception\n";
+    return 70;
   }
   return 0;
 }

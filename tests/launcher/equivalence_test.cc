@@ -75,7 +75,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Schedule{"Stage1TwoRanks", 1, {{5, 3}, {4, 2}}},
                       Schedule{"Stage1ThreeRanks", 1, {{5, 3}, {2}, {1, 1, 1, 1}}},
                       Schedule{"Stage2TwoRanks", 2, {{5, 3, 0}, {2, 2, 2}}},
-                      Schedule{"Stage2ThreeRanks", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}),
+                      Schedule{"Stage2ThreeRanks", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
+                      Schedule{"Stage3TwoRanks", 3, {{5, 3, 0}, {2, 2, 2}}},
+                      Schedule{"Stage3ThreeRanks", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}),
     [](const ::testing::TestParamInfo<Schedule>& info) { return info.param.name; });
 
 }  // namespace

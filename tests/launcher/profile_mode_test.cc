@@ -30,7 +30,7 @@ TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
   const DeviceProfile profile = LoadProfileFile(path);
   EXPECT_TRUE(profile.emulated);
   EXPECT_EQ(profile.memory_bytes, kCap);
-  ASSERT_EQ(profile.stages.size(), 3u);
+  ASSERT_EQ(profile.stages.size(), 4u);
   for (const StageProfile& stage : profile.stages) {
     // Memory ran out below the search limit, and the search went on after it.
     EXPECT_GT(stage.max_micro_batch, 1);

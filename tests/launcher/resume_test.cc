@@ -25,7 +25,7 @@ TEST(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   WriteModelConfig(scratch);
   WriteTokens(scratch, 6000);
   const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
-  const std::string three = WritePlan(scratch, "three.json", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}});
+  const std::string three = WritePlan(scratch, "three.json", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}});
 
   const JobOutcome whole = RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"}));
   ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
@@ -43,15 +43,15 @@ TEST(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
 
   const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
                                              ReadStateDict(scratch.path() + "/resumed.pt"));
-  std::cout << "[ resume 2 ranks stage 1 -> 3 ranks stage 2 ] max |difference| = " << difference << "\n";
+  std::cout << "[ resume 2 ranks stage 1 -> 3 ranks stage 3 ] max |difference| = " << difference << "\n";
   EXPECT_LT(difference, 1e-5);
 }
 
-TEST(Resume, FromAStepFolderOnOneRank) {
+TEST(Resume, FromStageThreeOnOneRank) {
   ScratchDir scratch("poplar_resume_one");
   WriteModelConfig(scratch);
   WriteTokens(scratch, 6000);
-  const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
+  const std::string two = WritePlan(scratch, "two.json", 3, {{5, 3}, {4, 2}});
   const std::string one = WritePlan(scratch, "one.json", 0, {{7, 7}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
 

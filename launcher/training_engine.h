@@ -1,0 +1,98 @@
+// TrainingEngine: one rank's ZeRO training of the GPT, whatever the stage. The training
+// loop (train.cc) drives it the same way for every stage:
+//
+//   for each entry b of the rank's plan:  if b > 0: MicroBatch(inputs, targets)
+//                                         EndRound(b > 0)
+//   Step(global token count)
+//
+// MakeEngine picks the implementation: ZeroEngine (stages 0-2, zero_engine.h) or
+// Zero3Engine (stage 3, zero3_engine.h). Every method that communicates is collective:
+// all ranks call it in the same order.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/adamw.h"
+#include "launcher/communicator.h"
+#include "launcher/flat_layout.h"
+#include "launcher/gpt.h"
+#include "launcher/state_dict.h"
+
+namespace poplar {
+
+// Adam moments of one parameter, full size.
+struct AdamMoments {
+  torch::Tensor exp_avg;
+  torch::Tensor exp_avg_sq;
+};
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+
+  // Forward and backward of one micro-batch (gradients accumulate); returns the loss
+  // summed over its tokens.
+  virtual double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) = 0;
+  // After every plan entry. `computed` is false for a 0 entry (stages 2-3): the rank
+  // then joins the round's collectives without computing.
+  virtual void EndRound(bool computed) = 0;
+  // Reduces gradients, scales them by 1/token_count, clips by the global norm, applies
+  // AdamW and makes the parameters whole again where the stage needs it. Returns the
+  // global gradient norm before clipping.
+  virtual double Step(double token_count) = 0;
+
+  // Full Adam moments by parameter name, on the CPU.
+  virtual std::map<std::string, AdamMoments> GatherMoments() = 0;
+  // Restores full moments (from a checkpoint written with any plan) and the step count.
+  virtual void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) = 0;
+  // The full model state dict with nanoGPT names, on the CPU.
+  virtual StateDict FullState() = 0;
+
+  virtual std::int64_t step() const = 0;
+  virtual double optimizer_seconds() const = 0;
+};
+
+// Takes over the model's parameters (their data moves into the engine's buffers).
+std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
+                                           const AdamWOptions& options, std::int64_t bucket_elements);
+
+// What every stage shares: the flat layout, the owned slices' Adam state, and the step
+// that scales, clips and updates them.
+class ShardedAdamW : public TrainingEngine {
+ public:
+  std::map<std::string, AdamMoments> GatherMoments() override;
+  void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
+  std::int64_t step() const override { return step_; }
+  double optimizer_seconds() const override { return optimizer_seconds_; }
+
+ protected:
+  ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
+               torch::Device device);
+
+  // The bucket's owned gradient (summed over ranks, before scaling) and parameters.
+  virtual torch::Tensor OwnedGradient(const FlatBucket& bucket) = 0;
+  virtual torch::Tensor OwnedParameters(const FlatBucket& bucket) = 0;
+  // Scale by 1/token_count, global norm (all-reduced when sharded), clip, AdamW.
+  double ScaleClipAndUpdate(double token_count);
+  torch::Tensor Zeros(std::int64_t elements) const;  // fp32 on the engine's device
+  // Whether ranks own different slices (stages 1-3 on 2+ ranks).
+  bool Partitioned() const { return layout_.shard_total() < layout_.total(); }
+
+  FlatLayout layout_;
+  Communicator& communicator_;
+  AdamWOptions options_;
+  torch::Device device_;
+
+ private:
+  torch::Tensor exp_avg_;     // shard layout
+  torch::Tensor exp_avg_sq_;
+  std::int64_t step_ = 0;
+  double optimizer_seconds_ = 0;
+};
+
+}  // namespace poplar

@@ -1,0 +1,201 @@
+#include "launcher/zero3_engine.h"
+
+#include <cstdint>
+
+namespace poplar {
+namespace {
+
+// Units as flat-layout buckets: [Embed's parameters], [block 0's], ..., [ln_f's].
+std::vector<std::vector<NamedTensor>> UnitBuckets(const Gpt& model) {
+  std::vector<std::vector<NamedTensor>> buckets(model->config().n_layer + 2);
+  for (auto& [name, parameter] : model->NamedParameters()) {
+    std::size_t unit = buckets.size() - 1;  // transformer.ln_f.*
+    if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0) {
+      unit = 0;
+    } else if (name.rfind("transformer.h.", 0) == 0) {
+      unit = 1 + std::stoul(name.substr(14, name.find('.', 14) - 14));
+    }
+    buckets[unit].emplace_back(name, parameter);
+  }
+  return buckets;
+}
+
+// A unit of the model as an autograd function (see zero3_engine.h). `anchor` requires
+// grad so that the first unit, whose input is token ids, is still part of the graph.
+struct UnitFunction : public torch::autograd::Function<UnitFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, torch::Tensor input,
+                               torch::Tensor targets, torch::Tensor anchor, std::int64_t unit,
+                               std::int64_t engine) {
+    context->saved_data["unit"] = unit;
+    context->saved_data["engine"] = engine;
+    context->save_for_backward({input, targets});
+    return reinterpret_cast<Zero3Engine*>(engine)->ForwardUnit(static_cast<int>(unit), input, targets);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
+                                                 torch::autograd::variable_list gradients) {
+    const auto saved = context->get_saved_variables();
+    auto* engine = reinterpret_cast<Zero3Engine*>(context->saved_data["engine"].toInt());
+    const int unit = static_cast<int>(context->saved_data["unit"].toInt());
+    return {engine->BackwardUnit(unit, saved[0], saved[1], gradients[0]), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options)
+    : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true),
+                   communicator, options, model->wte->weight.device()),
+      model_(std::move(model)),
+      units_(model_->config().n_layer + 2) {
+  for (int unit = 0; unit < units_; ++unit) unit_buckets_.push_back({unit});
+  unit_buckets_.back().push_back(0);  // the head is tied to the token embedding
+  torch::NoGradGuard no_grad;
+  shard_parameters_ = Zeros(layout_.shard_total());
+  gradient_shard_ = Zeros(layout_.shard_total());
+  for (const FlatBucket& bucket : layout_.buckets()) {
+    for (int index : bucket.slots) {
+      const FlatSlot& slot = layout_.slots()[index];
+      const auto [begin, end] = layout_.OwnedRange(bucket, slot);
+      if (begin < end) {
+        shard_parameters_.narrow(0, bucket.shard_offset + begin - bucket.owned_begin, end - begin)
+            .copy_(slot.parameter.detach().reshape({-1}).narrow(0, begin - slot.offset, end - begin));
+      }
+    }
+  }
+  for (int unit = 0; unit < units_; ++unit) Release(unit);
+}
+
+void Zero3Engine::Gather(int unit) {
+  torch::NoGradGuard no_grad;
+  for (int b : unit_buckets_[unit]) {
+    const FlatBucket& bucket = layout_.buckets()[b];
+    auto whole = Zeros(bucket.size);
+    communicator_.AllGather(shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), whole);
+    for (int index : bucket.slots) {
+      const FlatSlot& slot = layout_.slots()[index];
+      auto parameter = slot.parameter;
+      parameter.set_data(whole.narrow(0, slot.offset - bucket.begin, slot.numel).view(slot.shape));
+    }
+  }
+}
+
+void Zero3Engine::Release(int unit) {
+  for (int b : unit_buckets_[unit]) {
+    for (int index : layout_.buckets()[b].slots) {
+      auto parameter = layout_.slots()[index].parameter;
+      parameter.set_data(Zeros(0));
+      parameter.mutable_grad() = torch::Tensor();
+    }
+  }
+}
+
+void Zero3Engine::ReduceGradients(int unit) {
+  torch::NoGradGuard no_grad;
+  for (int b : unit_buckets_[unit]) {
+    const FlatBucket& bucket = layout_.buckets()[b];
+    auto buffer = Zeros(bucket.size);
+    for (int index : bucket.slots) {
+      const FlatSlot& slot = layout_.slots()[index];
+      const auto& gradient = slot.parameter.grad();
+      if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
+    }
+    auto reduced = Zeros(bucket.owned_size);
+    communicator_.ReduceScatterSum(buffer, reduced);
+    gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduced);
+  }
+}
+
+torch::Tensor Zero3Engine::RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
+  if (unit == 0) return model_->Embed(input);
+  if (unit == units_ - 1) return model_->HeadLoss(input, targets);
+  return model_->h[unit - 1]->as<Block>()->forward(input);
+}
+
+torch::Tensor Zero3Engine::ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
+  Gather(unit);
+  torch::Tensor output;
+  {
+    torch::NoGradGuard no_grad;
+    output = RunUnit(unit, input, targets);
+  }
+  Release(unit);
+  return output;
+}
+
+torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets,
+                                        const torch::Tensor& output_gradient) {
+  Gather(unit);
+  torch::Tensor input_gradient;
+  {
+    torch::AutoGradMode enable(true);
+    const bool differentiable = input.is_floating_point();
+    auto x = differentiable ? input.detach().requires_grad_(true) : input;
+    auto output = RunUnit(unit, x, targets);
+    torch::autograd::backward({output}, {output_gradient});
+    if (differentiable) input_gradient = x.grad();
+  }
+  ReduceGradients(unit);
+  Release(unit);
+  return input_gradient;
+}
+
+double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  const auto engine = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(this));
+  // Autograd functions take defined tensors only: empty placeholders where a unit has
+  // no targets.
+  auto anchor = torch::zeros({}, torch::TensorOptions().device(device_).requires_grad(true));
+  const auto no_targets = torch::empty({0}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+  auto x = UnitFunction::apply(inputs, no_targets, anchor, 0, engine);
+  for (int unit = 1; unit + 1 < units_; ++unit) {
+    x = UnitFunction::apply(x, no_targets, anchor, unit, engine);
+  }
+  auto loss = UnitFunction::apply(x, targets, anchor, units_ - 1, engine);
+  loss.backward();
+  return loss.item<double>();
+}
+
+void Zero3Engine::EndRound(bool computed) {
+  if (computed) return;
+  // The collectives a computing rank issues, in the same order, with zero gradients.
+  for (int unit = 0; unit < units_; ++unit) {
+    Gather(unit);
+    Release(unit);
+  }
+  for (int unit = units_ - 1; unit >= 0; --unit) {
+    Gather(unit);
+    ReduceGradients(unit);
+    Release(unit);
+  }
+}
+
+torch::Tensor Zero3Engine::OwnedGradient(const FlatBucket& bucket) {
+  return gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size);
+}
+
+torch::Tensor Zero3Engine::OwnedParameters(const FlatBucket& bucket) {
+  return shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size);
+}
+
+double Zero3Engine::Step(double token_count) {
+  const double norm = ScaleClipAndUpdate(token_count);
+  gradient_shard_.zero_();
+  return norm;
+}
+
+StateDict Zero3Engine::FullState() {
+  StateDict state;
+  for (int unit = 0; unit < units_; ++unit) {
+    Gather(unit);
+    for (int index : layout_.buckets()[unit].slots) {
+      const FlatSlot& slot = layout_.slots()[index];
+      state[slot.name] = slot.parameter.detach().cpu().clone();
+    }
+    Release(unit);
+  }
+  state[kTiedHeadName] = state.at(kTokenEmbeddingName);
+  return state;
+}
+
+}  // namespace poplar

@@ -1,0 +1,53 @@
+// Zero3Engine: ZeRO stage 3. Parameters, gradients and Adam state are all partitioned:
+// between uses, a rank holds only its 1/N slice of each unit's parameters.
+//
+// The model runs as a chain of units (gpt.h): Embed, each block, HeadLoss. Each unit is
+// a bucket of the flat layout, except that HeadLoss also needs the embedding's bucket
+// (its head is tied to wte). Each unit runs inside a custom autograd function that
+//   forward:  all-gathers the unit's parameters, runs it without keeping activations,
+//             frees the parameters, and saves only its input;
+//   backward: all-gathers again, recomputes the unit with autograd on, back-propagates,
+//             reduce-scatters the parameter gradients into the owned gradient shards,
+//             and frees the parameters and full gradients
+// (block-level activation recomputation: one extra forward per unit). A rank with a 0
+// entry in a round issues the same all-gathers and reduce-scatters, with zero
+// gradients, without computing. Persistent memory: 16P/N bytes (fp32).
+#pragma once
+
+#include <vector>
+
+#include "launcher/training_engine.h"
+
+namespace poplar {
+
+class Zero3Engine final : public ShardedAdamW {
+ public:
+  Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options);
+
+  double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) override;
+  void EndRound(bool computed) override;
+  double Step(double token_count) override;
+  StateDict FullState() override;
+
+  // For the autograd function: run unit `unit` forward (no graph), and its backward.
+  torch::Tensor ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);
+  torch::Tensor BackwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets,
+                             const torch::Tensor& output_gradient);
+
+ private:
+  torch::Tensor OwnedGradient(const FlatBucket& bucket) override;
+  torch::Tensor OwnedParameters(const FlatBucket& bucket) override;
+
+  torch::Tensor RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);
+  void Gather(int unit);        // the unit's buckets, whole, into its parameters
+  void Release(int unit);       // parameters back to empty tensors
+  void ReduceGradients(int unit);  // reduce-scatter into the shards; frees .grad
+
+  Gpt model_;
+  int units_;                                 // n_layer + 2
+  std::vector<std::vector<int>> unit_buckets_;  // unit -> buckets it needs, in order
+  torch::Tensor shard_parameters_;  // owned parameters, shard layout
+  torch::Tensor gradient_shard_;    // owned gradients, shard layout
+};
+
+}  // namespace poplar
