@@ -4,7 +4,7 @@
     check_equivalence.py WORKER MODEL.json TOKENS.bin WORK_DIR
 
 Trains STEPS steps of global batch 12 with PyTorch (reference_gpt.py), then with
-poplar-worker on 2 ranks for ZeRO stages 0, 1 and 2 with uneven plans, from the same
+poplar-worker on 2 ranks for ZeRO stages 0-3 with uneven plans, from the same
 initial state dict, and prints the largest parameter difference per stage.
 """
 import json
@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_gpt as ref  # noqa: E402
 
 STEPS, BATCH, LR = 5, 12, 1e-3
-PLANS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]]}
+PLANS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
 
 
 def main():

@@ -21,7 +21,8 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(c["n_embd"], 3 * c["n_embd"])
         self.c_proj = nn.Linear(c["n_embd"], c["n_embd"])
         size = c["block_size"]
-        self.register_buffer("mask", torch.tril(torch.ones(size, size, dtype=torch.bool)), persistent=False)
+        # A plain attribute, not a buffer: DDP cannot broadcast bool buffers over Gloo.
+        self.mask = torch.tril(torch.ones(size, size, dtype=torch.bool))
 
     def forward(self, x):
         B, T, C = x.shape
