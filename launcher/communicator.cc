@@ -120,48 +120,78 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
 
 Communicator::~Communicator() = default;
 
-void Communicator::AllReduceSum(torch::Tensor& tensor) {
-  if (world_size_ == 1) return;
-  Timer timer(communication_seconds_);
-  std::vector<torch::Tensor> tensors = {tensor};
-  group_->allreduce(tensors)->wait();
+PendingCollective::PendingCollective(Communicator& owner, c10::intrusive_ptr<c10d::Work> work,
+                                     std::function<void()> finish)
+    : owner_(owner), work_(std::move(work)), finish_(std::move(finish)) {}
+
+PendingCollective::~PendingCollective() {
+  if (done_) return;
+  try {
+    Wait();
+  } catch (...) {
+    // Already failing: the first error is the one reported.
+  }
 }
 
-void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output) {
+void PendingCollective::Wait() {
+  if (done_) return;
+  done_ = true;
+  Communicator::Timer timer(owner_.communication_seconds_);
+  if (work_) work_->wait();
+  if (finish_) finish_();
+}
+
+std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
+  if (world_size_ == 1) return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), nullptr);
+  std::vector<torch::Tensor> tensors = {tensor};
+  return std::make_unique<PendingCollective>(*this, group_->allreduce(tensors), nullptr);
+}
+
+std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
+                                                                       torch::Tensor& output) {
   const auto chunk = output.numel();
   TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
   if (world_size_ == 1) {
-    output.copy_(input);
-    return;
+    return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), [input, output]() mutable { output.copy_(input); });
   }
-  Timer timer(communication_seconds_);
   if (native_scatter_gather_) {
     auto source = input.contiguous();
-    group_->_reduce_scatter_base(output, source)->wait();
-    return;
+    return std::make_unique<PendingCollective>(*this, group_->_reduce_scatter_base(output, source), nullptr);
   }
   std::vector<torch::Tensor> tensors = {input.clone()};
-  group_->allreduce(tensors)->wait();
-  output.copy_(tensors[0].narrow(0, rank_ * chunk, chunk));
+  auto work = group_->allreduce(tensors);
+  const int rank = rank_;
+  return std::make_unique<PendingCollective>(
+      *this, work, [summed = tensors[0], output, rank, chunk]() mutable {
+        output.copy_(summed.narrow(0, rank * chunk, chunk));
+      });
 }
 
-void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) {
+std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard,
+                                                                torch::Tensor& output) {
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   if (world_size_ == 1) {
-    output.copy_(shard);
-    return;
+    return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), [shard, output]() mutable { output.copy_(shard); });
   }
-  Timer timer(communication_seconds_);
+  auto source = shard.contiguous();
   if (native_scatter_gather_) {
-    auto source = shard.contiguous();
-    group_->_allgather_base(output, source)->wait();
-    return;
+    return std::make_unique<PendingCollective>(*this, group_->_allgather_base(output, source), nullptr);
   }
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(output.narrow(0, r * chunk, chunk));
-  std::vector<torch::Tensor> inputs = {shard.contiguous()};
-  group_->allgather(outputs, inputs)->wait();
+  std::vector<torch::Tensor> inputs = {source};
+  return std::make_unique<PendingCollective>(*this, group_->allgather(outputs, inputs), nullptr);
+}
+
+void Communicator::AllReduceSum(torch::Tensor& tensor) { StartAllReduceSum(tensor)->Wait(); }
+
+void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output) {
+  StartReduceScatterSum(input, output)->Wait();
+}
+
+void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) {
+  StartAllGather(shard, output)->Wait();
 }
 
 void Communicator::Broadcast(torch::Tensor& tensor, int root) {

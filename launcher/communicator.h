@@ -14,12 +14,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 namespace c10d {
 class ProcessGroup;
 class Store;
+class Work;
 }  // namespace c10d
 namespace gloo::transport {
 class Device;
@@ -39,6 +41,27 @@ struct DistributedEnv {
   static DistributedEnv FromEnvironment();
 };
 
+class Communicator;
+
+// A collective started without waiting (it runs on the process group's threads while
+// the caller computes). Wait() blocks until it is done, then runs its finishing step;
+// the time blocked counts as exposed communication. Destroying an unfinished one waits.
+class PendingCollective {
+ public:
+  PendingCollective(Communicator& owner, c10::intrusive_ptr<c10d::Work> work,
+                    std::function<void()> finish);
+  ~PendingCollective();
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
+  void Wait();
+
+ private:
+  Communicator& owner_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
 class Communicator {
  public:
   // Rendezvous and create the process group for tensors on `device` (world_size > 1).
@@ -49,6 +72,12 @@ class Communicator {
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+
+  // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
+  std::unique_ptr<PendingCollective> StartAllReduceSum(torch::Tensor& tensor);
+  std::unique_ptr<PendingCollective> StartReduceScatterSum(const torch::Tensor& input,
+                                                           torch::Tensor& output);
+  std::unique_ptr<PendingCollective> StartAllGather(const torch::Tensor& shard, torch::Tensor& output);
 
   // In place: every rank ends with the element-wise sum.
   void AllReduceSum(torch::Tensor& tensor);
@@ -66,11 +95,13 @@ class Communicator {
   // Ranks that disagree would otherwise deadlock or silently diverge.
   void RequireAgreement(const std::string& what, const std::string& value);
 
-  // Wall time spent inside collectives since construction.
+  // Wall time spent waiting for collectives since construction: the communication that
+  // was not hidden behind computation.
   double communication_seconds() const { return communication_seconds_; }
 
  private:
   class Timer;
+  friend class PendingCollective;
   static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
 
   int rank_;

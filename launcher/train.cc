@@ -57,10 +57,10 @@ class MetricsWriter {
 // Compute of one micro-batch: forward, backward, and for an emulated slower device the
 // extra wall time. Returns the loss summed over its tokens.
 double RunMicroBatch(TrainingEngine& engine, const TokenData& data, std::int64_t first, int size,
-                     double slowdown, torch::Device device) {
+                     bool last, double slowdown, torch::Device device) {
   const auto start = Clock::now();
   auto [inputs, targets] = data.Batch(first, size);
-  const double value = engine.MicroBatch(inputs.to(device), targets.to(device));  // waits for the device
+  const double value = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
   if (slowdown > 1.0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(SecondsSince(start) * (slowdown - 1.0)));
   }
@@ -168,6 +168,10 @@ void Train(const TrainOptions& options) {
   const int rank = env.rank;
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);
+  std::size_t last_computing_entry = micro_batches.size();
+  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+    if (micro_batches[entry] > 0) last_computing_entry = entry;
+  }
   const double tokens_per_step = static_cast<double>(plan.global_batch) * config.block_size;
   if (rank == 0 && options.log_every > 0) {
     std::cerr << "poplar-worker[rank 0]: " << env.world_size << " ranks, ZeRO stage " << plan.stage
@@ -183,10 +187,12 @@ void Train(const TrainOptions& options) {
     double loss_sum = 0;
     double compute_s = 0;
     std::int64_t first = step * plan.global_batch + offset;
-    for (int size : micro_batches) {
+    for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+      const int size = micro_batches[entry];
       if (size > 0) {
         const auto compute_start = Clock::now();
-        loss_sum += RunMicroBatch(engine, data, first, size, options.slowdown, device);
+        loss_sum += RunMicroBatch(engine, data, first, size, entry == last_computing_entry,
+                                  options.slowdown, device);
         compute_s += SecondsSince(compute_start);
         first += size;
       }

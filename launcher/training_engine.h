@@ -1,7 +1,7 @@
 // TrainingEngine: one rank's ZeRO training of the GPT, whatever the stage. The training
 // loop (train.cc) drives it the same way for every stage:
 //
-//   for each entry b of the rank's plan:  if b > 0: MicroBatch(inputs, targets)
+//   for each entry b of the rank's plan:  if b > 0: MicroBatch(inputs, targets, last)
 //                                         EndRound(b > 0)
 //   Step(global token count)
 //
@@ -36,8 +36,9 @@ class TrainingEngine {
   virtual ~TrainingEngine() = default;
 
   // Forward and backward of one micro-batch (gradients accumulate); returns the loss
-  // summed over its tokens.
-  virtual double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) = 0;
+  // summed over its tokens. `last` says it is the rank's last micro-batch of the step,
+  // so its backward may already start reducing gradients (stages 0-1).
+  virtual double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) = 0;
   // After every plan entry. `computed` is false for a 0 entry (stages 2-3): the rank
   // then joins the round's collectives without computing.
   virtual void EndRound(bool computed) = 0;

@@ -65,20 +65,47 @@ Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptio
     }
   }
   for (int unit = 0; unit < units_; ++unit) Release(unit);
+  for (int unit = 0; unit < units_; ++unit) gather_order_.push_back(unit);
+  for (int unit = units_ - 1; unit >= 0; --unit) gather_order_.push_back(unit);
 }
 
-void Zero3Engine::Gather(int unit) {
-  torch::NoGradGuard no_grad;
+Zero3Engine::Gathering Zero3Engine::StartGather(int unit) {
+  Gathering gathering;
   for (int b : unit_buckets_[unit]) {
     const FlatBucket& bucket = layout_.buckets()[b];
-    auto whole = Zeros(bucket.size);
-    communicator_.AllGather(shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), whole);
+    gathering.wholes.push_back(Zeros(bucket.size));
+    gathering.work.push_back(communicator_.StartAllGather(
+        shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), gathering.wholes.back()));
+  }
+  return gathering;
+}
+
+void Zero3Engine::Install(int unit, Gathering& gathering) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < unit_buckets_[unit].size(); ++i) {
+    gathering.work[i]->Wait();
+    const FlatBucket& bucket = layout_.buckets()[unit_buckets_[unit][i]];
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
       auto parameter = slot.parameter;
-      parameter.set_data(whole.narrow(0, slot.offset - bucket.begin, slot.numel).view(slot.shape));
+      parameter.set_data(gathering.wholes[i].narrow(0, slot.offset - bucket.begin, slot.numel).view(slot.shape));
     }
   }
+}
+
+void Zero3Engine::Gather(int unit) {
+  TORCH_CHECK(gather_order_[cursor_] == unit, "ZeRO-3 units ran out of order: expected unit ",
+              gather_order_[cursor_], ", got ", unit);
+  Gathering current = prefetched_.work.empty() ? StartGather(unit) : std::move(prefetched_);
+  prefetched_ = Gathering();
+  // The next unit's parameters travel while this one computes; not across micro-batches,
+  // whose parameters may change in between.
+  if (++cursor_ < gather_order_.size()) {
+    prefetched_ = StartGather(gather_order_[cursor_]);
+  } else {
+    cursor_ = 0;
+  }
+  Install(unit, current);
 }
 
 void Zero3Engine::Release(int unit) {
@@ -101,10 +128,19 @@ void Zero3Engine::ReduceGradients(int unit) {
       const auto& gradient = slot.parameter.grad();
       if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
     }
-    auto reduced = Zeros(bucket.owned_size);
-    communicator_.ReduceScatterSum(buffer, reduced);
-    gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduced);
+    Reduction reduction{b, Zeros(bucket.owned_size), nullptr};
+    reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced);
+    reductions_.push_back(std::move(reduction));
   }
+}
+
+void Zero3Engine::FinishReductions() {
+  for (Reduction& reduction : reductions_) {
+    reduction.work->Wait();
+    const FlatBucket& bucket = layout_.buckets()[reduction.bucket];
+    gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduction.reduced);
+  }
+  reductions_.clear();
 }
 
 torch::Tensor Zero3Engine::RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
@@ -141,33 +177,45 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
   return input_gradient;
 }
 
-double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) {
+double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool /*last*/) {
   const auto engine = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(this));
-  // Autograd functions take defined tensors only: empty placeholders where a unit has
-  // no targets.
-  auto anchor = torch::zeros({}, torch::TensorOptions().device(device_).requires_grad(true));
-  const auto no_targets = torch::empty({0}, torch::TensorOptions().dtype(torch::kLong).device(device_));
-  auto x = UnitFunction::apply(inputs, no_targets, anchor, 0, engine);
-  for (int unit = 1; unit + 1 < units_; ++unit) {
-    x = UnitFunction::apply(x, no_targets, anchor, unit, engine);
+  try {
+    // Autograd functions take defined tensors only: empty placeholders where a unit has
+    // no targets.
+    auto anchor = torch::zeros({}, torch::TensorOptions().device(device_).requires_grad(true));
+    const auto no_targets = torch::empty({0}, torch::TensorOptions().dtype(torch::kLong).device(device_));
+    auto x = UnitFunction::apply(inputs, no_targets, anchor, 0, engine);
+    for (int unit = 1; unit + 1 < units_; ++unit) {
+      x = UnitFunction::apply(x, no_targets, anchor, unit, engine);
+    }
+    auto loss = UnitFunction::apply(x, targets, anchor, units_ - 1, engine);
+    loss.backward();
+    return loss.item<double>();
+  } catch (...) {
+    // Out of memory while profiling is recovered from: start the next micro-batch from a
+    // clean state (in training the process ends on any error).
+    prefetched_ = Gathering();
+    reductions_.clear();
+    cursor_ = 0;
+    for (int unit = 0; unit < units_; ++unit) Release(unit);
+    throw;
   }
-  auto loss = UnitFunction::apply(x, targets, anchor, units_ - 1, engine);
-  loss.backward();
-  return loss.item<double>();
 }
 
 void Zero3Engine::EndRound(bool computed) {
-  if (computed) return;
-  // The collectives a computing rank issues, in the same order, with zero gradients.
-  for (int unit = 0; unit < units_; ++unit) {
-    Gather(unit);
-    Release(unit);
+  if (!computed) {
+    // The collectives a computing rank issues, in the same order, with zero gradients.
+    for (int unit = 0; unit < units_; ++unit) {
+      Gather(unit);
+      Release(unit);
+    }
+    for (int unit = units_ - 1; unit >= 0; --unit) {
+      Gather(unit);
+      ReduceGradients(unit);
+      Release(unit);
+    }
   }
-  for (int unit = units_ - 1; unit >= 0; --unit) {
-    Gather(unit);
-    ReduceGradients(unit);
-    Release(unit);
-  }
+  FinishReductions();
 }
 
 torch::Tensor Zero3Engine::OwnedGradient(const FlatBucket& bucket) {
@@ -187,7 +235,8 @@ double Zero3Engine::Step(double token_count) {
 StateDict Zero3Engine::FullState() {
   StateDict state;
   for (int unit = 0; unit < units_; ++unit) {
-    Gather(unit);
+    Gathering gathering = StartGather(unit);  // outside the micro-batch order
+    Install(unit, gathering);
     for (int index : layout_.buckets()[unit].slots) {
       const FlatSlot& slot = layout_.slots()[index];
       state[slot.name] = slot.parameter.detach().cpu().clone();

@@ -24,7 +24,7 @@ class Zero3Engine final : public ShardedAdamW {
  public:
   Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options);
 
-  double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) override;
+  double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
   double Step(double token_count) override;
   StateDict FullState() override;
@@ -38,16 +38,37 @@ class Zero3Engine final : public ShardedAdamW {
   torch::Tensor OwnedGradient(const FlatBucket& bucket) override;
   torch::Tensor OwnedParameters(const FlatBucket& bucket) override;
 
+  // The unit's buckets, whole, gathered and being gathered.
+  struct Gathering {
+    std::vector<torch::Tensor> wholes;
+    std::vector<std::unique_ptr<PendingCollective>> work;
+  };
+
   torch::Tensor RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);
-  void Gather(int unit);        // the unit's buckets, whole, into its parameters
-  void Release(int unit);       // parameters back to empty tensors
-  void ReduceGradients(int unit);  // reduce-scatter into the shards; frees .grad
+  Gathering StartGather(int unit);
+  void Install(int unit, Gathering& gathering);  // waits, then parameters view the wholes
+  // The next gather of the micro-batch's fixed order: waits for its prefetch (or gathers
+  // now) and starts the following one.
+  void Gather(int unit);
+  void Release(int unit);          // parameters back to empty tensors
+  void ReduceGradients(int unit);  // starts reduce-scatters into the shards; frees .grad
+  void FinishReductions();         // waits for them and adds into the shards
 
   Gpt model_;
   int units_;                                 // n_layer + 2
   std::vector<std::vector<int>> unit_buckets_;  // unit -> buckets it needs, in order
   torch::Tensor shard_parameters_;  // owned parameters, shard layout
   torch::Tensor gradient_shard_;    // owned gradients, shard layout
+
+  std::vector<int> gather_order_;   // one micro-batch: 0..U-1, U-1..0
+  std::size_t cursor_ = 0;          // next position in gather_order_
+  Gathering prefetched_;            // for gather_order_[cursor_], if started
+  struct Reduction {
+    int bucket;
+    torch::Tensor reduced;
+    std::unique_ptr<PendingCollective> work;
+  };
+  std::vector<Reduction> reductions_;  // started this round
 };
 
 }  // namespace poplar

@@ -1,6 +1,20 @@
 #include "launcher/zero_engine.h"
 
+#include <torch/csrc/autograd/function_hook.h>
+
 namespace poplar {
+
+// Runs after a parameter's gradient accumulator has added this backward's gradient.
+struct GradientReadyHook : public torch::autograd::FunctionPostHook {
+  GradientReadyHook(ZeroEngine* engine, int slot) : engine(engine), slot(slot) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    engine->OnGradientReady(slot);
+    return outputs;
+  }
+  ZeroEngine* engine;
+  int slot;
+};
 
 ZeroEngine::ZeroEngine(Gpt model, int stage, Communicator& communicator, const AdamWOptions& options,
                        std::int64_t bucket_elements)
@@ -23,33 +37,97 @@ ZeroEngine::ZeroEngine(Gpt model, int stage, Communicator& communicator, const A
       parameter.mutable_grad() = flat_gradients_.narrow(0, slot.offset, slot.numel).view(parameter.sizes());
     }
   }
+  slot_bucket_.resize(layout_.slots().size());
+  for (int b = 0; b < static_cast<int>(layout_.buckets().size()); ++b) {
+    for (int index : layout_.buckets()[b].slots) slot_bucket_[index] = b;
+  }
+  for (int index = 0; index < static_cast<int>(layout_.slots().size()); ++index) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(layout_.slots()[index].parameter);
+    accumulator->add_post_hook(std::make_unique<GradientReadyHook>(this, index));
+    accumulators_.push_back(std::move(accumulator));
+  }
+  pending_.resize(layout_.buckets().size());
+  reduced_.resize(layout_.buckets().size());
 }
 
-double ZeroEngine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) {
+void ZeroEngine::BeginReduction() {
+  reducing_ = true;
+  waiting_.clear();
+  for (const FlatBucket& bucket : layout_.buckets()) waiting_.push_back(static_cast<int>(bucket.slots.size()));
+  next_launch_ = static_cast<int>(layout_.buckets().size()) - 1;
+}
+
+void ZeroEngine::OnGradientReady(int slot) {
+  if (!hooks_armed_) return;
+  --waiting_[slot_bucket_[slot]];
+  LaunchBuckets(false);
+}
+
+void ZeroEngine::LaunchBuckets(bool all) {
+  while (next_launch_ >= 0 && (all || waiting_[next_launch_] <= 0)) Launch(next_launch_--);
+}
+
+void ZeroEngine::Launch(int b) {
+  torch::NoGradGuard no_grad;
+  const FlatBucket& bucket = layout_.buckets()[b];
+  if (stage_ <= 1) {
+    auto all = flat_gradients_.narrow(0, bucket.begin, bucket.size);
+    if (stage_ == 0) {
+      pending_[b] = communicator_.StartAllReduceSum(all);
+    } else {
+      auto owned = OwnedGradient(bucket);
+      pending_[b] = communicator_.StartReduceScatterSum(all, owned);
+    }
+    return;
+  }
+  // Stage 2: this round's gradients of the bucket, then freed.
+  auto buffer = Zeros(bucket.size);
+  for (int index : bucket.slots) {
+    auto parameter = layout_.slots()[index].parameter;
+    if (parameter.grad().defined()) {
+      buffer.narrow(0, layout_.slots()[index].offset - bucket.begin, layout_.slots()[index].numel)
+          .copy_(parameter.grad().view({-1}));
+    }
+    parameter.mutable_grad() = torch::Tensor();
+  }
+  reduced_[b] = Zeros(bucket.owned_size);
+  pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b]);
+}
+
+void ZeroEngine::FinishReduction() {
+  if (!reducing_) BeginReduction();
+  hooks_armed_ = false;
+  LaunchBuckets(true);
+  for (std::size_t b = 0; b < pending_.size(); ++b) {
+    pending_[b]->Wait();
+    pending_[b].reset();
+    if (stage_ == 2) {
+      const FlatBucket& bucket = layout_.buckets()[b];
+      gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduced_[b]);
+      reduced_[b] = torch::Tensor();
+    }
+  }
+  reducing_ = false;
+}
+
+double ZeroEngine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) {
   auto loss = model_->LossSum(inputs, targets);
-  loss.backward();
+  if (stage_ == 2 || last) {
+    BeginReduction();
+    hooks_armed_ = true;
+  }
+  try {
+    loss.backward();
+  } catch (...) {
+    hooks_armed_ = false;  // (profiling recovers from out of memory and goes on)
+    throw;
+  }
+  hooks_armed_ = false;
   return loss.item<double>();
 }
 
 void ZeroEngine::EndRound(bool /*computed*/) {
-  if (stage_ != 2) return;
-  torch::NoGradGuard no_grad;
-  for (const FlatBucket& bucket : layout_.buckets()) {
-    auto buffer = Zeros(bucket.size);
-    for (int index : bucket.slots) {
-      const FlatSlot& slot = layout_.slots()[index];
-      const auto& gradient = slot.parameter.grad();
-      if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
-    }
-    auto reduced = Zeros(bucket.owned_size);
-    communicator_.ReduceScatterSum(buffer, reduced);
-    gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduced);
-  }
-  // The full gradients are freed: only the owned shard persists between rounds.
-  for (const FlatSlot& slot : layout_.slots()) {
-    auto parameter = slot.parameter;
-    parameter.mutable_grad() = torch::Tensor();
-  }
+  if (stage_ == 2) FinishReduction();  // without compute it starts every bucket, with zeros
 }
 
 torch::Tensor ZeroEngine::OwnedGradient(const FlatBucket& bucket) {
@@ -63,15 +141,9 @@ torch::Tensor ZeroEngine::OwnedParameters(const FlatBucket& bucket) {
 
 double ZeroEngine::Step(double token_count) {
   torch::NoGradGuard no_grad;
-  for (const FlatBucket& bucket : layout_.buckets()) {
-    auto all = flat_gradients_.defined() ? flat_gradients_.narrow(0, bucket.begin, bucket.size) : torch::Tensor();
-    if (stage_ == 0) {
-      communicator_.AllReduceSum(all);
-    } else if (stage_ == 1) {
-      auto owned = OwnedGradient(bucket);
-      communicator_.ReduceScatterSum(all, owned);
-    }
-  }
+  // Stages 0-1: the buckets the last backward did not start (all of them on a rank with
+  // no micro-batch) start now; then every reduction is waited for.
+  if (stage_ <= 1) FinishReduction();
   const double norm = ScaleClipAndUpdate(token_count);
   if (stage_ >= 1) {
     for (const FlatBucket& bucket : layout_.buckets()) {
