@@ -27,7 +27,8 @@ struct TrainOptions {
   double slowdown = 1.0;        // emulated device: stretch compute wall time by this factor
   std::int64_t memory_limit = 0;  // emulated device: bytes of CPU memory; 0: unlimited
   int timeout_s = 120;          // rendezvous and every collective
-  double bucket_mb = 25;        // gradient/parameter bucket size
+  double bucket_mb = 0;         // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),
+                                // 25 MiB on CUDA (NCCL), where big buckets pay off
   std::int64_t log_every = 1;   // progress line every N steps (rank 0); 0: none
 };
 
