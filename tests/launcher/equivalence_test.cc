@@ -14,6 +14,7 @@ struct Schedule {
   std::string name;
   int stage;
   std::vector<std::vector<int>> ranks;  // global batch 14 in every case
+  std::string bucket_mb = "0";          // 0: the default (one bucket for this model)
 };
 
 std::ostream& operator<<(std::ostream& out, const Schedule& schedule) { return out << schedule.name; }
@@ -23,10 +24,12 @@ class Equivalence : public ::testing::TestWithParam<Schedule> {};
 constexpr int kSteps = 3;
 
 std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string& plan,
-                                   const std::string& save, const std::string& metrics) {
+                                   const std::string& save, const std::string& metrics,
+                                   const std::string& bucket_mb = "0") {
   return {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
           scratch.path() + "/tokens.bin", "--steps", std::to_string(kSteps), "--save", save,
-          "--metrics", metrics, "--lr", "1e-3", "--log-every", "0", "--timeout", "60"};
+          "--metrics", metrics, "--lr", "1e-3", "--log-every", "0", "--timeout", "60",
+          "--bucket-mb", bucket_mb};
 }
 
 TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
@@ -42,7 +45,8 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
 
   const std::string plan = WritePlan(scratch, "plan.json", schedule.stage, schedule.ranks);
   const int world = static_cast<int>(schedule.ranks.size());
-  const JobOutcome job = RunJob(scratch, world, TrainArgs(scratch, plan, "ranks.pt", "ranks.jsonl"));
+  const JobOutcome job =
+      RunJob(scratch, world, TrainArgs(scratch, plan, "ranks.pt", "ranks.jsonl", schedule.bucket_mb));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
   const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"),
@@ -77,7 +81,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Schedule{"Stage2TwoRanks", 2, {{5, 3, 0}, {2, 2, 2}}},
                       Schedule{"Stage2ThreeRanks", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
                       Schedule{"Stage3TwoRanks", 3, {{5, 3, 0}, {2, 2, 2}}},
-                      Schedule{"Stage3ThreeRanks", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}),
+                      Schedule{"Stage3ThreeRanks", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
+                      // 8 KiB buckets: many reductions start during backward, out of
+                      // step with the other ranks' compute, and must still line up.
+                      Schedule{"Stage0ManyBuckets", 0, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
+                      Schedule{"Stage1ManyBuckets", 1, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
+                      Schedule{"Stage2ManyBuckets", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008"}),
     [](const ::testing::TestParamInfo<Schedule>& info) { return info.param.name; });
 
 }  // namespace
