@@ -9,6 +9,7 @@
 
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
+#include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/training_engine.h"
 #include "planner/input_error.h"
@@ -17,12 +18,6 @@
 
 namespace poplar {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // One device's model, engine and the measurements for one stage.
 class StageProfiler {
@@ -46,7 +41,7 @@ class StageProfiler {
         auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size}, torch::kLong);
         // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
         engine_->MicroBatch(inputs, inputs, /*last=*/false);
-        double elapsed = Seconds(start);
+        double elapsed = SecondsSince(start);
         if (options_.slowdown > 1.0) {
           std::this_thread::sleep_for(std::chrono::duration<double>(elapsed * (options_.slowdown - 1.0)));
           elapsed *= options_.slowdown;
@@ -67,7 +62,7 @@ class StageProfiler {
     for (int run = 0; run < std::max(1, options_.repeats); ++run) {
       const auto start = Clock::now();
       engine_->Step(1.0);
-      times.push_back(Seconds(start) * std::max(1.0, options_.slowdown));
+      times.push_back(SecondsSince(start) * std::max(1.0, options_.slowdown));
     }
     std::sort(times.begin(), times.end());
     return times[times.size() / 2];

@@ -18,6 +18,7 @@
 #include "launcher/checkpoint.h"
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
+#include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/model_config.h"
 #include "launcher/state_dict.h"
@@ -28,12 +29,6 @@
 
 namespace poplar {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // One JSON object per line, flushed per step, so a reader can follow a running job.
 class MetricsWriter {

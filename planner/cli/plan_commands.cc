@@ -56,11 +56,7 @@ void RunPlan(const PlanOptions& options) {
     std::cout << plan.dump(2) << "\n";
     return;
   }
-  std::cout << ClusterSummary(loaded.cluster, result) << "\n"
-            << StageTable(result) << "\n"
-            << "schedule for stage " << result.chosen_stage << ":\n"
-            << ScheduleTable(result) << "\n"
-            << PredictionLine(result) << "plan written to " << options.output << "\n";
+  std::cout << PlanReport(loaded.cluster, result) << "plan written to " << options.output << "\n";
 }
 
 void RunSimulate(const PlanOptions& options) {
@@ -78,11 +74,7 @@ void RunSimulate(const PlanOptions& options) {
     std::cout << summary.dump(2) << "\n";
     return;
   }
-  std::cout << ClusterSummary(loaded.cluster, result) << "\n"
-            << StageTable(result) << "\n"
-            << "schedule for stage " << result.chosen_stage << ":\n"
-            << ScheduleTable(result) << "\n"
-            << PredictionLine(result);
+  std::cout << PlanReport(loaded.cluster, result);
 }
 
 }  // namespace

@@ -64,4 +64,10 @@ std::string PredictionLine(const PlanResult& result) {
          Seconds(p.optimizer_s) + "; " + Fixed(p.samples_per_s, 1) + " samples/s\n";
 }
 
+std::string PlanReport(const ClusterSpec& cluster, const PlanResult& result) {
+  return ClusterSummary(cluster, result) + "\n" + StageTable(result) + "\nschedule for stage " +
+         std::to_string(result.chosen_stage) + ":\n" + ScheduleTable(result) + "\n" +
+         PredictionLine(result);
+}
+
 }  // namespace poplar

@@ -18,5 +18,7 @@ std::string StageTable(const PlanResult& result);
 std::string ScheduleTable(const PlanResult& result);
 // "Predicted step ...: compute + communication + optimizer, N samples/s".
 std::string PredictionLine(const PlanResult& result);
+// All of the above, as `poplar plan` and `poplar simulate` print it.
+std::string PlanReport(const ClusterSpec& cluster, const PlanResult& result);
 
 }  // namespace poplar
