@@ -225,13 +225,13 @@ void Train(const TrainOptions& options) {
     const bool last = step + 1 == options.steps;
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-      const Checkpoint checkpoint{step + 1, engine.FullState(), engine.GatherMoments()};
+      const Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
       if (rank == 0) WriteCheckpoint(options.checkpoint_dir, checkpoint, config);
       communicator.Barrier();
     }
   }
   if (!options.save.empty()) {
-    const StateDict state = engine.FullState();  // collective at stage 3
+    const StateDict state = engine.FullState(rank == 0);  // collective at stage 3
     if (rank == 0) WriteStateDict(options.save, state);
   }
   communicator.Barrier();

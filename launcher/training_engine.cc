@@ -54,7 +54,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   return norm;
 }
 
-std::map<std::string, AdamMoments> ShardedAdamW::GatherMoments() {
+std::map<std::string, AdamMoments> ShardedAdamW::GatherMoments(bool keep) {
   torch::NoGradGuard no_grad;
   torch::Tensor full_avg = exp_avg_, full_avg_sq = exp_avg_sq_;
   if (Partitioned()) {
@@ -68,6 +68,7 @@ std::map<std::string, AdamMoments> ShardedAdamW::GatherMoments() {
     }
   }
   std::map<std::string, AdamMoments> moments;
+  if (!keep) return moments;
   for (const FlatSlot& slot : layout_.slots()) {
     moments[slot.name] = {
         full_avg.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone(),

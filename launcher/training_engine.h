@@ -47,12 +47,15 @@ class TrainingEngine {
   // global gradient norm before clipping.
   virtual double Step(double token_count) = 0;
 
-  // Full Adam moments by parameter name, on the CPU.
-  virtual std::map<std::string, AdamMoments> GatherMoments() = 0;
+  // Full Adam moments by parameter name, on the CPU. Collective at stages 1-3; only a
+  // rank that passes `keep` (the one that writes) builds the CPU copies, the others
+  // return an empty map, so that checkpoints do not cost every rank a full copy.
+  virtual std::map<std::string, AdamMoments> GatherMoments(bool keep) = 0;
   // Restores full moments (from a checkpoint written with any plan) and the step count.
   virtual void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) = 0;
-  // The full model state dict with nanoGPT names, on the CPU.
-  virtual StateDict FullState() = 0;
+  // The full model state dict with nanoGPT names, on the CPU (collective at stage 3;
+  // empty unless `keep`, as for GatherMoments).
+  virtual StateDict FullState(bool keep) = 0;
 
   virtual std::int64_t step() const = 0;
   virtual double optimizer_seconds() const = 0;
@@ -66,7 +69,7 @@ std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& c
 // that scales, clips and updates them.
 class ShardedAdamW : public TrainingEngine {
  public:
-  std::map<std::string, AdamMoments> GatherMoments() override;
+  std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
   std::int64_t step() const override { return step_; }
   double optimizer_seconds() const override { return optimizer_seconds_; }

@@ -232,18 +232,19 @@ double Zero3Engine::Step(double token_count) {
   return norm;
 }
 
-StateDict Zero3Engine::FullState() {
+StateDict Zero3Engine::FullState(bool keep) {
   StateDict state;
   for (int unit = 0; unit < units_; ++unit) {
     Gathering gathering = StartGather(unit);  // outside the micro-batch order
     Install(unit, gathering);
     for (int index : layout_.buckets()[unit].slots) {
+      if (!keep) break;
       const FlatSlot& slot = layout_.slots()[index];
       state[slot.name] = slot.parameter.detach().cpu().clone();
     }
     Release(unit);
   }
-  state[kTiedHeadName] = state.at(kTokenEmbeddingName);
+  if (keep) state[kTiedHeadName] = state.at(kTokenEmbeddingName);
   return state;
 }
 

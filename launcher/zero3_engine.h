@@ -27,7 +27,7 @@ class Zero3Engine final : public ShardedAdamW {
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
   double Step(double token_count) override;
-  StateDict FullState() override;
+  StateDict FullState(bool keep) override;
 
   // For the autograd function: run unit `unit` forward (no graph), and its backward.
   torch::Tensor ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);

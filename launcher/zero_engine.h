@@ -31,7 +31,7 @@ class ZeroEngine final : public ShardedAdamW {
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
   double Step(double token_count) override;
-  StateDict FullState() override { return ModelStateDict(model_); }
+  StateDict FullState(bool keep) override { return keep ? ModelStateDict(model_) : StateDict{}; }
 
  private:
   friend struct GradientReadyHook;
