@@ -90,21 +90,8 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
   // Only rank 0 would save at the end: at stage 3 saving is collective, so the ranks
   // must refuse to start rather than deadlock at the end.
   const std::string plan = WritePlan(scratch_, "plan.json", 3, {{4}, {4}});
-  const int port = FreePort();
-  std::vector<std::unique_ptr<ChildProcess>> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ChildOptions options;
-    options.argv = {POPLAR_WORKER_BINARY};
-    for (const auto& arg : Args(plan, r == 0 ? std::vector<std::string>{"--save", "out.pt"}
-                                             : std::vector<std::string>{})) {
-      options.argv.push_back(arg);
-    }
-    options.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                   {"MASTER_PORT", std::to_string(port)}};
-    options.cwd = scratch_.path();
-    options.stderr_path = scratch_.path() + "/rank" + std::to_string(r) + ".err";
-    ranks.push_back(std::make_unique<ChildProcess>(options));
-  }
+  std::vector<std::string> saving = Args(plan, {"--save", "out.pt"});
+  auto ranks = StartJob(scratch_, {saving, Args(plan)});
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(60)), 1);
     EXPECT_TRUE(ContainsAll(ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err"),
@@ -114,19 +101,8 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
 
 TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
-  const int port = FreePort();
-  std::vector<std::unique_ptr<ChildProcess>> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ChildOptions options;
-    options.argv = {POPLAR_WORKER_BINARY};
-    for (const auto& arg : Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000)) {
-      options.argv.push_back(arg);
-    }
-    options.env = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                   {"MASTER_PORT", std::to_string(port)}};
-    options.stderr_path = scratch_.path() + "/rank" + std::to_string(r) + ".err";
-    ranks.push_back(std::make_unique<ChildProcess>(options));
-  }
+  const auto args = Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000);
+  auto ranks = StartJob(scratch_, {args, args});
   // Wait until training runs, then kill rank 1 as a crash would.
   for (int i = 0; i < 600 && ReadLines(scratch_.path() + "/m1.jsonl").empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "child_process.h"
 
 namespace poplar::testing {
 
@@ -78,14 +77,15 @@ std::string JobOutcome::Describe() const {
   return text;
 }
 
-JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
-                  std::chrono::seconds deadline) {
+std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
+                                                    const std::vector<std::vector<std::string>>& args_per_rank) {
   const int port = FreePort();
+  const int world_size = static_cast<int>(args_per_rank.size());
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < world_size; ++r) {
     ChildOptions options;
     options.argv = {POPLAR_WORKER_BINARY};
-    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.argv.insert(options.argv.end(), args_per_rank[r].begin(), args_per_rank[r].end());
     options.env = {{"RANK", std::to_string(r)},      {"WORLD_SIZE", std::to_string(world_size)},
                    {"LOCAL_RANK", std::to_string(r)}, {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
@@ -93,6 +93,12 @@ JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<s
     options.stderr_path = scratch.path() + "/rank" + std::to_string(r) + ".err";
     ranks.push_back(std::make_unique<ChildProcess>(options));
   }
+  return ranks;
+}
+
+JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
+                  std::chrono::seconds deadline) {
+  auto ranks = StartJob(scratch, std::vector<std::vector<std::string>>(world_size, args));
   JobOutcome outcome;
   const auto until = std::chrono::steady_clock::now() + deadline;
   for (int r = 0; r < world_size; ++r) {

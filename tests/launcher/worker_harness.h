@@ -3,9 +3,11 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "child_process.h"
 #include "launcher/state_dict.h"
 #include "test_support.h"
 
@@ -33,8 +35,13 @@ struct JobOutcome {
   std::string Describe() const;
 };
 
-// Starts `world_size` workers `poplar-worker args...` (RANK, WORLD_SIZE, LOCAL_RANK,
-// MASTER_ADDR, MASTER_PORT set), waits for all of them up to `deadline`.
+// Starts one `poplar-worker args_per_rank[r]...` per rank with torchrun's environment
+// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), working in the scratch
+// folder, stderr to scratch/rank<r>.err. Returns at once.
+std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
+                                                    const std::vector<std::vector<std::string>>& args_per_rank);
+
+// StartJob with the same `args` on `world_size` ranks; waits for all up to `deadline`.
 JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
                   std::chrono::seconds deadline = std::chrono::seconds(180));
 
