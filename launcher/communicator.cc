@@ -143,6 +143,12 @@ void PendingCollective::Wait() {
 
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
   if (world_size_ == 1) return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), nullptr);
+  if (!native_scatter_gather_ && tensor.scalar_type() == torch::kBFloat16) {
+    // Gloo (libtorch 1.13) cannot add bf16: reduce an fp32 copy.
+    std::vector<torch::Tensor> wide = {tensor.to(torch::kFloat32)};
+    auto work = group_->allreduce(wide);
+    return std::make_unique<PendingCollective>(*this, work, [wide, tensor]() mutable { tensor.copy_(wide[0]); });
+  }
   std::vector<torch::Tensor> tensors = {tensor};
   return std::make_unique<PendingCollective>(*this, group_->allreduce(tensors), nullptr);
 }
@@ -158,7 +164,9 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
     auto source = input.contiguous();
     return std::make_unique<PendingCollective>(*this, group_->_reduce_scatter_base(output, source), nullptr);
   }
-  std::vector<torch::Tensor> tensors = {input.clone()};
+  // A copy (fp32 for bf16, which Gloo cannot add) is all-reduced and the slice kept.
+  const auto wide = input.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : input.scalar_type();
+  std::vector<torch::Tensor> tensors = {input.to(wide, /*non_blocking=*/false, /*copy=*/true)};
   auto work = group_->allreduce(tensors);
   const int rank = rank_;
   return std::make_unique<PendingCollective>(
@@ -178,8 +186,15 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
   if (native_scatter_gather_) {
     return std::make_unique<PendingCollective>(*this, group_->_allgather_base(output, source), nullptr);
   }
+  // Gloo (libtorch 1.13) has no bf16 type; gathering only moves bits, so send them as
+  // fp16 of the same width.
+  auto target = output;
+  if (source.scalar_type() == torch::kBFloat16) {
+    source = source.view(torch::kHalf);
+    target = output.view(torch::kHalf);
+  }
   std::vector<std::vector<torch::Tensor>> outputs(1);
-  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(output.narrow(0, r * chunk, chunk));
+  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(target.narrow(0, r * chunk, chunk));
   std::vector<torch::Tensor> inputs = {source};
   return std::make_unique<PendingCollective>(*this, group_->allgather(outputs, inputs), nullptr);
 }

@@ -95,7 +95,8 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
 }
 
 torch::Tensor GptImpl::HeadLoss(const torch::Tensor& x, const torch::Tensor& targets) {
-  const auto logits = torch::nn::functional::linear(ln_f(x), wte->weight);
+  // The loss in fp32 whatever the compute precision.
+  const auto logits = torch::nn::functional::linear(ln_f(x), wte->weight).to(torch::kFloat32);
   return torch::nn::functional::cross_entropy(
       logits.view({-1, logits.size(-1)}), targets.view({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));

@@ -27,7 +27,8 @@ class StageProfiler {
       : config_(config), options_(options), model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = Gpt(config);
-    engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, std::int64_t{1} << 22);
+    engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, std::int64_t{1} << 22,
+                         options.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   }
 
   // Median time and peak bytes of a micro-batch of `size`, or nullopt if it does not fit.
@@ -135,7 +136,7 @@ void Profile(const ProfileOptions& options) {
                    " threads, slowdown " + std::to_string(options.slowdown) + ", memory cap " +
                    std::to_string(options.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
-                   config.ParameterCount(), Precision::kFp32};
+                   config.ParameterCount(), options.precision == "bf16" ? Precision::kMixed : Precision::kFp32};
   DistributedEnv alone;
   Communicator communicator(alone, std::chrono::seconds(10));
   for (int stage : options.stages) {

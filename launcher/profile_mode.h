@@ -24,6 +24,7 @@ struct ProfileOptions {
   std::string output;              // profile file to write
   std::string device_type;         // the profile's device_type
   std::vector<int> stages = {0, 1, 2, 3};
+  std::string precision = "fp32";  // or bf16
   std::int64_t memory_bytes = 0;   // emulated capacity; 0: the machine's memory, no cap
   int threads = 0;
   double slowdown = 1.0;

@@ -102,6 +102,7 @@ std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, 
                         {"checkpoint_dir", !options.checkpoint_dir.empty()},
                         {"checkpoint_every", options.checkpoint_every},
                         {"device", options.device},
+                        {"precision", options.precision},
                         {"initial_parameters_sum", checksum}}
       .dump();
 }
@@ -153,8 +154,9 @@ void Train(const TrainOptions& options) {
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
   const double bucket_mb = options.bucket_mb > 0 ? options.bucket_mb : (device.is_cuda() ? 25.0 : 1.0);
   const auto bucket_elements = static_cast<std::int64_t>(bucket_mb * (1 << 20) / 4);
-  const std::unique_ptr<TrainingEngine> engine_owner = MakeEngine(
-      plan.stage, model, communicator, options.adamw, std::max<std::int64_t>(1, bucket_elements));
+  const std::unique_ptr<TrainingEngine> engine_owner =
+      MakeEngine(plan.stage, model, communicator, options.adamw, std::max<std::int64_t>(1, bucket_elements),
+                 options.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   TrainingEngine& engine = *engine_owner;
   if (!options.resume.empty()) {
     engine.LoadMoments(resumed_moments, first_step);

@@ -18,6 +18,8 @@ struct TrainOptions {
   std::string save;          // optional final state dict, written by rank 0
   AdamWOptions adamw;
   std::string device = "cpu";
+  std::string precision = "fp32";  // fp32, or bf16: bf16 compute and communication,
+                                   // fp32 master weights and Adam state
   std::string metrics;          // JSONL; "{rank}" is replaced by the rank, else rank 0 only
   std::string checkpoint_dir;   // periodic checkpoints go here
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set

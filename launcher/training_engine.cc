@@ -9,32 +9,73 @@
 namespace poplar {
 
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
-                                           const AdamWOptions& options, std::int64_t bucket_elements) {
-  if (stage == 3) return std::make_unique<Zero3Engine>(std::move(model), communicator, options);
-  return std::make_unique<ZeroEngine>(std::move(model), stage, communicator, options, bucket_elements);
+                                           const AdamWOptions& options, std::int64_t bucket_elements,
+                                           torch::ScalarType working) {
+  if (stage == 3) return std::make_unique<Zero3Engine>(std::move(model), communicator, options, working);
+  return std::make_unique<ZeroEngine>(std::move(model), stage, communicator, options, bucket_elements,
+                                      working);
 }
 
 ShardedAdamW::ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
-                           torch::Device device)
+                           torch::Device device, torch::ScalarType working)
     : layout_(std::move(layout)),
       communicator_(communicator),
       options_(options),
-      device_(device) {
+      device_(device),
+      working_(working) {
   exp_avg_ = Zeros(layout_.shard_total());
   exp_avg_sq_ = Zeros(layout_.shard_total());
+  if (Mixed()) master_ = Zeros(layout_.shard_total());
 }
 
 torch::Tensor ShardedAdamW::Zeros(std::int64_t elements) const {
   return torch::zeros({elements}, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
 }
 
+torch::Tensor ShardedAdamW::WorkingZeros(std::int64_t elements) const {
+  return torch::zeros({elements}, torch::TensorOptions().dtype(working_).device(device_));
+}
+
+void ShardedAdamW::CopyOwned(torch::Tensor target, const FlatBucket& bucket, const FlatSlot& slot,
+                             const torch::Tensor& values) const {
+  const auto [begin, end] = layout_.OwnedRange(bucket, slot);
+  if (begin >= end) return;
+  target.narrow(0, bucket.shard_offset + (begin - bucket.owned_begin), end - begin)
+      .copy_(values.detach().reshape({-1}).narrow(0, begin - slot.offset, end - begin));
+}
+
+void ShardedAdamW::InitMaster(const FlatBucket& bucket, const FlatSlot& slot, const torch::Tensor& values) {
+  if (Mixed()) CopyOwned(master_, bucket, slot, values);
+}
+
+StateDict ShardedAdamW::MasterState(bool keep) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor full = master_;
+  if (Partitioned()) {
+    full = Zeros(layout_.total());
+    for (const FlatBucket& bucket : layout_.buckets()) {
+      auto whole = full.narrow(0, bucket.begin, bucket.size);
+      communicator_.AllGather(master_.narrow(0, bucket.shard_offset, bucket.owned_size), whole);
+    }
+  }
+  StateDict state;
+  if (!keep) return state;
+  for (const FlatSlot& slot : layout_.slots()) {
+    state[slot.name] = full.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone();
+  }
+  state[kTiedHeadName] = state.at(kTokenEmbeddingName);
+  return state;
+}
+
 double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   torch::NoGradGuard no_grad;
+  // fp32 gradients of the owned slices (in place when the working precision is fp32).
+  std::vector<torch::Tensor> gradients;
   auto squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const FlatBucket& bucket : layout_.buckets()) {
-    auto gradient = OwnedGradient(bucket);
-    gradient.div_(token_count);
-    squares += gradient.to(torch::kFloat64).pow(2).sum();
+    gradients.push_back(Mixed() ? OwnedGradient(bucket).to(torch::kFloat32) : OwnedGradient(bucket));
+    gradients.back().div_(token_count);
+    squares += gradients.back().to(torch::kFloat64).pow(2).sum();
   }
   if (Partitioned()) communicator_.AllReduceSum(squares);
   const double norm = std::sqrt(squares.item<double>());
@@ -42,13 +83,16 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
 
   const auto start = std::chrono::steady_clock::now();
   ++step_;
-  for (const FlatBucket& bucket : layout_.buckets()) {
-    auto gradient = OwnedGradient(bucket);
+  for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const FlatBucket& bucket = layout_.buckets()[b];
+    auto& gradient = gradients[b];
     if (clip < 1.0) gradient.mul_(clip);
-    AdamWStep(OwnedParameters(bucket), gradient,
-              exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size),
+    auto parameters = Mixed() ? master_.narrow(0, bucket.shard_offset, bucket.owned_size)
+                              : OwnedParameters(bucket);
+    AdamWStep(parameters, gradient, exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size),
               exp_avg_sq_.narrow(0, bucket.shard_offset, bucket.owned_size), bucket.owned_decay,
               options_, step_);
+    if (Mixed()) OwnedParameters(bucket).copy_(parameters);
   }
   optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return norm;
@@ -82,14 +126,9 @@ void ShardedAdamW::LoadMoments(const std::map<std::string, AdamMoments>& moments
   for (const FlatBucket& bucket : layout_.buckets()) {
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
-      const auto [begin, end] = layout_.OwnedRange(bucket, slot);
-      if (begin >= end) continue;
       const AdamMoments& loaded = moments.at(slot.name);
-      const std::int64_t at = bucket.shard_offset + (begin - bucket.owned_begin);
-      exp_avg_.narrow(0, at, end - begin)
-          .copy_(loaded.exp_avg.reshape({-1}).narrow(0, begin - slot.offset, end - begin));
-      exp_avg_sq_.narrow(0, at, end - begin)
-          .copy_(loaded.exp_avg_sq.reshape({-1}).narrow(0, begin - slot.offset, end - begin));
+      CopyOwned(exp_avg_, bucket, slot, loaded.exp_avg);
+      CopyOwned(exp_avg_sq_, bucket, slot, loaded.exp_avg_sq);
     }
   }
   step_ = step;

@@ -61,12 +61,17 @@ class TrainingEngine {
   virtual double optimizer_seconds() const = 0;
 };
 
-// Takes over the model's parameters (their data moves into the engine's buffers).
+// Takes over the model's fp32 parameters (their data moves into the engine's buffers).
+// `working` is the precision of computation and communication: kFloat32, or kBFloat16
+// for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
+// in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter).
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
-                                           const AdamWOptions& options, std::int64_t bucket_elements);
+                                           const AdamWOptions& options, std::int64_t bucket_elements,
+                                           torch::ScalarType working = torch::kFloat32);
 
-// What every stage shares: the flat layout, the owned slices' Adam state, and the step
-// that scales, clips and updates them.
+// What every stage shares: the flat layout, the owned slices' Adam state (and, in mixed
+// precision, their fp32 master weights), and the step that scales, clips and updates
+// them.
 class ShardedAdamW : public TrainingEngine {
  public:
   std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
@@ -76,14 +81,26 @@ class ShardedAdamW : public TrainingEngine {
 
  protected:
   ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
-               torch::Device device);
+               torch::Device device, torch::ScalarType working);
 
-  // The bucket's owned gradient (summed over ranks, before scaling) and parameters.
+  // The bucket's owned gradient (summed over ranks, before scaling) and parameters, in
+  // the working precision.
   virtual torch::Tensor OwnedGradient(const FlatBucket& bucket) = 0;
   virtual torch::Tensor OwnedParameters(const FlatBucket& bucket) = 0;
+  // Copies this rank's part of `values` (slot's full tensor) into `target`, which is in
+  // shard layout (exp_avg, master weights, ZeRO-3's parameter shard, ...).
+  void CopyOwned(torch::Tensor target, const FlatBucket& bucket, const FlatSlot& slot,
+                 const torch::Tensor& values) const;
+  // Mixed precision: fills the master weights from the fp32 parameters; call once per
+  // slot at construction, before the parameters are converted.
+  void InitMaster(const FlatBucket& bucket, const FlatSlot& slot, const torch::Tensor& values);
+  // Mixed precision: the full fp32 parameters by name (collective when partitioned).
+  StateDict MasterState(bool keep);
   // Scale by 1/token_count, global norm (all-reduced when sharded), clip, AdamW.
   double ScaleClipAndUpdate(double token_count);
-  torch::Tensor Zeros(std::int64_t elements) const;  // fp32 on the engine's device
+  torch::Tensor Zeros(std::int64_t elements) const;         // fp32 on the engine's device
+  torch::Tensor WorkingZeros(std::int64_t elements) const;  // working precision
+  bool Mixed() const { return working_ != torch::kFloat32; }
   // Whether ranks own different slices (stages 1-3 on 2+ ranks).
   bool Partitioned() const { return layout_.shard_total() < layout_.total(); }
 
@@ -91,8 +108,10 @@ class ShardedAdamW : public TrainingEngine {
   Communicator& communicator_;
   AdamWOptions options_;
   torch::Device device_;
+  torch::ScalarType working_;
 
  private:
+  torch::Tensor master_;      // mixed precision: fp32 owned parameters, shard layout
   torch::Tensor exp_avg_;     // shard layout
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;

@@ -49,6 +49,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
   train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");
   train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(CLI::NonNegativeNumber);
@@ -69,6 +70,7 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("-o,--output", o.output, "Profile file to write")->required();
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
   profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 3))->capture_default_str();
+  profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   profile->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes (0: machine memory, no cap)")->check(CLI::NonNegativeNumber);
   profile->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
   profile->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));

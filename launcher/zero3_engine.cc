@@ -44,24 +44,22 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
 }  // namespace
 
-Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options)
+Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options,
+                         torch::ScalarType working)
     : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true),
-                   communicator, options, model->wte->weight.device()),
+                   communicator, options, model->wte->weight.device(), working),
       model_(std::move(model)),
       units_(model_->config().n_layer + 2) {
   for (int unit = 0; unit < units_; ++unit) unit_buckets_.push_back({unit});
   unit_buckets_.back().push_back(0);  // the head is tied to the token embedding
   torch::NoGradGuard no_grad;
-  shard_parameters_ = Zeros(layout_.shard_total());
-  gradient_shard_ = Zeros(layout_.shard_total());
+  shard_parameters_ = WorkingZeros(layout_.shard_total());
+  gradient_shard_ = WorkingZeros(layout_.shard_total());
   for (const FlatBucket& bucket : layout_.buckets()) {
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
-      const auto [begin, end] = layout_.OwnedRange(bucket, slot);
-      if (begin < end) {
-        shard_parameters_.narrow(0, bucket.shard_offset + begin - bucket.owned_begin, end - begin)
-            .copy_(slot.parameter.detach().reshape({-1}).narrow(0, begin - slot.offset, end - begin));
-      }
+      CopyOwned(shard_parameters_, bucket, slot, slot.parameter);
+      InitMaster(bucket, slot, slot.parameter);
     }
   }
   for (int unit = 0; unit < units_; ++unit) Release(unit);
@@ -73,7 +71,7 @@ Zero3Engine::Gathering Zero3Engine::StartGather(int unit) {
   Gathering gathering;
   for (int b : unit_buckets_[unit]) {
     const FlatBucket& bucket = layout_.buckets()[b];
-    gathering.wholes.push_back(Zeros(bucket.size));
+    gathering.wholes.push_back(WorkingZeros(bucket.size));
     gathering.work.push_back(communicator_.StartAllGather(
         shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), gathering.wholes.back()));
   }
@@ -112,7 +110,7 @@ void Zero3Engine::Release(int unit) {
   for (int b : unit_buckets_[unit]) {
     for (int index : layout_.buckets()[b].slots) {
       auto parameter = layout_.slots()[index].parameter;
-      parameter.set_data(Zeros(0));
+      parameter.set_data(WorkingZeros(0));
       parameter.mutable_grad() = torch::Tensor();
     }
   }
@@ -122,13 +120,13 @@ void Zero3Engine::ReduceGradients(int unit) {
   torch::NoGradGuard no_grad;
   for (int b : unit_buckets_[unit]) {
     const FlatBucket& bucket = layout_.buckets()[b];
-    auto buffer = Zeros(bucket.size);
+    auto buffer = WorkingZeros(bucket.size);
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
       const auto& gradient = slot.parameter.grad();
       if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
     }
-    Reduction reduction{b, Zeros(bucket.owned_size), nullptr};
+    Reduction reduction{b, WorkingZeros(bucket.owned_size), nullptr};
     reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced);
     reductions_.push_back(std::move(reduction));
   }
@@ -233,6 +231,7 @@ double Zero3Engine::Step(double token_count) {
 }
 
 StateDict Zero3Engine::FullState(bool keep) {
+  if (Mixed()) return MasterState(keep);
   StateDict state;
   for (int unit = 0; unit < units_; ++unit) {
     Gathering gathering = StartGather(unit);  // outside the micro-batch order

@@ -22,7 +22,8 @@ namespace poplar {
 
 class Zero3Engine final : public ShardedAdamW {
  public:
-  Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options);
+  Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options,
+              torch::ScalarType working);
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
@@ -57,8 +58,8 @@ class Zero3Engine final : public ShardedAdamW {
   Gpt model_;
   int units_;                                 // n_layer + 2
   std::vector<std::vector<int>> unit_buckets_;  // unit -> buckets it needs, in order
-  torch::Tensor shard_parameters_;  // owned parameters, shard layout
-  torch::Tensor gradient_shard_;    // owned gradients, shard layout
+  torch::Tensor shard_parameters_;  // owned parameters, shard layout (working precision)
+  torch::Tensor gradient_shard_;    // owned gradients, shard layout (working precision)
 
   std::vector<int> gather_order_;   // one micro-batch: 0..U-1, U-1..0
   std::size_t cursor_ = 0;          // next position in gather_order_

@@ -17,24 +17,26 @@ struct GradientReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 ZeroEngine::ZeroEngine(Gpt model, int stage, Communicator& communicator, const AdamWOptions& options,
-                       std::int64_t bucket_elements)
+                       std::int64_t bucket_elements, torch::ScalarType working)
     : ShardedAdamW(FlatLayout(FlatLayout::BucketsOf(model->NamedParameters(), bucket_elements),
                               communicator.world_size(), communicator.rank(), stage >= 1),
-                   communicator, options, model->wte->weight.device()),
+                   communicator, options, model->wte->weight.device(), working),
       model_(std::move(model)),
       stage_(stage) {
   TORCH_CHECK(stage >= 0 && stage <= 2, "ZeroEngine runs stages 0-2, got ", stage);
   torch::NoGradGuard no_grad;
-  flat_parameters_ = Zeros(layout_.total());
-  if (stage_ <= 1) flat_gradients_ = Zeros(layout_.total());
-  if (stage_ == 2) gradient_shard_ = Zeros(layout_.shard_total());
-  for (const FlatSlot& slot : layout_.slots()) {
-    auto parameter = slot.parameter;
-    auto view = flat_parameters_.narrow(0, slot.offset, slot.numel).view(parameter.sizes());
-    view.copy_(parameter);
-    parameter.set_data(view);
-    if (stage_ <= 1) {
-      parameter.mutable_grad() = flat_gradients_.narrow(0, slot.offset, slot.numel).view(parameter.sizes());
+  flat_parameters_ = WorkingZeros(layout_.total());
+  if (stage_ <= 1) flat_gradients_ = WorkingZeros(layout_.total());
+  if (stage_ == 2) gradient_shard_ = WorkingZeros(layout_.shard_total());
+  for (const FlatBucket& bucket : layout_.buckets()) {
+    for (int index : bucket.slots) {
+      const FlatSlot& slot = layout_.slots()[index];
+      auto parameter = slot.parameter;
+      InitMaster(bucket, slot, parameter);  // from the fp32 values, before conversion
+      auto view = flat_parameters_.narrow(0, slot.offset, slot.numel).view(slot.shape);
+      view.copy_(parameter);
+      parameter.set_data(view);
+      if (stage_ <= 1) parameter.mutable_grad() = flat_gradients_.narrow(0, slot.offset, slot.numel).view(slot.shape);
     }
   }
   slot_bucket_.resize(layout_.slots().size());
@@ -81,7 +83,7 @@ void ZeroEngine::Launch(int b) {
     return;
   }
   // Stage 2: this round's gradients of the bucket, then freed.
-  auto buffer = Zeros(bucket.size);
+  auto buffer = WorkingZeros(bucket.size);
   for (int index : bucket.slots) {
     auto parameter = layout_.slots()[index].parameter;
     if (parameter.grad().defined()) {
@@ -90,7 +92,7 @@ void ZeroEngine::Launch(int b) {
     }
     parameter.mutable_grad() = torch::Tensor();
   }
-  reduced_[b] = Zeros(bucket.owned_size);
+  reduced_[b] = WorkingZeros(bucket.owned_size);
   pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b]);
 }
 

@@ -26,12 +26,15 @@ namespace poplar {
 class ZeroEngine final : public ShardedAdamW {
  public:
   ZeroEngine(Gpt model, int stage, Communicator& communicator, const AdamWOptions& options,
-             std::int64_t bucket_elements);
+             std::int64_t bucket_elements, torch::ScalarType working);
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
   double Step(double token_count) override;
-  StateDict FullState(bool keep) override { return keep ? ModelStateDict(model_) : StateDict{}; }
+  StateDict FullState(bool keep) override {
+    if (Mixed()) return MasterState(keep);
+    return keep ? ModelStateDict(model_) : StateDict{};
+  }
 
  private:
   friend struct GradientReadyHook;
@@ -47,8 +50,8 @@ class ZeroEngine final : public ShardedAdamW {
 
   Gpt model_;
   int stage_;
-  torch::Tensor flat_parameters_;  // all parameters
-  torch::Tensor flat_gradients_;   // stages 0-1: all gradients
+  torch::Tensor flat_parameters_;  // all parameters (working precision)
+  torch::Tensor flat_gradients_;   // stages 0-1: all gradients (working precision)
   torch::Tensor gradient_shard_;   // stage 2: owned gradients, shard layout
 
   // Bucket reductions in flight.

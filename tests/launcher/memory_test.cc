@@ -19,10 +19,11 @@ TEST(ModelConfig, ParameterCountMatchesTheModel) {
   EXPECT_EQ(config.ParameterCount(), total);
 }
 
-class StateMemory : public ::testing::TestWithParam<int> {};
+// (stage, precision): fp32, or bf16 mixed precision (2 + 2 + 12 bytes per parameter).
+class StateMemory : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(StateMemory, AgreesWithTheZeroAccounting) {
-  const int stage = GetParam();
+  const auto [stage, precision] = GetParam();
   ScratchDir scratch("poplar_memory");
   WriteModelConfig(scratch, 128, 16);
   WriteTokens(scratch, 4000);
@@ -31,23 +32,28 @@ TEST_P(StateMemory, AgreesWithTheZeroAccounting) {
       scratch, 2,
       {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
        scratch.path() + "/tokens.bin", "--steps", "2", "--metrics", scratch.path() + "/m{rank}.jsonl",
-       "--log-every", "0"});
+       "--precision", precision, "--log-every", "0"});
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
   const GptConfig config{2, 2, 128, 256, 16};
-  const std::int64_t expected =
-      ModelStatesPerRank(config.ParameterCount(), stage, 2, Precision::kFp32).Total();
+  const std::int64_t expected = ModelStatesPerRank(
+      config.ParameterCount(), stage, 2, precision == "bf16" ? Precision::kMixed : Precision::kFp32).Total();
   for (int rank = 0; rank < 2; ++rank) {
     const auto lines = ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl");
     ASSERT_EQ(lines.size(), 2u);
     const auto measured = nlohmann::json::parse(lines.back())["state_bytes"].get<std::int64_t>();
-    std::cout << "[ stage " << stage << " rank " << rank << " ] measured " << measured
+    std::cout << "[ " << precision << " stage " << stage << " rank " << rank << " ] measured " << measured
               << " bytes, ZeRO accounting " << expected << " bytes\n";
     EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(expected), 0.10 * expected);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, StateMemory, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Stages, StateMemory,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(std::string("fp32"), std::string("bf16"))),
+                         [](const auto& info) {
+                           return std::get<1>(info.param) + "Stage" + std::to_string(std::get<0>(info.param));
+                         });
 
 }  // namespace
 }  // namespace poplar::testing

@@ -1,0 +1,59 @@
+// bf16 mixed precision (--precision bf16): bf16 compute and communication, fp32 master
+// weights and Adam state. It trains (the loss falls) on every stage, multi-rank runs
+// track the single-rank run within bf16 rounding, and saved weights are the fp32 masters.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+class MixedPrecision : public ::testing::TestWithParam<int> {};
+
+std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps,
+                              const std::string& name) {
+  return {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
+          scratch.path() + "/tokens.bin", "--steps", std::to_string(steps), "--precision", "bf16",
+          "--lr", "3e-3", "--save", name + ".pt", "--metrics", scratch.path() + "/" + name + ".jsonl",
+          "--log-every", "0", "--timeout", "60"};
+}
+
+TEST_P(MixedPrecision, TrainsAndTracksTheSingleRankRun) {
+  const int stage = GetParam();
+  ScratchDir scratch("poplar_bf16");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 20000);
+  constexpr int kSteps = 20;
+  const std::string one = WritePlan(scratch, "one.json", 0, {{14}});
+  const auto plan = stage >= 2 ? WritePlan(scratch, "plan.json", stage, {{5, 3, 0}, {2, 2, 2}})
+                               : WritePlan(scratch, "plan.json", stage, {{5, 3}, {4, 2}});
+  const JobOutcome reference = RunJob(scratch, 1, Args(scratch, one, kSteps, "reference"));
+  ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
+  const JobOutcome job = RunJob(scratch, 2, Args(scratch, plan, kSteps, "ranks"));
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+
+  const auto expected = ReadLines(scratch.path() + "/reference.jsonl");
+  const auto actual = ReadLines(scratch.path() + "/ranks.jsonl");
+  ASSERT_EQ(actual.size(), static_cast<std::size_t>(kSteps));
+  const double first = nlohmann::json::parse(actual.front())["loss"];
+  const double last = nlohmann::json::parse(actual.back())["loss"];
+  const double last_reference = nlohmann::json::parse(expected.back())["loss"];
+  std::cout << "[ bf16 stage " << stage << " ] loss " << first << " -> " << last
+            << " (one rank: " << last_reference << ")\n";
+  EXPECT_LT(last, first - 1.0) << "bf16 training should learn";
+  EXPECT_NEAR(last, last_reference, 0.05);
+
+  // Saved weights are the fp32 masters, close to the single-rank run's.
+  const StateDict ranks = ReadStateDict(scratch.path() + "/ranks.pt");
+  EXPECT_EQ(ranks.at("transformer.wte.weight").scalar_type(), torch::kFloat32);
+  const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"), ranks);
+  std::cout << "[ bf16 stage " << stage << " ] max |difference| = " << difference << "\n";
+  EXPECT_LT(difference, 0.1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, MixedPrecision, ::testing::Values(0, 1, 2, 3));
+
+}  // namespace
+}  // namespace poplar::testing
