@@ -5,6 +5,9 @@
 namespace poplar {
 namespace {
 
+// Gradient reduce-scatters allowed to run behind backward at stage 3 (buckets).
+constexpr std::size_t kReductionsInFlight = 3;
+
 // Units as flat-layout buckets: [Embed's parameters], [block 0's], ..., [ln_f's].
 std::vector<std::vector<NamedTensor>> UnitBuckets(const Gpt& model) {
   std::vector<std::vector<NamedTensor>> buckets(model->config().n_layer + 2);
@@ -130,15 +133,19 @@ void Zero3Engine::ReduceGradients(int unit) {
     reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced);
     reductions_.push_back(std::move(reduction));
   }
+  // A reduction holds a whole bucket's gradient until it is done: keep only the last
+  // few in flight, so that backward's peak memory stays a few units, not the model.
+  FinishReductions(kReductionsInFlight);
 }
 
-void Zero3Engine::FinishReductions() {
-  for (Reduction& reduction : reductions_) {
+void Zero3Engine::FinishReductions(std::size_t in_flight) {
+  while (reductions_.size() > in_flight) {
+    Reduction& reduction = reductions_.front();
     reduction.work->Wait();
     const FlatBucket& bucket = layout_.buckets()[reduction.bucket];
     gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduction.reduced);
+    reductions_.pop_front();
   }
-  reductions_.clear();
 }
 
 torch::Tensor Zero3Engine::RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {

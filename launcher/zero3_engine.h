@@ -14,6 +14,7 @@
 // gradients, without computing. Persistent memory: 16P/N bytes (fp32).
 #pragma once
 
+#include <deque>
 #include <vector>
 
 #include "launcher/training_engine.h"
@@ -53,7 +54,9 @@ class Zero3Engine final : public ShardedAdamW {
   void Gather(int unit);
   void Release(int unit);          // parameters back to empty tensors
   void ReduceGradients(int unit);  // starts reduce-scatters into the shards; frees .grad
-  void FinishReductions();         // waits for them and adds into the shards
+  // Waits for the oldest reductions and adds them into the shards, until at most
+  // `in_flight` remain (0: all).
+  void FinishReductions(std::size_t in_flight = 0);
 
   Gpt model_;
   int units_;                                 // n_layer + 2
@@ -69,7 +72,7 @@ class Zero3Engine final : public ShardedAdamW {
     torch::Tensor reduced;
     std::unique_ptr<PendingCollective> work;
   };
-  std::vector<Reduction> reductions_;  // started this round
+  std::deque<Reduction> reductions_;  // started, not yet added into the shards
 };
 
 }  // namespace poplar
