@@ -141,51 +141,49 @@ void PendingCollective::Wait() {
   if (finish_) finish_();
 }
 
+std::unique_ptr<PendingCollective> Communicator::Pending(c10::intrusive_ptr<c10d::Work> work,
+                                                         std::function<void()> finish) {
+  return std::make_unique<PendingCollective>(*this, std::move(work), std::move(finish));
+}
+
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
-  if (world_size_ == 1) return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), nullptr);
+  if (world_size_ == 1) return Pending({}, nullptr);
   if (!native_scatter_gather_ && tensor.scalar_type() == torch::kBFloat16) {
     // Gloo (libtorch 1.13) cannot add bf16: reduce an fp32 copy.
     std::vector<torch::Tensor> wide = {tensor.to(torch::kFloat32)};
     auto work = group_->allreduce(wide);
-    return std::make_unique<PendingCollective>(*this, work, [wide, tensor]() mutable { tensor.copy_(wide[0]); });
+    return Pending(work, [wide, tensor]() mutable { tensor.copy_(wide[0]); });
   }
   std::vector<torch::Tensor> tensors = {tensor};
-  return std::make_unique<PendingCollective>(*this, group_->allreduce(tensors), nullptr);
+  return Pending(group_->allreduce(tensors), nullptr);
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
                                                                        torch::Tensor& output) {
   const auto chunk = output.numel();
   TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
-  if (world_size_ == 1) {
-    return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), [input, output]() mutable { output.copy_(input); });
-  }
+  if (world_size_ == 1) return Pending({}, [input, output]() mutable { output.copy_(input); });
   if (native_scatter_gather_) {
     auto source = input.contiguous();
-    return std::make_unique<PendingCollective>(*this, group_->_reduce_scatter_base(output, source), nullptr);
+    return Pending(group_->_reduce_scatter_base(output, source), nullptr);
   }
   // A copy (fp32 for bf16, which Gloo cannot add) is all-reduced and the slice kept.
   const auto wide = input.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : input.scalar_type();
   std::vector<torch::Tensor> tensors = {input.to(wide, /*non_blocking=*/false, /*copy=*/true)};
   auto work = group_->allreduce(tensors);
   const int rank = rank_;
-  return std::make_unique<PendingCollective>(
-      *this, work, [summed = tensors[0], output, rank, chunk]() mutable {
-        output.copy_(summed.narrow(0, rank * chunk, chunk));
-      });
+  return Pending(work, [summed = tensors[0], output, rank, chunk]() mutable {
+    output.copy_(summed.narrow(0, rank * chunk, chunk));
+  });
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard,
                                                                 torch::Tensor& output) {
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
-  if (world_size_ == 1) {
-    return std::make_unique<PendingCollective>(*this, c10::intrusive_ptr<c10d::Work>(), [shard, output]() mutable { output.copy_(shard); });
-  }
+  if (world_size_ == 1) return Pending({}, [shard, output]() mutable { output.copy_(shard); });
   auto source = shard.contiguous();
-  if (native_scatter_gather_) {
-    return std::make_unique<PendingCollective>(*this, group_->_allgather_base(output, source), nullptr);
-  }
+  if (native_scatter_gather_) return Pending(group_->_allgather_base(output, source), nullptr);
   // Gloo (libtorch 1.13) has no bf16 type; gathering only moves bits, so send them as
   // fp16 of the same width.
   auto target = output;
@@ -196,7 +194,7 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(target.narrow(0, r * chunk, chunk));
   std::vector<torch::Tensor> inputs = {source};
-  return std::make_unique<PendingCollective>(*this, group_->allgather(outputs, inputs), nullptr);
+  return Pending(group_->allgather(outputs, inputs), nullptr);
 }
 
 void Communicator::AllReduceSum(torch::Tensor& tensor) { StartAllReduceSum(tensor)->Wait(); }
@@ -207,15 +205,6 @@ void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& o
 
 void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) {
   StartAllGather(shard, output)->Wait();
-}
-
-void Communicator::Broadcast(torch::Tensor& tensor, int root) {
-  if (world_size_ == 1) return;
-  Timer timer(communication_seconds_);
-  std::vector<torch::Tensor> tensors = {tensor};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  group_->broadcast(tensors, options)->wait();
 }
 
 void Communicator::Barrier() {

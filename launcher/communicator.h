@@ -88,7 +88,6 @@ class Communicator {
   void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
   // shard: k elements; output: world_size * k elements, chunk r from rank r.
   void AllGather(const torch::Tensor& shard, torch::Tensor& output);
-  void Broadcast(torch::Tensor& tensor, int root);
   void Barrier();
   // Throws InputError on every rank unless all ranks pass the same `value` for `what`
   // (for example the plan, the model, the flags that decide which collectives run).
@@ -103,6 +102,10 @@ class Communicator {
   class Timer;
   friend class PendingCollective;
   static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
+  // A started collective (`work` null when nothing travels, with one rank) and what to
+  // do once it is done.
+  std::unique_ptr<PendingCollective> Pending(c10::intrusive_ptr<c10d::Work> work,
+                                             std::function<void()> finish);
 
   int rank_;
   int world_size_;

@@ -1,16 +1,15 @@
 // `poplar-worker`: trains one rank (train) or measures one device (profile).
 // Every error — bad input, a libtorch or Gloo failure, a dead peer, out of memory — is
-// caught here and becomes one line on stderr naming the rank, and a non-zero exit:
+// caught by RunApp and becomes one line on stderr naming the rank, and a non-zero exit:
 //   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
 #include <cstdlib>
-#include <iostream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "launcher/profile_mode.h"
 #include "launcher/train.h"
-#include "planner/input_error.h"
+#include "planner/cli/run_app.h"
 
 namespace {
 
@@ -18,9 +17,6 @@ std::string Who() {
   const char* rank = std::getenv("RANK");
   return std::string("poplar-worker[rank ") + (rank ? rank : "0") + "]";
 }
-
-// The first line of a libtorch message (the rest is a C++ backtrace).
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Adam's betas, like PyTorch's: 0 <= beta < 1.
 const CLI::Validator kBelowOne(
@@ -84,38 +80,10 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
 int main(int argc, char** argv) {
   CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
                "poplar-worker"};
-  app.require_subcommand(0, 1);
   poplar::TrainOptions train_options;
   poplar::ProfileOptions profile_options;
   AddTrainCommand(app, train_options);
   AddProfileCommand(app, profile_options);
-  try {
-    app.parse(argc, argv);
-    if (app.get_subcommands().empty()) {
-      std::cerr << "poplar-worker: a command is required: train or profile (see 'poplar-worker --help')\n";
-      return 2;
-    }
-  } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);
-  } catch (const CLI::CallForAllHelp& help) {
-    return app.exit(help);
-  } catch (const CLI::ParseError& error) {
-    std::string command = "poplar-worker";
-    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
-    std::cerr << command << ": " << error.what() << " (see '" << command << " --help')\n";
-    return 2;
-  } catch (const poplar::InputError& error) {
-    std::cerr << Who() << ": error: " << error.what() << "\n";
-    return 1;
-  } catch (const c10::Error& error) {
-    std::cerr << Who() << ": error: " << FirstLine(error.what_without_backtrace()) << "\n";
-    return 1;
-  } catch (const std::exception& error) {
-    std::cerr << Who() << ": error: " << FirstLine(error.what()) << "\n";
-    return 1;
-  } catch (...) {
-    std::cerr << Who() << ": internal error: an unknown exception\n";
-    return 70;
-  }
-  return 0;
+  return poplar::RunApp(app, argc, argv, "poplar-worker", Who(), "train or profile",
+                        /*runtime_errors_fail=*/true);
 }

@@ -2,13 +2,10 @@
 // status, stdout, stderr and the files written (DESIGN.md 4.1, 4.2 and 8).
 //
 // Exit statuses (planner/cli/main.cc): 0 success, 1 bad input, 2 bad usage.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include "child_process.h"
 #include "test_support.h"
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
