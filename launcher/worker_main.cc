@@ -6,6 +6,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <torch/version.h>
 
 #include "launcher/profile_mode.h"
 #include "launcher/train.h"
@@ -80,6 +81,8 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
 int main(int argc, char** argv) {
   CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
                "poplar-worker"};
+  // The agents' profile cache keys on this line: change it when measurements change.
+  app.set_version_flag("--version", std::string("poplar-worker 0.1.0 (libtorch ") + TORCH_VERSION + ")");
   poplar::TrainOptions train_options;
   poplar::ProfileOptions profile_options;
   AddTrainCommand(app, train_options);

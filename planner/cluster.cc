@@ -62,6 +62,10 @@ NodeSpec ParseNode(YamlFields fields) {
   NodeSpec node;
   node.name = fields.String("name");
   node.host = fields.OptionalString("host").value_or(node.name);
+  node.agent = fields.OptionalString("agent").value_or(node.host + ":" + std::to_string(kDefaultAgentPort));
+  if (node.agent.find(':') == std::string::npos) {
+    fields.Fail("agent", "must be host:port, got '" + node.agent + "'");
+  }
   YAML::Node devices = fields.Child("devices");
   if (!devices || !devices.IsSequence() || devices.size() == 0) {
     fields.Fail("devices", "must be a non-empty list of {type, count}" + YamlFields::LineOf(devices));
@@ -72,6 +76,32 @@ NodeSpec ParseNode(YamlFields fields) {
   }
   fields.Finish();
   return node;
+}
+
+std::optional<double> OptionalPositive(YamlFields& fields, const std::string& key, bool zero_allowed) {
+  if (!fields.Has(key)) return std::nullopt;
+  const double value = fields.Number(key);
+  if (!(value > 0 || (zero_allowed && value == 0))) {
+    fields.Fail(key, zero_allowed ? "must be zero or more" : "must be a positive number");
+  }
+  return value;
+}
+
+JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
+  JobSpec job;
+  job.model_config = ResolveAgainst(base_folder, fields.String("model"));
+  job.data = fields.String("data");
+  job.steps = fields.Integer("steps");
+  if (job.steps <= 0) fields.Fail("steps", "must be a positive number of optimizer steps");
+  job.lr = OptionalPositive(fields, "lr", false);
+  job.weight_decay = OptionalPositive(fields, "weight_decay", true);
+  job.grad_clip = OptionalPositive(fields, "grad_clip", true);
+  if (fields.Has("checkpoint_every")) {
+    job.checkpoint_every = fields.Integer("checkpoint_every");
+    if (job.checkpoint_every < 0) fields.Fail("checkpoint_every", "must be zero (only at the end) or more steps");
+  }
+  fields.Finish();
+  return job;
 }
 
 }  // namespace
@@ -130,6 +160,11 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file) {
       throw InputError(file, path + ".name", "'" + cluster.nodes.back().name + "' is used twice");
     }
   }
+
+  if (fields.Has("credentials")) {
+    cluster.credentials = ParseCredentials(fields.Map("credentials"), ParentFolder(file));
+  }
+  if (fields.Has("job")) cluster.job = ParseJob(fields.Map("job"), ParentFolder(file));
 
   if (fields.Has("network")) {
     YamlFields network = fields.Map("network");

@@ -15,8 +15,15 @@
 //   nodes:
 //     - name: node-a
 //       host: 10.0.0.1              # optional, defaults to name
+//       agent: 10.0.0.1:7150        # optional, its poplar-agent; defaults to host:7150
 //       devices:
 //         - {type: A100-80GB, count: 8}
+//   credentials: {ca: ..., cert: ..., key: ..., token: ...}   # to reach the agents
+//   job:                            # what `poplar launch` trains (optional)
+//     model: models/gpt-small.json  # model config, relative to this file
+//     data: wikitext.bin            # token file, relative to each agent's work_dir
+//     steps: 1000
+//     lr: 3e-4                      # optional: weight_decay, grad_clip, checkpoint_every
 #pragma once
 
 #include <cstdint>
@@ -24,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/credentials.h"
 #include "planner/precision.h"
 
 namespace poplar {
@@ -42,9 +50,21 @@ struct DeviceGroupSpec {
 
 struct NodeSpec {
   std::string name;
-  std::string host;  // where this node's ranks run; defaults to name
+  std::string host;   // where this node's ranks run; defaults to name
+  std::string agent;  // its poplar-agent's address host:port; defaults to host:7150
   std::vector<DeviceGroupSpec> devices;
 };
+
+// The training job `poplar launch` runs; absent fields take the worker's defaults.
+struct JobSpec {
+  std::string model_config;  // path, resolved against the cluster file's folder
+  std::string data;          // relative to each agent's work directory
+  std::int64_t steps = 0;    // > 0
+  std::optional<double> lr, weight_decay, grad_clip;
+  std::int64_t checkpoint_every = 0;  // 0: only at the end
+};
+
+inline constexpr int kDefaultAgentPort = 7150;
 
 struct ClusterSpec {
   std::string file;  // the path it was read from, for error messages
@@ -56,6 +76,8 @@ struct ClusterSpec {
   std::optional<LinkSpec> intra_node;
   std::optional<LinkSpec> inter_node;
   std::vector<NodeSpec> nodes;
+  std::optional<CredentialPaths> credentials;
+  std::optional<JobSpec> job;
 
   int DeviceCount() const;
   // Device types in order of first appearance.

@@ -11,5 +11,9 @@ void RegisterPlanCommand(CLI::App& app);
 void RegisterSimulateCommand(CLI::App& app);
 void RegisterEstimateMemoryCommand(CLI::App& app);
 void RegisterPrepareDataCommand(CLI::App& app);
+// Head-node commands that talk to the agents over gRPC.
+void RegisterProfileCommand(CLI::App& app);
+void RegisterLaunchCommand(CLI::App& app);
+void RegisterStatusCommand(CLI::App& app);
 
 }  // namespace poplar

@@ -14,8 +14,11 @@ int main(int argc, char** argv) {
   poplar::RegisterSimulateCommand(app);
   poplar::RegisterEstimateMemoryCommand(app);
   poplar::RegisterPrepareDataCommand(app);
+  poplar::RegisterProfileCommand(app);
+  poplar::RegisterLaunchCommand(app);
+  poplar::RegisterStatusCommand(app);
 
   return poplar::RunApp(app, argc, argv, "poplar", "poplar",
-                        "plan, simulate, estimate-memory or prepare-data",
+                        "plan, simulate, estimate-memory, prepare-data, profile, launch or status",
                         /*runtime_errors_fail=*/false);
 }

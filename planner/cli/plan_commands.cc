@@ -1,8 +1,11 @@
-// `poplar plan` and `poplar simulate`: offline planning from profile files.
+// `poplar plan` and `poplar simulate`: planning from profile files, or from the agents.
 #include <iostream>
 #include <memory>
 
+#include <filesystem>
+
 #include "planner/cli/commands.h"
+#include "planner/cli/head_agents.h"
 #include "planner/cli/plan_report.h"
 #include "planner/input_error.h"
 #include "planner/plan_file.h"
@@ -25,15 +28,20 @@ struct LoadedCluster {
   std::map<std::string, DeviceProfile> profiles;
 };
 
+// Offline from profile files when a profile folder is named (--profiles or the cluster
+// file's `profiles`); otherwise the agents profile what their caches lack, and the
+// profiles are written next to the plan, in <plan folder>/profiles/.
 LoadedCluster Load(const PlanOptions& options) {
   LoadedCluster loaded;
   loaded.cluster = LoadClusterFile(options.cluster_file);
-  std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
-  if (dir.empty()) {
-    throw InputError(options.cluster_file, "profiles",
-                     "no profile directory: pass --profiles DIR or set 'profiles' in the cluster file");
+  const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
+  if (!dir.empty()) {
+    loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
+    return loaded;
   }
-  loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
+  ClusterAgents agents = ConnectAgents(loaded.cluster);
+  const std::string fetched = (std::filesystem::path(ParentFolder(options.output)) / "profiles").string();
+  loaded.profiles = FetchProfiles(loaded.cluster, agents, fetched, {});
   return loaded;
 }
 
@@ -42,7 +50,8 @@ void AddCommonOptions(CLI::App* command, PlanOptions& options) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--profiles", options.profiles_dir,
-                      "Folder of profile files <type>.json (default: the cluster file's 'profiles')")
+                      "Folder of profile files <type>.json (default: the cluster file's 'profiles'; "
+                      "without either, the agents profile the devices)")
       ->check(CLI::ExistingDirectory);
   command->add_flag("--json", options.json, "Print one JSON document on stdout and nothing else");
 }

@@ -16,10 +16,10 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
            const std::string& speaker, const std::string& commands, bool runtime_errors_fail) {
   // At most one command; "none" is reported here, after CLI11 has had the chance to name
   // an unknown flag or command (require_subcommand(1) would hide it).
-  app.require_subcommand(0, 1);
+  if (!commands.empty()) app.require_subcommand(0, 1);
   try {
     app.parse(argc, argv);
-    if (app.get_subcommands().empty()) {
+    if (!commands.empty() && app.get_subcommands().empty()) {
       std::cerr << program << ": a command is required: " << commands << " (see '" << program
                 << " --help')\n";
       return 2;
@@ -38,6 +38,9 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
   } catch (const InputError& error) {
     std::cerr << speaker << ": error: " << error.what() << "\n";
     return 1;
+  } catch (const CommandFailed& error) {
+    std::cerr << speaker << ": error: " << error.what() << "\n";
+    return error.exit_code();
   } catch (const std::exception& error) {
     std::cerr << speaker << (runtime_errors_fail ? ": error: " : ": internal error: ")
               << FirstLine(error.what()) << "\n";

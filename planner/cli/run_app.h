@@ -6,15 +6,30 @@
 //   peer, out of memory); 2 bad usage (flags, a missing command); 70 internal error.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 namespace poplar {
 
+// A command that ran and failed for a reason outside the program (a training job that
+// failed, an agent that is unreachable): RunApp prints "speaker: error: what" and exits
+// with `exit_code`.
+class CommandFailed : public std::runtime_error {
+ public:
+  CommandFailed(const std::string& message, int exit_code = 1)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
 // `program` starts usage messages ("poplar plan: ..."); `speaker` starts error lines
 // ("poplar-worker[rank 1]: error: ..."); `commands` lists the subcommands for the
-// message when none is given.
+// message when none is given (empty: the program has no subcommands, its app's own
+// callback does the work).
 int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
            const std::string& speaker, const std::string& commands, bool runtime_errors_fail);
 

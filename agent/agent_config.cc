@@ -1,0 +1,106 @@
+#include "agent/agent_config.h"
+
+#include <filesystem>
+#include <set>
+
+#include <unistd.h>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "planner/yaml_fields.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std::string& value,
+                           const std::string& base) {
+  std::error_code error;
+  const fs::path path = fs::absolute(ResolveAgainst(base, value)).lexically_normal();
+  fs::create_directories(path, error);
+  if (error || !fs::is_directory(path)) {
+    fields.Fail(key, "cannot create or use folder " + path.string() +
+                         (error ? ": " + error.message() : ""));
+  }
+  return fs::canonical(path).string();
+}
+
+EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
+  EmulatedDeviceSpec device;
+  device.type = fields.String("type");
+  if (device.type.empty() || device.type.find_first_of("/ \t") != std::string::npos) {
+    fields.Fail("type", "must be a plain name without '/' or spaces");
+  }
+  if (fields.Has("count")) {
+    const auto count = fields.Integer("count");
+    if (count <= 0 || count > 1024) fields.Fail("count", "must be 1 to 1024");
+    device.count = static_cast<int>(count);
+  }
+  if (fields.Has("threads")) {
+    const auto threads = fields.Integer("threads");
+    if (threads <= 0 || threads > 1024) fields.Fail("threads", "must be 1 to 1024");
+    device.threads = static_cast<int>(threads);
+  }
+  if (fields.Has("slowdown")) {
+    device.slowdown = fields.Number("slowdown");
+    if (!(device.slowdown >= 1 && device.slowdown <= 1000)) fields.Fail("slowdown", "must be 1 to 1000");
+  }
+  const auto mib = fields.Integer("memory_mib");
+  if (mib <= 0 || mib > (std::int64_t{1} << 30)) fields.Fail("memory_mib", "must be a positive number of MiB");
+  device.memory_bytes = mib << 20;
+  fields.Finish();
+  return device;
+}
+
+}  // namespace
+
+AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker) {
+  const std::string text = ReadTextFile(path);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& error) {
+    throw InputError(path, "", "not valid YAML: " + error.msg + " (line " + std::to_string(error.mark.line + 1) + ")");
+  }
+  if (!root || root.IsNull()) throw InputError(path, "", "is empty");
+  YamlFields fields(root, path, "");
+  const std::string base = ParentFolder(path);
+
+  AgentConfig config;
+  config.file = path;
+  config.listen = fields.String("listen");
+  const auto colon = config.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == config.listen.size()) {
+    fields.Fail("listen", "must be host:port, got '" + config.listen + "'");
+  }
+  config.credentials = ParseCredentials(fields.Map("credentials"), base);
+  config.work_dir = AbsoluteFolder(fields, "work_dir", fields.String("work_dir"), base);
+  const std::string cache = fields.OptionalString("cache_dir").value_or(
+      (fs::path(config.work_dir).parent_path() / "cache").string());
+  config.cache_dir = AbsoluteFolder(fields, "cache_dir", cache, base);
+  config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
+  if (access(config.worker.c_str(), X_OK) != 0) {
+    fields.Fail("worker", "'" + config.worker + "' is not an executable poplar-worker");
+  }
+  const std::string gpus = fields.OptionalString("gpus").value_or("auto");
+  if (gpus != "auto" && gpus != "none") fields.Fail("gpus", "must be auto or none, got '" + gpus + "'");
+  config.discover_gpus = gpus == "auto";
+
+  if (fields.Has("emulated")) {
+    YAML::Node list = fields.Child("emulated");
+    if (!list.IsSequence()) fields.Fail("emulated", "must be a list of {type, count, threads, slowdown, memory_mib}");
+    std::set<std::string> types;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string key = "emulated[" + std::to_string(i) + "]";
+      config.emulated.push_back(ParseEmulated(YamlFields(list[i], path, fields.KeyPath(key))));
+      if (!types.insert(config.emulated.back().type).second) {
+        throw InputError(path, key + ".type", "'" + config.emulated.back().type + "' is declared twice");
+      }
+    }
+  }
+  fields.Finish();
+  return config;
+}
+
+}  // namespace poplar

@@ -1,0 +1,47 @@
+// The agent file: where `poplar-agent` listens, how callers must prove they belong to
+// the cluster, where it works, and which devices it offers (docs/formats.md):
+//
+//   listen: 127.0.0.1:7150          # host:port to bind; the agent binds nowhere else
+//   credentials: {ca: ca.pem, cert: agent.pem, key: agent.key, token: token}
+//   work_dir: /var/lib/poplar/work  # jobs/<id>/ and the token files requests name
+//   cache_dir: /var/lib/poplar/cache  # optional; default <work_dir>/../cache
+//   worker: /usr/local/bin/poplar-worker  # optional; default: next to poplar-agent
+//   gpus: auto                      # auto (NVML, when present) | none
+//   emulated:                       # optional emulated CPU devices (DESIGN 7)
+//     - {type: emu-fast, count: 1, threads: 1, slowdown: 1.0, memory_mib: 48}
+//
+// Relative paths are relative to the agent file's folder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/credentials.h"
+
+namespace poplar {
+
+struct EmulatedDeviceSpec {
+  std::string type;
+  int count = 1;
+  int threads = 1;             // intra-op CPU threads of each worker
+  double slowdown = 1.0;       // compute time is stretched by this factor (>= 1)
+  std::int64_t memory_bytes = 0;  // enforced cap (> 0)
+};
+
+struct AgentConfig {
+  std::string file;
+  std::string listen;
+  CredentialPaths credentials;
+  std::string work_dir;   // absolute, created if missing
+  std::string cache_dir;  // absolute, created if missing
+  std::string worker;     // path of poplar-worker
+  bool discover_gpus = true;
+  std::vector<EmulatedDeviceSpec> emulated;
+};
+
+// Reads and validates the agent file; throws InputError naming the file and key.
+// `default_worker` is used when the file has no `worker` key.
+AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker);
+
+}  // namespace poplar

@@ -1,0 +1,200 @@
+#include "agent/agent_service.h"
+
+#include <cstdio>
+
+#include <unistd.h>
+
+#include "agent/devices.h"
+#include "agent/node_job.h"
+#include "agent/work_dir.h"
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+// Runs `body`, turning the agent's exceptions into a status (see agent_service.h).
+template <typename Body>
+grpc::Status Guarded(const char* rpc, Body&& body) {
+  try {
+    return body();
+  } catch (const InputError& error) {
+    std::fprintf(stderr, "poplar-agent: %s refused: %s\n", rpc, error.what());
+    return {grpc::StatusCode::INVALID_ARGUMENT, error.what()};
+  } catch (const DeviceUnavailable& error) {
+    std::fprintf(stderr, "poplar-agent: %s refused: %s\n", rpc, error.what());
+    return {grpc::StatusCode::FAILED_PRECONDITION, error.what()};
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "poplar-agent: %s failed: %s\n", rpc, error.what());
+    return {grpc::StatusCode::INTERNAL, error.what()};
+  }
+}
+
+v1::LaunchEvent::Kind KindOf(JobEvent::Kind kind) {
+  switch (kind) {
+    case JobEvent::Kind::kStarted: return v1::LaunchEvent::STARTED;
+    case JobEvent::Kind::kOutput: return v1::LaunchEvent::OUTPUT;
+    case JobEvent::Kind::kMetrics: return v1::LaunchEvent::METRICS;
+    case JobEvent::Kind::kExited: return v1::LaunchEvent::EXITED;
+    case JobEvent::Kind::kFinished: return v1::LaunchEvent::JOB_FINISHED;
+    case JobEvent::Kind::kFailed: return v1::LaunchEvent::JOB_FAILED;
+  }
+  return v1::LaunchEvent::KIND_UNSPECIFIED;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+AgentService::AgentService(AgentConfig config, std::string worker_version)
+    : config_(std::move(config)), worker_version_(std::move(worker_version)),
+      profiler_(config_, worker_version_, spawner_) {}
+
+AgentService::~AgentService() { StopAll("the agent is shutting down"); }
+
+void AgentService::StopAll(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [id, job] : jobs_) job->Stop(reason);
+}
+
+grpc::Status AgentService::Describe(grpc::ServerContext*, const v1::DescribeRequest*,
+                                    v1::DescribeResponse* response) {
+  return Guarded("Describe", [&] {
+    response->set_node(HostName());
+    response->set_agent_version("poplar-agent 0.1.0");
+    response->set_worker_version(worker_version_);
+    for (const auto& device : ListDevices(config_)) {
+      v1::Device* out = response->add_devices();
+      out->set_type(device.type);
+      out->set_index(device.index);
+      out->set_memory_bytes(device.memory_bytes);
+      out->set_compute_capability(device.compute_capability);
+      out->set_emulated(device.emulated);
+    }
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AgentService::Profile(grpc::ServerContext* context, const v1::ProfileRequest* request,
+                                   grpc::ServerWriter<v1::ProfileProgress>* writer) {
+  return Guarded("Profile", [&] {
+    ProfileSettings settings;
+    settings.model_config_json = request->model_config_json();
+    settings.device_type = request->device_type();
+    settings.stages.assign(request->stages().begin(), request->stages().end());
+    settings.precision = request->precision().empty() ? "fp32" : request->precision();
+    settings.repeats = request->repeats();
+    settings.largest_micro_batch = request->largest_micro_batch();
+    const auto devices = ListDevices(config_);
+    const DeviceInfo& device = FindDevice(devices, settings.device_type);
+    std::fprintf(stderr, "poplar-agent: profiling %s for %s\n", device.type.c_str(), context->peer().c_str());
+    const std::string profile = profiler_.Run(settings, device, [&](const std::string& line, bool cached) {
+      if (context->IsCancelled()) return false;
+      if (line.empty()) return true;
+      v1::ProfileProgress progress;
+      progress.set_line(line);
+      progress.set_cached(cached);
+      return writer->Write(progress);
+    });
+    v1::ProfileProgress last;
+    last.set_line("profile of " + device.type + " done");
+    last.set_profile_json(profile);
+    writer->Write(last);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::LaunchRequest* request,
+                                  grpc::ServerWriter<v1::LaunchEvent>* writer) {
+  return Guarded("Launch", [&] {
+    LaunchSettings settings;
+    settings.job_id = request->job_id();
+    settings.node = request->node();
+    settings.plan_json = request->plan_json();
+    settings.model_config_json = request->model_config_json();
+    settings.data_path = request->data_path();
+    settings.master_addr = request->master_addr();
+    settings.master_port = request->master_port();
+    settings.steps = request->steps();
+    settings.precision = request->precision().empty() ? "fp32" : request->precision();
+    settings.lr = request->lr();
+    settings.weight_decay = request->weight_decay();
+    settings.grad_clip = request->grad_clip();
+    settings.checkpoint_every = request->checkpoint_every();
+    settings.timeout_s = request->timeout_s();
+    settings.resume = request->resume();
+
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      CheckJobId(settings.job_id);
+      if (jobs_.count(settings.job_id)) {
+        throw InputError("job_id", "", "job '" + settings.job_id + "' is already running on this node");
+      }
+      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, ListDevices(config_), settings));
+      jobs_[settings.job_id] = job;
+    }
+    std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
+                 job->ranks().size(), context->peer().c_str());
+    job->Start(spawner_);
+    bool caller_gone = false;
+    JobEvent event;
+    for (;;) {
+      if (!job->Next(&event, std::chrono::milliseconds(200))) {
+        if (!caller_gone && context->IsCancelled()) {
+          caller_gone = true;
+          job->Stop("the head node went away (its launch stream was cancelled)");
+        }
+        if (job->ended() && !job->Next(&event, std::chrono::milliseconds(0))) break;
+        continue;
+      }
+      v1::LaunchEvent out;
+      out.set_kind(KindOf(event.kind));
+      out.set_rank(event.rank);
+      out.set_text(event.text);
+      out.set_exit_code(event.exit_code);
+      if (!caller_gone && !writer->Write(out)) {
+        caller_gone = true;
+        job->Stop("the head node went away (its launch stream broke)");
+      }
+      if (event.kind == JobEvent::Kind::kFinished || event.kind == JobEvent::Kind::kFailed) {
+        std::fprintf(stderr, "poplar-agent: job %s: %s\n", settings.job_id.c_str(), event.text.c_str());
+        break;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.erase(settings.job_id);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AgentService::Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopResponse* response) {
+  return Guarded("Stop", [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = jobs_.find(request->job_id());
+    response->set_stopped(found != jobs_.end());
+    if (found != jobs_.end()) {
+      found->second->Stop(request->reason().empty() ? "stopped by the head node" : request->reason());
+    }
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AgentService::Status(grpc::ServerContext*, const v1::StatusRequest*, v1::StatusResponse* response) {
+  return Guarded("Status", [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, job] : jobs_) {
+      v1::JobStatus* out = response->add_jobs();
+      out->set_job_id(id);
+      for (int rank : job->ranks()) out->add_ranks(rank);
+      out->set_step(job->last_step());
+      out->set_seconds(job->seconds());
+    }
+    return grpc::Status::OK;
+  });
+}
+
+}  // namespace poplar

@@ -1,0 +1,48 @@
+// The gRPC Agent service (proto/poplar/v1/agent.proto). Thin: it converts messages to
+// the plain types of agent/ and back, and maps errors to status codes:
+//   InputError -> INVALID_ARGUMENT, DeviceUnavailable -> FAILED_PRECONDITION,
+//   anything else -> INTERNAL; each with a message a user can act on.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "agent/agent_config.h"
+#include "agent/job.h"
+#include "agent/profiler.h"
+#include "agent/spawner.h"
+#include "poplar/v1/agent.grpc.pb.h"
+
+namespace poplar {
+
+class AgentService final : public v1::Agent::Service {
+ public:
+  AgentService(AgentConfig config, std::string worker_version);
+  ~AgentService() override;  // stops every running job and waits for its ranks
+
+  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeRequest* request,
+                        v1::DescribeResponse* response) override;
+  grpc::Status Profile(grpc::ServerContext* context, const v1::ProfileRequest* request,
+                       grpc::ServerWriter<v1::ProfileProgress>* writer) override;
+  grpc::Status Launch(grpc::ServerContext* context, const v1::LaunchRequest* request,
+                      grpc::ServerWriter<v1::LaunchEvent>* writer) override;
+  grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request,
+                    v1::StopResponse* response) override;
+  grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+
+  // Stops every job (the agent is shutting down).
+  void StopAll(const std::string& reason);
+
+ private:
+  const AgentConfig config_;
+  const std::string worker_version_;
+  Spawner spawner_;
+  Profiler profiler_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;
+};
+
+}  // namespace poplar

@@ -1,0 +1,114 @@
+#include "agent/client/agent_client.h"
+
+namespace poplar {
+namespace {
+
+void SetDeadline(grpc::ClientContext& context, std::chrono::seconds deadline) {
+  context.set_deadline(std::chrono::system_clock::now() + deadline);
+}
+
+}  // namespace
+
+AgentClient::AgentClient(std::string node, std::string address,
+                         const std::shared_ptr<grpc::ChannelCredentials>& credentials)
+    : node_(std::move(node)), address_(std::move(address)),
+      stub_(v1::Agent::NewStub(grpc::CreateChannel(address_, credentials))) {}
+
+AgentError AgentClient::Failure(const grpc::Status& status, const std::string& what) const {
+  std::string reason;
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      reason = "agent unreachable at " + address_ + " (is poplar-agent running there, and do its "
+               "certificate and the cluster's CA match?): " + status.error_message();
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      reason = "the agent at " + address_ + " refused our credentials: " + status.error_message();
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      reason = "the agent at " + address_ + " did not answer in time";
+      break;
+    case grpc::StatusCode::CANCELLED:
+      reason = what + " was cancelled";
+      break;
+    default:
+      reason = "the agent at " + address_ + " refused " + what + ": " + status.error_message();
+  }
+  return AgentError(node_, "node '" + node_ + "': " + reason);
+}
+
+v1::DescribeResponse AgentClient::Describe(std::chrono::seconds deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::DescribeResponse response;
+  const grpc::Status status = stub_->Describe(&context, v1::DescribeRequest(), &response);
+  if (!status.ok()) throw Failure(status, "Describe");
+  return response;
+}
+
+v1::StatusResponse AgentClient::Status(std::chrono::seconds deadline) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline);
+  v1::StatusResponse response;
+  const grpc::Status status = stub_->Status(&context, v1::StatusRequest(), &response);
+  if (!status.ok()) throw Failure(status, "Status");
+  return response;
+}
+
+bool AgentClient::Stop(const std::string& job_id, const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(context, std::chrono::seconds(10));
+  v1::StopRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  v1::StopResponse response;
+  const grpc::Status status = stub_->Stop(&context, request, &response);
+  if (!status.ok()) throw Failure(status, "Stop");
+  return response.stopped();
+}
+
+std::string AgentClient::Profile(const v1::ProfileRequest& request,
+                                 const std::function<void(const v1::ProfileProgress&)>& on_progress) {
+  grpc::ClientContext context;
+  auto reader = stub_->Profile(&context, request);
+  v1::ProfileProgress progress;
+  std::string profile;
+  while (reader->Read(&progress)) {
+    on_progress(progress);
+    if (!progress.profile_json().empty()) profile = progress.profile_json();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) throw Failure(status, "profiling " + request.device_type());
+  if (profile.empty()) throw AgentError(node_, "node '" + node_ + "': the agent sent no profile");
+  return profile;
+}
+
+void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event) {
+  grpc::ClientContext context;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cancelled_) return;
+    launch_context_ = &context;
+  }
+  auto reader = stub_->Launch(&context, request);
+  v1::LaunchEvent event;
+  bool ended = false;
+  while (reader->Read(&event)) {
+    on_event(event);
+    ended = ended || event.kind() == v1::LaunchEvent::JOB_FINISHED || event.kind() == v1::LaunchEvent::JOB_FAILED;
+  }
+  const grpc::Status status = reader->Finish();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    launch_context_ = nullptr;
+  }
+  if (!status.ok()) throw Failure(status, "the launch");
+  if (!ended) throw AgentError(node_, "node '" + node_ + "': the launch stream ended before the job did");
+}
+
+void AgentClient::CancelLaunch() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
+  if (launch_context_ != nullptr) launch_context_->TryCancel();
+}
+
+}  // namespace poplar

@@ -1,0 +1,61 @@
+// AgentClient: the head node's connection to one node's poplar-agent.
+//
+// Every failure becomes an AgentError whose message names the node, its agent's
+// address and the reason in words ("unreachable", "refused our credentials", the
+// agent's own refusal), so `poplar` can print it as the one line of an error.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "poplar/v1/agent.grpc.pb.h"
+
+namespace poplar {
+
+class AgentError : public std::runtime_error {
+ public:
+  AgentError(std::string node, const std::string& message)
+      : std::runtime_error(message), node_(std::move(node)) {}
+  const std::string& node() const { return node_; }
+
+ private:
+  std::string node_;
+};
+
+class AgentClient {
+ public:
+  AgentClient(std::string node, std::string address, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+
+  const std::string& node() const { return node_; }
+  const std::string& address() const { return address_; }
+
+  v1::DescribeResponse Describe(std::chrono::seconds deadline = std::chrono::seconds(10));
+  v1::StatusResponse Status(std::chrono::seconds deadline = std::chrono::seconds(10));
+  // True if the job was running there.
+  bool Stop(const std::string& job_id, const std::string& reason);
+  // Streams progress to `on_progress`; returns the profile file's text.
+  std::string Profile(const v1::ProfileRequest& request,
+                      const std::function<void(const v1::ProfileProgress&)>& on_progress);
+  // Streams the job's events to `on_event` until the job ends there; throws AgentError
+  // if the stream breaks first. CancelLaunch() (from another thread) ends it early.
+  void Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event);
+  void CancelLaunch();
+
+ private:
+  AgentError Failure(const grpc::Status& status, const std::string& what) const;
+
+  const std::string node_;
+  const std::string address_;
+  std::unique_ptr<v1::Agent::Stub> stub_;
+  std::mutex mutex_;
+  grpc::ClientContext* launch_context_ = nullptr;
+  bool cancelled_ = false;
+};
+
+}  // namespace poplar

@@ -1,0 +1,46 @@
+// The devices an agent offers: NVIDIA GPUs found through NVML at run time (so the agent
+// builds and runs without CUDA) and the emulated CPU devices of its config.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+
+namespace poplar {
+
+struct DeviceInfo {
+  std::string type;  // GPU: NVML name with spaces as '-'; emulated: the config's type
+  int index = 0;     // GPU: CUDA index; emulated: position among emulated devices
+  std::int64_t memory_bytes = 0;
+  std::string compute_capability;  // "9.0"; empty when emulated
+  bool emulated = false;
+  // Emulation settings (emulated devices only).
+  int threads = 1;
+  double slowdown = 1.0;
+};
+
+// GPUs visible through libnvidia-ml.so.1, in CUDA index order. Empty, with `why_none`
+// set, when the library or a driver is missing.
+std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none);
+
+// This node's devices now: GPUs (when the config asks for discovery) then emulated ones.
+std::vector<DeviceInfo> ListDevices(const AgentConfig& config);
+
+}  // namespace poplar
+
+namespace poplar {
+
+// A request names a device this node does not have (now): it vanished, or the
+// cluster file and the node disagree. The service answers FAILED_PRECONDITION.
+class DeviceUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The first device of `type`, or throws DeviceUnavailable listing what the node has.
+const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type);
+
+}  // namespace poplar

@@ -1,0 +1,214 @@
+#include "agent/job.h"
+
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace poplar {
+namespace {
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 255;
+}
+
+std::string DescribeExit(int rank, int code, const std::string& last_line) {
+  std::string text = "rank " + std::to_string(rank);
+  if (code > 128) {
+    text += " was killed by signal " + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
+  } else {
+    text += " exited with status " + std::to_string(code);
+  }
+  if (!last_line.empty()) text += ": " + last_line;
+  return text;
+}
+
+}  // namespace
+
+Job::Job(std::string id, std::vector<RankProcess> ranks, std::chrono::milliseconds stop_grace)
+    : id_(std::move(id)), stop_grace_(stop_grace) {
+  for (auto& process : ranks) ranks_.push_back(Rank{std::move(process)});
+}
+
+Job::~Job() {
+  Stop("the agent dropped the job");
+  for (auto& reader : readers_) reader.join();
+  if (tailer_.joinable()) tailer_.join();
+  if (escalator_.joinable()) escalator_.join();
+}
+
+void Job::Start(Spawner& spawner) {
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    Spawned spawned;
+    try {
+      spawned = spawner.Spawn(ranks_[i].process.spec);
+    } catch (const std::exception& error) {
+      Stop(std::string("rank ") + std::to_string(ranks_[i].process.rank) + " could not start: " + error.what());
+      break;
+    }
+    std::string command = ranks_[i].process.spec.program;
+    for (const auto& arg : ranks_[i].process.spec.args) command += " " + arg;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ranks_[i].pid = spawned.pid;
+      ranks_[i].alive = true;
+      ++running_;
+      Push({JobEvent::Kind::kStarted, ranks_[i].process.rank, command, 0});
+    }
+    readers_.emplace_back([this, i, fd = spawned.output_fd] { ReadOutput(i, fd); });
+  }
+  tailer_ = std::thread([this] { TailMetrics(); });
+}
+
+void Job::Push(JobEvent event) {
+  events_.push_back(std::move(event));
+  changed_.notify_all();
+}
+
+void Job::ReadOutput(std::size_t index, int fd) {
+  Rank& rank = ranks_[index];
+  std::ofstream log(rank.process.log_path, std::ios::app);
+  std::string pending;
+  char buffer[4096];
+  auto emit = [&](const std::string& line) {
+    log << line << "\n";
+    log.flush();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!line.empty()) rank.last_line = line;
+    Push({JobEvent::Kind::kOutput, rank.process.rank, line, 0});
+  };
+  for (;;) {
+    const ssize_t got = read(fd, buffer, sizeof(buffer));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    pending.append(buffer, static_cast<std::size_t>(got));
+    for (std::size_t end; (end = pending.find('\n')) != std::string::npos;) {
+      emit(pending.substr(0, end));
+      pending.erase(0, end + 1);
+    }
+  }
+  if (!pending.empty()) emit(pending);
+  close(fd);
+
+  // Wait for the exit without reaping, so that the pid cannot be reused while Stop()
+  // may still signal it; then reap under the lock.
+  siginfo_t info{};
+  while (waitid(P_PID, rank.pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  int status = 0;
+  waitpid(rank.pid, &status, 0);
+  rank.alive = false;
+  const int code = ExitCode(status);
+  Push({JobEvent::Kind::kExited, rank.process.rank, DescribeExit(rank.process.rank, code, rank.last_line), code});
+  if (code != 0 && !stopping_) {
+    stopping_ = true;
+    stop_reason_ = DescribeExit(rank.process.rank, code, rank.last_line);
+    SignalAlive(SIGTERM);
+    escalator_ = std::thread([this] { Escalate(); });
+  }
+  --running_;
+  changed_.notify_all();
+}
+
+void Job::TailMetrics() {
+  for (;;) {
+    bool last_pass;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait_for(lock, std::chrono::milliseconds(100), [this] { return running_ == 0; });
+      last_pass = running_ == 0;
+    }
+    for (auto& rank : ranks_) {
+      std::ifstream in(rank.process.metrics_path, std::ios::binary);
+      if (!in) continue;
+      in.seekg(static_cast<std::streamoff>(rank.metrics_offset));
+      std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const auto end = chunk.rfind('\n');
+      if (end == std::string::npos) continue;
+      rank.metrics_offset += end + 1;
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (std::size_t start = 0; start <= end;) {
+        const auto stop = chunk.find('\n', start);
+        const std::string line = chunk.substr(start, stop - start);
+        start = stop + 1;
+        if (line.empty()) continue;
+        if (&rank == &ranks_.front()) {
+          const auto record = nlohmann::json::parse(line, nullptr, false);
+          if (record.is_object() && record.contains("step") && record["step"].is_number_integer()) {
+            last_step_ = record["step"].get<std::int64_t>();
+          }
+        }
+        Push({JobEvent::Kind::kMetrics, rank.process.rank, line, 0});
+      }
+    }
+    if (last_pass) break;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  bool failed = stopping_;
+  for (const auto& event : events_) failed = failed || (event.kind == JobEvent::Kind::kExited && event.exit_code != 0);
+  ended_ = true;
+  if (failed) {
+    Push({JobEvent::Kind::kFailed, -1, stop_reason_.empty() ? "a rank failed" : stop_reason_, 1});
+  } else {
+    Push({JobEvent::Kind::kFinished, -1, "every rank finished", 0});
+  }
+}
+
+bool Job::Next(JobEvent* event, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!changed_.wait_for(lock, timeout, [this] { return !events_.empty() || final_taken_; })) return false;
+  if (events_.empty()) return false;
+  *event = std::move(events_.front());
+  events_.pop_front();
+  if (event->kind == JobEvent::Kind::kFinished || event->kind == JobEvent::Kind::kFailed) final_taken_ = true;
+  return true;
+}
+
+void Job::Stop(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || running_ == 0) return;
+  stopping_ = true;
+  stop_reason_ = reason;
+  SignalAlive(SIGTERM);
+  escalator_ = std::thread([this] { Escalate(); });
+}
+
+void Job::SignalAlive(int signal_number) {
+  for (const auto& rank : ranks_) {
+    if (rank.alive) kill(-rank.pid, signal_number);  // the rank's process group
+  }
+}
+
+void Job::Escalate() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!changed_.wait_for(lock, stop_grace_, [this] { return running_ == 0; })) SignalAlive(SIGKILL);
+}
+
+std::vector<int> Job::ranks() const {
+  std::vector<int> ranks;
+  for (const auto& rank : ranks_) ranks.push_back(rank.process.rank);
+  return ranks;
+}
+
+std::int64_t Job::last_step() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_step_;
+}
+
+double Job::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+}
+
+bool Job::ended() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ended_;
+}
+
+}  // namespace poplar

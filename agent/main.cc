@@ -1,0 +1,117 @@
+// `poplar-agent --config AGENT.yaml`: serves the Agent API (proto/poplar/v1) on the
+// address its config names, over TLS with the cluster's credentials, until SIGTERM or
+// SIGINT; then it stops every job it runs and exits. Its workers die with it even if it
+// is killed (agent/spawner.h).
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/agent_config.h"
+#include "agent/agent_service.h"
+#include "agent/devices.h"
+#include "agent/tls.h"
+#include "planner/cli/run_app.h"
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+std::string WorkerNextToAgent() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "poplar-worker";
+  // Installed side by side, or the build tree's launcher/ next to agent/.
+  for (const auto& candidate : {self.parent_path() / "poplar-worker",
+                                self.parent_path().parent_path() / "launcher" / "poplar-worker"}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return (self.parent_path() / "poplar-worker").string();
+}
+
+// `poplar-worker --version`, which keys the profile cache.
+std::string WorkerVersion(Spawner& spawner, const std::string& worker) {
+  SpawnSpec spec{worker, {"--version"}, InheritedEnvironment(), "/"};
+  const Spawned spawned = spawner.Spawn(spec);
+  std::string text;
+  char buffer[256];
+  for (ssize_t got; (got = read(spawned.output_fd, buffer, sizeof(buffer))) > 0;) text.append(buffer, got);
+  close(spawned.output_fd);
+  int status = 0;
+  waitpid(spawned.pid, &status, 0);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) {
+    throw InputError(worker, "", "does not answer --version like poplar-worker (status " + std::to_string(status) + ")");
+  }
+  return text;
+}
+
+struct AgentOptions {
+  std::string config;
+  std::string port_file;
+};
+
+void Serve(const AgentOptions& options) {
+  const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
+  auto credentials = AgentServerCredentials(config.credentials, config.file);
+  // SIGINT and SIGTERM are taken by a waiting thread; block them in every thread first.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::string worker_version;
+  {
+    Spawner probe;
+    worker_version = WorkerVersion(probe, config.worker);
+  }
+  AgentService service(config, worker_version);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, credentials, &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    throw InputError(config.file, "listen", "cannot listen on " + config.listen + " (in use, or not an address of this machine)");
+  }
+  const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
+  if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
+  std::string device_list;
+  for (const auto& device : ListDevices(config)) {
+    device_list += (device_list.empty() ? "" : ", ") + device.type + (device.emulated ? " (emulated)" : "");
+  }
+  std::fprintf(stderr, "poplar-agent: listening on %s (TLS, client certificate and token required); devices: %s; %s\n",
+               address.c_str(), device_list.empty() ? "none" : device_list.c_str(), worker_version.c_str());
+
+  std::thread stopper([&] {
+    int received = 0;
+    sigwait(&stop_signals, &received);
+    std::fprintf(stderr, "poplar-agent: %s: stopping every job and exiting\n", strsignal(received));
+    service.StopAll("the agent is shutting down");
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  });
+  server->Wait();
+  stopper.join();
+}
+
+}  // namespace
+}  // namespace poplar
+
+int main(int argc, char** argv) {
+  CLI::App app{"poplar-agent: runs poplar workers on this node for the cluster's head node", "poplar-agent"};
+  app.set_version_flag("--version", "poplar-agent 0.1.0");
+  app.footer("Configuration: docs/operations.md. Credentials: scripts/make-cluster-credentials.");
+  poplar::AgentOptions options;
+  app.add_option("--config", options.config, "Agent file (YAML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--port-file", options.port_file, "Write the port it listens on here (for listen: host:0)");
+  app.callback([&] { poplar::Serve(options); });
+  return poplar::RunApp(app, argc, argv, "poplar-agent", "poplar-agent", "", /*runtime_errors_fail=*/true);
+}

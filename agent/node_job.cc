@@ -1,0 +1,157 @@
+#include "agent/node_job.h"
+
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/spawner.h"
+#include "agent/work_dir.h"
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "planner/worker_plan.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct NodeRank {
+  int rank = 0;
+  std::string device_type;
+};
+
+std::vector<NodeRank> RanksOfNode(const nlohmann::json& plan, const std::string& node) {
+  std::vector<NodeRank> ranks;
+  for (const auto& entry : plan.at("ranks")) {
+    if (!entry.contains("node") || !entry["node"].is_string() || !entry.contains("device_type") ||
+        !entry["device_type"].is_string()) {
+      throw InputError("plan_json", "ranks", "every rank needs 'node' and 'device_type' (poplar plan writes them)");
+    }
+    if (entry["node"] == node) ranks.push_back({entry.at("rank").get<int>(), entry["device_type"]});
+  }
+  if (ranks.empty()) throw InputError("plan_json", "ranks", "no rank of the plan runs on node '" + node + "'");
+  return ranks;
+}
+
+void CheckSettings(const LaunchSettings& s) {
+  CheckJobId(s.job_id);
+  if (s.master_addr.empty() || s.master_addr.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") !=
+                                   std::string::npos) {
+    throw InputError("master_addr", "", "must be a host name or address, got '" + s.master_addr + "'");
+  }
+  if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
+  if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
+  if (s.precision != "fp32" && s.precision != "bf16") throw InputError("precision", "", "must be fp32 or bf16");
+  if (s.lr < 0 || s.weight_decay < 0 || s.grad_clip < 0) {
+    throw InputError("lr", "", "lr, weight_decay and grad_clip must be zero (default) or positive");
+  }
+  if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
+  if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
+  const auto model = nlohmann::json::parse(s.model_config_json, nullptr, false);
+  if (!model.is_object()) throw InputError("model_config_json", "", "is not a JSON object");
+}
+
+std::string Number(double value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+
+}  // namespace
+
+void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env,
+                       const char* memory_flag) {
+  if (device.emulated) {
+    args.insert(args.end(), {"--threads", std::to_string(device.threads), "--slowdown", Number(device.slowdown),
+                             memory_flag, std::to_string(device.memory_bytes)});
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
+  } else {
+    env.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(device.index));
+  }
+}
+
+std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
+                                        const LaunchSettings& settings) {
+  CheckSettings(settings);
+  const std::string data = ResolveInside(config.work_dir, settings.data_path, "data_path");
+  if (!fs::is_regular_file(data)) {
+    throw InputError("data_path", "", "'" + settings.data_path + "' is not a file in the agent's work directory");
+  }
+  const WorkerPlan plan = ParseWorkerPlan(settings.plan_json, "plan_json");  // full validation
+  const auto plan_document = nlohmann::json::parse(settings.plan_json);
+  const std::vector<NodeRank> node_ranks = RanksOfNode(plan_document, settings.node);
+
+  // Rank -> device: the k-th rank of a type on this node takes the k-th device of it.
+  std::map<std::string, std::vector<const DeviceInfo*>> free_devices;
+  for (const auto& device : devices) free_devices[device.type].push_back(&device);
+  std::vector<const DeviceInfo*> assigned;
+  for (const auto& rank : node_ranks) {
+    auto& available = free_devices[rank.device_type];
+    if (available.empty()) {
+      int wanted = 0;
+      for (const auto& other : node_ranks) wanted += other.device_type == rank.device_type;
+      throw DeviceUnavailable("the plan puts " + std::to_string(wanted) + " rank(s) on device type '" +
+                              rank.device_type + "' of this node, which has " +
+                              std::to_string(std::count_if(devices.begin(), devices.end(), [&](const DeviceInfo& d) {
+                                return d.type == rank.device_type;
+                              })));
+    }
+    assigned.push_back(available.front());
+    available.erase(available.begin());
+  }
+
+  const fs::path job_dir = fs::path(config.work_dir) / "jobs" / settings.job_id;
+  const fs::path checkpoints = job_dir / "checkpoints";
+  const bool has_checkpoint = fs::exists(checkpoints / "latest");
+  if (has_checkpoint && !settings.resume) {
+    throw InputError("job_id", "", "job '" + settings.job_id +
+                                       "' already has checkpoints on this node; resume it or choose another job id");
+  }
+  fs::create_directories(job_dir / "logs");
+  fs::create_directories(job_dir / "metrics");
+  WriteFileAtomically((job_dir / "plan.json").string(), settings.plan_json);
+  WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);
+
+  std::vector<RankProcess> processes;
+  for (std::size_t local = 0; local < node_ranks.size(); ++local) {
+    const int rank = node_ranks[local].rank;
+    RankProcess process;
+    process.rank = rank;
+    process.metrics_path = (job_dir / "metrics" / ("rank-" + std::to_string(rank) + ".jsonl")).string();
+    process.log_path = (job_dir / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
+    std::error_code ignored;
+    if (!settings.resume) fs::remove(process.metrics_path, ignored);
+    SpawnSpec& spec = process.spec;
+    spec.program = config.worker;
+    spec.cwd = job_dir.string();
+    spec.args = {"train",      "--plan",  (job_dir / "plan.json").string(),
+                 "--model-config", (job_dir / "model.json").string(),
+                 "--data",     data,      "--steps", std::to_string(settings.steps),
+                 "--precision", settings.precision,
+                 "--metrics",  (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
+                 "--checkpoint-dir", checkpoints.string(),
+                 "--checkpoint-every", std::to_string(settings.checkpoint_every),
+                 "--save", (job_dir / "model.pt").string(),
+                 "--device",   assigned[local]->emulated ? "cpu" : "cuda"};
+    if (settings.lr > 0) spec.args.insert(spec.args.end(), {"--lr", Number(settings.lr)});
+    if (settings.weight_decay > 0) spec.args.insert(spec.args.end(), {"--weight-decay", Number(settings.weight_decay)});
+    if (settings.grad_clip > 0) spec.args.insert(spec.args.end(), {"--grad-clip", Number(settings.grad_clip)});
+    if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
+    if (has_checkpoint) spec.args.insert(spec.args.end(), {"--resume", checkpoints.string()});
+    spec.env = InheritedEnvironment();
+    spec.env.insert(spec.env.end(), {"RANK=" + std::to_string(rank),
+                                     "WORLD_SIZE=" + std::to_string(plan.WorldSize()),
+                                     "LOCAL_RANK=" + std::to_string(local),
+                                     "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks.size()),
+                                     "MASTER_ADDR=" + settings.master_addr,
+                                     "MASTER_PORT=" + std::to_string(settings.master_port)});
+    AddDeviceSettings(*assigned[local], spec.args, spec.env, "--memory-limit");
+    processes.push_back(std::move(process));
+  }
+  return processes;
+}
+
+}  // namespace poplar

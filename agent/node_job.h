@@ -1,0 +1,44 @@
+// From a Launch request to the processes of this node's ranks: validates the request,
+// maps each rank of this node to one of its devices, writes the job folder
+// (<work_dir>/jobs/<id>/: plan.json, model.json, logs/, metrics/, checkpoints/) and
+// builds each rank's `poplar-worker train` command line and torchrun environment.
+// The agent only ever runs its own poplar-worker, with arguments built here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/devices.h"
+#include "agent/job.h"
+
+namespace poplar {
+
+// Mirrors poplar.v1.LaunchRequest (see agent.proto for each field's contract).
+struct LaunchSettings {
+  std::string job_id;
+  std::string node;
+  std::string plan_json;
+  std::string model_config_json;
+  std::string data_path;
+  std::string master_addr;
+  int master_port = 0;
+  std::int64_t steps = 0;
+  std::string precision = "fp32";
+  double lr = 0, weight_decay = 0, grad_clip = 0;  // 0: the worker's default
+  std::int64_t checkpoint_every = 0;
+  int timeout_s = 0;
+  bool resume = false;
+};
+
+// Throws InputError (a bad request: the field and the reason) or DeviceUnavailable.
+std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
+                                        const LaunchSettings& settings);
+
+// The emulation flags and environment for a worker on `device` (none for a GPU, which
+// gets CUDA_VISIBLE_DEVICES instead). Shared by training and profiling.
+void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env,
+                       const char* memory_flag);
+
+}  // namespace poplar

@@ -1,0 +1,141 @@
+#include "agent/profiler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/job.h"
+#include "agent/node_job.h"
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+void CheckSettings(const ProfileSettings& settings) {
+  const auto model = nlohmann::json::parse(settings.model_config_json, nullptr, false);
+  if (!model.is_object()) throw InputError("model_config_json", "", "is not a JSON object");
+  for (int stage : settings.stages) {
+    if (stage < 0 || stage > 3) throw InputError("stages", "", "each stage must be 0 to 3, got " + std::to_string(stage));
+  }
+  if (settings.precision != "fp32" && settings.precision != "bf16") {
+    throw InputError("precision", "", "must be fp32 or bf16, got '" + settings.precision + "'");
+  }
+  if (settings.repeats < 0 || settings.repeats > 100) throw InputError("repeats", "", "must be 0 to 100");
+  if (settings.largest_micro_batch < 0 || settings.largest_micro_batch > (1 << 20)) {
+    throw InputError("largest_micro_batch", "", "must be 0 to 1048576");
+  }
+}
+
+}  // namespace
+
+std::string StableHash(const std::string& text) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
+}
+
+Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawner& spawner)
+    : config_(config), worker_version_(std::move(worker_version)), spawner_(spawner) {}
+
+std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress) {
+  CheckSettings(settings);
+  if (!device.emulated) {
+    throw DeviceUnavailable("profiling '" + device.type +
+                            "' needs poplar-worker's CUDA profile mode, which this build does not have "
+                            "(docs/operations.md: profile GPUs offline and pass --profiles)");
+  }
+  std::vector<int> stages = settings.stages.empty() ? std::vector<int>{0, 1, 2, 3} : settings.stages;
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  nlohmann::json merged;
+  for (int stage : stages) {
+    auto part = nlohmann::json::parse(MeasureStage(settings, device, stage, progress));
+    if (merged.is_null()) {
+      merged = part;
+    } else {
+      for (auto& entry : part.at("stages")) merged["stages"].push_back(entry);
+    }
+  }
+  return merged.dump(2) + "\n";
+}
+
+std::string Profiler::MeasureStage(const ProfileSettings& settings, const DeviceInfo& device, int stage,
+                                   const ProgressFn& progress) {
+  const std::string model = nlohmann::json::parse(settings.model_config_json).dump();  // canonical key order
+  const nlohmann::json key = {{"model", model},          {"device_type", device.type},
+                              {"memory_bytes", device.memory_bytes}, {"threads", device.threads},
+                              {"slowdown", device.slowdown}, {"emulated", device.emulated},
+                              {"worker", worker_version_}, {"precision", settings.precision},
+                              {"repeats", settings.repeats}, {"largest_micro_batch", settings.largest_micro_batch},
+                              {"stage", stage}};
+  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
+  fs::create_directories(folder);
+  const std::string stem = device.type + "-stage" + std::to_string(stage) + "-" + StableHash(key.dump());
+  const fs::path cached = folder / (stem + ".json");
+  if (fs::exists(cached)) {
+    if (!progress("stage " + std::to_string(stage) + ": cached (" + cached.filename().string() + ")", true)) {
+      throw std::runtime_error("profiling cancelled by the caller");
+    }
+    return ReadTextFile(cached.string());
+  }
+  if (!progress("stage " + std::to_string(stage) + ": measuring on " + device.type, false)) {
+    throw std::runtime_error("profiling cancelled by the caller");
+  }
+
+  const fs::path model_file = folder / (stem + ".model.json");
+  const fs::path output = folder / (stem + ".partial.json");
+  WriteFileAtomically(model_file.string(), model);
+  RankProcess process;
+  process.metrics_path = (folder / (stem + ".none")).string();
+  process.log_path = (folder / (stem + ".log")).string();
+  SpawnSpec& spec = process.spec;
+  spec.program = config_.worker;
+  spec.cwd = folder.string();
+  spec.args = {"profile", "--model-config", model_file.string(), "--device-type", device.type,
+               "-o", output.string(), "--stage", std::to_string(stage), "--precision", settings.precision};
+  if (settings.repeats > 0) spec.args.insert(spec.args.end(), {"--repeats", std::to_string(settings.repeats)});
+  if (settings.largest_micro_batch > 0) {
+    spec.args.insert(spec.args.end(), {"--largest-micro-batch", std::to_string(settings.largest_micro_batch)});
+  }
+  spec.env = InheritedEnvironment();
+  AddDeviceSettings(device, spec.args, spec.env, "--memory-bytes");
+
+  Job job("profile-" + stem, {process}, std::chrono::seconds(2));
+  job.Start(spawner_);
+  JobEvent event;
+  std::string failure;
+  for (;;) {
+    if (!job.Next(&event, std::chrono::milliseconds(200))) {
+      if (job.ended()) break;
+      if (!progress("", false)) job.Stop("profiling cancelled by the caller");  // liveness check
+      continue;
+    }
+    if (event.kind == JobEvent::Kind::kOutput && !progress(event.text, false)) {
+      job.Stop("profiling cancelled by the caller");
+    }
+    if (event.kind == JobEvent::Kind::kFailed) failure = event.text;
+    if (event.kind == JobEvent::Kind::kFinished || event.kind == JobEvent::Kind::kFailed) break;
+  }
+  std::error_code ignored;
+  fs::remove(model_file, ignored);
+  if (!failure.empty()) {
+    fs::remove(output, ignored);
+    throw std::runtime_error("profiling stage " + std::to_string(stage) + " of " + device.type + " failed: " + failure);
+  }
+  const std::string profile = ReadTextFile(output.string());
+  fs::rename(output, cached);  // the cache entry appears whole or not at all
+  return profile;
+}
+
+}  // namespace poplar

@@ -1,0 +1,52 @@
+// Profiling one model on one of this node's device types (DESIGN 7), one
+// `poplar-worker profile` run per ZeRO stage, with a cache: a stage measured before for
+// the same model, device, settings and software version (`poplar-worker --version`) is
+// read from <cache_dir>/profiles/ instead of being measured again.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/devices.h"
+#include "agent/spawner.h"
+
+namespace poplar {
+
+// Mirrors poplar.v1.ProfileRequest.
+struct ProfileSettings {
+  std::string model_config_json;
+  std::string device_type;
+  std::vector<int> stages;  // empty: 0..3
+  std::string precision = "fp32";
+  int repeats = 0;              // 0: the worker's default
+  int largest_micro_batch = 0;  // 0: the worker's default
+};
+
+// Called with each progress line and whether the stage came from the cache; returns
+// false to cancel (the running worker is stopped).
+using ProgressFn = std::function<bool(const std::string& line, bool cached)>;
+
+class Profiler {
+ public:
+  Profiler(const AgentConfig& config, std::string worker_version, Spawner& spawner);
+
+  // The merged profile file (JSON text) of every requested stage. Throws InputError for
+  // a bad request, DeviceUnavailable, or std::runtime_error when a worker fails or the
+  // caller cancels.
+  std::string Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress);
+
+ private:
+  std::string MeasureStage(const ProfileSettings& settings, const DeviceInfo& device, int stage,
+                           const ProgressFn& progress);
+
+  const AgentConfig& config_;
+  const std::string worker_version_;
+  Spawner& spawner_;
+};
+
+// 64-bit FNV-1a as 16 hex digits: the cache key of a text.
+std::string StableHash(const std::string& text);
+
+}  // namespace poplar

@@ -1,0 +1,62 @@
+// Spawner: starts child processes so that none can outlive the agent.
+//
+// Every child is started from one thread that lives as long as the Spawner (the
+// agent's lifetime), because Linux delivers PR_SET_PDEATHSIG when the *thread* that
+// forked a child exits, not the process: forking from a gRPC handler thread, which the
+// server may retire at any time, would kill healthy workers. Each child:
+//   - gets SIGKILL if the agent dies (PR_SET_PDEATHSIG), even by SIGKILL;
+//   - leads its own process group, so a stop reaches anything it starts;
+//   - has stdin from /dev/null and stdout and stderr on one pipe the caller reads;
+//   - gets exactly the environment given, and the working folder given.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace poplar {
+
+struct SpawnSpec {
+  std::string program;                // absolute path; run as argv[0]
+  std::vector<std::string> args;      // after argv[0]
+  std::vector<std::string> env;       // "NAME=value", the whole environment
+  std::string cwd;
+};
+
+struct Spawned {
+  pid_t pid = -1;
+  int output_fd = -1;  // read end of the child's stdout+stderr; the caller closes it
+};
+
+class Spawner {
+ public:
+  Spawner();
+  ~Spawner();
+  Spawner(const Spawner&) = delete;
+  Spawner& operator=(const Spawner&) = delete;
+
+  // Starts the process; throws std::runtime_error naming the program and errno's text
+  // when it cannot be started (exec failures are reported, not left to the child).
+  Spawned Spawn(const SpawnSpec& spec);
+
+ private:
+  void Loop();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// The environment variables a worker inherits from the agent (PATH, LD_LIBRARY_PATH,
+// HOME, LANG, TMPDIR, and NCCL_*/GLOO_* settings), as "NAME=value".
+std::vector<std::string> InheritedEnvironment();
+
+}  // namespace poplar

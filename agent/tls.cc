@@ -1,0 +1,99 @@
+#include "agent/tls.h"
+
+#include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/security/credentials.h>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+constexpr char kHeader[] = "authorization";
+
+std::string ReadCredential(const std::string& path, const std::string& source, const std::string& key) {
+  try {
+    return ReadTextFile(path);
+  } catch (const InputError& error) {
+    throw InputError(source, "credentials." + key, "cannot read " + path + " (" + error.reason() +
+                                                        "); scripts/make-cluster-credentials makes these files");
+  }
+}
+
+std::string Token(const CredentialPaths& paths, const std::string& source) {
+  try {
+    return ReadToken(paths.token);
+  } catch (const InputError& error) {
+    throw InputError(source, "credentials.token", error.reason() + " (" + paths.token + ")");
+  }
+}
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  unsigned char difference = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i) difference |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return difference == 0 && !b.empty();
+}
+
+// Refuses every call whose metadata lacks the cluster token.
+class TokenChecker : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenChecker(std::string token) : expected_("Bearer " + std::move(token)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext*, OutputMetadata* consumed,
+                       OutputMetadata*) override {
+    const auto found = metadata.find(kHeader);
+    if (found == metadata.end()) {
+      return {grpc::StatusCode::UNAUTHENTICATED, "the call carries no cluster token"};
+    }
+    const std::string given(found->second.data(), found->second.size());
+    if (!ConstantTimeEquals(given, expected_)) {
+      return {grpc::StatusCode::UNAUTHENTICATED, "the cluster token is wrong"};
+    }
+    consumed->insert({kHeader, given});
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string expected_;
+};
+
+// Adds the token to every call of a channel.
+class TokenPlugin : public grpc::MetadataCredentialsPlugin {
+ public:
+  explicit TokenPlugin(std::string token) : value_("Bearer " + std::move(token)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
+                           std::multimap<std::string, std::string>* metadata) override {
+    metadata->insert({kHeader, value_});
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string value_;
+};
+
+}  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
+                                                                const std::string& source) {
+  grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
+  options.pem_key_cert_pairs.push_back(
+      {ReadCredential(paths.key, source, "key"), ReadCredential(paths.cert, source, "cert")});
+  auto credentials = grpc::SslServerCredentials(options);
+  credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
+  return credentials;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
+                                                                 const std::string& source) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
+  options.pem_private_key = ReadCredential(paths.key, source, "key");
+  options.pem_cert_chain = ReadCredential(paths.cert, source, "cert");
+  return grpc::CompositeChannelCredentials(
+      grpc::SslCredentials(options),
+      grpc::MetadataCredentialsFromPlugin(std::make_unique<TokenPlugin>(Token(paths, source))));
+}
+
+}  // namespace poplar

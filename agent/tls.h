@@ -1,0 +1,26 @@
+// gRPC credentials from a cluster's credential files (planner/credentials.h).
+//
+// Server (agent): TLS with the agent's certificate; the caller must present a client
+// certificate signed by the cluster's CA, and every call must carry the header
+// `authorization: Bearer <token>`, checked in constant time before any handler runs.
+// Client (head node): TLS trusting only the cluster's CA, presenting the head's
+// certificate, and adding the token to every call.
+#pragma once
+
+#include <memory>
+
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include "planner/credentials.h"
+
+namespace poplar {
+
+// Both throw InputError naming `source` (the agent or cluster file) and the key when a
+// credential file cannot be read.
+std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
+                                                                const std::string& source);
+std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
+                                                                 const std::string& source);
+
+}  // namespace poplar

@@ -1,0 +1,37 @@
+#include "agent/work_dir.h"
+
+#include <filesystem>
+
+#include "planner/input_error.h"
+
+namespace poplar {
+
+namespace fs = std::filesystem;
+
+std::string ResolveInside(const std::string& work_dir, const std::string& relative,
+                          const std::string& field) {
+  if (relative.empty()) throw InputError(field, "", "is empty");
+  if (fs::path(relative).is_absolute()) {
+    throw InputError(field, "", "'" + relative + "' must be relative to the agent's work directory");
+  }
+  std::error_code error;
+  const fs::path root = fs::canonical(work_dir, error);
+  const fs::path resolved = fs::weakly_canonical(root / relative, error);
+  if (error) throw InputError(field, "", "'" + relative + "': " + error.message());
+  const auto mismatch = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
+  if (mismatch.first != root.end() || resolved == root) {
+    throw InputError(field, "", "'" + relative + "' leads outside the agent's work directory");
+  }
+  return resolved.string();
+}
+
+void CheckJobId(const std::string& job_id) {
+  const bool plain = !job_id.empty() && job_id.size() <= 64 && job_id != "." && job_id != ".." &&
+                     job_id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                              "0123456789._-") == std::string::npos;
+  if (!plain) {
+    throw InputError("job_id", "", "'" + job_id + "' must be 1-64 characters of letters, digits, '.', '_' or '-'");
+  }
+}
+
+}  // namespace poplar

@@ -1,0 +1,20 @@
+// Confinement of request paths to the agent's work directory (DESIGN 8): a caller may
+// name files only inside it, and job ids are plain names, so no request can make the
+// agent read or write anywhere else.
+#pragma once
+
+#include <string>
+
+namespace poplar {
+
+// The absolute path of `relative` inside `work_dir`, following symbolic links.
+// Throws InputError(`field`) if `relative` is empty or absolute, or if it (or a link
+// in it) leads outside `work_dir`.
+std::string ResolveInside(const std::string& work_dir, const std::string& relative,
+                          const std::string& field);
+
+// Throws InputError("job_id") unless the id is 1-64 characters of [A-Za-z0-9._-] and
+// not "." or "..".
+void CheckJobId(const std::string& job_id);
+
+}  // namespace poplar

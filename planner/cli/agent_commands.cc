@@ -1,0 +1,106 @@
+// `poplar profile` and `poplar status`: the head node asking the cluster's agents.
+#include <iostream>
+#include <memory>
+
+#include "planner/cli/commands.h"
+#include "planner/cli/head_agents.h"
+#include "planner/cli/run_app.h"
+#include "planner/cli/text_table.h"
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+struct ProfileOptions {
+  std::string cluster_file;
+  std::string output;
+  ProfileRequestOptions request;
+};
+
+void RunProfile(const ProfileOptions& options) {
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  const std::string dir = !options.output.empty()           ? options.output
+                          : !cluster.profiles_dir.empty() ? cluster.profiles_dir
+                                                          : "profiles";
+  ClusterAgents agents = ConnectAgents(cluster);
+  const auto profiles = FetchProfiles(cluster, agents, dir, options.request);
+  TextTable table({"device type", "emulated", "memory", "stage", "largest micro-batch", "compute at largest"},
+                  {false, false, true, true, true, true});
+  for (const auto& [type, profile] : profiles) {
+    for (const auto& stage : profile.stages) {
+      table.AddRow({type, profile.emulated ? "yes" : "no", GiB(static_cast<double>(profile.memory_bytes)),
+                    std::to_string(stage.stage), std::to_string(stage.max_micro_batch),
+                    Seconds(stage.points.back().compute_s)});
+    }
+  }
+  std::cout << table.Render() << "profiles written to " << dir << "/\n";
+}
+
+struct StatusOptions {
+  std::string cluster_file;
+};
+
+void RunStatus(const StatusOptions& options) {
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  ClusterAgents agents = ClientsFor(cluster);
+  TextTable table({"node", "agent", "state", "devices", "jobs"}, {false, false, false, false, false});
+  int unreachable = 0;
+  for (auto& client : agents.clients) {
+    try {
+      const auto description = client->Describe(std::chrono::seconds(5));
+      const auto status = client->Status(std::chrono::seconds(5));
+      std::map<std::string, int> counts;
+      for (const auto& device : description.devices()) {
+        counts[device.type() + (device.emulated() ? " (emulated)" : "")] += 1;
+      }
+      std::string devices;
+      for (const auto& [type, count] : counts) devices += (devices.empty() ? "" : ", ") + std::to_string(count) + " x " + type;
+      std::string jobs;
+      for (const auto& job : status.jobs()) {
+        jobs += (jobs.empty() ? "" : ", ") + job.job_id() + " (" + std::to_string(job.ranks_size()) +
+                " ranks, step " + std::to_string(job.step()) + ")";
+      }
+      table.AddRow({client->node(), client->address(), "up", devices.empty() ? "none" : devices,
+                    jobs.empty() ? "-" : jobs});
+    } catch (const AgentError& error) {
+      ++unreachable;
+      std::string reason = error.what();
+      reason = reason.substr(reason.find(": ") + 2);
+      table.AddRow({client->node(), client->address(), "DOWN: " + reason, "-", "-"});
+    }
+  }
+  std::cout << table.Render();
+  if (unreachable > 0) {
+    throw CommandFailed(std::to_string(unreachable) + " of " + std::to_string(agents.clients.size()) +
+                        " agents did not answer");
+  }
+}
+
+}  // namespace
+
+void RegisterProfileCommand(CLI::App& app) {
+  auto options = std::make_shared<ProfileOptions>();
+  CLI::App* command = app.add_subcommand("profile", "Measure every device type of a cluster through its agents");
+  command->add_option("cluster", options->cluster_file, "Cluster file (YAML, see docs/formats.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("-o,--output", options->output,
+                      "Folder for the profile files (default: the cluster file's 'profiles', else ./profiles)");
+  command->add_option("--repeats", options->request.repeats, "Timed runs per micro-batch size (0: worker default)")
+      ->check(CLI::Range(0, 100));
+  command->add_option("--largest-micro-batch", options->request.largest_micro_batch,
+                      "Stop growing micro-batches here (0: worker default)")
+      ->check(CLI::Range(0, 1 << 20));
+  command->callback([options] { RunProfile(*options); });
+}
+
+void RegisterStatusCommand(CLI::App& app) {
+  auto options = std::make_shared<StatusOptions>();
+  CLI::App* command = app.add_subcommand("status", "Show the cluster's agents, their devices and running jobs");
+  command->add_option("cluster", options->cluster_file, "Cluster file (YAML, see docs/formats.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->callback([options] { RunStatus(*options); });
+}
+
+}  // namespace poplar

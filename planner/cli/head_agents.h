@@ -1,0 +1,47 @@
+// The head node's view of a cluster's agents: connecting to each node's poplar-agent
+// with the cluster's credentials, checking that it has the devices the cluster file
+// lists, and fetching profiles from them. Used by `poplar profile|plan|launch|status`.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/client/agent_client.h"
+#include "planner/cluster.h"
+#include "planner/profile.h"
+
+namespace poplar {
+
+struct ClusterAgents {
+  std::vector<std::unique_ptr<AgentClient>> clients;  // one per node, in cluster order
+  std::vector<v1::DescribeResponse> descriptions;     // what each answered
+};
+
+// Clients for every node (no call made yet). Throws InputError if the cluster file has
+// no `credentials` or they cannot be read.
+ClusterAgents ClientsFor(const ClusterSpec& cluster);
+
+// Connects to every agent and checks each node has at least the devices the cluster
+// file lists for it. Throws CommandFailed naming the node and the reason.
+ClusterAgents ConnectAgents(const ClusterSpec& cluster);
+
+// The worker precision of the cluster's training precision (mixed -> bf16).
+std::string WorkerPrecision(const ClusterSpec& cluster);
+
+// The JSON text of the cluster's job.model. Throws InputError if there is no job.
+std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
+
+struct ProfileRequestOptions {
+  int repeats = 0;              // 0: the worker's default
+  int largest_micro_batch = 0;  // 0: the worker's default
+};
+
+// Profiles every device type of the cluster on the first node that has it (agents
+// reuse cached stages), writes DIR/<type>.json and returns the profiles. Progress goes
+// to stderr.
+std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
+                                                   const std::string& dir, const ProfileRequestOptions& options);
+
+}  // namespace poplar

@@ -1,0 +1,318 @@
+// `poplar launch`: plans if needed, starts every rank through its node's agent, shows
+// progress, writes the run directory, and stops the job everywhere on the first
+// failure or on Ctrl-C.
+//
+// Run directory (default runs/<job id>): plan.json, profiles/ (when it planned),
+// logs/rank-N.log, metrics/rank-N.jsonl, summary.json.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cctype>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "agent/work_dir.h"
+#include "planner/cli/commands.h"
+#include "planner/cli/head_agents.h"
+#include "planner/cli/launch_monitor.h"
+#include "planner/cli/plan_report.h"
+#include "planner/cli/run_app.h"
+#include "planner/cli/text_table.h"
+#include "planner/input_error.h"
+#include "planner/plan_file.h"
+#include "planner/planner.h"
+#include "planner/text_file.h"
+#include "planner/worker_plan.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct LaunchOptions {
+  std::string cluster_file;
+  std::string plan_file;
+  std::string policy = "poplar";
+  std::string run_dir;
+  std::string job_id;
+  std::int64_t steps = 0;
+  int master_port = 29500;
+  int timeout_s = 0;
+  int progress_every = 10;
+  bool resume = false;
+};
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void OnInterrupt(int) { g_interrupted = true; }
+
+std::string DefaultJobId(const std::string& cluster_name) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::string id = cluster_name + "-" + stamp;
+  for (char& c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  return id.substr(0, 64);
+}
+
+// One event from one node's stream, or the end of that stream.
+struct NodeEvent {
+  std::size_t node = 0;
+  bool stream_ended = false;
+  std::string stream_error;  // set when the stream broke
+  v1::LaunchEvent event;
+};
+
+class EventQueue {
+ public:
+  void Push(NodeEvent event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+    ready_.notify_one();
+  }
+  bool Pop(NodeEvent* event, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [this] { return !events_.empty(); })) return false;
+    *event = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<NodeEvent> events_;
+};
+
+struct PreparedPlan {
+  nlohmann::json plan;
+  double predicted_step_s = 0;
+};
+
+PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
+                         const std::string& run_dir) {
+  PreparedPlan prepared;
+  if (!options.plan_file.empty()) {
+    const std::string text = ReadTextFile(options.plan_file);
+    ParseWorkerPlan(text, options.plan_file);
+    prepared.plan = nlohmann::json::parse(text);
+    for (const auto& rank : prepared.plan["ranks"]) {
+      const std::string node = rank.value("node", "");
+      bool known = false;
+      for (const auto& spec : cluster.nodes) known = known || spec.name == node;
+      if (!known) {
+        throw InputError(options.plan_file, "ranks[" + std::to_string(rank.value("rank", -1)) + "].node",
+                         "'" + node + "' is not a node of " + cluster.file);
+      }
+    }
+    if (prepared.plan.contains("predicted")) prepared.predicted_step_s = prepared.plan["predicted"].value("step_s", 0.0);
+    return prepared;
+  }
+  const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
+  const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
+  const auto plan = PlanToJson(cluster, profiles, result);
+  std::cout << PlanReport(cluster, result) << std::flush;
+  prepared.plan = nlohmann::json::parse(plan.dump());
+  prepared.predicted_step_s = plan["predicted"]["step_s"].get<double>();
+  return prepared;
+}
+
+void RunLaunch(const LaunchOptions& options) {
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  const std::string model = ModelConfigText(cluster, "by poplar launch");
+  JobSpec job = *cluster.job;
+  if (options.steps > 0) job.steps = options.steps;
+  const std::string job_id = options.job_id.empty() ? DefaultJobId(cluster.name) : options.job_id;
+  try {
+    CheckJobId(job_id);
+  } catch (const InputError& error) {
+    throw InputError("--job-id", "", error.reason());
+  }
+  const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
+  if (!options.resume && fs::exists(fs::path(run_dir) / "plan.json")) {
+    throw InputError("--run-dir", "", run_dir + " already holds a run; choose another --run-dir or --job-id, or --resume");
+  }
+  fs::create_directories(run_dir);
+
+  ClusterAgents agents = ConnectAgents(cluster);
+  const PreparedPlan prepared = PreparePlan(options, cluster, agents, run_dir);
+  const std::string plan_text = prepared.plan.dump(2) + "\n";
+  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
+
+  std::vector<RankInfo> ranks(prepared.plan["ranks"].size());
+  std::string master_addr;
+  for (const auto& rank : prepared.plan["ranks"]) {
+    const int index = rank["rank"].get<int>();
+    ranks.at(index) = {rank.value("node", ""), rank.value("device_type", "")};
+    if (index == 0) master_addr = rank.value("host", "");
+  }
+  std::vector<std::size_t> nodes_in_job;
+  for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
+    for (const auto& rank : ranks) {
+      if (rank.node == cluster.nodes[i].name) {
+        nodes_in_job.push_back(i);
+        break;
+      }
+    }
+  }
+
+  std::cout << "launching job " << job_id << ": " << ranks.size() << " ranks on " << nodes_in_job.size()
+            << " node(s), " << job.steps << " steps; run directory " << run_dir << std::endl;
+  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
+  EventQueue queue;
+  std::vector<std::thread> streams;
+  for (std::size_t node : nodes_in_job) {
+    v1::LaunchRequest request;
+    request.set_job_id(job_id);
+    request.set_node(cluster.nodes[node].name);
+    request.set_plan_json(plan_text);
+    request.set_model_config_json(model);
+    request.set_data_path(job.data);
+    request.set_master_addr(master_addr);
+    request.set_master_port(options.master_port);
+    request.set_steps(job.steps);
+    request.set_precision(WorkerPrecision(cluster));
+    request.set_lr(job.lr.value_or(0));
+    request.set_weight_decay(job.weight_decay.value_or(0));
+    request.set_grad_clip(job.grad_clip.value_or(0));
+    request.set_checkpoint_every(job.checkpoint_every);
+    request.set_timeout_s(options.timeout_s);
+    request.set_resume(options.resume);
+    streams.emplace_back([&queue, &agents, node, request] {
+      NodeEvent end{node, true, "", {}};
+      try {
+        agents.clients[node]->Launch(request, [&](const v1::LaunchEvent& event) {
+          queue.Push({node, false, "", event});
+        });
+      } catch (const AgentError& error) {
+        end.stream_error = error.what();
+      }
+      queue.Push(end);
+    });
+  }
+
+  auto previous_handler = std::signal(SIGINT, OnInterrupt);
+  bool stopping = false;
+  auto stop_everywhere = [&](const std::string& reason) {
+    if (stopping) return;
+    stopping = true;
+    for (std::size_t node : nodes_in_job) {
+      try {
+        agents.clients[node]->Stop(job_id, reason);
+      } catch (const AgentError&) {
+        // That node's stream reports its own failure; its agent stops the job when the
+        // stream breaks.
+      }
+    }
+  };
+  std::size_t open_streams = streams.size();
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  while (open_streams > 0) {
+    if (g_interrupted && !stopping) {
+      std::cout << "stopping job " << job_id << " everywhere (Ctrl-C)" << std::endl;
+      monitor.Failure("head", "stopped by the user (Ctrl-C)");
+      stop_everywhere("stopped by the user (Ctrl-C on the head node)");
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+    if (std::chrono::steady_clock::now() > stop_deadline) {
+      for (std::size_t node : nodes_in_job) agents.clients[node]->CancelLaunch();
+      stop_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    NodeEvent item;
+    if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
+    const std::string& node_name = cluster.nodes[item.node].name;
+    if (item.stream_ended) {
+      --open_streams;
+      if (!item.stream_error.empty()) {
+        monitor.Failure(node_name, item.stream_error.substr(item.stream_error.find(": ") + 2));
+      }
+    } else {
+      const v1::LaunchEvent& event = item.event;
+      switch (event.kind()) {
+        case v1::LaunchEvent::STARTED:
+          monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
+          break;
+        case v1::LaunchEvent::OUTPUT:
+          monitor.Output(event.rank(), event.text());
+          break;
+        case v1::LaunchEvent::METRICS:
+          monitor.Metrics(event.rank(), event.text());
+          break;
+        case v1::LaunchEvent::EXITED:
+          monitor.Output(event.rank(), "[poplar] " + event.text());
+          break;
+        case v1::LaunchEvent::JOB_FAILED:
+          monitor.Failure(node_name, event.text());
+          break;
+        default:
+          break;
+      }
+    }
+    if (monitor.failed() && !stopping) {
+      stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+  }
+  for (auto& stream : streams) stream.join();
+  std::signal(SIGINT, previous_handler);
+
+  nlohmann::ordered_json summary;
+  summary["job_id"] = job_id;
+  summary["policy"] = prepared.plan.value("policy", options.plan_file.empty() ? options.policy : "from file");
+  summary["stage"] = prepared.plan.value("stage", -1);
+  summary["ok"] = !monitor.failed();
+  const nlohmann::ordered_json measured = monitor.Summary(prepared.predicted_step_s);
+  for (const auto& [key, value] : measured.items()) summary[key] = value;
+  if (monitor.failed()) summary["failure"] = monitor.RootCause();
+  WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
+  if (monitor.failed()) {
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() +
+                            "; every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
+                            job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs",
+                        g_interrupted ? 130 : 1);
+  }
+  std::cout << "trained " << summary["steps"] << " steps: loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
+            << Fixed(summary["last_loss"].get<double>(), 3) << "; step " << Seconds(summary["measured_step_s"].get<double>())
+            << " measured (median) vs " << Seconds(prepared.predicted_step_s) << " predicted; "
+            << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
+            << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
+}
+
+}  // namespace
+
+void RegisterLaunchCommand(CLI::App& app) {
+  auto options = std::make_shared<LaunchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "launch", "Train the cluster file's job on every node through the agents, following a plan");
+  command->add_option("cluster", options->cluster_file, "Cluster file (YAML, with a 'job' section)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("--plan", options->plan_file, "Plan file to follow (default: plan now, through the agents)")
+      ->check(CLI::ExistingFile);
+  command->add_option("--policy", options->policy, "When planning: poplar, uniform (DeepSpeed) or proportional")
+      ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
+      ->capture_default_str();
+  command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)");
+  command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)");
+  command->add_option("--master-port", options->master_port, "Rendezvous port on rank 0's host")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  command->add_option("--timeout", options->timeout_s, "Seconds before a rendezvous or collective gives up (0: worker default)")
+      ->check(CLI::Range(0, 86400));
+  command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->capture_default_str();
+  command->add_flag("--resume", options->resume, "Resume the job (same --job-id) from its last checkpoint");
+  command->callback([options] { RunLaunch(*options); });
+}
+
+}  // namespace poplar

@@ -1,0 +1,130 @@
+#include "planner/cli/launch_monitor.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "planner/cli/text_table.h"
+
+namespace poplar {
+namespace {
+
+int Severity(const std::string& reason) {
+  auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
+  if (has("stopped by") || has("head node went away") || has("launch stream") || has("signal 15")) return 3;
+  if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Broken pipe")) return 2;
+  if (has("killed by signal")) return 0;
+  return 1;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps,
+                             int progress_every, std::ostream& out)
+    : run_dir_(std::move(run_dir)), ranks_(std::move(ranks)), steps_(steps),
+      progress_every_(progress_every), out_(out) {
+  std::filesystem::create_directories(std::filesystem::path(run_dir_) / "logs");
+  std::filesystem::create_directories(std::filesystem::path(run_dir_) / "metrics");
+}
+
+std::ofstream& LaunchMonitor::Log(int rank) {
+  auto& file = logs_[rank];
+  if (!file) {
+    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / "logs" /
+                                           ("rank-" + std::to_string(rank) + ".log"), std::ios::app);
+  }
+  return *file;
+}
+
+std::ofstream& LaunchMonitor::MetricsFile(int rank) {
+  auto& file = metrics_files_[rank];
+  if (!file) {
+    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / "metrics" /
+                                           ("rank-" + std::to_string(rank) + ".jsonl"), std::ios::app);
+  }
+  return *file;
+}
+
+void LaunchMonitor::Output(int rank, const std::string& line) { Log(rank) << line << std::endl; }
+
+void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
+  MetricsFile(rank) << json_line << std::endl;
+  auto record = nlohmann::json::parse(json_line, nullptr, false);
+  if (!record.is_object() || !record.contains("step")) return;
+  latest_[rank] = record;
+  if (rank != 0) return;
+  rank0_steps_.push_back(record);
+  const std::int64_t step = record["step"].get<std::int64_t>();
+  if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || step == 1)) {
+    out_ << ProgressLine(step) << std::endl;
+  }
+}
+
+std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
+  const auto& record = rank0_steps_.back();
+  std::map<std::string, std::pair<double, int>> busy;  // type -> (sum of shares, ranks)
+  for (const auto& [rank, latest] : latest_) {
+    const double step_s = latest.value("step_s", 0.0);
+    if (step_s <= 0 || rank >= static_cast<int>(ranks_.size())) continue;
+    auto& entry = busy[ranks_[rank].device_type];
+    entry.first += std::min(1.0, latest.value("compute_s", 0.0) / step_s);
+    entry.second += 1;
+  }
+  std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) +
+                     "  loss " + Fixed(record.value("loss", 0.0), 4) +
+                     "  " + Fixed(record.value("samples_per_s", 0.0), 1) + " samples/s" +
+                     "  step " + Seconds(record.value("step_s", 0.0)) + "  busy";
+  for (const auto& [type, entry] : busy) {
+    line += " " + type + " " + Fixed(100.0 * entry.first / entry.second, 0) + "%";
+  }
+  return line;
+}
+
+void LaunchMonitor::Failure(const std::string& node, const std::string& reason) {
+  failures_.push_back({Severity(reason), node, reason});
+}
+
+std::string LaunchMonitor::RootCause() const {
+  if (failures_.empty()) return "";
+  const Failed* best = &failures_.front();
+  for (const auto& failure : failures_) {
+    if (failure.severity < best->severity) best = &failure;
+  }
+  return "node '" + best->node + "': " + best->reason;
+}
+
+nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
+  nlohmann::ordered_json summary;
+  summary["steps"] = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
+  if (rank0_steps_.empty()) return summary;
+  std::vector<double> step_times;
+  for (std::size_t i = rank0_steps_.size() / 5; i < rank0_steps_.size(); ++i) {
+    step_times.push_back(rank0_steps_[i].value("step_s", 0.0));
+  }
+  const double measured = Median(step_times);
+  const double global_batch = rank0_steps_.back().value("samples_per_s", 0.0) * rank0_steps_.back().value("step_s", 0.0);
+  summary["first_loss"] = rank0_steps_.front().value("loss", 0.0);
+  summary["last_loss"] = rank0_steps_.back().value("loss", 0.0);
+  summary["measured_step_s"] = measured;
+  summary["predicted_step_s"] = predicted_step_s;
+  summary["prediction_error"] = predicted_step_s > 0 && measured > 0 ? predicted_step_s / measured - 1 : 0.0;
+  summary["samples_per_s"] = measured > 0 ? global_batch / measured : 0.0;
+  nlohmann::ordered_json busy = nlohmann::ordered_json::object();
+  std::map<std::string, std::pair<double, int>> shares;
+  for (const auto& [rank, latest] : latest_) {
+    if (rank >= static_cast<int>(ranks_.size()) || latest.value("step_s", 0.0) <= 0) continue;
+    auto& entry = shares[ranks_[rank].device_type];
+    entry.first += std::min(1.0, latest.value("compute_s", 0.0) / latest.value("step_s", 1.0));
+    entry.second += 1;
+  }
+  for (const auto& [type, entry] : shares) busy[type] = entry.first / entry.second;
+  summary["busy_share"] = busy;
+  return summary;
+}
+
+}  // namespace poplar

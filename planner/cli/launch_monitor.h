@@ -1,0 +1,68 @@
+// LaunchMonitor: what `poplar launch` makes of the events its agents stream back.
+// It writes the run directory's per-rank logs and metrics, prints a progress line every
+// few steps (step, loss, samples per second, busy share per device type: compute time
+// over step time), chooses the reason to report when the job fails, and summarises the
+// run. No gRPC here: events arrive as plain values, so the logic is testable alone.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace poplar {
+
+struct RankInfo {
+  std::string node;
+  std::string device_type;
+};
+
+class LaunchMonitor {
+ public:
+  // `ranks` indexed by rank; progress lines go to `out` every `progress_every` steps.
+  LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
+                std::ostream& out);
+
+  void Output(int rank, const std::string& line);
+  void Metrics(int rank, const std::string& json_line);
+  // A node's job failed (or its stream broke) with this reason. The reason reported is
+  // the likeliest root cause: a rank killed by a signal or failing on its own outranks
+  // ranks that failed because a peer went away, which outrank stops and broken streams.
+  void Failure(const std::string& node, const std::string& reason);
+
+  bool failed() const { return !failures_.empty(); }
+  // "node 'b': rank 1 was killed by signal 9 (Killed)".
+  std::string RootCause() const;
+
+  // The summary of a finished run: steps, first and last loss, the median step time
+  // over the steps after the first fifth (warm-up), samples per second, busy shares.
+  nlohmann::ordered_json Summary(double predicted_step_s) const;
+
+ private:
+  struct Failed {
+    int severity;
+    std::string node;
+    std::string reason;
+  };
+  std::ofstream& Log(int rank);
+  std::ofstream& MetricsFile(int rank);
+  std::string ProgressLine(std::int64_t step) const;
+
+  std::string run_dir_;
+  std::vector<RankInfo> ranks_;
+  std::int64_t steps_;
+  int progress_every_;
+  std::ostream& out_;
+  std::map<int, std::unique_ptr<std::ofstream>> logs_, metrics_files_;
+  std::map<int, nlohmann::json> latest_;    // rank -> last metrics record
+  std::vector<nlohmann::json> rank0_steps_; // rank 0's records in order
+  std::vector<Failed> failures_;
+};
+
+}  // namespace poplar

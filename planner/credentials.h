@@ -1,0 +1,36 @@
+// The files that secure the link between the head node and the agents (DESIGN 8):
+// TLS certificates signed by the cluster's CA and a shared token, all made in one step
+// by scripts/make-cluster-credentials. The head names its set in the cluster file, each
+// agent in its agent file:
+//
+//   credentials:
+//     ca: credentials/ca.pem        # the cluster's CA; peers must be signed by it
+//     cert: credentials/head.pem    # this side's certificate (agent.pem on agents)
+//     key: credentials/head.key     # its private key
+//     token: credentials/token      # the shared token (one line)
+//
+// Paths are relative to the file that names them. This is plain data: the gRPC code
+// that turns it into credentials lives in agent/.
+#pragma once
+
+#include <string>
+
+#include "planner/yaml_fields.h"
+
+namespace poplar {
+
+struct CredentialPaths {
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string token;
+};
+
+// Reads the four keys of a `credentials` mapping, resolving paths against `base_folder`.
+CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder);
+
+// The token file's first line, without surrounding whitespace. Throws InputError if the
+// file cannot be read or the token is shorter than 16 characters.
+std::string ReadToken(const std::string& path);
+
+}  // namespace poplar
