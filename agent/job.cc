@@ -52,7 +52,7 @@ void Job::Start(Spawner& spawner) {
       Stop(std::string("rank ") + std::to_string(ranks_[i].process.rank) + " could not start: " + error.what());
       break;
     }
-    std::string command = ranks_[i].process.spec.program;
+    std::string command = "pid " + std::to_string(spawned.pid) + ": " + ranks_[i].process.spec.program;
     for (const auto& arg : ranks_[i].process.spec.args) command += " " + arg;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -173,9 +173,10 @@ bool Job::Next(JobEvent* event, std::chrono::milliseconds timeout) {
 
 void Job::Stop(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || running_ == 0) return;
+  if (stopping_ || ended_) return;
   stopping_ = true;
   stop_reason_ = reason;
+  if (running_ == 0) return;  // nothing started yet (or everything already exited)
   SignalAlive(SIGTERM);
   escalator_ = std::thread([this] { Escalate(); });
 }

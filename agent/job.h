@@ -25,7 +25,7 @@ struct JobEvent {
   enum class Kind { kStarted, kOutput, kMetrics, kExited, kFinished, kFailed };
   Kind kind = Kind::kOutput;
   int rank = -1;  // -1 for kFinished and kFailed
-  std::string text;
+  std::string text;   // kStarted: "pid N: <command line>"
   int exit_code = 0;  // kExited: status, 128 + N when killed by signal N
 };
 

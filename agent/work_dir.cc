@@ -1,5 +1,6 @@
 #include "agent/work_dir.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "planner/input_error.h"
@@ -16,10 +17,10 @@ std::string ResolveInside(const std::string& work_dir, const std::string& relati
   }
   std::error_code error;
   const fs::path root = fs::canonical(work_dir, error);
-  const fs::path resolved = fs::weakly_canonical(root / relative, error);
+  const fs::path resolved = fs::weakly_canonical(root / relative, error).lexically_normal();
   if (error) throw InputError(field, "", "'" + relative + "': " + error.message());
   const auto mismatch = std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end());
-  if (mismatch.first != root.end() || resolved == root) {
+  if (mismatch.first != root.end() || resolved == root || resolved == root / "") {
     throw InputError(field, "", "'" + relative + "' leads outside the agent's work directory");
   }
   return resolved.string();

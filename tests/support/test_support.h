@@ -31,3 +31,10 @@ class ScratchDir {
 };
 
 }  // namespace poplar::testing
+
+namespace poplar::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreeLoopbackPort();
+
+}  // namespace poplar::testing

@@ -1,0 +1,344 @@
+// End to end on loopback: real poplar-agent processes with emulated devices, the real
+// `poplar` command line, real poplar-worker ranks. Credentials come from
+// scripts/make-cluster-credentials, as a user makes them.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include "agent/tls.h"
+#include "child_process.h"
+#include "planner/credentials.h"
+#include "planner/text_file.h"
+#include "poplar/v1/agent.grpc.pb.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+using poplar::testing::ChildOptions;
+using poplar::testing::ChildProcess;
+using poplar::testing::Contains;
+using poplar::testing::ContainsAll;
+using poplar::testing::ProcessOutcome;
+using poplar::testing::ReadWholeFile;
+using poplar::testing::RunProcess;
+using poplar::testing::ScratchDir;
+
+struct AgentSpec {
+  std::string node;
+  std::string type;
+  double slowdown;
+  int memory_mib;
+};
+
+const AgentSpec kAgents[] = {{"a", "emu-fast", 1.0, 48}, {"b", "emu-slow", 3.0, 20}};
+
+bool Alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// Two agents on loopback and a cluster file naming them; torn down with the test.
+class TwoAgents : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string& root = dir_.path();
+    const auto made = RunProcess({{POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}}, root);
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    // A repeated sentence: the tiny GPT learns it quickly, so the loss visibly falls.
+    std::string text;
+    while (text.size() < 20000) text += "the quick brown fox jumps over the lazy dog. ";
+    for (const auto& spec : kAgents) {
+      const std::string work = root + "/" + spec.node + "/work";
+      fs::create_directories(work);
+      std::ofstream tokens(work + "/tokens.bin", std::ios::binary);
+      for (unsigned char c : text) tokens.put(static_cast<char>(c)).put(0);
+      tokens.close();
+      const std::string config = dir_.Write(
+          spec.node + ".yaml",
+          "listen: 127.0.0.1:0\n"
+          "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
+          "work_dir: " + spec.node + "/work\n"
+          "worker: " POPLAR_WORKER_BINARY "\n"
+          "gpus: none\n"
+          "emulated:\n  - {type: " + spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
+          ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
+      ChildOptions options;
+      options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/" + spec.node + ".port"};
+      options.stderr_path = root + "/" + spec.node + ".log";
+      agents_.push_back(std::make_unique<ChildProcess>(options));
+    }
+    for (const auto& spec : kAgents) ports_.push_back(WaitForPort(root + "/" + spec.node + ".port"));
+    WriteCluster("cluster.yaml", "creds/token", {});
+  }
+
+  static int WaitForPort(const std::string& path) {
+    for (int i = 0; i < 300; ++i) {
+      if (fs::exists(path)) return std::stoi(ReadTextFile(path));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "agent did not start: " << path;
+    return 0;
+  }
+
+  // `extra_node` adds a node whose agent address nobody serves.
+  std::string WriteCluster(const std::string& name, const std::string& token, const std::string& extra_node,
+                           int fast_count = 1) {
+    std::string yaml =
+        "name: e2e\n"
+        "training: {global_batch: 24, precision: fp32, stage: 2}\n"
+        "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n"
+        "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: " + token + "}\n"
+        "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 12, lr: 3e-3, "
+        "checkpoint_every: 5}\n"
+        "nodes:\n";
+    for (std::size_t i = 0; i < 2; ++i) {
+      yaml += "  - {name: " + kAgents[i].node + ", host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(ports_[i]) +
+              "\", devices: [{type: " + kAgents[i].type + ", count: " + std::to_string(i == 0 ? fast_count : 1) + "}]}\n";
+    }
+    yaml += extra_node;
+    return dir_.Write(name, yaml);
+  }
+
+  // A plan of stage 2 over both agents without profiling: 16 samples on a, 8 on b.
+  std::string WritePlan() {
+    return dir_.Write("plan.json", R"({"stage": 2, "global_batch": 24, "policy": "poplar", "ranks": [
+      {"rank": 0, "node": "a", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-fast", "micro_batches": [16]},
+      {"rank": 1, "node": "b", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-slow", "micro_batches": [8]}],
+      "predicted": {"step_s": 0.05, "samples_per_s": 480}})");
+  }
+
+  ProcessOutcome Poplar(std::vector<std::string> args, std::chrono::seconds limit = std::chrono::seconds(240)) {
+    args.insert(args.begin(), POPLAR_BINARY);
+    ChildOptions options;
+    options.argv = args;
+    options.cwd = dir_.path();
+    return RunProcess(options, dir_.path(), limit);
+  }
+
+  // Starts `poplar launch` in the background.
+  std::unique_ptr<ChildProcess> StartLaunch(const std::string& run_dir, int steps) {
+    ChildOptions options;
+    options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", run_dir,
+                    "--job-id", "job-" + run_dir, "--steps", std::to_string(steps), "--master-port",
+                    std::to_string(poplar::testing::FreeLoopbackPort()), "--timeout", "20"};
+    options.cwd = dir_.path();
+    options.stdout_path = dir_.path() + "/" + run_dir + ".out";
+    options.stderr_path = dir_.path() + "/" + run_dir + ".err";
+    return std::make_unique<ChildProcess>(options);
+  }
+
+  // Waits until the head has `lines` metrics records of `rank`; returns the rank's pid.
+  int WaitForSteps(const std::string& run_dir, int rank, int lines) {
+    const std::string metrics = dir_.path() + "/" + run_dir + "/metrics/rank-" + std::to_string(rank) + ".jsonl";
+    const std::string log = dir_.path() + "/" + run_dir + "/logs/rank-" + std::to_string(rank) + ".log";
+    for (int i = 0; i < 1200; ++i) {
+      if (fs::exists(metrics)) {
+        const std::string text = ReadWholeFile(metrics);
+        if (std::count(text.begin(), text.end(), '\n') >= lines) {
+          const std::string first = ReadWholeFile(log);
+          const auto at = first.find(": pid ");
+          return at == std::string::npos ? -1 : std::stoi(first.substr(at + 6));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "rank " << rank << " never reached " << lines << " steps";
+    return -1;
+  }
+
+  ScratchDir dir_{"e2e"};
+  std::vector<std::unique_ptr<ChildProcess>> agents_;
+  std::vector<int> ports_;
+};
+
+TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
+  const auto status = Poplar({"status", "cluster.yaml"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_TRUE(ContainsAll(status.out, {"emu-fast (emulated)", "emu-slow (emulated)", "up"}));
+
+  const auto plan = Poplar({"plan", "cluster.yaml", "-o", "plan-agents.json", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_TRUE(Contains(plan.err, "stage 2: measuring on emu-slow"));
+  const auto document = nlohmann::json::parse(plan.out);
+  int fast = 0, slow = 0;
+  for (const auto& rank : document["ranks"]) {
+    int samples = 0;
+    for (int size : rank["micro_batches"]) samples += size;
+    (rank["device_type"] == "emu-fast" ? fast : slow) += samples;
+  }
+  EXPECT_EQ(fast + slow, 24);
+  EXPECT_GT(fast, slow) << "the 3x faster emulated device should get more samples";
+  EXPECT_TRUE(fs::exists(dir_.path() + "/profiles/emu-fast.json"));
+
+  const auto again = Poplar({"plan", "cluster.yaml", "-o", "plan-agents.json"});  // agents reuse their cache
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(Contains(again.err, "stage 2: cached"));
+  EXPECT_FALSE(Contains(again.err, "measuring"));
+
+  const auto launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run", "--job-id",
+                              "train1", "--master-port", std::to_string(poplar::testing::FreeLoopbackPort())});
+  ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
+  EXPECT_TRUE(ContainsAll(launch.out, {"step 10/12", "busy emu-fast", "emu-slow", "trained 12 steps"}));
+  const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/summary.json"));
+  EXPECT_TRUE(summary["ok"].get<bool>());
+  EXPECT_EQ(summary["steps"], 12);
+  EXPECT_LT(summary["last_loss"].get<double>(), summary["first_loss"].get<double>() - 1.0) << summary.dump();
+  EXPECT_TRUE(fs::exists(dir_.path() + "/run/logs/rank-1.log"));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/model.pt"));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));
+}
+
+TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {
+  auto launch = StartLaunch("killed", 100000);
+  const int victim = WaitForSteps("killed", 1, 6);
+  const int survivor = WaitForSteps("killed", 0, 6);
+  ASSERT_GT(victim, 0);
+  ASSERT_GT(survivor, 0);
+  kill(victim, SIGKILL);
+  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 1);
+  const std::string err = ReadWholeFile(dir_.path() + "/killed.err");
+  EXPECT_TRUE(ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped"})) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_FALSE(Alive(victim));
+  EXPECT_FALSE(Alive(survivor));
+  // The last complete checkpoint stays.
+  const std::string checkpoints = dir_.path() + "/a/work/jobs/job-killed/checkpoints/";
+  const std::string latest = ReadTextFile(checkpoints + "latest");
+  EXPECT_TRUE(fs::exists(checkpoints + latest.substr(0, latest.find('\n')))) << latest;
+  // Both agents are still serving.
+  EXPECT_EQ(Poplar({"status", "cluster.yaml"}).exit_code, 0);
+}
+
+TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
+  auto launch = StartLaunch("agentdeath", 100000);
+  const int orphan_candidate = WaitForSteps("agentdeath", 1, 3);
+  const int other = WaitForSteps("agentdeath", 0, 3);
+  agents_[1]->Signal(SIGKILL);
+  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 1);
+  const std::string err = ReadWholeFile(dir_.path() + "/agentdeath.err");
+  EXPECT_TRUE(Contains(err, "node 'b'")) << err;
+  for (int i = 0; i < 50 && (Alive(orphan_candidate) || Alive(other)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_FALSE(Alive(orphan_candidate)) << "a worker outlived its agent";
+  EXPECT_FALSE(Alive(other));
+}
+
+TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) {
+  auto launch = StartLaunch("interrupted", 100000);
+  const int rank1 = WaitForSteps("interrupted", 1, 2);
+  const int rank0 = WaitForSteps("interrupted", 0, 2);
+  launch->Signal(SIGINT);
+  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 130);
+  EXPECT_TRUE(Contains(ReadWholeFile(dir_.path() + "/interrupted.err"), "stopped by the user"));
+  EXPECT_FALSE(Alive(rank0));
+  EXPECT_FALSE(Alive(rank1));
+}
+
+TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
+  WriteCluster("three.yaml", "creds/token",
+               "  - {name: c, host: 127.0.0.1, agent: \"127.0.0.1:" +
+                   std::to_string(poplar::testing::FreeLoopbackPort()) + "\", devices: [{type: emu-fast, count: 1}]}\n");
+  const auto down = Poplar({"launch", "three.yaml", "--plan", WritePlan()});
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(down.err, {"node 'c': agent unreachable at 127.0.0.1:"})) << down.err;
+  const auto status = Poplar({"status", "three.yaml"});
+  EXPECT_EQ(status.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(status.out, {"DOWN", "up"})) << status.out;
+
+  WriteCluster("two-fast.yaml", "creds/token", "", 2);
+  const auto missing = Poplar({"launch", "two-fast.yaml"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_TRUE(Contains(missing.err, "node 'a': the cluster file lists 2 x emu-fast but its agent has 1")) << missing.err;
+}
+
+// A raw client, to present exactly the credentials a test wants.
+std::unique_ptr<v1::Agent::Stub> Stub(int port, const std::string& ca, const std::string& key, const std::string& cert,
+                                      const std::string& token) {
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = ReadTextFile(ca);
+  if (!key.empty()) {
+    tls.pem_private_key = ReadTextFile(key);
+    tls.pem_cert_chain = ReadTextFile(cert);
+  }
+  auto credentials = grpc::SslCredentials(tls);
+  if (!token.empty()) {
+    credentials = grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(token));
+  }
+  return v1::Agent::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port), credentials));
+}
+
+grpc::Status Describe(v1::Agent::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::DescribeResponse response;
+  return stub.Describe(&context, {}, &response);
+}
+
+TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
+  const std::string c = dir_.path() + "/creds/";
+  const std::string token = ReadToken(c + "token");
+  EXPECT_TRUE(Describe(*Stub(ports_[0], c + "ca.pem", c + "head.key", c + "head.pem", token)).ok());
+
+  const auto no_token = Describe(*Stub(ports_[0], c + "ca.pem", c + "head.key", c + "head.pem", ""));
+  EXPECT_EQ(no_token.error_code(), grpc::StatusCode::UNAUTHENTICATED) << no_token.error_message();
+  const auto wrong_token = Describe(*Stub(ports_[0], c + "ca.pem", c + "head.key", c + "head.pem", token + "x"));
+  EXPECT_EQ(wrong_token.error_code(), grpc::StatusCode::UNAUTHENTICATED) << wrong_token.error_message();
+  EXPECT_FALSE(Describe(*Stub(ports_[0], c + "ca.pem", "", "", token)).ok()) << "served a caller without a certificate";
+
+  const auto other = RunProcess({{POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir_.path() + "/other"}},
+                                dir_.path());
+  ASSERT_EQ(other.exit_code, 0);
+  const std::string o = dir_.path() + "/other/";
+  EXPECT_FALSE(Describe(*Stub(ports_[0], c + "ca.pem", o + "head.key", o + "head.pem", token)).ok())
+      << "served a certificate from another CA";
+
+  dir_.Write("wrong-token", "0123456789abcdef0123456789abcdef\n");
+  WriteCluster("wrong.yaml", "wrong-token", "");
+  const auto refused = Poplar({"status", "wrong.yaml"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(refused.out, {"refused our credentials", "cluster token is wrong"})) << refused.out;
+}
+
+TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
+  const std::string c = dir_.path() + "/creds/";
+  auto stub = Stub(ports_[0], c + "ca.pem", c + "head.key", c + "head.pem", ReadToken(c + "token"));
+  auto launch = [&](const std::string& job_id, const std::string& data) {
+    v1::LaunchRequest request;
+    request.set_job_id(job_id);
+    request.set_node("a");
+    request.set_plan_json(ReadTextFile(WritePlan()));
+    request.set_model_config_json(ReadTextFile(POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json"));
+    request.set_data_path(data);
+    request.set_master_addr("127.0.0.1");
+    request.set_master_port(poplar::testing::FreeLoopbackPort());
+    request.set_steps(1);
+    grpc::ClientContext context;
+    auto reader = stub->Launch(&context, request);
+    v1::LaunchEvent event;
+    int events = 0;
+    while (reader->Read(&event)) ++events;
+    EXPECT_EQ(events, 0);
+    return reader->Finish();
+  };
+  fs::create_directory_symlink("/etc", dir_.path() + "/a/work/etc-link");
+  for (const std::string data : {"../../creds/token", "/etc/passwd", "etc-link/passwd"}) {
+    const auto status = launch("escape", data);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << data;
+    EXPECT_TRUE(Contains(status.error_message(), "data_path")) << status.error_message();
+  }
+  const auto bad_id = launch("../../outside", "tokens.bin");
+  EXPECT_EQ(bad_id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(bad_id.error_message(), "job_id"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/outside"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/escape"));
+}
+
+}  // namespace
+}  // namespace poplar

@@ -1,0 +1,68 @@
+// What `poplar launch` makes of its agents' events: the reported root cause, the
+// progress line and the run summary.
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "planner/cli/launch_monitor.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+using poplar::testing::ContainsAll;
+using poplar::testing::ScratchDir;
+
+std::string Record(int step, int rank, double loss, double step_s, double compute_s) {
+  return "{\"step\": " + std::to_string(step) + ", \"rank\": " + std::to_string(rank) +
+         ", \"loss\": " + std::to_string(loss) + ", \"step_s\": " + std::to_string(step_s) +
+         ", \"compute_s\": " + std::to_string(compute_s) + ", \"samples_per_s\": " + std::to_string(24 / step_s) + "}";
+}
+
+TEST(LaunchMonitor, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
+  ScratchDir dir("monitor");
+  std::ostringstream out;
+  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
+  EXPECT_FALSE(monitor.failed());
+  monitor.Failure("a", "rank 0 exited with status 1: poplar-worker[rank 0]: error: Read error: Connection reset by peer");
+  monitor.Failure("head", "stopped by the user (Ctrl-C)");
+  monitor.Failure("b", "rank 1 was killed by signal 9 (Killed)");
+  EXPECT_TRUE(monitor.failed());
+  EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 was killed by signal 9 (Killed)");
+}
+
+TEST(LaunchMonitor, AFailingRankOutranksPeersThatLostIt) {
+  ScratchDir dir("monitor");
+  std::ostringstream out;
+  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
+  monitor.Failure("a", "rank 0 exited with status 1: Connection closed by peer");
+  monitor.Failure("b", "rank 1 exited with status 1: out of memory on emulated device");
+  EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 exited with status 1: out of memory on emulated device");
+}
+
+TEST(LaunchMonitor, ProgressLinesAndSummary) {
+  ScratchDir dir("monitor");
+  std::ostringstream out;
+  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 5, out);
+  for (int step = 1; step <= 10; ++step) {
+    monitor.Metrics(1, Record(step, 1, 5.0 - step * 0.1, 0.2, 0.18));
+    monitor.Metrics(0, Record(step, 0, 5.0 - step * 0.1, step == 1 ? 1.0 : 0.2, 0.1));
+  }
+  const std::string text = out.str();
+  EXPECT_TRUE(ContainsAll(text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000", "120.0 samples/s",
+                                 "busy fast 50% slow 90%"}));
+  EXPECT_EQ(text.find("step 4/10"), std::string::npos);
+  const auto summary = monitor.Summary(0.25);
+  EXPECT_EQ(summary["steps"], 10);
+  EXPECT_DOUBLE_EQ(summary["measured_step_s"].get<double>(), 0.2);  // the slow first step is warm-up
+  EXPECT_NEAR(summary["prediction_error"].get<double>(), 0.25, 1e-9);
+  EXPECT_NEAR(summary["samples_per_s"].get<double>(), 120.0, 1e-6);
+  EXPECT_GT(summary["first_loss"].get<double>(), summary["last_loss"].get<double>());
+  std::ifstream metrics(dir.path() + "/metrics/rank-1.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 10);
+}
+
+}  // namespace
+}  // namespace poplar

@@ -1,0 +1,129 @@
+// From a Launch request to worker command lines: the node's ranks map to its devices,
+// the torchrun environment is set, and bad requests are refused before anything runs.
+#include <algorithm>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "agent/node_job.h"
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+using poplar::testing::Contains;
+using poplar::testing::ScratchDir;
+
+const char kPlan[] = R"({"stage": 2, "global_batch": 24, "ranks": [
+  {"rank": 0, "node": "a", "host": "10.0.0.1", "device_type": "emu-fast", "micro_batches": [10]},
+  {"rank": 1, "node": "b", "host": "10.0.0.2", "device_type": "emu-slow", "micro_batches": [4]},
+  {"rank": 2, "node": "b", "host": "10.0.0.2", "device_type": "emu-slow", "micro_batches": [4]},
+  {"rank": 3, "node": "b", "host": "10.0.0.2", "device_type": "emu-fast", "micro_batches": [6]}]})";
+
+struct Fixture {
+  ScratchDir dir{"node-job"};
+  AgentConfig config;
+  std::vector<DeviceInfo> devices;
+  LaunchSettings settings;
+
+  Fixture() {
+    config.work_dir = std::filesystem::canonical(dir.path()).string();
+    config.worker = "/bin/true";
+    dir.Write("tokens.bin", std::string(1000, 'x'));
+    DeviceInfo fast{"emu-fast", 0, 48 << 20, "", true, 2, 1.0};
+    DeviceInfo slow{"emu-slow", 1, 20 << 20, "", true, 1, 2.5};
+    DeviceInfo slow2 = slow;
+    slow2.index = 2;
+    devices = {fast, slow, slow2};
+    settings.job_id = "j1";
+    settings.node = "b";
+    settings.plan_json = kPlan;
+    settings.model_config_json = R"({"arch": "gpt"})";
+    settings.data_path = "tokens.bin";
+    settings.master_addr = "10.0.0.1";
+    settings.master_port = 29500;
+    settings.steps = 10;
+  }
+};
+
+bool Has(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+std::string After(const std::vector<std::string>& args, const std::string& flag) {
+  const auto found = std::find(args.begin(), args.end(), flag);
+  return found == args.end() || found + 1 == args.end() ? "" : *(found + 1);
+}
+
+TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
+  Fixture f;
+  const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
+  ASSERT_EQ(ranks.size(), 3u);  // ranks 1, 2, 3 run on node b
+  EXPECT_EQ(ranks[0].rank, 1);
+  EXPECT_EQ(ranks[2].rank, 3);
+  EXPECT_EQ(After(ranks[0].spec.args, "--slowdown"), "2.5");
+  EXPECT_EQ(After(ranks[2].spec.args, "--slowdown"), "1");
+  EXPECT_EQ(After(ranks[2].spec.args, "--threads"), "2");
+  EXPECT_EQ(After(ranks[1].spec.args, "--memory-limit"), std::to_string(20 << 20));
+  EXPECT_EQ(ranks[0].spec.program, "/bin/true");
+  EXPECT_EQ(ranks[0].spec.args.front(), "train");
+  for (const char* variable : {"RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3",
+                               "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "OMP_NUM_THREADS=1"}) {
+    EXPECT_TRUE(Has(ranks[1].spec.env, variable)) << variable;
+  }
+  const std::string job = f.config.work_dir + "/jobs/j1";
+  EXPECT_EQ(After(ranks[0].spec.args, "--data"), f.config.work_dir + "/tokens.bin");
+  EXPECT_EQ(ReadTextFile(job + "/plan.json"), kPlan);
+  EXPECT_EQ(ranks[1].metrics_path, job + "/metrics/rank-2.jsonl");
+  EXPECT_EQ(ranks[1].spec.cwd, job);
+}
+
+TEST(NodeJob, RefusesADataPathOutsideTheWorkDirectory) {
+  Fixture f;
+  f.settings.data_path = "../../etc/passwd";
+  EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
+  f.settings.data_path = "/etc/passwd";
+  EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
+  EXPECT_FALSE(std::filesystem::exists(f.config.work_dir + "/jobs/j1"));  // nothing written
+}
+
+TEST(NodeJob, RefusesAPlanThatNeedsDevicesTheNodeLacks) {
+  Fixture f;
+  f.devices.pop_back();  // one emu-slow vanished
+  try {
+    PrepareNodeJob(f.config, f.devices, f.settings);
+    FAIL() << "expected DeviceUnavailable";
+  } catch (const DeviceUnavailable& error) {
+    EXPECT_TRUE(Contains(error.what(), "2 rank(s) on device type 'emu-slow' of this node, which has 1"));
+  }
+}
+
+TEST(NodeJob, RefusesBadFields) {
+  auto refused = [](auto change) {
+    Fixture f;
+    change(f.settings);
+    EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
+  };
+  refused([](LaunchSettings& s) { s.job_id = "../evil"; });
+  refused([](LaunchSettings& s) { s.node = "c"; });
+  refused([](LaunchSettings& s) { s.master_addr = "host; rm -rf /"; });
+  refused([](LaunchSettings& s) { s.master_port = 0; });
+  refused([](LaunchSettings& s) { s.precision = "fp8"; });
+  refused([](LaunchSettings& s) { s.model_config_json = "not json"; });
+  refused([](LaunchSettings& s) { s.plan_json = R"({"stage": 2, "global_batch": 5, "ranks": []})"; });
+}
+
+TEST(NodeJob, KeepsCheckpointsUnlessAskedToResume) {
+  Fixture f;
+  std::filesystem::create_directories(f.config.work_dir + "/jobs/j1/checkpoints");
+  f.dir.Write("jobs/j1/checkpoints/latest", "step-00000005\n");
+  EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
+  f.settings.resume = true;
+  const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
+  EXPECT_EQ(After(ranks[0].spec.args, "--resume"), f.config.work_dir + "/jobs/j1/checkpoints");
+}
+
+}  // namespace
+}  // namespace poplar
