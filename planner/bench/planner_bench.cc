@@ -83,7 +83,7 @@ Synthetic SyntheticCluster(int gpus, int types, int per_gpu, std::mt19937& rng) 
     const std::string type = "gpu" + std::to_string(t);
     synthetic.profiles.emplace(type, SyntheticProfile(type, rng));
     for (int left = per_type[t]; left > 0; left -= 8) {
-      cluster.nodes.push_back({"node" + std::to_string(node++), "", {{type, std::min(left, 8)}}});
+      cluster.nodes.push_back({"node" + std::to_string(node++), "", "", {{type, std::min(left, 8)}}});
     }
   }
   return synthetic;

@@ -1,0 +1,90 @@
+"""The built-in default cluster on one machine, shared by scripts/demo and
+scripts/bench-launch: credentials (scripts/make-cluster-credentials), a token file in
+each agent's work directory, and the two poplar-agents of configs/local-agent-*.yaml,
+started and stopped here. Everything lives in out/demo/."""
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "out", "demo")
+BUILD = os.path.join(ROOT, os.environ.get("POPLAR_BUILD_DIR", "build"))
+CLUSTER = os.path.join(ROOT, "configs", "local-emulated.yaml")
+AGENTS = {"fast": ("127.0.0.1", 7151), "slow": ("127.0.0.1", 7152)}
+POPLAR = os.path.join(BUILD, "planner", "poplar")
+AGENT = os.path.join(BUILD, "agent", "poplar-agent")
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, check=True, **kwargs)
+
+
+def corpus():
+    """WikiText-2 from ../shared when present, else poplar's own docs."""
+    shared = os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "valid.txt")
+    if os.path.exists(shared):
+        return shared
+    text = os.path.join(OUT, "docs.txt")
+    with open(text, "w") as out:
+        for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
+            with open(os.path.join(ROOT, "docs", name)) as f:
+                out.write(f.read())
+    return text
+
+
+def prepare(fresh=True):
+    """Credentials and token files; with `fresh`, out/demo is emptied first."""
+    if fresh:
+        shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT, exist_ok=True)
+    credentials = os.path.join(OUT, "credentials")
+    if not os.path.exists(os.path.join(credentials, "token")):
+        run([os.path.join(ROOT, "scripts", "make-cluster-credentials"), credentials], stdout=subprocess.DEVNULL)
+    tokens = os.path.join(OUT, "tokens.bin")
+    if not os.path.exists(tokens):
+        run([POPLAR, "prepare-data", corpus(), "-o", tokens])
+    for name in AGENTS:
+        work = os.path.join(OUT, "agents", name, "work")
+        os.makedirs(work, exist_ok=True)
+        shutil.copyfile(tokens, os.path.join(work, "tokens.bin"))
+
+
+def wait_listening(host, port, process, log):
+    for _ in range(200):
+        if process.poll() is not None:
+            sys.exit(f"poplar-agent exited (status {process.returncode}); see {log}")
+        with socket.socket() as s:
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.05)
+    sys.exit(f"poplar-agent did not start listening on {host}:{port}; see {log}")
+
+
+@contextlib.contextmanager
+def agents():
+    """Starts both agents; stops them (SIGTERM: they stop their jobs) on the way out."""
+    processes = []
+    try:
+        for name, (host, port) in AGENTS.items():
+            log = os.path.join(OUT, f"agent-{name}.log")
+            with open(log, "w") as out:
+                process = subprocess.Popen(
+                    [AGENT, "--config", os.path.join(ROOT, "configs", f"local-agent-{name}.yaml")],
+                    stdout=out, stderr=subprocess.STDOUT)
+            processes.append(process)
+            wait_listening(host, port, process, log)
+        yield
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
