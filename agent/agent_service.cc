@@ -120,9 +120,9 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     settings.master_port = request->master_port();
     settings.steps = request->steps();
     settings.precision = request->precision().empty() ? "fp32" : request->precision();
-    settings.lr = request->lr();
-    settings.weight_decay = request->weight_decay();
-    settings.grad_clip = request->grad_clip();
+    if (request->has_lr()) settings.lr = request->lr();
+    if (request->has_weight_decay()) settings.weight_decay = request->weight_decay();
+    if (request->has_grad_clip()) settings.grad_clip = request->grad_clip();
     settings.checkpoint_every = request->checkpoint_every();
     settings.timeout_s = request->timeout_s();
     settings.resume = request->resume();

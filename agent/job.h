@@ -44,7 +44,8 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  // Spawns every rank. If one cannot start, the others are stopped and this throws.
+  // Spawns every rank. If one cannot start, the others are stopped and the job fails
+  // (its final event says which rank and why).
   void Start(Spawner& spawner);
 
   // Waits up to `timeout` for the next event. Returns false on timeout and after the

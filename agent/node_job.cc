@@ -1,5 +1,6 @@
 #include "agent/node_job.h"
 
+#include <charconv>
 #include <filesystem>
 #include <map>
 
@@ -44,20 +45,20 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
   if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
   if (s.precision != "fp32" && s.precision != "bf16") throw InputError("precision", "", "must be fp32 or bf16");
-  if (s.lr < 0 || s.weight_decay < 0 || s.grad_clip < 0) {
-    throw InputError("lr", "", "lr, weight_decay and grad_clip must be zero (default) or positive");
-  }
+  if (s.lr && !(*s.lr > 0)) throw InputError("lr", "", "must be positive");
+  if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
+  if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
   if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
   const auto model = nlohmann::json::parse(s.model_config_json, nullptr, false);
   if (!model.is_object()) throw InputError("model_config_json", "", "is not a JSON object");
 }
 
+// The shortest text that reads back as exactly `value`.
 std::string Number(double value) {
-  std::ostringstream out;
-  out.precision(17);
-  out << value;
-  return out.str();
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr);
 }
 
 }  // namespace
@@ -69,6 +70,8 @@ void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args,
                              memory_flag, std::to_string(device.memory_bytes)});
     env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
   } else {
+    // NVML numbers GPUs in PCI bus order; make CUDA agree before selecting one.
+    env.push_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");
     env.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(device.index));
   }
 }
@@ -136,9 +139,9 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
                  "--checkpoint-every", std::to_string(settings.checkpoint_every),
                  "--save", (job_dir / "model.pt").string(),
                  "--device",   assigned[local]->emulated ? "cpu" : "cuda"};
-    if (settings.lr > 0) spec.args.insert(spec.args.end(), {"--lr", Number(settings.lr)});
-    if (settings.weight_decay > 0) spec.args.insert(spec.args.end(), {"--weight-decay", Number(settings.weight_decay)});
-    if (settings.grad_clip > 0) spec.args.insert(spec.args.end(), {"--grad-clip", Number(settings.grad_clip)});
+    if (settings.lr) spec.args.insert(spec.args.end(), {"--lr", Number(*settings.lr)});
+    if (settings.weight_decay) spec.args.insert(spec.args.end(), {"--weight-decay", Number(*settings.weight_decay)});
+    if (settings.grad_clip) spec.args.insert(spec.args.end(), {"--grad-clip", Number(*settings.grad_clip)});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
     if (has_checkpoint) spec.args.insert(spec.args.end(), {"--resume", checkpoints.string()});
     spec.env = InheritedEnvironment();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct LaunchSettings {
   int master_port = 0;
   std::int64_t steps = 0;
   std::string precision = "fp32";
-  double lr = 0, weight_decay = 0, grad_clip = 0;  // 0: the worker's default
+  std::optional<double> lr, weight_decay, grad_clip;  // unset: the worker's default
   std::int64_t checkpoint_every = 0;
   int timeout_s = 0;
   bool resume = false;

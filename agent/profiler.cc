@@ -1,11 +1,13 @@
 #include "agent/profiler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "agent/job.h"
 #include "agent/node_job.h"
@@ -93,8 +95,11 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
     throw std::runtime_error("profiling cancelled by the caller");
   }
 
-  const fs::path model_file = folder / (stem + ".model.json");
-  const fs::path output = folder / (stem + ".partial.json");
+  // Private names per measurement, so concurrent requests for one stage do not collide.
+  static std::atomic<int> measurement{0};
+  const std::string unique = stem + "." + std::to_string(getpid()) + "-" + std::to_string(++measurement);
+  const fs::path model_file = folder / (unique + ".model.json");
+  const fs::path output = folder / (unique + ".partial.json");
   WriteFileAtomically(model_file.string(), model);
   RankProcess process;
   process.metrics_path = (folder / (stem + ".none")).string();

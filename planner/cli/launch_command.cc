@@ -179,9 +179,9 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_master_port(options.master_port);
     request.set_steps(job.steps);
     request.set_precision(WorkerPrecision(cluster));
-    request.set_lr(job.lr.value_or(0));
-    request.set_weight_decay(job.weight_decay.value_or(0));
-    request.set_grad_clip(job.grad_clip.value_or(0));
+    if (job.lr) request.set_lr(*job.lr);
+    if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
+    if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
     request.set_checkpoint_every(job.checkpoint_every);
     request.set_timeout_s(options.timeout_s);
     request.set_resume(options.resume);
@@ -277,6 +277,11 @@ void RunLaunch(const LaunchOptions& options) {
                             "; every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
                             job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs",
                         g_interrupted ? 130 : 1);
+  }
+  if (!summary.contains("first_loss")) {
+    std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir
+              << "\n";
+    return;
   }
   std::cout << "trained " << summary["steps"] << " steps: loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
             << Fixed(summary["last_loss"].get<double>(), 3) << "; step " << Seconds(summary["measured_step_s"].get<double>())
