@@ -39,6 +39,11 @@ LoadedCluster Load(const PlanOptions& options) {
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
     return loaded;
   }
+  if (!loaded.cluster.credentials) {
+    throw InputError(options.cluster_file, "profiles",
+                     "no profile directory and no 'credentials' to ask the agents: pass --profiles DIR, "
+                     "set 'profiles' in the cluster file, or add 'credentials' (docs/operations.md)");
+  }
   ClusterAgents agents = ConnectAgents(loaded.cluster);
   const std::string fetched = (std::filesystem::path(ParentFolder(options.output)) / "profiles").string();
   loaded.profiles = FetchProfiles(loaded.cluster, agents, fetched, {});
