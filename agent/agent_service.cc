@@ -148,7 +148,6 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
           caller_gone = true;
           job->Stop("the head node went away (its launch stream was cancelled)");
         }
-        if (job->ended() && !job->Next(&event, std::chrono::milliseconds(0))) break;
         continue;
       }
       v1::LaunchEvent out;

@@ -126,6 +126,7 @@ void Job::TailMetrics() {
       last_pass = running_ == 0;
     }
     for (auto& rank : ranks_) {
+      if (rank.process.metrics_path.empty()) continue;
       std::ifstream in(rank.process.metrics_path, std::ios::binary);
       if (!in) continue;
       in.seekg(static_cast<std::streamoff>(rank.metrics_offset));

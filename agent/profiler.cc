@@ -102,7 +102,6 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
   const fs::path output = folder / (unique + ".partial.json");
   WriteFileAtomically(model_file.string(), model);
   RankProcess process;
-  process.metrics_path = (folder / (stem + ".none")).string();
   process.log_path = (folder / (stem + ".log")).string();
   SpawnSpec& spec = process.spec;
   spec.program = config_.worker;

@@ -28,10 +28,12 @@ std::string Token(const CredentialPaths& paths, const std::string& source) {
   }
 }
 
+// Compares in time that does not depend on where the texts differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  unsigned char difference = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < a.size(); ++i) difference |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
-  return difference == 0 && !b.empty();
+  if (a.size() != b.size()) return false;
+  unsigned char difference = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
 }
 
 // Refuses every call whose metadata lacks the cluster token.

@@ -65,23 +65,27 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   }
 }
 
-std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
-  const auto& record = rank0_steps_.back();
-  std::map<std::string, std::pair<double, int>> busy;  // type -> (sum of shares, ranks)
+std::map<std::string, double> LaunchMonitor::BusyShares() const {
+  std::map<std::string, std::pair<double, int>> sums;  // type -> (sum of shares, ranks)
   for (const auto& [rank, latest] : latest_) {
     const double step_s = latest.value("step_s", 0.0);
     if (step_s <= 0 || rank >= static_cast<int>(ranks_.size())) continue;
-    auto& entry = busy[ranks_[rank].device_type];
+    auto& entry = sums[ranks_[rank].device_type];
     entry.first += std::min(1.0, latest.value("compute_s", 0.0) / step_s);
     entry.second += 1;
   }
+  std::map<std::string, double> shares;
+  for (const auto& [type, entry] : sums) shares[type] = entry.first / entry.second;
+  return shares;
+}
+
+std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
+  const auto& record = rank0_steps_.back();
   std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) +
                      "  loss " + Fixed(record.value("loss", 0.0), 4) +
                      "  " + Fixed(record.value("samples_per_s", 0.0), 1) + " samples/s" +
                      "  step " + Seconds(record.value("step_s", 0.0)) + "  busy";
-  for (const auto& [type, entry] : busy) {
-    line += " " + type + " " + Fixed(100.0 * entry.first / entry.second, 0) + "%";
-  }
+  for (const auto& [type, share] : BusyShares()) line += " " + type + " " + Fixed(100.0 * share, 0) + "%";
   return line;
 }
 
@@ -115,14 +119,7 @@ nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   summary["prediction_error"] = predicted_step_s > 0 && measured > 0 ? predicted_step_s / measured - 1 : 0.0;
   summary["samples_per_s"] = measured > 0 ? global_batch / measured : 0.0;
   nlohmann::ordered_json busy = nlohmann::ordered_json::object();
-  std::map<std::string, std::pair<double, int>> shares;
-  for (const auto& [rank, latest] : latest_) {
-    if (rank >= static_cast<int>(ranks_.size()) || latest.value("step_s", 0.0) <= 0) continue;
-    auto& entry = shares[ranks_[rank].device_type];
-    entry.first += std::min(1.0, latest.value("compute_s", 0.0) / latest.value("step_s", 1.0));
-    entry.second += 1;
-  }
-  for (const auto& [type, entry] : shares) busy[type] = entry.first / entry.second;
+  for (const auto& [type, share] : BusyShares()) busy[type] = share;
   summary["busy_share"] = busy;
   return summary;
 }

@@ -53,6 +53,8 @@ class LaunchMonitor {
   std::ofstream& Log(int rank);
   std::ofstream& MetricsFile(int rank);
   std::string ProgressLine(std::int64_t step) const;
+  // Device type -> mean over its ranks of compute_s / step_s in their latest record.
+  std::map<std::string, double> BusyShares() const;
 
   std::string run_dir_;
   std::vector<RankInfo> ranks_;

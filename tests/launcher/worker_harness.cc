@@ -1,8 +1,5 @@
 #include "worker_harness.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -48,20 +45,6 @@ std::string WritePlan(const ScratchDir& scratch, const std::string& name, int st
   return scratch.Write(name, nlohmann::json{{"stage", stage}, {"global_batch", total}, {"ranks", ranks}}.dump());
 }
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
-  ::close(fd);
-  return port;
-}
-
 bool JobOutcome::AllSucceeded() const {
   for (int code : exit_codes) {
     if (code != 0) return false;
@@ -79,7 +62,7 @@ std::string JobOutcome::Describe() const {
 
 std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
                                                     const std::vector<std::vector<std::string>>& args_per_rank) {
-  const int port = FreePort();
+  const int port = poplar::testing::FreeLoopbackPort();
   const int world_size = static_cast<int>(args_per_rank.size());
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < world_size; ++r) {

@@ -24,9 +24,6 @@ std::string WriteTokens(const ScratchDir& scratch, int count);
 std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,
                       const std::vector<std::vector<int>>& micro_batches);
 
-// A port that was free a moment ago on 127.0.0.1.
-int FreePort();
-
 struct JobOutcome {
   std::vector<int> exit_codes;  // per rank; -1: killed at the deadline
   std::vector<std::string> errors;  // per rank stderr
