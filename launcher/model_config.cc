@@ -4,12 +4,12 @@
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
-#include "planner/yaml_fields.h"
+#include "planner/json_fields.h"
 
 namespace poplar {
 namespace {
 
-int PositiveField(YamlFields& fields, const std::string& key, std::int64_t most) {
+int PositiveField(JsonFields& fields, const std::string& key, std::int64_t most) {
   const std::int64_t value = fields.Integer(key);
   if (value <= 0 || value > most) {
     fields.Fail(key, "must be a positive integer up to " + std::to_string(most));
@@ -27,13 +27,8 @@ std::int64_t GptConfig::ParameterCount() const {
 }
 
 GptConfig ParseModelConfig(const std::string& text, const std::string& file) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
-  }
-  YamlFields fields(JsonToYaml(document), file, "");
+  const nlohmann::json document = ParseJsonObject(text, file);
+  JsonFields fields(document, file, "");
   const std::string arch = fields.String("arch");
   if (arch != "gpt") fields.Fail("arch", "must be \"gpt\", got \"" + arch + "\"");
   GptConfig config;

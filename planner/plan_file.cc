@@ -2,6 +2,8 @@
 
 #include <deque>
 
+#include "planner/input_error.h"
+
 namespace poplar {
 namespace {
 
@@ -98,6 +100,38 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
           {"predicted", PredictionJson(chosen.prediction)},
           {"device_types", std::move(device_types)},
           {"stages", std::move(stages)}};
+}
+
+Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
+  if (plan.stage != problem.stage) {
+    throw InputError(plan.file, "stage", "is " + std::to_string(plan.stage) + " but the problem is for stage " +
+                                             std::to_string(problem.stage));
+  }
+  if (plan.WorldSize() != cluster.DeviceCount()) {
+    throw InputError(plan.file, "ranks", "has " + std::to_string(plan.WorldSize()) + " ranks but " + cluster.file +
+                                             " has " + std::to_string(cluster.DeviceCount()) + " devices");
+  }
+  if (plan.global_batch != problem.global_batch) {
+    throw InputError(plan.file, "global_batch", "is " + std::to_string(plan.global_batch) + " but " +
+                                                    cluster.file + " trains with " +
+                                                    std::to_string(problem.global_batch));
+  }
+  std::map<std::string, int> class_of;
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) class_of[problem.classes[c].type] = c;
+  Schedule schedule;
+  schedule.stage = plan.stage;
+  int rank = 0;
+  for (const auto& node : cluster.nodes) {
+    for (const auto& group : node.devices) {
+      for (int i = 0; i < group.count; ++i, ++rank) {
+        schedule.assignments.push_back({class_of.at(group.type), 1, plan.micro_batches[rank]});
+      }
+    }
+  }
+  if (const std::string reason = ValidateSchedule(problem, schedule); !reason.empty()) {
+    throw InputError(plan.file, "ranks", "does not fit " + cluster.file + ": " + reason);
+  }
+  return schedule;
 }
 
 }  // namespace poplar

@@ -14,11 +14,20 @@
 #include "planner/cluster.h"
 #include "planner/planner.h"
 #include "planner/profile.h"
+#include "planner/schedule.h"
+#include "planner/stage_problem.h"
+#include "planner/worker_plan.h"
 
 namespace poplar {
 
 nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
                                   const std::map<std::string, DeviceProfile>& profiles,
                                   const PlanResult& result);
+
+// The schedule a plan file gives `problem` (built for plan.stage on `cluster`): rank r
+// is the r-th device in cluster-file order, one assignment each. Throws InputError
+// naming the plan file when it does not fit: another stage, rank count or global
+// batch, or a micro-batch the device cannot hold.
+Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan);
 
 }  // namespace poplar

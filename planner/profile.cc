@@ -1,20 +1,18 @@
 #include "planner/profile.h"
 
-#include <fstream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
-#include "planner/yaml_fields.h"
+#include "planner/json_fields.h"
 
 namespace poplar {
 namespace {
 
 constexpr const char* kFormat = "poplar-profile/1";
 
-ProfilePoint ParsePoint(YamlFields fields) {
+ProfilePoint ParsePoint(JsonFields fields) {
   ProfilePoint point;
   const std::int64_t micro_batch = fields.Integer("micro_batch");
   if (micro_batch <= 0 || micro_batch > 1'000'000) {
@@ -30,7 +28,7 @@ ProfilePoint ParsePoint(YamlFields fields) {
   return point;
 }
 
-StageProfile ParseStage(YamlFields fields) {
+StageProfile ParseStage(JsonFields fields) {
   StageProfile stage;
   const std::int64_t number = fields.Integer("stage");
   if (number < 0 || number > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
@@ -51,13 +49,13 @@ StageProfile ParseStage(YamlFields fields) {
   if (!(stage.optimizer_step_s >= 0)) {
     fields.Fail("optimizer_step_s", "must be zero or more seconds");
   }
-  YAML::Node points = fields.Child("points");
-  if (!points || !points.IsSequence() || points.size() == 0) {
+  const nlohmann::json& points = fields.Child("points");
+  if (!points.is_array() || points.empty()) {
     fields.Fail("points", "must be a non-empty list of {micro_batch, compute_s, peak_bytes}");
   }
   for (std::size_t i = 0; i < points.size(); ++i) {
     const std::string key = "points[" + std::to_string(i) + "]";
-    stage.points.push_back(ParsePoint(YamlFields(points[i], fields.file(), fields.KeyPath(key))));
+    stage.points.push_back(ParsePoint(JsonFields(points[i], fields.file(), fields.KeyPath(key))));
     if (i > 0 && stage.points[i].micro_batch <= stage.points[i - 1].micro_batch) {
       fields.Fail(key + ".micro_batch", "points must be in increasing micro_batch order");
     }
@@ -66,7 +64,7 @@ StageProfile ParseStage(YamlFields fields) {
   return stage;
 }
 
-ModelInfo ParseModel(YamlFields fields) {
+ModelInfo ParseModel(JsonFields fields) {
   ModelInfo model;
   model.name = fields.OptionalString("name").value_or("");
   model.params = fields.Integer("params");
@@ -89,28 +87,8 @@ const StageProfile* DeviceProfile::Stage(int stage) const {
 }
 
 DeviceProfile ParseProfileJson(const std::string& text, const std::string& file) {
-  // nlohmann reads the JSON (and reports a key given twice, which it would otherwise
-  // resolve silently); the typed walk then shares YamlFields with the cluster parser.
-  std::vector<std::set<std::string>> open_objects;
-  std::string repeated_key;
-  const auto note_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) open_objects.emplace_back();
-    if (event == Event::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == Event::key && repeated_key.empty() && !open_objects.empty() &&
-        !open_objects.back().insert(parsed.get<std::string>()).second) {
-      repeated_key = parsed.get<std::string>();
-    }
-    return true;
-  };
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text, note_keys);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
-  }
-  if (!repeated_key.empty()) throw InputError(file, repeated_key, "is given more than once in one object");
-  YamlFields fields(JsonToYaml(document), file, "");
+  const nlohmann::json document = ParseJsonObject(text, file);
+  JsonFields fields(document, file, "");
   DeviceProfile profile;
   profile.file = file;
   const std::string format = fields.String("format");
@@ -124,13 +102,13 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
   profile.emulated = fields.Boolean("emulated", false);
   profile.source = fields.OptionalString("source").value_or("");
   profile.model = ParseModel(fields.Map("model"));
-  YAML::Node stages = fields.Child("stages");
-  if (!stages || !stages.IsSequence() || stages.size() == 0) {
+  const nlohmann::json& stages = fields.Child("stages");
+  if (!stages.is_array() || stages.empty()) {
     fields.Fail("stages", "must be a non-empty list of stage measurements");
   }
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const std::string key = "stages[" + std::to_string(i) + "]";
-    StageProfile stage = ParseStage(YamlFields(stages[i], file, key));
+    StageProfile stage = ParseStage(JsonFields(stages[i], file, key));
     if (profile.Stage(stage.stage)) {
       fields.Fail(key + ".stage", "stage " + std::to_string(stage.stage) + " appears twice");
     }
@@ -171,38 +149,6 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     root["stages"].push_back(std::move(entry));
   }
   return root.dump(2) + "\n";
-}
-
-std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
-                                                         const std::string& dir) {
-  std::map<std::string, DeviceProfile> profiles;
-  const DeviceProfile* first = nullptr;
-  for (const auto& type : cluster.DeviceTypes()) {
-    const std::string path = dir + "/" + type + ".json";
-    if (!std::ifstream(path)) {
-      throw InputError(cluster.file, "nodes", "device type '" + type + "' has no profile (looked for " +
-                                                  path + ")");
-    }
-    DeviceProfile profile = LoadProfileFile(path);
-    if (profile.device_type != type) {
-      throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" +
-                                                type + "'");
-    }
-    if (profile.model.precision != cluster.precision) {
-      throw InputError(path, "model.precision",
-                       "is " + PrecisionName(profile.model.precision) + " but " + cluster.file +
-                           " trains in " + PrecisionName(cluster.precision));
-    }
-    auto& stored = profiles.emplace(type, std::move(profile)).first->second;
-    if (first && stored.model.params != first->model.params) {
-      throw InputError(path, "model.params",
-                       "is " + std::to_string(stored.model.params) + " but " + first->file +
-                           " profiled a model of " + std::to_string(first->model.params) +
-                           " parameters; profile every device with the same model");
-    }
-    if (!first) first = &stored;
-  }
-  return profiles;
 }
 
 }  // namespace poplar

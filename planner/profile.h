@@ -19,11 +19,9 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "planner/cluster.h"
 #include "planner/precision.h"
 
 namespace poplar {
@@ -66,11 +64,5 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
 DeviceProfile LoadProfileFile(const std::string& path);
 // The JSON text of a profile, as ParseProfileJson reads it back.
 std::string ProfileToJson(const DeviceProfile& profile);
-
-// The profile of every device type of `cluster`, read from `dir`/<type>.json, checked
-// against each other (same model, same precision as the cluster). Throws InputError
-// naming the cluster file when a type has no profile.
-std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
-                                                         const std::string& dir);
 
 }  // namespace poplar

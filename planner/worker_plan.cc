@@ -7,7 +7,7 @@
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
-#include "planner/yaml_fields.h"
+#include "planner/json_fields.h"
 
 namespace poplar {
 
@@ -29,15 +29,9 @@ int WorkerPlan::Rounds() const {
 }
 
 WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
-  }
-  if (!document.is_object()) throw InputError(file, "", "must be a JSON object");
   // Plan files carry informational keys (predicted, stages, ...); only these are read.
-  YamlFields fields(JsonToYaml(document), file, "");
+  const nlohmann::json document = ParseJsonObject(text, file);
+  JsonFields fields(document, file, "");
   WorkerPlan plan;
   plan.file = file;
   const std::int64_t stage = fields.Integer("stage");
@@ -46,27 +40,26 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   plan.global_batch = fields.Integer("global_batch");
   if (plan.global_batch <= 0) fields.Fail("global_batch", "must be a positive number of samples");
 
-  YAML::Node ranks = fields.Child("ranks");
-  if (!ranks || !ranks.IsSequence() || ranks.size() == 0) {
+  const nlohmann::json& ranks = fields.Child("ranks");
+  if (!ranks.is_array() || ranks.empty()) {
     fields.Fail("ranks", "must be a non-empty list of {rank, micro_batches}");
   }
   plan.micro_batches.resize(ranks.size());
   std::vector<bool> seen(ranks.size(), false);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string path = "ranks[" + std::to_string(i) + "]";
-    YamlFields entry(ranks[i], file, path);
+    JsonFields entry(ranks[i], file, path);
     const std::int64_t rank = entry.Integer("rank");
     if (rank < 0 || rank >= static_cast<std::int64_t>(ranks.size())) {
       entry.Fail("rank", "must be between 0 and " + std::to_string(ranks.size() - 1));
     }
     if (seen[rank]) entry.Fail("rank", "rank " + std::to_string(rank) + " appears twice");
     seen[rank] = true;
-    YAML::Node list = entry.Child("micro_batches");
-    if (!list || !list.IsSequence()) entry.Fail("micro_batches", "must be a list of sizes");
+    const nlohmann::json& list = entry.Child("micro_batches");
+    if (!list.is_array()) entry.Fail("micro_batches", "must be a list of sizes");
     for (std::size_t m = 0; m < list.size(); ++m) {
-      std::int64_t size = -1;
-      if (!list[m].IsScalar() || list[m].Tag() == "!" ||
-          !YAML::convert<std::int64_t>::decode(list[m], size) || size < 0 ||
+      const std::int64_t size = list[m].is_number_integer() ? list[m].get<std::int64_t>() : -1;
+      if (size < 0 ||
           (size == 0 && plan.stage < 2) || size > 1'000'000) {
         throw InputError(file, path + ".micro_batches[" + std::to_string(m) + "]",
                          plan.stage < 2 ? "must be a positive number of samples"

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/cli/text_table.h"
+#include "planner/cluster_profiles.h"
 #include "planner/input_error.h"
 #include "planner/memory_model.h"
 #include "planner/plan_file.h"

@@ -1,4 +1,5 @@
 // `poplar plan` and `poplar simulate`: planning from profile files, or from the agents.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -7,10 +8,12 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
 #include "planner/cli/plan_report.h"
+#include "planner/cluster_profiles.h"
 #include "planner/input_error.h"
 #include "planner/plan_file.h"
 #include "planner/planner.h"
 #include "planner/text_file.h"
+#include "planner/worker_plan.h"
 
 namespace poplar {
 namespace {
@@ -20,6 +23,7 @@ struct PlanOptions {
   std::string profiles_dir;
   std::string output = "plan.json";
   std::string policy = "poplar";
+  std::string plan;  // simulate: predict this plan instead of a policy's
   bool json = false;
 };
 
@@ -73,9 +77,42 @@ void RunPlan(const PlanOptions& options) {
   std::cout << PlanReport(loaded.cluster, result) << "plan written to " << options.output << "\n";
 }
 
+// `simulate --plan`: the cost model's prediction for a given plan file.
+void SimulatePlanFile(const PlanOptions& options, const LoadedCluster& loaded) {
+  const WorkerPlan plan = LoadWorkerPlan(options.plan);
+  const StageProblem problem = BuildStageProblem(loaded.cluster, loaded.profiles, plan.stage);
+  if (!problem.feasible) {
+    throw InputError(options.plan, "stage", "stage " + std::to_string(plan.stage) + " cannot run on " +
+                                                loaded.cluster.file + ": " + problem.infeasible_reason);
+  }
+  const StepPrediction prediction = Simulate(problem, ScheduleOfPlan(loaded.cluster, problem, plan));
+  if (options.json) {
+    const nlohmann::ordered_json document = {
+        {"plan", options.plan},
+        {"stage", plan.stage},
+        {"global_batch", plan.global_batch},
+        {"predicted", {{"step_s", prediction.step_s},
+                       {"samples_per_s", prediction.samples_per_s},
+                       {"compute_s", prediction.compute_s},
+                       {"communication_s", prediction.communication_s},
+                       {"optimizer_s", prediction.optimizer_s}}}};
+    std::cout << document.dump(2) << "\n";
+    return;
+  }
+  std::printf("%s: stage %d, global batch %lld: predicted step %.2f ms (compute %.2f, communication "
+              "%.2f, optimizer %.2f), %.1f samples/s\n",
+              options.plan.c_str(), plan.stage, static_cast<long long>(plan.global_batch),
+              prediction.step_s * 1e3, prediction.compute_s * 1e3, prediction.communication_s * 1e3,
+              prediction.optimizer_s * 1e3, prediction.samples_per_s);
+}
+
 void RunSimulate(const PlanOptions& options) {
-  const auto policy = ParsePolicy(options.policy);
   const LoadedCluster loaded = Load(options);
+  if (!options.plan.empty()) {
+    SimulatePlanFile(options, loaded);
+    return;
+  }
+  const auto policy = ParsePolicy(options.policy);
   const PlanResult result = MakePlan(loaded.cluster, loaded.profiles, *policy);
   if (options.json) {
     auto plan = PlanToJson(loaded.cluster, loaded.profiles, result);
@@ -111,6 +148,10 @@ void RegisterSimulateCommand(CLI::App& app) {
   command->add_option("--policy", options->policy, "poplar, uniform (DeepSpeed) or proportional")
       ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
       ->capture_default_str();
+  command->add_option("--plan", options->plan,
+                      "Predict this plan file's schedule (its stage and micro-batches) instead of a policy's")
+      ->check(CLI::ExistingFile)
+      ->excludes("--policy");
   command->callback([options] { RunSimulate(*options); });
 }
 

@@ -437,6 +437,45 @@ TEST_F(Cli, SimulatePoplarIsNoSlowerThanUniform) {
   EXPECT_LE(step_s[0], step_s[1] * (1 + 1e-9));
 }
 
+TEST_F(Cli, SimulateAPlanFilePredictsWhatPlanPredicted) {
+  // The plan's own prediction and simulate --plan's come from one cost model: equal.
+  const std::string plan_file = work_ + "/plan.json";
+  const Outcome planned = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", plan_file, "--json"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const Json plan = ParseOneDocument(planned.out);
+  const Outcome run = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", plan_file, "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Json result = ParseOneDocument(run.out);
+  EXPECT_EQ(result["stage"], plan["stage"]);
+  EXPECT_NEAR(result["predicted"]["step_s"].get<double>(), plan["predicted"]["step_s"].get<double>(), 1e-12);
+  EXPECT_NEAR(result["predicted"]["compute_s"].get<double>(), plan["predicted"]["compute_s"].get<double>(),
+              1e-12);
+  // Moving a sample from a V100 (rank 0) to a slower T4 (rank 7) predicts a longer step.
+  Json changed = plan;
+  auto& first = changed["ranks"][0]["micro_batches"];
+  auto& last = changed["ranks"][7]["micro_batches"];
+  first[0] = first[0].get<int>() - 1;
+  last[last.size() - 1] = last[last.size() - 1].get<int>() + 1;
+  const std::string changed_file = Write("changed.json", changed.dump());
+  const Outcome other = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", changed_file, "--json"});
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_GT(ParseOneDocument(other.out)["predicted"]["step_s"].get<double>(),
+            plan["predicted"]["step_s"].get<double>());
+  const Outcome text = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", changed_file});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(ContainsAll(text.out, {"changed.json", "predicted step", "ms"})) << text.out;
+}
+
+TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
+  const std::string plan_file = work_ + "/plan.json";
+  ASSERT_EQ(Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", plan_file}).exit_code, 0);
+  const Outcome run = Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--plan", plan_file});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+  EXPECT_TRUE(ContainsAll(run.err, {plan_file, "global_batch", "512"})) << run.err;
+  EXPECT_EQ(run.out, "");
+}
+
 TEST_F(Cli, SimulateRejectsUnknownPolicy) {
   const Outcome run = Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", "bogus"});
   EXPECT_EQ(run.exit_code, 2);

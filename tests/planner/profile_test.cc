@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "planner/cluster.h"
+#include "planner/cluster_profiles.h"
 #include "planner/input_error.h"
 
 namespace poplar {
@@ -209,7 +210,7 @@ TEST(ProfileFile, RejectsJsonThatIsNotAnObject) {
     const InputError error = ParseError(text);
     EXPECT_EQ(error.file(), kFile);
     EXPECT_EQ(error.key(), "");
-    EXPECT_TRUE(Contains(error.reason(), "must be a mapping"));
+    EXPECT_TRUE(Contains(error.reason(), "must be a JSON object"));
   }
 }
 

@@ -1,0 +1,41 @@
+#include "planner/cluster_profiles.h"
+
+#include <fstream>
+
+#include "planner/input_error.h"
+
+namespace poplar {
+
+std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
+                                                         const std::string& dir) {
+  std::map<std::string, DeviceProfile> profiles;
+  const DeviceProfile* first = nullptr;
+  for (const auto& type : cluster.DeviceTypes()) {
+    const std::string path = dir + "/" + type + ".json";
+    if (!std::ifstream(path)) {
+      throw InputError(cluster.file, "nodes", "device type '" + type + "' has no profile (looked for " +
+                                                  path + ")");
+    }
+    DeviceProfile profile = LoadProfileFile(path);
+    if (profile.device_type != type) {
+      throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" +
+                                                type + "'");
+    }
+    if (profile.model.precision != cluster.precision) {
+      throw InputError(path, "model.precision",
+                       "is " + PrecisionName(profile.model.precision) + " but " + cluster.file +
+                           " trains in " + PrecisionName(cluster.precision));
+    }
+    auto& stored = profiles.emplace(type, std::move(profile)).first->second;
+    if (first && stored.model.params != first->model.params) {
+      throw InputError(path, "model.params",
+                       "is " + std::to_string(stored.model.params) + " but " + first->file +
+                           " profiled a model of " + std::to_string(first->model.params) +
+                           " parameters; profile every device with the same model");
+    }
+    if (!first) first = &stored;
+  }
+  return profiles;
+}
+
+}  // namespace poplar

@@ -1,0 +1,19 @@
+// The profiles of a cluster's device types, read from a folder and checked against the
+// cluster and each other.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "planner/cluster.h"
+#include "planner/profile.h"
+
+namespace poplar {
+
+// The profile of every device type of `cluster`, read from `dir`/<type>.json, checked
+// against each other (same model, same precision as the cluster). Throws InputError
+// naming the cluster file when a type has no profile.
+std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
+                                                         const std::string& dir);
+
+}  // namespace poplar

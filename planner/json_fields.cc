@@ -1,0 +1,129 @@
+#include "planner/json_fields.h"
+
+#include <vector>
+
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+const nlohmann::json& Null() {
+  static const nlohmann::json null;
+  return null;
+}
+
+// How a value is named in an error: the string "4", '4.5', true, a collection.
+std::string Shown(const nlohmann::json& value) {
+  if (value.is_string()) return "the string \"" + value.get<std::string>() + "\"";
+  if (value.is_structured()) return "a collection";
+  return "'" + value.dump() + "'";
+}
+
+}  // namespace
+
+nlohmann::json ParseJsonObject(const std::string& text, const std::string& file) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string repeated_key;
+  const auto note_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) open_objects.emplace_back();
+    if (event == Event::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == Event::key && repeated_key.empty() && !open_objects.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second) {
+      repeated_key = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text, note_keys);
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
+  }
+  if (!repeated_key.empty()) throw InputError(file, repeated_key, "is given more than once in one object");
+  if (!document.is_object()) throw InputError(file, "", "must be a JSON object");
+  return document;
+}
+
+JsonFields::JsonFields(const nlohmann::json& node, std::string file, std::string path)
+    : node_(node), file_(std::move(file)), path_(std::move(path)) {
+  if (!node_.is_object()) throw InputError(file_, path_, "must be an object of keys to values");
+}
+
+std::string JsonFields::KeyPath(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+void JsonFields::Fail(const std::string& key, const std::string& reason) const {
+  throw InputError(file_, KeyPath(key), reason);
+}
+
+bool JsonFields::Has(const std::string& key) const {
+  const auto found = node_.find(key);
+  return found != node_.end() && !found->is_null();
+}
+
+const nlohmann::json& JsonFields::Child(const std::string& key) {
+  used_.insert(key);
+  const auto found = node_.find(key);
+  return found == node_.end() ? Null() : *found;
+}
+
+const nlohmann::json& JsonFields::Required(const std::string& key) {
+  const nlohmann::json& child = Child(key);
+  if (child.is_null()) Fail(key, "is required");
+  return child;
+}
+
+std::string JsonFields::String(const std::string& key) {
+  const nlohmann::json& child = Required(key);
+  if (!child.is_string()) Fail(key, "must be a string, got " + Shown(child));
+  std::string value = child.get<std::string>();
+  if (value.empty()) Fail(key, "must not be empty");
+  return value;
+}
+
+std::optional<std::string> JsonFields::OptionalString(const std::string& key) {
+  if (!Has(key)) {
+    used_.insert(key);
+    return std::nullopt;
+  }
+  return String(key);
+}
+
+std::int64_t JsonFields::Integer(const std::string& key) {
+  const nlohmann::json& child = Required(key);
+  if (child.is_number_integer() &&
+      (!child.is_number_unsigned() || child.get<std::uint64_t>() <= INT64_MAX)) {
+    return child.get<std::int64_t>();
+  }
+  Fail(key, "must be an integer, got " + Shown(child));
+}
+
+double JsonFields::Number(const std::string& key) {
+  const nlohmann::json& child = Required(key);
+  if (!child.is_number()) Fail(key, "must be a number, got " + Shown(child));
+  return child.get<double>();
+}
+
+bool JsonFields::Boolean(const std::string& key, bool fallback) {
+  const nlohmann::json& child = Child(key);
+  if (child.is_null()) return fallback;
+  if (!child.is_boolean()) Fail(key, "must be true or false, got " + Shown(child));
+  return child.get<bool>();
+}
+
+JsonFields JsonFields::Map(const std::string& key) {
+  return JsonFields(Required(key), file_, KeyPath(key));
+}
+
+void JsonFields::Finish() const {
+  for (const auto& [key, value] : node_.items()) {
+    if (used_.count(key)) continue;
+    std::string known;
+    for (const auto& name : used_) known += (known.empty() ? "" : ", ") + name;
+    throw InputError(file_, KeyPath(key), "unknown key; known keys here: " + known);
+  }
+}
+
+}  // namespace poplar

@@ -1,0 +1,58 @@
+// Typed, validated access to the fields of a JSON object, for the parsers of the JSON
+// files (plan, profile, model configuration). The twin of YamlFields (yaml_fields.h)
+// for documents that are JSON by contract, so that their readers, the worker among
+// them, need no YAML library.
+//
+// A JsonFields wraps one object and the dotted key path that leads to it. Each getter
+// names the full key path in the InputError it throws, and Finish() rejects keys that
+// no getter asked for, so a misspelt key is an error, never silently ignored. Numbers
+// and booleans must be JSON numbers and booleans: "4" is a string. null is absent.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace poplar {
+
+// Parses `text` as one JSON object. Throws InputError naming `file`: not valid JSON,
+// not an object, or a key given twice in one object (which a JSON library would
+// otherwise resolve silently).
+nlohmann::json ParseJsonObject(const std::string& text, const std::string& file);
+
+class JsonFields {
+ public:
+  // Throws InputError unless `node` is an object. `node` must outlive this.
+  JsonFields(const nlohmann::json& node, std::string file, std::string path);
+
+  bool Has(const std::string& key) const;  // present and not null
+  // Marks the key used; a null value when absent.
+  const nlohmann::json& Child(const std::string& key);
+
+  std::string String(const std::string& key);
+  std::optional<std::string> OptionalString(const std::string& key);
+  std::int64_t Integer(const std::string& key);
+  double Number(const std::string& key);
+  bool Boolean(const std::string& key, bool fallback);  // `fallback` when absent
+  JsonFields Map(const std::string& key);                // a nested object; required
+
+  // Throws InputError naming the first key that was never read.
+  void Finish() const;
+
+  std::string KeyPath(const std::string& key) const;
+  const std::string& file() const { return file_; }
+  [[noreturn]] void Fail(const std::string& key, const std::string& reason) const;
+
+ private:
+  const nlohmann::json& Required(const std::string& key);
+
+  const nlohmann::json& node_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+}  // namespace poplar
