@@ -52,11 +52,6 @@ Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawne
 
 std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress) {
   CheckSettings(settings);
-  if (!device.emulated) {
-    throw DeviceUnavailable("profiling '" + device.type +
-                            "' needs poplar-worker's CUDA profile mode, which this build does not have "
-                            "(docs/operations.md: profile GPUs offline and pass --profiles)");
-  }
   std::vector<int> stages = settings.stages.empty() ? std::vector<int>{0, 1, 2, 3} : settings.stages;
   std::sort(stages.begin(), stages.end());
   stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
@@ -107,7 +102,8 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
   spec.program = config_.worker;
   spec.cwd = folder.string();
   spec.args = {"profile", "--model-config", model_file.string(), "--device-type", device.type,
-               "-o", output.string(), "--stage", std::to_string(stage), "--precision", settings.precision};
+               "--device", device.emulated ? "cpu" : "cuda", "-o", output.string(),
+               "--stage", std::to_string(stage), "--precision", settings.precision};
   if (settings.repeats > 0) spec.args.insert(spec.args.end(), {"--repeats", std::to_string(settings.repeats)});
   if (settings.largest_micro_batch > 0) {
     spec.args.insert(spec.args.end(), {"--largest-micro-batch", std::to_string(settings.largest_micro_batch)});

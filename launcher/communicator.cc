@@ -28,6 +28,13 @@ int IntegerVariable(const char* name, int fallback, int low, int high) {
 
 }  // namespace
 
+CollectiveBackend ParseCollectiveBackend(const std::string& name, const std::string& flag) {
+  if (name == "auto") return CollectiveBackend::kAuto;
+  if (name == "gloo") return CollectiveBackend::kGloo;
+  if (name == "nccl") return CollectiveBackend::kNccl;
+  throw InputError(flag, "", "must be auto, gloo or nccl, got '" + name + "'");
+}
+
 DistributedEnv DistributedEnv::FromEnvironment() {
   DistributedEnv env;
   env.world_size = IntegerVariable("WORLD_SIZE", 1, 1, 1 << 20);
@@ -56,11 +63,18 @@ class Communicator::Timer {
 };
 
 Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
-                           torch::Device device)
+                           torch::Device device, CollectiveBackend backend)
     : rank_(env.rank), world_size_(env.world_size) {
+  if (backend == CollectiveBackend::kAuto) {
+    backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
+  }
+  if (backend == CollectiveBackend::kNccl && !device.is_cuda()) {
+    throw InputError("--backend", "", "nccl carries CUDA tensors only; use gloo with --device cpu");
+  }
 #ifndef USE_C10D_NCCL
-  if (device.is_cuda() && world_size_ > 1) {
-    throw InputError("--device", "", "cuda with several ranks needs a libtorch built with NCCL");
+  if (backend == CollectiveBackend::kNccl && world_size_ > 1) {
+    throw InputError("--backend", "", "nccl: this libtorch was built without NCCL; use "
+                                      "--backend gloo, or build against a CUDA libtorch");
   }
 #endif
   if (world_size_ == 1) return;
@@ -73,7 +87,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
 
 #ifdef USE_C10D_NCCL
-  if (device.is_cuda()) {
+  if (backend == CollectiveBackend::kNccl) {
     // Blocking waits make NCCL's timeout raise an error in wait() instead of leaving
     // the host blocked or the watchdog aborting the process.
     ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);

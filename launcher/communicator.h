@@ -3,7 +3,8 @@
 // Ranks rendezvous through a c10d TCPStore hosted by rank 0 (torchrun's MASTER_ADDR and
 // MASTER_PORT); collectives run on c10d's Gloo process group for CPU tensors and on its
 // NCCL process group for CUDA tensors (compiled only where libtorch has NCCL:
-// USE_C10D_NCCL; elsewhere a CUDA device is refused with a clear error). Every
+// USE_C10D_NCCL). Gloo can also carry CUDA tensors (through host memory), which lets
+// several ranks share one GPU, as NCCL does not allow: Backend::kGloo. Every
 // collective and the rendezvous have a timeout, so a dead peer ends the job with an
 // error instead of a hang. With one rank no process group is created and every
 // collective is the identity.
@@ -12,6 +13,7 @@
 #pragma once
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <functional>
@@ -19,6 +21,7 @@
 #include <string>
 
 namespace c10d {
+class Backend;
 class ProcessGroup;
 class Store;
 class Work;
@@ -43,6 +46,12 @@ struct DistributedEnv {
 
 class Communicator;
 
+// Which c10d process group carries the collectives. kAuto: NCCL for CUDA tensors, Gloo
+// for CPU tensors.
+enum class CollectiveBackend { kAuto, kGloo, kNccl };
+// "auto", "gloo" or "nccl"; throws InputError naming `flag` otherwise.
+CollectiveBackend ParseCollectiveBackend(const std::string& name, const std::string& flag);
+
 // A collective started without waiting (it runs on the process group's threads while
 // the caller computes). Wait() blocks until it is done, then runs its finishing step;
 // the time blocked counts as exposed communication. Destroying an unfinished one waits.
@@ -65,9 +74,11 @@ class PendingCollective {
 class Communicator {
  public:
   // Rendezvous and create the process group for tensors on `device` (world_size > 1).
-  // Throws on timeout, and InputError for a CUDA device without NCCL.
+  // Throws on timeout, and InputError for NCCL without a CUDA device or without a
+  // libtorch built with it.
   Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
-               torch::Device device = torch::kCPU);
+               torch::Device device = torch::kCPU,
+               CollectiveBackend backend = CollectiveBackend::kAuto);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -110,7 +121,13 @@ class Communicator {
   int rank_;
   int world_size_;
   c10::intrusive_ptr<c10d::Store> store_;
+  // The collectives' implementation: a c10d::Backend from libtorch 2 on, where a
+  // ProcessGroup dispatches to backends; the ProcessGroup itself in libtorch 1.x.
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::Backend> group_;
+#else
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+#endif
   bool native_scatter_gather_ = false;  // the group has _reduce_scatter_base/_allgather_base
   double communication_seconds_ = 0;
 };

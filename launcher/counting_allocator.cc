@@ -70,5 +70,6 @@ std::int64_t CountingAllocator::InUse() { return in_use.load(); }
 std::int64_t CountingAllocator::Peak() { return peak.load(); }
 void CountingAllocator::ResetPeak() { peak = in_use.load(); }
 void CountingAllocator::SetCapacity(std::int64_t bytes) { capacity = bytes; }
+std::int64_t CountingAllocator::Capacity() { return capacity.load(); }
 
 }  // namespace poplar

@@ -18,6 +18,7 @@ class CountingAllocator {
   static void ResetPeak();  // peak := in use
   // 0: unlimited.
   static void SetCapacity(std::int64_t bytes);
+  static std::int64_t Capacity();
 };
 
 }  // namespace poplar

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <torch/version.h>
+
 namespace poplar {
 namespace {
 
@@ -14,9 +16,11 @@ torch::nn::LayerNorm MakeLayerNorm(int n_embd) {
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
   c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
+#if TORCH_VERSION_MAJOR < 2
   // A buffer, not a parameter: it moves with the model and stays out of state dicts.
   causal_mask_ = register_buffer(
       "causal_mask", torch::ones({config.block_size, config.block_size}, torch::kBool).tril());
+#endif
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -27,11 +31,21 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     return t.view({batch, time, n_head_, head_size}).transpose(1, 2);
   };
   const torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+#if TORCH_VERSION_MAJOR >= 2
+  // Fused attention (flash or memory-efficient kernels on a GPU): the same function,
+  // without the [T, T] score matrix in memory.
+  auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true)
+               .transpose(1, 2)
+               .contiguous()
+               .view({batch, time, channels});
+#else
   auto attention = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_size)));
   const auto mask = causal_mask_.narrow(0, 0, time).narrow(1, 0, time);
   attention = attention.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
   attention = torch::softmax(attention, -1);
   auto y = torch::matmul(attention, v).transpose(1, 2).contiguous().view({batch, time, channels});
+#endif
   return c_proj(y);
 }
 

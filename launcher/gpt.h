@@ -23,7 +23,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   int n_head_;
-  torch::Tensor causal_mask_;  // [block, block] bool, true where attention is allowed
+  torch::Tensor causal_mask_;  // libtorch 1.x: [block, block] bool, true where attention is allowed
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -9,6 +9,7 @@
 
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
+#include "launcher/device.h"
 #include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/training_engine.h"
@@ -23,10 +24,11 @@ namespace {
 class StageProfiler {
  public:
   StageProfiler(const GptConfig& config, int stage, const ProfileOptions& options,
-                Communicator& communicator)
-      : config_(config), options_(options), model_(nullptr) {
+                Communicator& communicator, torch::Device device)
+      : config_(config), options_(options), device_(device), model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = Gpt(config);
+    model_->to(device);
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, std::int64_t{1} << 22,
                          options.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   }
@@ -37,10 +39,13 @@ class StageProfiler {
     std::int64_t peak = 0;
     try {
       for (int run = 0; run <= options_.repeats; ++run) {  // run 0 warms up
-        CountingAllocator::ResetPeak();
+        auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size},
+                                     torch::TensorOptions(torch::kLong).device(device_));
+        Synchronize(device_);
+        ResetMemoryPeak(device_);
         const auto start = Clock::now();
-        auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size}, torch::kLong);
         // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
+        // MicroBatch returns the loss as a number, so the device is done when it returns.
         engine_->MicroBatch(inputs, inputs, /*last=*/false);
         double elapsed = SecondsSince(start);
         if (options_.slowdown > 1.0) {
@@ -48,11 +53,14 @@ class StageProfiler {
           elapsed *= options_.slowdown;
         }
         engine_->EndRound(true);
-        peak = std::max(peak, CountingAllocator::Peak());
+        peak = std::max(peak, MemoryPeak(device_));
         if (run > 0) times.push_back(elapsed);
       }
     } catch (const c10::OutOfMemoryError&) {
-      return std::nullopt;  // the activations unwound with the exception
+      // The activations unwound with the exception; hand the cache back so that the
+      // next, smaller size is measured on an unfragmented device.
+      ReleaseCachedMemory(device_);
+      return std::nullopt;
     }
     std::sort(times.begin(), times.end());
     return ProfilePoint{size, times[times.size() / 2], peak};
@@ -61,8 +69,10 @@ class StageProfiler {
   double OptimizerStepSeconds() {
     std::vector<double> times;
     for (int run = 0; run < std::max(1, options_.repeats); ++run) {
+      Synchronize(device_);
       const auto start = Clock::now();
       engine_->Step(1.0);
+      Synchronize(device_);
       times.push_back(SecondsSince(start) * std::max(1.0, options_.slowdown));
     }
     std::sort(times.begin(), times.end());
@@ -72,16 +82,17 @@ class StageProfiler {
  private:
   const GptConfig& config_;
   const ProfileOptions& options_;
+  torch::Device device_;
   Gpt model_;
   std::unique_ptr<TrainingEngine> engine_;
 };
 
 StageProfile ProfileStage(const GptConfig& config, int stage, const ProfileOptions& options,
-                          Communicator& communicator) {
+                          Communicator& communicator, torch::Device device) {
   StageProfile result;
   result.stage = stage;
   result.world_size = 1;
-  StageProfiler profiler(config, stage, options, communicator);
+  StageProfiler profiler(config, stage, options, communicator, device);
   int fits = 0;
   int fails = 0;
   for (int size = 1; size <= options.largest_micro_batch; size *= 2) {
@@ -123,27 +134,35 @@ void Profile(const ProfileOptions& options) {
   CountingAllocator::Install();
   if (options.threads > 0) torch::set_num_threads(options.threads);
   const GptConfig config = LoadModelConfig(options.model_config);
-  std::int64_t capacity = options.memory_bytes;
-  if (capacity == 0) capacity = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
+  const torch::Device device = SelectDevice(options.device, 0);
+  if (device.is_cuda() && (options.memory_bytes > 0 || options.slowdown > 1.0)) {
+    throw InputError(options.memory_bytes > 0 ? "--memory-bytes" : "--slowdown", "",
+                     "emulates a device on the CPU; a GPU is measured as it is");
+  }
   CountingAllocator::SetCapacity(options.memory_bytes);
+  std::int64_t capacity = MemoryCapacity(device);
+  if (capacity == 0) capacity = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
 
   DeviceProfile profile;
   profile.device_type = options.device_type;
   profile.memory_bytes = capacity;
-  profile.emulated = true;
-  profile.source = "measured by poplar-worker profile on CPU, emulated device: " +
-                   std::to_string(options.threads > 0 ? options.threads : torch::get_num_threads()) +
-                   " threads, slowdown " + std::to_string(options.slowdown) + ", memory cap " +
-                   std::to_string(options.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
+  profile.emulated = !device.is_cuda();
+  profile.source = device.is_cuda()
+                       ? "measured by poplar-worker profile on " + DeviceDescription(device) +
+                             "; libtorch " + TORCH_VERSION
+                       : "measured by poplar-worker profile on CPU, emulated device: " +
+                             std::to_string(options.threads > 0 ? options.threads : torch::get_num_threads()) +
+                             " threads, slowdown " + std::to_string(options.slowdown) + ", memory cap " +
+                             std::to_string(options.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
                    config.ParameterCount(), options.precision == "bf16" ? Precision::kMixed : Precision::kFp32};
   DistributedEnv alone;
-  Communicator communicator(alone, std::chrono::seconds(10));
+  Communicator communicator(alone, std::chrono::seconds(10), device);
   for (int stage : options.stages) {
-    StageProfile measured = ProfileStage(config, stage, options, communicator);
+    StageProfile measured = ProfileStage(config, stage, options, communicator, device);
     if (measured.points.empty()) {
       throw InputError(options.model_config, "",
-                       "not even one sample fits in " + std::to_string(options.memory_bytes) +
+                       "not even one sample fits in " + std::to_string(capacity) +
                            " bytes at stage " + std::to_string(stage));
     }
     profile.stages.push_back(std::move(measured));

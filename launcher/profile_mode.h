@@ -8,6 +8,9 @@
 // Each point records the median time of `repeats` runs and the peak bytes in use. Then
 // the optimizer step is timed.
 //
+// On a GPU (--device cuda) the card is measured as it is: times after the device has
+// finished (synchronised), peak bytes from the CUDA caching allocator, the card's
+// memory as memory_bytes, and the card, CUDA and libtorch versions in "source".
 // On CPU the device is emulated: `threads` intra-op threads, a `slowdown` factor that
 // stretches compute wall time, and `memory_bytes` enforced by the counting allocator.
 // The profile says so ("emulated": true and its "source").
@@ -23,6 +26,7 @@ struct ProfileOptions {
   std::string model_config;
   std::string output;              // profile file to write
   std::string device_type;         // the profile's device_type
+  std::string device = "cpu";      // or cuda (GPU 0 of those visible)
   std::vector<int> stages = {0, 1, 2, 3};
   std::string precision = "fp32";  // or bf16
   std::int64_t memory_bytes = 0;   // emulated capacity; 0: the machine's memory, no cap

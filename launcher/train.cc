@@ -13,11 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <torch/cuda.h>
-
 #include "launcher/checkpoint.h"
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
+#include "launcher/device.h"
 #include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/model_config.h"
@@ -102,6 +101,7 @@ std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, 
                         {"checkpoint_dir", !options.checkpoint_dir.empty()},
                         {"checkpoint_every", options.checkpoint_every},
                         {"device", options.device},
+                        {"backend", options.backend},
                         {"precision", options.precision},
                         {"initial_parameters_sum", checksum}}
       .dump();
@@ -113,14 +113,8 @@ void Train(const TrainOptions& options) {
   CountingAllocator::Install();
   CountingAllocator::SetCapacity(options.memory_limit);
   const DistributedEnv env = DistributedEnv::FromEnvironment();
-  torch::Device device = torch::kCPU;
-  if (options.device == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw InputError("--device", "", "cuda is not available: no GPU, or a libtorch built without "
-                                       "CUDA (docs/operations.md says how to build against one)");
-    }
-    device = torch::Device(torch::kCUDA, env.local_rank % static_cast<int>(torch::cuda::device_count()));
-  }
+  const torch::Device device = SelectDevice(options.device, env.local_rank);
+  const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   if (options.threads > 0) torch::set_num_threads(options.threads);
 
   const WorkerPlan plan = LoadWorkerPlan(options.plan);
@@ -133,7 +127,7 @@ void Train(const TrainOptions& options) {
   // Model, from --init or --resume; the loaded files are dropped once copied in.
   std::int64_t first_step = 0;
   std::map<std::string, AdamMoments> resumed_moments;
-  const std::int64_t baseline_bytes = CountingAllocator::InUse();
+  const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
@@ -150,7 +144,7 @@ void Train(const TrainOptions& options) {
   }
   model->to(device);
 
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device);
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
   const double bucket_mb = options.bucket_mb > 0 ? options.bucket_mb : (device.is_cuda() ? 25.0 : 1.0);
   const auto bucket_elements = static_cast<std::int64_t>(bucket_mb * (1 << 20) / 4);
@@ -183,8 +177,8 @@ void Train(const TrainOptions& options) {
     const double optimizer_before = engine.optimizer_seconds();
     // What the rank carries from step to step: its model states. Measured here, when no
     // collective is in flight (a finished one's buffers may linger on Gloo's threads).
-    const std::int64_t state_bytes = CountingAllocator::InUse() - baseline_bytes;
-    CountingAllocator::ResetPeak();
+    const std::int64_t state_bytes = MemoryInUse(device) - baseline_bytes;
+    ResetMemoryPeak(device);
     double loss_sum = 0;
     double compute_s = 0;
     std::int64_t first = step * plan.global_batch + offset;
@@ -218,7 +212,7 @@ void Train(const TrainOptions& options) {
                    {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
                    {"samples_per_s", plan.global_batch / step_s},
                    {"tokens_per_s", tokens_per_step / step_s},
-                   {"peak_bytes", CountingAllocator::Peak() - baseline_bytes},
+                   {"peak_bytes", MemoryPeak(device) - baseline_bytes},
                    {"state_bytes", state_bytes}});
     if (rank == 0 && options.log_every > 0 && ((step + 1) % options.log_every == 0 || step + 1 == options.steps)) {
       std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s\n",

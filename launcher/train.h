@@ -18,6 +18,7 @@ struct TrainOptions {
   std::string save;          // optional final state dict, written by rank 0
   AdamWOptions adamw;
   std::string device = "cpu";
+  std::string backend = "auto";  // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
   std::string precision = "fp32";  // fp32, or bf16: bf16 compute and communication,
                                    // fp32 master weights and Adam state
   std::string metrics;          // JSONL; "{rank}" is replaced by the rank, else rank 0 only

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
+#include "launcher/device.h"
 #include "launcher/profile_mode.h"
 #include "launcher/train.h"
 #include "planner/cli/run_app.h"
@@ -46,6 +47,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
   train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");
@@ -66,6 +68,7 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
   profile->add_option("-o,--output", o.output, "Profile file to write")->required();
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
+  profile->add_option("--device", o.device, "cpu (an emulated device) or cuda (the first visible GPU)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 3))->capture_default_str();
   profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   profile->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes (0: machine memory, no cap)")->check(CLI::NonNegativeNumber);
@@ -82,7 +85,8 @@ int main(int argc, char** argv) {
   CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
                "poplar-worker"};
   // The agents' profile cache keys on this line: change it when measurements change.
-  app.set_version_flag("--version", std::string("poplar-worker 0.1.0 (libtorch ") + TORCH_VERSION + ")");
+  app.set_version_flag("--version", std::string("poplar-worker 0.1.0 (libtorch ") + TORCH_VERSION +
+                                        (poplar::BuiltWithCuda() ? ", CUDA" : ", CPU only") + ")");
   poplar::TrainOptions train_options;
   poplar::ProfileOptions profile_options;
   AddTrainCommand(app, train_options);

@@ -65,6 +65,17 @@ TEST_F(WorkerBadInput, StageTwoPlanWithUnequalRounds) {
   ExpectRejected(RunJob(scratch_, 2, Args(plan)), {plan, "same number of micro-batches"});
 }
 
+TEST_F(WorkerBadInput, NcclWithoutAGpu) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
+  ExpectRejected(RunJob(scratch_, 2, Args(plan, {"--backend", "nccl"})), {"--backend", "nccl", "CUDA tensors"});
+}
+
+TEST_F(WorkerBadInput, CudaOnAWorkerWithoutIt) {
+  // This suite runs where there is no GPU: a CPU-only libtorch, or no visible card.
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--device", "cuda"})), {"--device", "cuda"});
+}
+
 TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   scratch_.Write("tokens.bin", "abc");

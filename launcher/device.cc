@@ -1,0 +1,110 @@
+#include "launcher/device.h"
+
+#include <torch/cuda.h>
+
+#ifdef POPLAR_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include "launcher/counting_allocator.h"
+#include "planner/input_error.h"
+
+namespace poplar {
+
+#ifdef POPLAR_WITH_CUDA
+namespace {
+
+c10::DeviceIndex Index(torch::Device device) { return device.has_index() ? device.index() : 0; }
+
+// The caching allocator's byte counters of every pool together (StatType AGGREGATE,
+// index 0 in every libtorch 2.x).
+c10::CachingAllocator::Stat AllocatedBytes(torch::Device device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(Index(device)).allocated_bytes[0];
+}
+
+cudaDeviceProp Properties(torch::Device device) {
+  cudaDeviceProp properties{};
+  const cudaError_t status = cudaGetDeviceProperties(&properties, Index(device));
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(status));
+  }
+  return properties;
+}
+
+std::string VersionText(int version) {  // 13000 -> "13.0"
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return true; }
+
+std::int64_t MemoryInUse(torch::Device device) {
+  return device.is_cuda() ? AllocatedBytes(device).current : CountingAllocator::InUse();
+}
+
+std::int64_t MemoryPeak(torch::Device device) {
+  return device.is_cuda() ? AllocatedBytes(device).peak : CountingAllocator::Peak();
+}
+
+void ResetMemoryPeak(torch::Device device) {
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(Index(device));
+  } else {
+    CountingAllocator::ResetPeak();
+  }
+}
+
+std::int64_t MemoryCapacity(torch::Device device) {
+  if (!device.is_cuda()) return CountingAllocator::Capacity();
+  return static_cast<std::int64_t>(Properties(device).totalGlobalMem);
+}
+
+void ReleaseCachedMemory(torch::Device device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+std::string DeviceDescription(torch::Device device) {
+  if (!device.is_cuda()) return "CPU";
+  int runtime = 0;
+  int driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  const cudaDeviceProp properties = Properties(device);
+  return std::string(properties.name) + " (compute capability " + std::to_string(properties.major) +
+         "." + std::to_string(properties.minor) + "), CUDA runtime " + VersionText(runtime) +
+         ", driver API " + VersionText(driver);
+}
+
+#else  // a CPU-only libtorch
+
+bool BuiltWithCuda() { return false; }
+std::int64_t MemoryInUse(torch::Device) { return CountingAllocator::InUse(); }
+std::int64_t MemoryPeak(torch::Device) { return CountingAllocator::Peak(); }
+void ResetMemoryPeak(torch::Device) { CountingAllocator::ResetPeak(); }
+std::int64_t MemoryCapacity(torch::Device) { return CountingAllocator::Capacity(); }
+void ReleaseCachedMemory(torch::Device) {}
+std::string DeviceDescription(torch::Device) { return "CPU"; }
+
+#endif
+
+torch::Device SelectDevice(const std::string& kind, int local_rank) {
+  if (kind != "cuda") return torch::kCPU;
+  if (!BuiltWithCuda()) {
+    throw InputError("--device", "", "cuda: this poplar-worker was built against a libtorch without "
+                                     "CUDA (docs/operations.md, \"Building the worker for CUDA\")");
+  }
+  if (!torch::cuda::is_available()) {
+    throw InputError("--device", "", "cuda: no GPU is visible (check nvidia-smi and "
+                                     "CUDA_VISIBLE_DEVICES)");
+  }
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+}
+
+void Synchronize(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+}  // namespace poplar

@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""poplar-worker on a CUDA GPU: correctness, training, profiles, speed and schedules.
+
+Run by scripts/gpu/on-device on the GPU machine, one phase per call of this script:
+    gpu_runs.py PHASE --worker build-cuda/launcher/poplar-worker --out DIR
+Each phase prints a table last and writes one JSON file to DIR (DIR/runs.log keeps
+every worker's output). Needs the token files of scripts/gpu/prepare in .device/data.
+
+  check      equivalence with single-device training on the CPU: the same steps from
+             the same initial parameters, fp32, at ZeRO stages 0-3, on the GPU with
+             one rank (no collectives) and with two ranks sharing the GPU over Gloo
+             (NCCL allows one rank per GPU); bf16 on the GPU is reported against it
+  train      GPT-2 small, bf16, 300 steps on WikiText-2 valid: the loss must fall
+  profile    `poplar-worker profile --device cuda`: GPT-2 small and medium, bf16,
+             stages 0-3; the profile files are the repository's measured examples
+  schedules  measured step times of several (micro-batch, count) schedules of GPT-2
+             medium, for scripts/gpu/predict-schedules (the planner's prediction)
+  speed      poplar-worker against PyTorch's eager DDP (autocast bf16) and FSDP
+             (bf16 mixed precision) on the same model, batch and data, interleaved:
+             tokens/s, model FLOPs utilisation, ratios
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS = os.path.join(ROOT, "configs", "models")
+DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
+WORK = "/tmp/poplar-gpu"
+DEVICE_TYPE = "NVIDIA-H200"  # the agents' name for the card (NVML name, spaces as '-')
+H200_BF16_PEAK = 989.4e12    # dense bf16 FLOP/s of the H100/H200 SXM datasheet
+
+# check: 5 steps of global batch 12, uneven two-rank plans as in the CPU suite.
+CHECK_STEPS, CHECK_LR = 5, 1e-3
+ONE_RANK = [[4, 4, 4]]
+TWO_RANKS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
+FP32_TOLERANCE = 1e-4  # max |difference| after 5 steps of lr 1e-3 (a step moves up to 1e-3)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_plan(path, stage, ranks):
+    plan = {"format": "poplar-plan/1", "stage": stage, "global_batch": sum(map(sum, ranks)),
+            "ranks": [{"rank": r, "micro_batches": list(m)} for r, m in enumerate(ranks)]}
+    with open(path, "w") as f:
+        json.dump(plan, f)
+    return path
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Runner:
+    """Starts worker processes (one per rank, torchrun's environment) and keeps their logs."""
+
+    def __init__(self, worker, out):
+        self.worker = os.path.abspath(worker)
+        self.out = out
+        os.makedirs(WORK, exist_ok=True)
+        self.log = open(os.path.join(out, "runs.log"), "a")
+
+    def ranks(self, name, rank_args, program=None):
+        port = free_port()
+        procs, logs = [], []
+        for rank, args in enumerate(rank_args):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(rank_args)), LOCAL_RANK=str(rank),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            path = os.path.join(WORK, f"{name}-rank{rank}.log")
+            logs.append(path)
+            with open(path, "w") as log:
+                command = (program or [self.worker]) + args
+                procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+        codes = [p.wait() for p in procs]
+        for rank, path in enumerate(logs):
+            with open(path) as f:
+                text = f.read()
+            self.log.write(f"==== {name} rank {rank} (exit {codes[rank]})\n{text}")
+        self.log.flush()
+        if any(codes):
+            with open(logs[codes.index(next(c for c in codes if c))]) as f:
+                tail = f.read()[-3000:]
+            sys.exit(f"gpu_runs: {name} failed (exit {codes}):\n{tail}")
+
+    def train(self, name, plan, model, steps, device, precision, backend="auto", save=None, extra=()):
+        metrics = os.path.join(WORK, f"{name}.jsonl")
+        ranks = json.load(open(plan))["ranks"]
+        args = ["train", "--plan", plan, "--model-config", model, "--data", DATA, "--steps", str(steps),
+                "--device", device, "--precision", precision, "--backend", backend, "--metrics", metrics,
+                "--log-every", "0", "--timeout", "600"] + list(extra)
+        if device == "cpu":
+            args += ["--threads", str(max(1, (os.cpu_count() or 2) // len(ranks)))]
+        if save:
+            args += ["--save", save]
+        self.ranks(name, [args] * len(ranks))
+        return read_metrics(metrics) if steps > 0 else []
+
+
+def table(headers, rows):
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def save_json(out, name, document):
+    path = os.path.join(out, name)
+    with open(path, "w") as f:
+        json.dump(document, f, indent=2)
+    print(f"gpu_runs: wrote {path}")
+
+
+def model_flops_per_token(config):
+    """Training FLOPs per token (PaLM's accounting, as nanoGPT's estimate_mfu): 6 per
+    parameter that multiplies (the tied head counts once, position embeddings not at
+    all) plus attention's 12 * layers * block * width."""
+    c, v, t, layers = config["n_embd"], config["vocab_size"], config["block_size"], config["n_layer"]
+    multiplying = v * c + layers * (12 * c * c + 13 * c) + 2 * c
+    return 6 * multiplying + 12 * layers * t * c
+
+
+def load_config(name):
+    path = os.path.join(MODELS, name + ".json")
+    with open(path) as f:
+        return path, json.load(f)
+
+
+# ---------------------------------------------------------------- check
+def phase_check(runner, out):
+    import torch
+
+    def state(path):
+        return torch.load(path, map_location="cpu")
+
+    def compare(a, b):
+        return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+    model, _ = load_config("gpt-small")
+    init = os.path.join(WORK, "check-init.pt")
+    runner.train("check-init", write_plan(os.path.join(WORK, "one.json"), 0, ONE_RANK), model, 0, "cpu",
+                 "fp32", save=init)
+    reference = os.path.join(WORK, "check-cpu.pt")
+    runner.train("check-cpu", os.path.join(WORK, "one.json"), model, CHECK_STEPS, "cpu", "fp32", save=reference,
+                 extra=["--lr", str(CHECK_LR)])
+    expected, start = state(reference), state(init)
+    movement = compare(expected, start)
+    rows, results = [], []
+    cases = []
+    for stage in range(4):
+        cases.append((f"cuda 1 rank", stage, ONE_RANK, "fp32", "auto"))
+        cases.append((f"cuda 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo"))
+    for stage in range(4):
+        cases.append((f"cuda 1 rank", stage, ONE_RANK, "bf16", "auto"))
+    for label, stage, ranks, precision, backend in cases:
+        name = f"check-s{stage}-{len(ranks)}r-{precision}"
+        plan = write_plan(os.path.join(WORK, name + ".json"), stage, ranks)
+        saved = os.path.join(WORK, name + ".pt")
+        runner.train(name, plan, model, CHECK_STEPS, "cuda", precision, backend, save=saved,
+                     extra=["--lr", str(CHECK_LR)])
+        difference = compare(state(saved), expected)
+        gated = precision == "fp32"
+        ok = difference <= FP32_TOLERANCE if gated else None
+        results.append({"case": label, "stage": stage, "plan": ranks, "precision": precision,
+                        "backend": backend, "max_abs_difference": difference,
+                        "relative_to_movement": difference / movement, "ok": ok})
+        rows.append([label, stage, str(ranks), precision, f"{difference:.2e}",
+                     f"{difference / movement:.1e}", {True: "ok", False: "FAIL", None: "(reported)"}[ok]])
+    save_json(out, "check.json", {"steps": CHECK_STEPS, "lr": CHECK_LR, "model": "gpt-small",
+                                  "reference": "poplar-worker on the CPU, 1 rank, fp32",
+                                  "movement": movement, "tolerance": FP32_TOLERANCE, "cases": results,
+                                  "torch": torch.__version__, "device": torch.cuda.get_device_name(0)})
+    print(f"\nagainst the CPU, 1 rank, fp32 ({CHECK_STEPS} steps, lr {CHECK_LR}; the largest parameter "
+          f"moved {movement:.2e}):")
+    print(table(["case", "stage", "micro-batches", "precision", "max |diff|", "/ movement", "result"], rows))
+    if any(r["ok"] is False for r in results):
+        sys.exit("gpu_runs: check FAILED")
+
+
+# ---------------------------------------------------------------- train
+def phase_train(runner, out, steps=300):
+    model, config = load_config("gpt2-small")
+    plan = write_plan(os.path.join(WORK, "train.json"), 0, [[16]])
+    lines = runner.train("train", plan, model, steps, "cuda", "bf16", extra=["--lr", "6e-4"])
+    losses = [line["loss"] for line in lines]
+    tokens = statistics.median(line["tokens_per_s"] for line in lines[10:])
+    marks = [1, 10, 50, 100, 200, steps]
+    rows = [[m, f"{losses[m - 1]:.4f}"] for m in marks if m <= len(losses)]
+    save_json(out, "train.json", {"model": "gpt2-small", "precision": "bf16", "global_batch": 16,
+                                  "steps": steps, "lr": 6e-4, "losses": losses,
+                                  "median_tokens_per_s": tokens})
+    print(f"\nGPT-2 small, bf16, batch 16 x {config['block_size']} tokens, WikiText-2 valid; "
+          f"median {tokens:,.0f} tokens/s")
+    print(table(["step", "loss"], rows))
+    if not losses[-1] < losses[0] - 3.0:
+        sys.exit(f"gpu_runs: the loss did not fall enough: {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+
+# ---------------------------------------------------------------- profile
+def phase_profile(runner, out):
+    rows = []
+    for name in ["gpt2-small", "gpt2-medium"]:
+        model, _ = load_config(name)
+        path = os.path.join(out, f"{DEVICE_TYPE}-{name}-bf16.json")
+        start = time.time()
+        runner.ranks(f"profile-{name}", [["profile", "--device", "cuda", "--model-config", model,
+                                          "--device-type", DEVICE_TYPE, "--precision", "bf16",
+                                          "--repeats", "3", "--largest-micro-batch", "512", "-o", path]])
+        with open(path) as f:
+            profile = json.load(f)
+        for stage in profile["stages"]:
+            largest = stage["points"][-1]
+            rows.append([name, stage["stage"], stage["max_micro_batch"],
+                         f"{stage['points'][0]['compute_s'] * 1e3:.1f}",
+                         f"{largest['micro_batch']}: {largest['compute_s'] * 1e3:.1f}",
+                         f"{largest['peak_bytes'] / 2**30:.1f}", f"{stage['optimizer_step_s'] * 1e3:.2f}"])
+        print(f"gpu_runs: profiled {name} in {time.time() - start:.0f} s")
+    print(f"\nprofiles ({DEVICE_TYPE}, bf16):")
+    print(table(["model", "stage", "max micro-batch", "1 sample ms", "largest: ms", "peak GiB", "optimizer ms"],
+                rows))
+
+
+# ---------------------------------------------------------------- schedules
+SCHEDULES = [(0, 1, 8), (0, 4, 2), (0, 4, 8), (0, 8, 1), (0, 8, 4), (0, 16, 1), (0, 16, 2), (0, 32, 1),
+             (3, 8, 2), (3, 16, 1)]
+
+
+def phase_schedules(runner, out, steps=12, warmup=3):
+    model, _ = load_config("gpt2-medium")
+    results, rows = [], []
+    for stage, size, count in SCHEDULES:
+        name = f"schedule-s{stage}-{size}x{count}"
+        plan = write_plan(os.path.join(WORK, name + ".json"), stage, [[size] * count])
+        lines = runner.train(name, plan, model, steps, "cuda", "bf16")[warmup:]
+        measured = {key: statistics.median(line[key] for line in lines)
+                    for key in ["step_s", "compute_s", "optimizer_s", "communication_s"]}
+        results.append({"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count,
+                        "measured": measured})
+        rows.append([stage, f"{size} x {count}", f"{measured['step_s'] * 1e3:.1f}",
+                     f"{measured['compute_s'] * 1e3:.1f}", f"{measured['optimizer_s'] * 1e3:.2f}"])
+    save_json(out, "schedules.json", {"model": "gpt2-medium", "precision": "bf16", "device_type": DEVICE_TYPE,
+                                      "steps": steps, "warmup": warmup, "schedules": results})
+    print("\nmeasured step times, GPT-2 medium, bf16 (medians; predictions: scripts/gpu/predict-schedules):")
+    print(table(["stage", "micro-batches", "step ms", "compute ms", "optimizer ms"], rows))
+
+
+# ---------------------------------------------------------------- speed
+def matmul_ceiling():
+    import torch
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    return 10 * 2 * 8192 ** 3 / (start.elapsed_time(end) / 1e3)
+
+
+def phase_speed(runner, out, steps=25, warmup=5, rounds=2):
+    ceiling = matmul_ceiling()
+    pytorch = [sys.executable, os.path.join(ROOT, "scripts", "gpu", "pytorch_gpu.py")]
+    setups = [("gpt2-medium", 16, 2), ("gpt2-small", 32, 1)]
+    systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP"]
+    measured = {}
+    for _ in range(rounds):  # interleaved, so that drift affects every system alike
+        for name, size, count in setups:
+            model, config = load_config(name)
+            for system in systems:
+                label = f"speed-{name}-{system.replace(' ', '-')}"
+                metrics = os.path.join(WORK, label + ".jsonl")
+                if system.startswith("poplar"):
+                    stage = int(system[-1])
+                    plan = write_plan(os.path.join(WORK, label + ".json"), stage, [[size] * count])
+                    lines = runner.train(label, plan, model, steps, "cuda", "bf16")
+                else:
+                    mode = "ddp" if "DDP" in system else "fsdp"
+                    runner.ranks(label, [["--mode", mode, "--model-config", model, "--data", DATA,
+                                          "--steps", str(steps), "--global-batch", str(size * count),
+                                          "--micro-batch", str(size), "--metrics", metrics]], program=pytorch)
+                    lines = read_metrics(metrics)
+                tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
+                measured.setdefault((name, system), []).append(tokens)
+    results, rows = [], []
+    for name, size, count in setups:
+        _, config = load_config(name)
+        flops = model_flops_per_token(config)
+        for system in systems:
+            tokens = statistics.median(measured[(name, system)])
+            base = statistics.median(measured[(name, "PyTorch DDP" if "0" in system or "DDP" in system
+                                                else "PyTorch FSDP")])
+            mfu = tokens * flops / H200_BF16_PEAK
+            results.append({"model": name, "system": system, "micro_batch": size, "count": count,
+                            "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
+                            "of_matmul_ceiling": tokens * flops / ceiling,
+                            "vs_pytorch": tokens / base})
+            rows.append([name, f"{size} x {count}", system, f"{tokens:,.0f}", f"{100 * mfu:.1f}%",
+                         f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x"])
+    import torch
+    save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
+                                  "peak_flops": H200_BF16_PEAK, "matmul_ceiling_flops": ceiling,
+                                  "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+                                  "results": results})
+    print(f"\nspeed, bf16, one {torch.cuda.get_device_name(0)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
+          f"MFU against {H200_BF16_PEAK / 1e12:.0f}):")
+    print(table(["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"], rows))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("phase", choices=["check", "train", "profile", "schedules", "speed"])
+    parser.add_argument("--worker", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if not os.path.exists(DATA):
+        sys.exit(f"gpu_runs: {DATA} is missing: run scripts/gpu/prepare and carry .device")
+    os.makedirs(args.out, exist_ok=True)
+    runner = Runner(args.worker, args.out)
+    {"check": phase_check, "train": phase_train, "profile": phase_profile, "schedules": phase_schedules,
+     "speed": phase_speed}[args.phase](runner, args.out)
+
+
+if __name__ == "__main__":
+    main()
