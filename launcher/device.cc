@@ -17,9 +17,10 @@ namespace {
 
 c10::DeviceIndex Index(torch::Device device) { return device.has_index() ? device.index() : 0; }
 
-// The caching allocator's byte counters of every pool together (StatType AGGREGATE,
-// index 0 in every libtorch 2.x).
-c10::CachingAllocator::Stat AllocatedBytes(torch::Device device) {
+// The caching allocator's byte counters ({current, peak, ...}) of every pool together
+// (StatType AGGREGATE, index 0 in every libtorch 2.x; the Stat type moved between
+// namespaces across versions, hence auto).
+auto AllocatedBytes(torch::Device device) {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(Index(device)).allocated_bytes[0];
 }
 

@@ -5,6 +5,9 @@ Run by scripts/gpu/on-device on the GPU machine, one phase per call of this scri
     gpu_runs.py PHASE --worker build-cuda/launcher/poplar-worker --out DIR
 Each phase prints a table last and writes one JSON file to DIR (DIR/runs.log keeps
 every worker's output). Needs the token files of scripts/gpu/prepare in .device/data.
+`--dry-run` runs every phase on this machine's CPU with small models and few steps,
+to check the scripts themselves before spending device time:
+    scripts/gpu/gpu_runs.py PHASE --dry-run --worker build/launcher/poplar-worker --out out/gpu-dry
 
   check      equivalence with single-device training on the CPU: the same steps from
              the same initial parameters, fp32, at ZeRO stages 0-3, on the GPU with
@@ -40,6 +43,23 @@ CHECK_STEPS, CHECK_LR = 5, 1e-3
 ONE_RANK = [[4, 4, 4]]
 TWO_RANKS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
 FP32_TOLERANCE = 1e-4  # max |difference| after 5 steps of lr 1e-3 (a step moves up to 1e-3)
+
+
+class Setup:
+    """What the phases run: the real thing on a GPU, or a small rehearsal on the CPU."""
+
+    def __init__(self, dry_run):
+        self.dry_run = dry_run
+        self.device = "cpu" if dry_run else "cuda"
+        self.small, self.medium = ("gpt-tiny", "gpt-small") if dry_run else ("gpt2-small", "gpt2-medium")
+        self.device_type = "emu-cpu" if dry_run else DEVICE_TYPE
+        self.train_steps, self.train_batch, self.train_fall = (30, 8, 1.0) if dry_run else (300, 16, 3.0)
+        self.profile_args = ["--repeats", "1", "--largest-micro-batch", "8"] if dry_run else \
+            ["--repeats", "3", "--largest-micro-batch", "512"]
+        self.schedules = [(0, 2, 2), (0, 4, 1), (3, 2, 2)] if dry_run else SCHEDULES
+        self.schedule_steps, self.schedule_warmup = (4, 1) if dry_run else (12, 3)
+        self.speed_setups = [(self.medium, 4, 2)] if dry_run else [(self.medium, 16, 2), (self.small, 32, 1)]
+        self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (25, 5, 2)
 
 
 def free_port():
@@ -128,6 +148,11 @@ def model_flops_per_token(config):
     return 6 * multiplying + 12 * layers * t * c
 
 
+def device_name(setup):
+    import torch
+    return torch.cuda.get_device_name(0) if setup.device == "cuda" else "CPU (dry run)"
+
+
 def load_config(name):
     path = os.path.join(MODELS, name + ".json")
     with open(path) as f:
@@ -135,7 +160,7 @@ def load_config(name):
 
 
 # ---------------------------------------------------------------- check
-def phase_check(runner, out):
+def phase_check(runner, out, setup):
     import torch
 
     def state(path):
@@ -143,6 +168,9 @@ def phase_check(runner, out):
 
     def compare(a, b):
         return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+    def norm(a, b):  # L2 norm of a - b over every parameter
+        return sum(((a[k].double() - b[k].double()) ** 2).sum().item() for k in a) ** 0.5
 
     model, _ = load_config("gpt-small")
     init = os.path.join(WORK, "check-init.pt")
@@ -153,67 +181,73 @@ def phase_check(runner, out):
                  extra=["--lr", str(CHECK_LR)])
     expected, start = state(reference), state(init)
     movement = compare(expected, start)
+    update = norm(expected, start)  # the reference's whole update, theta_T - theta_0
     rows, results = [], []
     cases = []
     for stage in range(4):
-        cases.append((f"cuda 1 rank", stage, ONE_RANK, "fp32", "auto"))
-        cases.append((f"cuda 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo"))
+        cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "fp32", "auto"))
+        cases.append((f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo"))
     for stage in range(4):
-        cases.append((f"cuda 1 rank", stage, ONE_RANK, "bf16", "auto"))
+        cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))
     for label, stage, ranks, precision, backend in cases:
         name = f"check-s{stage}-{len(ranks)}r-{precision}"
         plan = write_plan(os.path.join(WORK, name + ".json"), stage, ranks)
         saved = os.path.join(WORK, name + ".pt")
-        runner.train(name, plan, model, CHECK_STEPS, "cuda", precision, backend, save=saved,
+        runner.train(name, plan, model, CHECK_STEPS, setup.device, precision, backend, save=saved,
                      extra=["--lr", str(CHECK_LR)])
-        difference = compare(state(saved), expected)
+        trained = state(saved)
+        difference = compare(trained, expected)
+        update_error = norm(trained, expected) / update
         gated = precision == "fp32"
         ok = difference <= FP32_TOLERANCE if gated else None
         results.append({"case": label, "stage": stage, "plan": ranks, "precision": precision,
                         "backend": backend, "max_abs_difference": difference,
-                        "relative_to_movement": difference / movement, "ok": ok})
-        rows.append([label, stage, str(ranks), precision, f"{difference:.2e}",
-                     f"{difference / movement:.1e}", {True: "ok", False: "FAIL", None: "(reported)"}[ok]])
+                        "relative_to_movement": difference / movement, "update_error": update_error,
+                        "ok": ok})
+        rows.append([label, stage, str(ranks), precision, f"{difference:.2e}", f"{update_error:.1e}",
+                     {True: "ok", False: "FAIL", None: "(reported)"}[ok]])
     save_json(out, "check.json", {"steps": CHECK_STEPS, "lr": CHECK_LR, "model": "gpt-small",
                                   "reference": "poplar-worker on the CPU, 1 rank, fp32",
                                   "movement": movement, "tolerance": FP32_TOLERANCE, "cases": results,
-                                  "torch": torch.__version__, "device": torch.cuda.get_device_name(0)})
+                                  "torch": torch.__version__, "device": device_name(setup)})
     print(f"\nagainst the CPU, 1 rank, fp32 ({CHECK_STEPS} steps, lr {CHECK_LR}; the largest parameter "
           f"moved {movement:.2e}):")
-    print(table(["case", "stage", "micro-batches", "precision", "max |diff|", "/ movement", "result"], rows))
+    print("(update error: |theta - theta_ref| / |theta_ref - theta_0|, L2 over all parameters)")
+    print(table(["case", "stage", "micro-batches", "precision", "max |diff|", "update error", "result"], rows))
     if any(r["ok"] is False for r in results):
         sys.exit("gpu_runs: check FAILED")
 
 
 # ---------------------------------------------------------------- train
-def phase_train(runner, out, steps=300):
-    model, config = load_config("gpt2-small")
-    plan = write_plan(os.path.join(WORK, "train.json"), 0, [[16]])
-    lines = runner.train("train", plan, model, steps, "cuda", "bf16", extra=["--lr", "6e-4"])
+def phase_train(runner, out, setup):
+    steps = setup.train_steps
+    model, config = load_config(setup.small)
+    plan = write_plan(os.path.join(WORK, "train.json"), 0, [[setup.train_batch]])
+    lines = runner.train("train", plan, model, steps, setup.device, "bf16", extra=["--lr", "6e-4"])
     losses = [line["loss"] for line in lines]
     tokens = statistics.median(line["tokens_per_s"] for line in lines[10:])
     marks = [1, 10, 50, 100, 200, steps]
     rows = [[m, f"{losses[m - 1]:.4f}"] for m in marks if m <= len(losses)]
-    save_json(out, "train.json", {"model": "gpt2-small", "precision": "bf16", "global_batch": 16,
+    save_json(out, "train.json", {"model": setup.small, "precision": "bf16", "global_batch": setup.train_batch,
                                   "steps": steps, "lr": 6e-4, "losses": losses,
                                   "median_tokens_per_s": tokens})
-    print(f"\nGPT-2 small, bf16, batch 16 x {config['block_size']} tokens, WikiText-2 valid; "
+    print(f"\n{setup.small}, bf16, batch {setup.train_batch} x {config['block_size']} tokens, WikiText-2 valid; "
           f"median {tokens:,.0f} tokens/s")
     print(table(["step", "loss"], rows))
-    if not losses[-1] < losses[0] - 3.0:
+    if not losses[-1] < losses[0] - setup.train_fall:
         sys.exit(f"gpu_runs: the loss did not fall enough: {losses[0]:.3f} -> {losses[-1]:.3f}")
 
 
 # ---------------------------------------------------------------- profile
-def phase_profile(runner, out):
+def phase_profile(runner, out, setup):
     rows = []
-    for name in ["gpt2-small", "gpt2-medium"]:
+    for name in [setup.small, setup.medium]:
         model, _ = load_config(name)
-        path = os.path.join(out, f"{DEVICE_TYPE}-{name}-bf16.json")
+        path = os.path.join(out, f"{setup.device_type}-{name}-bf16.json")
         start = time.time()
-        runner.ranks(f"profile-{name}", [["profile", "--device", "cuda", "--model-config", model,
-                                          "--device-type", DEVICE_TYPE, "--precision", "bf16",
-                                          "--repeats", "3", "--largest-micro-batch", "512", "-o", path]])
+        runner.ranks(f"profile-{name}", [["profile", "--device", setup.device, "--model-config", model,
+                                          "--device-type", setup.device_type, "--precision", "bf16",
+                                          "-o", path] + setup.profile_args])
         with open(path) as f:
             profile = json.load(f)
         for stage in profile["stages"]:
@@ -223,7 +257,7 @@ def phase_profile(runner, out):
                          f"{largest['micro_batch']}: {largest['compute_s'] * 1e3:.1f}",
                          f"{largest['peak_bytes'] / 2**30:.1f}", f"{stage['optimizer_step_s'] * 1e3:.2f}"])
         print(f"gpu_runs: profiled {name} in {time.time() - start:.0f} s")
-    print(f"\nprofiles ({DEVICE_TYPE}, bf16):")
+    print(f"\nprofiles ({setup.device_type}, bf16):")
     print(table(["model", "stage", "max micro-batch", "1 sample ms", "largest: ms", "peak GiB", "optimizer ms"],
                 rows))
 
@@ -233,22 +267,23 @@ SCHEDULES = [(0, 1, 8), (0, 4, 2), (0, 4, 8), (0, 8, 1), (0, 8, 4), (0, 16, 1), 
              (3, 8, 2), (3, 16, 1)]
 
 
-def phase_schedules(runner, out, steps=12, warmup=3):
-    model, _ = load_config("gpt2-medium")
+def phase_schedules(runner, out, setup):
+    steps, warmup = setup.schedule_steps, setup.schedule_warmup
+    model, _ = load_config(setup.medium)
     results, rows = [], []
-    for stage, size, count in SCHEDULES:
+    for stage, size, count in setup.schedules:
         name = f"schedule-s{stage}-{size}x{count}"
         plan = write_plan(os.path.join(WORK, name + ".json"), stage, [[size] * count])
-        lines = runner.train(name, plan, model, steps, "cuda", "bf16")[warmup:]
+        lines = runner.train(name, plan, model, steps, setup.device, "bf16")[warmup:]
         measured = {key: statistics.median(line[key] for line in lines)
                     for key in ["step_s", "compute_s", "optimizer_s", "communication_s"]}
         results.append({"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count,
                         "measured": measured})
         rows.append([stage, f"{size} x {count}", f"{measured['step_s'] * 1e3:.1f}",
                      f"{measured['compute_s'] * 1e3:.1f}", f"{measured['optimizer_s'] * 1e3:.2f}"])
-    save_json(out, "schedules.json", {"model": "gpt2-medium", "precision": "bf16", "device_type": DEVICE_TYPE,
+    save_json(out, "schedules.json", {"model": setup.medium, "precision": "bf16", "device_type": setup.device_type,
                                       "steps": steps, "warmup": warmup, "schedules": results})
-    print("\nmeasured step times, GPT-2 medium, bf16 (medians; predictions: scripts/gpu/predict-schedules):")
+    print(f"\nmeasured step times, {setup.medium}, bf16 (medians; predictions: scripts/gpu/predict-schedules):")
     print(table(["stage", "micro-batches", "step ms", "compute ms", "optimizer ms"], rows))
 
 
@@ -269,11 +304,16 @@ def matmul_ceiling():
     return 10 * 2 * 8192 ** 3 / (start.elapsed_time(end) / 1e3)
 
 
-def phase_speed(runner, out, steps=25, warmup=5, rounds=2):
-    ceiling = matmul_ceiling()
+def phase_speed(runner, out, setup):
+    steps, warmup, rounds = setup.speed_steps, setup.speed_warmup, setup.speed_rounds
     pytorch = [sys.executable, os.path.join(ROOT, "scripts", "gpu", "pytorch_gpu.py")]
-    setups = [("gpt2-medium", 16, 2), ("gpt2-small", 32, 1)]
-    systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP"]
+    setups = setup.speed_setups
+    if setup.dry_run:  # PyTorch's side needs a GPU (NCCL, fused AdamW): poplar's alone
+        ceiling = H200_BF16_PEAK
+        systems = ["poplar stage 0", "poplar stage 3"]
+    else:
+        ceiling = matmul_ceiling()
+        systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP"]
     measured = {}
     for _ in range(rounds):  # interleaved, so that drift affects every system alike
         for name, size, count in setups:
@@ -284,7 +324,7 @@ def phase_speed(runner, out, steps=25, warmup=5, rounds=2):
                 if system.startswith("poplar"):
                     stage = int(system[-1])
                     plan = write_plan(os.path.join(WORK, label + ".json"), stage, [[size] * count])
-                    lines = runner.train(label, plan, model, steps, "cuda", "bf16")
+                    lines = runner.train(label, plan, model, steps, setup.device, "bf16")
                 else:
                     mode = "ddp" if "DDP" in system else "fsdp"
                     runner.ranks(label, [["--mode", mode, "--model-config", model, "--data", DATA,
@@ -299,8 +339,8 @@ def phase_speed(runner, out, steps=25, warmup=5, rounds=2):
         flops = model_flops_per_token(config)
         for system in systems:
             tokens = statistics.median(measured[(name, system)])
-            base = statistics.median(measured[(name, "PyTorch DDP" if "0" in system or "DDP" in system
-                                                else "PyTorch FSDP")])
+            baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP"
+            base = statistics.median(measured.get((name, baseline), [float("nan")]))
             mfu = tokens * flops / H200_BF16_PEAK
             results.append({"model": name, "system": system, "micro_batch": size, "count": count,
                             "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
@@ -311,9 +351,9 @@ def phase_speed(runner, out, steps=25, warmup=5, rounds=2):
     import torch
     save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
                                   "peak_flops": H200_BF16_PEAK, "matmul_ceiling_flops": ceiling,
-                                  "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+                                  "torch": torch.__version__, "device": device_name(setup),
                                   "results": results})
-    print(f"\nspeed, bf16, one {torch.cuda.get_device_name(0)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
+    print(f"\nspeed, bf16, one {device_name(setup)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
           f"MFU against {H200_BF16_PEAK / 1e12:.0f}):")
     print(table(["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"], rows))
 
@@ -323,13 +363,14 @@ def main():
     parser.add_argument("phase", choices=["check", "train", "profile", "schedules", "speed"])
     parser.add_argument("--worker", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--dry-run", action="store_true", help="on the CPU, small models, few steps")
     args = parser.parse_args()
     if not os.path.exists(DATA):
         sys.exit(f"gpu_runs: {DATA} is missing: run scripts/gpu/prepare and carry .device")
     os.makedirs(args.out, exist_ok=True)
     runner = Runner(args.worker, args.out)
     {"check": phase_check, "train": phase_train, "profile": phase_profile, "schedules": phase_schedules,
-     "speed": phase_speed}[args.phase](runner, args.out)
+     "speed": phase_speed}[args.phase](runner, args.out, Setup(args.dry_run))
 
 
 if __name__ == "__main__":

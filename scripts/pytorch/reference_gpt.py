@@ -22,6 +22,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(c["n_embd"], c["n_embd"])
         size = c["block_size"]
         # A plain attribute, not a buffer: DDP cannot broadcast bool buffers over Gloo.
+        # (PyTorch 1.x only: PyTorch 2 attends through scaled_dot_product_attention.)
         self.mask = torch.tril(torch.ones(size, size, dtype=torch.bool))
 
     def forward(self, x):
@@ -29,6 +30,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         q, k, v = heads(q), heads(k), heads(v)
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: fused, as poplar-worker
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
         return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
