@@ -65,6 +65,9 @@ class Communicator::Timer {
 Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
                            torch::Device device, CollectiveBackend backend)
     : rank_(env.rank), world_size_(env.world_size) {
+  // A backend named explicitly gets a process group even for one rank, so that a
+  // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
+  const bool explicit_backend = backend != CollectiveBackend::kAuto;
   if (backend == CollectiveBackend::kAuto) {
     backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
   }
@@ -72,12 +75,12 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     throw InputError("--backend", "", "nccl carries CUDA tensors only; use gloo with --device cpu");
   }
 #ifndef USE_C10D_NCCL
-  if (backend == CollectiveBackend::kNccl && world_size_ > 1) {
+  if (backend == CollectiveBackend::kNccl && (world_size_ > 1 || explicit_backend)) {
     throw InputError("--backend", "", "nccl: this libtorch was built without NCCL; use "
                                       "--backend gloo, or build against a CUDA libtorch");
   }
 #endif
-  if (world_size_ == 1) return;
+  if (world_size_ == 1 && !explicit_backend) return;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = rank_ == 0;
@@ -95,6 +98,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, options);
+    backend_name_ = "nccl";
     native_scatter_gather_ = true;
     return;
   }
@@ -103,6 +107,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   options->timeout = timeout;
   options->devices.push_back(GlooDevice(env.master_addr));
   group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, options);
+  backend_name_ = "gloo";
 }
 
 std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::string& master_addr) {
@@ -161,7 +166,7 @@ std::unique_ptr<PendingCollective> Communicator::Pending(c10::intrusive_ptr<c10d
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
-  if (world_size_ == 1) return Pending({}, nullptr);
+  if (!group_) return Pending({}, nullptr);
   if (!native_scatter_gather_ && tensor.scalar_type() == torch::kBFloat16) {
     // Gloo (libtorch 1.13) cannot add bf16: reduce an fp32 copy.
     std::vector<torch::Tensor> wide = {tensor.to(torch::kFloat32)};
@@ -176,7 +181,7 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
                                                                        torch::Tensor& output) {
   const auto chunk = output.numel();
   TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
-  if (world_size_ == 1) return Pending({}, [input, output]() mutable { output.copy_(input); });
+  if (!group_) return Pending({}, [input, output]() mutable { output.copy_(input); });
   if (native_scatter_gather_) {
     auto source = input.contiguous();
     return Pending(group_->_reduce_scatter_base(output, source), nullptr);
@@ -195,7 +200,7 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
                                                                 torch::Tensor& output) {
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
-  if (world_size_ == 1) return Pending({}, [shard, output]() mutable { output.copy_(shard); });
+  if (!group_) return Pending({}, [shard, output]() mutable { output.copy_(shard); });
   auto source = shard.contiguous();
   if (native_scatter_gather_) return Pending(group_->_allgather_base(output, source), nullptr);
   // Gloo (libtorch 1.13) has no bf16 type; gathering only moves bits, so send them as
@@ -222,7 +227,7 @@ void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) 
 }
 
 void Communicator::Barrier() {
-  if (world_size_ == 1) return;
+  if (!group_) return;
   Timer timer(communication_seconds_);
   group_->barrier()->wait();
 }

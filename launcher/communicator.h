@@ -6,8 +6,9 @@
 // USE_C10D_NCCL). Gloo can also carry CUDA tensors (through host memory), which lets
 // several ranks share one GPU, as NCCL does not allow: Backend::kGloo. Every
 // collective and the rendezvous have a timeout, so a dead peer ends the job with an
-// error instead of a hang. With one rank no process group is created and every
-// collective is the identity.
+// error instead of a hang. With one rank and the backend left to kAuto no process group
+// is created and every collective is the identity; a backend named explicitly gets a
+// one-rank group, so that its path runs (and can be tested) on one device.
 //
 // Tensors are 1-D and contiguous. Not thread-safe: one caller (the training loop).
 #pragma once
@@ -83,6 +84,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  // What carries the collectives: "gloo", "nccl", or "none" (one rank, no group).
+  const std::string& backend_name() const { return backend_name_; }
 
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
   std::unique_ptr<PendingCollective> StartAllReduceSum(torch::Tensor& tensor);
@@ -128,6 +131,7 @@ class Communicator {
 #else
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
 #endif
+  std::string backend_name_ = "none";
   bool native_scatter_gather_ = false;  // the group has _reduce_scatter_base/_allgather_base
   double communication_seconds_ = 0;
 };

@@ -168,7 +168,8 @@ void Train(const TrainOptions& options) {
   if (rank == 0 && options.log_every > 0) {
     std::cerr << "poplar-worker[rank 0]: " << env.world_size << " ranks, ZeRO stage " << plan.stage
               << ", global batch " << plan.global_batch << ", " << config.ParameterCount()
-              << " parameters, steps " << first_step << ".." << options.steps << "\n";
+              << " parameters, steps " << first_step << ".." << options.steps << ", on "
+              << device.str() << ", collectives " << communicator.backend_name() << "\n";
   }
 
   for (std::int64_t step = first_step; step < options.steps; ++step) {

@@ -47,7 +47,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
   train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");

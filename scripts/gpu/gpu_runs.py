@@ -11,8 +11,9 @@ to check the scripts themselves before spending device time:
 
   check      equivalence with single-device training on the CPU: the same steps from
              the same initial parameters, fp32, at ZeRO stages 0-3, on the GPU with
-             one rank (no collectives) and with two ranks sharing the GPU over Gloo
-             (NCCL allows one rank per GPU); bf16 on the GPU is reported against it
+             one rank (no collectives), one rank through a one-rank NCCL group, and
+             two ranks sharing the GPU over Gloo (NCCL allows one rank per GPU); bf16
+             on the GPU is reported against it
   train      GPT-2 small, bf16, 300 steps on WikiText-2 valid: the loss must fall
   profile    `poplar-worker profile --device cuda`: GPT-2 small and medium, bf16,
              stages 0-3; the profile files are the repository's measured examples
@@ -186,6 +187,9 @@ def phase_check(runner, out, setup):
     cases = []
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "fp32", "auto"))
+        # A named backend runs a one-rank process group: NCCL's path on one GPU.
+        alone = "nccl" if setup.device == "cuda" else "gloo"
+        cases.append((f"{setup.device} 1 rank {alone}", stage, ONE_RANK, "fp32", alone))
         cases.append((f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo"))
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))

@@ -3,6 +3,8 @@
 // one device gets training the same global batches. Real processes on loopback.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "worker_harness.h"
@@ -30,6 +32,14 @@ std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string&
           scratch.path() + "/tokens.bin", "--steps", std::to_string(kSteps), "--save", save,
           "--metrics", metrics, "--lr", "1e-3", "--log-every", "0", "--timeout", "60",
           "--bucket-mb", bucket_mb};
+}
+
+// Replaces the value that follows `flag` in `args`.
+void SetFlag(std::vector<std::string>& args, const std::string& flag, const std::string& value) {
+  const auto at = std::find(args.begin(), args.end(), flag);
+  ASSERT_NE(at, args.end()) << flag;
+  ASSERT_NE(at + 1, args.end()) << flag;
+  *(at + 1) = value;
 }
 
 TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
@@ -69,6 +79,34 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
     EXPECT_NEAR(b["grad_norm"].get<double>(), a["grad_norm"].get<double>(),
                 1e-4 * a["grad_norm"].get<double>())
         << "step " << i + 1;
+  }
+}
+
+// A backend named explicitly runs a real process group even for one rank (how a
+// one-GPU machine tests the NCCL path); alone, its collectives change nothing.
+TEST(ExplicitBackend, RunsTheCollectivesAloneWithTheSameResult) {
+  ScratchDir scratch("poplar_explicit_backend");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::string plan = WritePlan(scratch, "plan.json", stage, {{5, 4, 5}});
+    // --log-every 1: rank 0 prints its start line, which names the collectives' backend.
+    std::vector<std::string> args = TrainArgs(scratch, plan, "auto.pt", "auto.jsonl");
+    SetFlag(args, "--log-every", "1");
+    const JobOutcome alone = RunJob(scratch, 1, args);
+    ASSERT_TRUE(alone.AllSucceeded()) << alone.Describe();
+    EXPECT_TRUE(Contains(alone.errors[0], "collectives none")) << alone.errors[0];
+
+    args = TrainArgs(scratch, plan, "gloo.pt", "gloo.jsonl");
+    SetFlag(args, "--log-every", "1");
+    args.insert(args.end(), {"--backend", "gloo"});
+    const JobOutcome grouped = RunJob(scratch, 1, args);
+    ASSERT_TRUE(grouped.AllSucceeded()) << grouped.Describe();
+    EXPECT_TRUE(Contains(grouped.errors[0], "collectives gloo")) << grouped.errors[0];
+    EXPECT_EQ(MaxAbsDifference(ReadStateDict(scratch.path() + "/auto.pt"),
+                               ReadStateDict(scratch.path() + "/gloo.pt")),
+              0.0);
   }
 }
 
