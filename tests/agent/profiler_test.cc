@@ -1,0 +1,131 @@
+// The agent's profiler: the worker command it builds for a GPU and for an emulated
+// device, and its cache. A stand-in worker (a shell script) records how it was started
+// and writes a minimal profile.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "agent/profiler.h"
+#include "planner/text_file.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+using poplar::testing::Contains;
+using poplar::testing::ScratchDir;
+
+// Appends one line per start to calls.log: the arguments, then the CUDA variables.
+// Writes a profile of the stage it was asked for to the -o path.
+const char kFakeWorker[] = R"(#!/bin/sh
+out=""; stage=""
+previous=""
+for arg in "$@"; do
+  [ "$previous" = "-o" ] && out=$arg
+  [ "$previous" = "--stage" ] && stage=$arg
+  previous=$arg
+done
+echo "$* | CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset} CUDA_DEVICE_ORDER=${CUDA_DEVICE_ORDER:-unset}" >> "$(dirname "$0")/calls.log"
+cat > "$out" <<EOF
+{"format": "poplar-profile/1", "device_type": "T", "memory_bytes": 1000, "emulated": false,
+ "model": {"params": 10, "precision": "mixed"},
+ "stages": [{"stage": $stage, "world_size": 1, "max_micro_batch": 2, "optimizer_step_s": 0.001,
+             "points": [{"micro_batch": 1, "compute_s": 0.01, "peak_bytes": 100}]}]}
+EOF
+)";
+
+class ProfilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string worker = dir_.Write("fake-worker", kFakeWorker);
+    ::chmod(worker.c_str(), 0755);
+    config_.work_dir = dir_.path() + "/work";
+    config_.cache_dir = dir_.path() + "/cache";
+    config_.worker = worker;
+    std::filesystem::create_directories(config_.work_dir);
+    settings_.model_config_json = R"({"arch": "gpt", "n_layer": 1})";
+    settings_.precision = "bf16";
+  }
+
+  std::vector<std::string> Calls() const {
+    std::ifstream in(dir_.path() + "/calls.log");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  std::string Run(const DeviceInfo& device, std::vector<std::string>* progress = nullptr) {
+    Profiler profiler(config_, "poplar-worker 0.1.0 (libtorch 2.x, CUDA)", spawner_);
+    return profiler.Run(settings_, device, [progress](const std::string& line, bool cached) {
+      if (progress && !line.empty()) progress->push_back((cached ? "cached: " : "") + line);
+      return true;
+    });
+  }
+
+  ScratchDir dir_{"profiler"};
+  AgentConfig config_;
+  ProfileSettings settings_;
+  Spawner spawner_;
+};
+
+TEST_F(ProfilerTest, MeasuresAGpuWithTheCudaProfileModeOnThatGpuOnly) {
+  DeviceInfo gpu;
+  gpu.type = "NVIDIA-H200";
+  gpu.index = 3;
+  gpu.memory_bytes = std::int64_t{141} << 30;
+  gpu.compute_capability = "9.0";
+  settings_.stages = {2, 0};
+  const auto merged = nlohmann::json::parse(Run(gpu));
+  ASSERT_EQ(merged["stages"].size(), 2u);
+  EXPECT_EQ(merged["stages"][0]["stage"], 0);  // in stage order
+  EXPECT_EQ(merged["stages"][1]["stage"], 2);
+
+  const auto calls = Calls();
+  ASSERT_EQ(calls.size(), 2u);
+  for (const auto& call : calls) {
+    EXPECT_TRUE(Contains(call, "profile --model-config")) << call;
+    EXPECT_TRUE(Contains(call, "--device-type NVIDIA-H200 --device cuda")) << call;
+    EXPECT_TRUE(Contains(call, "--precision bf16")) << call;
+    EXPECT_TRUE(Contains(call, "CUDA_VISIBLE_DEVICES=3 CUDA_DEVICE_ORDER=PCI_BUS_ID")) << call;
+    // Emulation settings are for CPU devices only (the worker refuses them on a GPU).
+    EXPECT_FALSE(Contains(call, "--threads")) << call;
+    EXPECT_FALSE(Contains(call, "--slowdown")) << call;
+    EXPECT_FALSE(Contains(call, "--memory-bytes")) << call;
+  }
+}
+
+TEST_F(ProfilerTest, MeasuresAnEmulatedDeviceOnTheCpuWithItsSettings) {
+  DeviceInfo emulated{"emu-slow", 0, 64 << 20, "", true, 2, 2.5};
+  settings_.stages = {1};
+  Run(emulated);
+  const auto calls = Calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_TRUE(Contains(calls[0], "--device cpu")) << calls[0];
+  EXPECT_TRUE(Contains(calls[0], "--threads 2 --slowdown 2.5 --memory-bytes 67108864")) << calls[0];
+  EXPECT_TRUE(Contains(calls[0], "CUDA_VISIBLE_DEVICES=unset")) << calls[0];
+}
+
+TEST_F(ProfilerTest, AStageMeasuredBeforeComesFromTheCache) {
+  DeviceInfo gpu;
+  gpu.type = "NVIDIA-H200";
+  gpu.memory_bytes = 1000;
+  settings_.stages = {0, 1};
+  const std::string first = Run(gpu);
+  ASSERT_EQ(Calls().size(), 2u);
+
+  std::vector<std::string> progress;
+  EXPECT_EQ(Run(gpu, &progress), first);
+  EXPECT_EQ(Calls().size(), 2u) << "nothing was measured again";
+  ASSERT_EQ(progress.size(), 2u);
+  for (const auto& line : progress) EXPECT_TRUE(Contains(line, "cached: stage")) << line;
+
+  settings_.precision = "fp32";  // another setting: measured anew
+  Run(gpu);
+  EXPECT_EQ(Calls().size(), 4u);
+}
+
+}  // namespace
+}  // namespace poplar
