@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "launcher/device.h"
 #include "launcher/zero3_engine.h"
 #include "launcher/zero_engine.h"
 
@@ -94,6 +95,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
               options_, step_);
     if (Mixed()) OwnedParameters(bucket).copy_(parameters);
   }
+  Synchronize(device_);  // on a GPU the update is queued: time it done (the step waits anyway)
   optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return norm;
 }
