@@ -94,7 +94,6 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     // Blocking waits make NCCL's timeout raise an error in wait() instead of leaving
     // the host blocked or the watchdog aborting the process.
     ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", 0);
-    ::setenv("NCCL_BLOCKING_WAIT", "1", 0);
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, options);

@@ -3,6 +3,9 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
+
+#include <cstring>
 
 #include <atomic>
 #include <cstdlib>
@@ -27,9 +30,18 @@ void Release(void* data) {
   std::free(block);
 }
 
+// libtorch 2.3 made Allocator::allocate non-const and added copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define POPLAR_ALLOCATE_CONST
+#define POPLAR_HAS_COPY_DATA 1
+#else
+#define POPLAR_ALLOCATE_CONST const
+#define POPLAR_HAS_COPY_DATA 0
+#endif
+
 class Counting final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(std::size_t bytes) const override {
+  c10::DataPtr allocate(std::size_t bytes) POPLAR_ALLOCATE_CONST override {
     const auto size = static_cast<std::int64_t>(bytes);
     const std::int64_t now = in_use.fetch_add(size) + size;
     const std::int64_t limit = capacity.load();
@@ -52,6 +64,11 @@ class Counting final : public c10::Allocator {
     return {data, data, &Release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+#if POPLAR_HAS_COPY_DATA
+  void copy_data(void* destination, const void* source, std::size_t bytes) const override {
+    std::memcpy(destination, source, bytes);
+  }
+#endif
 };
 
 Counting instance;

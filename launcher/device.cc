@@ -4,6 +4,7 @@
 
 #ifdef POPLAR_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -101,7 +102,15 @@ torch::Device SelectDevice(const std::string& kind, int local_rank) {
                                      "CUDA_VISIBLE_DEVICES)");
   }
   const auto count = static_cast<int>(torch::cuda::device_count());
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));
+#ifdef POPLAR_WITH_CUDA
+  // The current device too, for whatever uses it implicitly (NCCL's barrier, streams).
+  c10::cuda::set_device(device.index());
+#endif
+  // Start CUDA and its caching allocator now: the memory counters refuse a device the
+  // allocator has not been initialised for.
+  torch::empty({0}, torch::TensorOptions().device(device));
+  return device;
 }
 
 void Synchronize(torch::Device device) {

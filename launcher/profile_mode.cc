@@ -61,6 +61,15 @@ class StageProfiler {
       // next, smaller size is measured on an unfragmented device.
       ReleaseCachedMemory(device_);
       return std::nullopt;
+    } catch (const c10::Error& error) {
+      // Out of memory outside the caching allocator (a cuBLAS workspace, a kernel
+      // launch) is a plain c10::Error: also "does not fit", anything else is not.
+      const std::string what = error.what();
+      if (what.find("out of memory") == std::string::npos && what.find("ALLOC_FAILED") == std::string::npos) {
+        throw;
+      }
+      ReleaseCachedMemory(device_);
+      return std::nullopt;
     }
     std::sort(times.begin(), times.end());
     return ProfilePoint{size, times[times.size() / 2], peak};

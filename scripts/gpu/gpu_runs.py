@@ -21,7 +21,9 @@ to check the scripts themselves before spending device time:
              medium, for scripts/gpu/predict-schedules (the planner's prediction)
   speed      poplar-worker against PyTorch's eager DDP (autocast bf16) and FSDP
              (bf16 mixed precision) on the same model, batch and data, interleaved:
-             tokens/s, model FLOPs utilisation, ratios
+             tokens/s, model FLOPs utilisation, ratios. One GPU is one rank: FSDP then
+             shards nothing (it runs NO_SHARD), and poplar's stage 3 partitions
+             nothing either; both still run their per-unit machinery
 """
 import argparse
 import json
@@ -165,7 +167,9 @@ def phase_check(runner, out, setup):
     import torch
 
     def state(path):
-        return torch.load(path, map_location="cpu")
+        # Not weights-only: libtorch's pickler tags the dict's types (restore_type_tag),
+        # which PyTorch 2.6's weights-only loader refuses.
+        return torch.load(path, map_location="cpu", weights_only=False)
 
     def compare(a, b):
         return max((a[k].double() - b[k].double()).abs().max().item() for k in a)

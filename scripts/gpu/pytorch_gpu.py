@@ -6,7 +6,8 @@ Started like poplar-worker, with torchrun's environment; NCCL process group.
                 gradient accumulation under no_sync()
   --mode fsdp:  FullyShardedDataParallel, FULL_SHARD (ZeRO-3), one unit per block, bf16
                 mixed precision (bf16 parameters, gradients and reductions; fp32 master
-                weights and Adam state), as poplar-worker's bf16
+                weights and Adam state), as poplar-worker's bf16 (with one rank FSDP
+                shards nothing: it switches to NO_SHARD)
 Both use the model of scripts/pytorch/reference_gpt.py (fused attention), the loss in
 fp32 summed over tokens and scaled to the global mean, gradient clipping at 1.0 and
 fused AdamW; the step is timed after torch.cuda.synchronize(), like poplar-worker's,
@@ -59,8 +60,11 @@ def main():
     torch.manual_seed(1337)
     model = ref.GPT(config).to(device)
     wrapped = wrap(model, args.mode, device)
-    decay = [p for p in wrapped.parameters() if p.dim() >= 2]
-    no_decay = [p for p in wrapped.parameters() if p.dim() < 2]
+    # Decay the matrices and embeddings, not biases or LayerNorms (as poplar-worker and
+    # reference_gpt), chosen by name: FSDP may flatten the parameters it shards.
+    decays = lambda name: name.endswith(".weight") and "ln_" not in name
+    decay = [p for n, p in wrapped.named_parameters() if decays(n)]
+    no_decay = [p for n, p in wrapped.named_parameters() if not decays(n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
     autocast = (functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16) if args.mode == "ddp"
