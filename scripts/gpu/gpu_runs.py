@@ -316,9 +316,9 @@ def phase_speed(runner, out, setup):
     steps, warmup, rounds = setup.speed_steps, setup.speed_warmup, setup.speed_rounds
     pytorch = [sys.executable, os.path.join(ROOT, "scripts", "gpu", "pytorch_gpu.py")]
     setups = setup.speed_setups
-    if setup.dry_run:  # PyTorch's side needs a GPU (NCCL, fused AdamW): poplar's alone
+    if setup.dry_run:  # PyTorch's FSDP needs a GPU: DDP on the CPU only
         ceiling = H200_BF16_PEAK
-        systems = ["poplar stage 0", "poplar stage 3"]
+        systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3"]
     else:
         ceiling = matmul_ceiling()
         systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP"]
@@ -337,7 +337,8 @@ def phase_speed(runner, out, setup):
                     mode = "ddp" if "DDP" in system else "fsdp"
                     runner.ranks(label, [["--mode", mode, "--model-config", model, "--data", DATA,
                                           "--steps", str(steps), "--global-batch", str(size * count),
-                                          "--micro-batch", str(size), "--metrics", metrics]], program=pytorch)
+                                          "--micro-batch", str(size), "--metrics", metrics,
+                                          "--device", setup.device]], program=pytorch)
                     lines = read_metrics(metrics)
                 tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
                 measured.setdefault((name, system), []).append(tokens)

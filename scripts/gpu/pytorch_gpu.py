@@ -12,6 +12,7 @@ Both use the model of scripts/pytorch/reference_gpt.py (fused attention), the lo
 fp32 summed over tokens and scaled to the global mean, gradient clipping at 1.0 and
 fused AdamW; the step is timed after torch.cuda.synchronize(), like poplar-worker's,
 which waits for the device when it reads the loss. Rank 0 writes one JSON line per step.
+`--device cpu` (Gloo, DDP only, unfused AdamW) is for gpu_runs.py's dry run.
 """
 import argparse
 import functools
@@ -31,7 +32,7 @@ import reference_gpt as ref  # noqa: E402
 
 def wrap(model, mode, device):
     if mode == "ddp":
-        return DistributedDataParallel(model, device_ids=[device.index])
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     bf16 = torch.bfloat16
@@ -51,10 +52,18 @@ def main():
     parser.add_argument("--micro-batch", type=int, required=True)
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--metrics", required=True)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = parser.parse_args()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    dist.init_process_group("nccl")
+    cuda = args.device == "cuda"
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    elif args.mode != "ddp":
+        sys.exit("pytorch_gpu: --device cpu runs DDP only")
+    else:
+        device = torch.device("cpu")
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     config = ref.load_config(args.model_config)
     torch.manual_seed(1337)
@@ -66,14 +75,14 @@ def main():
     decay = [p for n, p in wrapped.named_parameters() if decays(n)]
     no_decay = [p for n, p in wrapped.named_parameters() if not decays(n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    autocast = (functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16) if args.mode == "ddp"
+                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if cuda else {}))
+    autocast = (functools.partial(torch.autocast, device.type, dtype=torch.bfloat16) if args.mode == "ddp"
                 else torch.enable_grad)
     tokens = ref.Tokens(args.data, config["block_size"])
     share = args.global_batch // world
     out = open(args.metrics, "w") if rank == 0 else None
     for step in range(args.steps):
-        torch.cuda.synchronize()
+        synchronize()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         first = step * args.global_batch + rank * share
