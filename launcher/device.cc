@@ -1,5 +1,7 @@
 #include "launcher/device.h"
 
+#include <algorithm>
+
 #include <torch/cuda.h>
 
 #ifdef POPLAR_WITH_CUDA
@@ -111,6 +113,11 @@ torch::Device SelectDevice(const std::string& kind, int local_rank) {
   // allocator has not been initialised for.
   torch::empty({0}, torch::TensorOptions().device(device));
   return device;
+}
+
+std::int64_t BucketElements(double mib, torch::Device device) {
+  if (mib <= 0) mib = device.is_cuda() ? 25.0 : 1.0;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(mib * (1 << 20) / 4));
 }
 
 void Synchronize(torch::Device device) {

@@ -32,6 +32,13 @@ std::int64_t MemoryCapacity(torch::Device device);
 // starts from an unfragmented device (a no-op on the CPU).
 void ReleaseCachedMemory(torch::Device device);
 
+// Elements (fp32 slots) per gradient/parameter bucket for a bucket size in MiB, where 0
+// means the device's default: 1 MiB on the CPU (Gloo; and small buckets stay in cache
+// for the optimizer's passes), 25 MiB on a GPU (NCCL, where big buckets pay off).
+// Training and profiling share it, so that a profile times the optimizer step that
+// training will take.
+std::int64_t BucketElements(double mib, torch::Device device);
+
 // Waits for the work queued on `device` (a no-op on the CPU), so that host clocks time it.
 void Synchronize(torch::Device device);
 

@@ -29,7 +29,7 @@ class StageProfiler {
     torch::manual_seed(options.seed);
     model_ = Gpt(config);
     model_->to(device);
-    engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, std::int64_t{1} << 22,
+    engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
                          options.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   }
 

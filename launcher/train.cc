@@ -146,10 +146,8 @@ void Train(const TrainOptions& options) {
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
-  const double bucket_mb = options.bucket_mb > 0 ? options.bucket_mb : (device.is_cuda() ? 25.0 : 1.0);
-  const auto bucket_elements = static_cast<std::int64_t>(bucket_mb * (1 << 20) / 4);
   const std::unique_ptr<TrainingEngine> engine_owner =
-      MakeEngine(plan.stage, model, communicator, options.adamw, std::max<std::int64_t>(1, bucket_elements),
+      MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
                  options.precision == "bf16" ? torch::kBFloat16 : torch::kFloat32);
   TrainingEngine& engine = *engine_owner;
   if (!options.resume.empty()) {
