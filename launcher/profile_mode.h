@@ -6,8 +6,8 @@
 // binary search between the last size that fitted and the first that did not finds the
 // largest micro-batch. Out-of-memory errors are caught and recovered from, never fatal.
 // Each point records the median time of `repeats` runs and the peak bytes in use. Then
-// the optimizer step is timed, with the buckets training uses by default on the device
-// (device.h, BucketElements): their size changes the update's speed.
+// the optimizer step is timed as training takes it: after a last micro-batch, with the
+// buckets training uses by default on the device (device.h, BucketElements).
 //
 // On a GPU (--device cuda) the card is measured as it is: times after the device has
 // finished (synchronised), peak bytes from the CUDA caching allocator, the card's
