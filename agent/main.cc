@@ -24,6 +24,21 @@
 namespace poplar {
 namespace {
 
+// Says at start why a GPU node will not run GPU work: no GPU found (and why), or a
+// worker built without CUDA next to GPUs.
+void ReportGpuReadiness(const AgentConfig& config, bool has_gpu, const std::string& worker_version) {
+  if (!config.discover_gpus) return;
+  if (!has_gpu) {
+    std::string why;
+    DiscoverNvidiaGpus(&why);
+    std::fprintf(stderr, "poplar-agent: no GPU: %s\n", why.c_str());
+  } else if (worker_version.find("CUDA") == std::string::npos) {
+    std::fprintf(stderr, "poplar-agent: warning: this node has GPUs but its poplar-worker has no CUDA (%s); "
+                         "GPU profiles and jobs will fail: build the worker for CUDA "
+                         "(docs/operations.md, \"Building the worker for CUDA\")\n", worker_version.c_str());
+  }
+}
+
 std::string WorkerNextToAgent() {
   std::error_code error;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
@@ -85,11 +100,14 @@ void Serve(const AgentOptions& options) {
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
   if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
   std::string device_list;
+  bool has_gpu = false;
   for (const auto& device : ListDevices(config)) {
     device_list += (device_list.empty() ? "" : ", ") + device.type + (device.emulated ? " (emulated)" : "");
+    has_gpu = has_gpu || !device.emulated;
   }
   std::fprintf(stderr, "poplar-agent: listening on %s (TLS, client certificate and token required); devices: %s; %s\n",
                address.c_str(), device_list.empty() ? "none" : device_list.c_str(), worker_version.c_str());
+  ReportGpuReadiness(config, has_gpu, worker_version);
 
   std::thread stopper([&] {
     int received = 0;
