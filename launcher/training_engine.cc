@@ -76,7 +76,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   for (const FlatBucket& bucket : layout_.buckets()) {
     gradients.push_back(Mixed() ? OwnedGradient(bucket).to(torch::kFloat32) : OwnedGradient(bucket));
     gradients.back().div_(token_count);
-    squares += gradients.back().to(torch::kFloat64).pow(2).sum();
+    squares += torch::dot(gradients.back(), gradients.back()).to(torch::kFloat64);  // one pass
   }
   if (Partitioned()) communicator_.AllReduceSum(squares);
   const double norm = std::sqrt(squares.item<double>());
