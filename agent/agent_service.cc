@@ -6,7 +6,6 @@
 
 #include "agent/devices.h"
 #include "agent/node_job.h"
-#include "agent/work_dir.h"
 #include "planner/input_error.h"
 
 namespace poplar {
@@ -127,14 +126,15 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     settings.timeout_s = request->timeout_s();
     settings.resume = request->resume();
 
+    const auto devices = ListDevices(config_);  // NVML: outside the lock
     std::shared_ptr<Job> job;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      CheckJobId(settings.job_id);
       if (jobs_.count(settings.job_id)) {
         throw InputError("job_id", "", "job '" + settings.job_id + "' is already running on this node");
       }
-      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, ListDevices(config_), settings));
+      // Checks the job id, the paths and the plan; writes jobs/<id>/ (hence under the lock).
+      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings));
       jobs_[settings.job_id] = job;
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),

@@ -71,12 +71,11 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none) {
   return gpus;
 }
 
-std::vector<DeviceInfo> ListDevices(const AgentConfig& config) {
+std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_no_gpu) {
   std::vector<DeviceInfo> devices;
-  if (config.discover_gpus) {
-    std::string why_none;
-    devices = DiscoverNvidiaGpus(&why_none);
-  }
+  std::string why_none;
+  if (config.discover_gpus) devices = DiscoverNvidiaGpus(&why_none);
+  if (why_no_gpu) *why_no_gpu = why_none;
   int index = 0;
   for (const auto& spec : config.emulated) {
     for (int i = 0; i < spec.count; ++i) {

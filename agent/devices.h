@@ -27,7 +27,8 @@ struct DeviceInfo {
 std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none);
 
 // This node's devices now: GPUs (when the config asks for discovery) then emulated ones.
-std::vector<DeviceInfo> ListDevices(const AgentConfig& config);
+// `why_no_gpu`, when given, receives why GPU discovery found none (empty otherwise).
+std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_no_gpu = nullptr);
 
 }  // namespace poplar
 

@@ -106,10 +106,11 @@ void Job::ReadOutput(std::size_t index, int fd) {
   waitpid(rank.pid, &status, 0);
   rank.alive = false;
   const int code = ExitCode(status);
-  Push({JobEvent::Kind::kExited, rank.process.rank, DescribeExit(rank.process.rank, code, rank.last_line), code});
+  const std::string exit = DescribeExit(rank.process.rank, code, rank.last_line);
+  Push({JobEvent::Kind::kExited, rank.process.rank, exit, code});
   if (code != 0 && !stopping_) {
     stopping_ = true;
-    stop_reason_ = DescribeExit(rank.process.rank, code, rank.last_line);
+    stop_reason_ = exit;
     SignalAlive(SIGTERM);
     escalator_ = std::thread([this] { Escalate(); });
   }
@@ -152,10 +153,8 @@ void Job::TailMetrics() {
     if (last_pass) break;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  bool failed = stopping_;
-  for (const auto& event : events_) failed = failed || (event.kind == JobEvent::Kind::kExited && event.exit_code != 0);
   ended_ = true;
-  if (failed) {
+  if (stopping_) {  // a stop, or a rank that exited non-zero (which stops the others)
     Push({JobEvent::Kind::kFailed, -1, stop_reason_.empty() ? "a rank failed" : stop_reason_, 1});
   } else {
     Push({JobEvent::Kind::kFinished, -1, "every rank finished", 0});
@@ -206,11 +205,6 @@ std::int64_t Job::last_step() const {
 
 double Job::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-}
-
-bool Job::ended() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return ended_;
 }
 
 }  // namespace poplar

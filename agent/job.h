@@ -59,7 +59,6 @@ class Job {
   std::vector<int> ranks() const;
   std::int64_t last_step() const;
   double seconds() const;
-  bool ended() const;
 
  private:
   struct Rank {

@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -26,12 +25,11 @@ namespace {
 
 // Says at start why a GPU node will not run GPU work: no GPU found (and why), or a
 // worker built without CUDA next to GPUs.
-void ReportGpuReadiness(const AgentConfig& config, bool has_gpu, const std::string& worker_version) {
+void ReportGpuReadiness(const AgentConfig& config, bool has_gpu, const std::string& why_no_gpu,
+                        const std::string& worker_version) {
   if (!config.discover_gpus) return;
   if (!has_gpu) {
-    std::string why;
-    DiscoverNvidiaGpus(&why);
-    std::fprintf(stderr, "poplar-agent: no GPU: %s\n", why.c_str());
+    std::fprintf(stderr, "poplar-agent: no GPU: %s\n", why_no_gpu.c_str());
   } else if (worker_version.find("CUDA") == std::string::npos) {
     std::fprintf(stderr, "poplar-agent: warning: this node has GPUs but its poplar-worker has no CUDA (%s); "
                          "GPU profiles and jobs will fail: build the worker for CUDA "
@@ -101,13 +99,14 @@ void Serve(const AgentOptions& options) {
   if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
   std::string device_list;
   bool has_gpu = false;
-  for (const auto& device : ListDevices(config)) {
+  std::string why_no_gpu;
+  for (const auto& device : ListDevices(config, &why_no_gpu)) {
     device_list += (device_list.empty() ? "" : ", ") + device.type + (device.emulated ? " (emulated)" : "");
     has_gpu = has_gpu || !device.emulated;
   }
   std::fprintf(stderr, "poplar-agent: listening on %s (TLS, client certificate and token required); devices: %s; %s\n",
                address.c_str(), device_list.empty() ? "none" : device_list.c_str(), worker_version.c_str());
-  ReportGpuReadiness(config, has_gpu, worker_version);
+  ReportGpuReadiness(config, has_gpu, why_no_gpu, worker_version);
 
   std::thread stopper([&] {
     int received = 0;

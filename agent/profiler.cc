@@ -116,8 +116,7 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
   JobEvent event;
   std::string failure;
   for (;;) {
-    if (!job.Next(&event, std::chrono::milliseconds(200))) {
-      if (job.ended()) break;
+    if (!job.Next(&event, std::chrono::milliseconds(200))) {  // the final event ends the loop
       if (!progress("", false)) job.Stop("profiling cancelled by the caller");  // liveness check
       continue;
     }

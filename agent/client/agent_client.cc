@@ -33,7 +33,7 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
     default:
       reason = "the agent at " + address_ + " refused " + what + ": " + status.error_message();
   }
-  return AgentError(node_, "node '" + node_ + "': " + reason);
+  return AgentError(node_, reason);
 }
 
 v1::DescribeResponse AgentClient::Describe(std::chrono::seconds deadline) {
@@ -78,7 +78,7 @@ std::string AgentClient::Profile(const v1::ProfileRequest& request,
   }
   const grpc::Status status = reader->Finish();
   if (!status.ok()) throw Failure(status, "profiling " + request.device_type());
-  if (profile.empty()) throw AgentError(node_, "node '" + node_ + "': the agent sent no profile");
+  if (profile.empty()) throw AgentError(node_, "the agent sent no profile");
   return profile;
 }
 
@@ -102,7 +102,7 @@ void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<v
     launch_context_ = nullptr;
   }
   if (!status.ok()) throw Failure(status, "the launch");
-  if (!ended) throw AgentError(node_, "node '" + node_ + "': the launch stream ended before the job did");
+  if (!ended) throw AgentError(node_, "the launch stream ended before the job did");
 }
 
 void AgentClient::CancelLaunch() {

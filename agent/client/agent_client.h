@@ -18,14 +18,15 @@
 
 namespace poplar {
 
+// what(): "node 'b': <reason>".
 class AgentError : public std::runtime_error {
  public:
-  AgentError(std::string node, const std::string& message)
-      : std::runtime_error(message), node_(std::move(node)) {}
-  const std::string& node() const { return node_; }
+  AgentError(const std::string& node, std::string reason)
+      : std::runtime_error("node '" + node + "': " + reason), reason_(std::move(reason)) {}
+  const std::string& reason() const { return reason_; }
 
  private:
-  std::string node_;
+  std::string reason_;
 };
 
 class AgentClient {

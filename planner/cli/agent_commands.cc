@@ -64,9 +64,7 @@ void RunStatus(const StatusOptions& options) {
                     jobs.empty() ? "-" : jobs});
     } catch (const AgentError& error) {
       ++unreachable;
-      std::string reason = error.what();
-      reason = reason.substr(reason.find(": ") + 2);
-      table.AddRow({client->node(), client->address(), "DOWN: " + reason, "-", "-"});
+      table.AddRow({client->node(), client->address(), "DOWN: " + error.reason(), "-", "-"});
     }
   }
   std::cout << table.Render();

@@ -45,7 +45,6 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
                             " (it has: " + (list.empty() ? "no devices" : list) + ")");
       }
     }
-    agents.descriptions.push_back(std::move(description));
   }
   return agents;
 }

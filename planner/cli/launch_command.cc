@@ -192,7 +192,7 @@ void RunLaunch(const LaunchOptions& options) {
           queue.Push({node, false, "", event});
         });
       } catch (const AgentError& error) {
-        end.stream_error = error.what();
+        end.stream_error = error.reason();
       }
       queue.Push(end);
     });
@@ -217,7 +217,7 @@ void RunLaunch(const LaunchOptions& options) {
   while (open_streams > 0) {
     if (g_interrupted && !stopping) {
       std::cout << "stopping job " << job_id << " everywhere (Ctrl-C)" << std::endl;
-      monitor.Failure("head", "stopped by the user (Ctrl-C)");
+      monitor.Stopped("head", "stopped by the user (Ctrl-C)");
       stop_everywhere("stopped by the user (Ctrl-C on the head node)");
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     }
@@ -231,7 +231,7 @@ void RunLaunch(const LaunchOptions& options) {
     if (item.stream_ended) {
       --open_streams;
       if (!item.stream_error.empty()) {
-        monitor.Failure(node_name, item.stream_error.substr(item.stream_error.find(": ") + 2));
+        monitor.Stopped(node_name, item.stream_error);
       }
     } else {
       const v1::LaunchEvent& event = item.event;

@@ -8,9 +8,12 @@
 namespace poplar {
 namespace {
 
+// How likely an agent's job-failure text is the root cause: 0 most likely.
+constexpr int kStopped = 3;
+
 int Severity(const std::string& reason) {
   auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
-  if (has("stopped by") || has("head node went away") || has("launch stream") || has("signal 15")) return 3;
+  if (has("stopped by") || has("head node went away") || has("signal 15")) return kStopped;
   if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Broken pipe")) return 2;
   if (has("killed by signal")) return 0;
   return 1;
@@ -32,28 +35,22 @@ LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, s
   std::filesystem::create_directories(std::filesystem::path(run_dir_) / "metrics");
 }
 
-std::ofstream& LaunchMonitor::Log(int rank) {
-  auto& file = logs_[rank];
+std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files,
+                                       const char* folder, const char* suffix, int rank) {
+  auto& file = files[rank];
   if (!file) {
-    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / "logs" /
-                                           ("rank-" + std::to_string(rank) + ".log"), std::ios::app);
+    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / folder /
+                                           ("rank-" + std::to_string(rank) + suffix), std::ios::app);
   }
   return *file;
 }
 
-std::ofstream& LaunchMonitor::MetricsFile(int rank) {
-  auto& file = metrics_files_[rank];
-  if (!file) {
-    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / "metrics" /
-                                           ("rank-" + std::to_string(rank) + ".jsonl"), std::ios::app);
-  }
-  return *file;
+void LaunchMonitor::Output(int rank, const std::string& line) {
+  RankFile(logs_, "logs", ".log", rank) << line << std::endl;
 }
-
-void LaunchMonitor::Output(int rank, const std::string& line) { Log(rank) << line << std::endl; }
 
 void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
-  MetricsFile(rank) << json_line << std::endl;
+  RankFile(metrics_files_, "metrics", ".jsonl", rank) << json_line << std::endl;
   auto record = nlohmann::json::parse(json_line, nullptr, false);
   if (!record.is_object() || !record.contains("step")) return;
   latest_[rank] = record;
@@ -91,6 +88,10 @@ std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
 
 void LaunchMonitor::Failure(const std::string& node, const std::string& reason) {
   failures_.push_back({Severity(reason), node, reason});
+}
+
+void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {
+  failures_.push_back({kStopped, node, reason});
 }
 
 std::string LaunchMonitor::RootCause() const {

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,10 +30,13 @@ class LaunchMonitor {
 
   void Output(int rank, const std::string& line);
   void Metrics(int rank, const std::string& json_line);
-  // A node's job failed (or its stream broke) with this reason. The reason reported is
-  // the likeliest root cause: a rank killed by a signal or failing on its own outranks
-  // ranks that failed because a peer went away, which outrank stops and broken streams.
+  // A node's job failed with this reason (the agent's text). The reason reported is the
+  // likeliest root cause: a rank killed by a signal or failing on its own outranks
+  // ranks that failed because a peer went away, which outrank stops.
   void Failure(const std::string& node, const std::string& reason);
+  // The head stopped the job or lost a node's stream (Ctrl-C, a broken or cancelled
+  // stream): a failure that outranks no job failure, whatever its text.
+  void Stopped(const std::string& node, const std::string& reason);
 
   bool failed() const { return !failures_.empty(); }
   // "node 'b': rank 1 was killed by signal 9 (Killed)".
@@ -50,8 +52,9 @@ class LaunchMonitor {
     std::string node;
     std::string reason;
   };
-  std::ofstream& Log(int rank);
-  std::ofstream& MetricsFile(int rank);
+  // run_dir/<folder>/rank-<rank><suffix>, opened for appending on first use.
+  std::ofstream& RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder,
+                          const char* suffix, int rank);
   std::string ProgressLine(std::int64_t step) const;
   // Device type -> mean over its ranks of compute_s / step_s in their latest record.
   std::map<std::string, double> BusyShares() const;

@@ -219,6 +219,8 @@ TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
   auto launch = StartLaunch("agentdeath", 100000);
   const int orphan_candidate = WaitForSteps("agentdeath", 1, 3);
   const int other = WaitForSteps("agentdeath", 0, 3);
+  ASSERT_GT(orphan_candidate, 0);
+  ASSERT_GT(other, 0);
   agents_[1]->Signal(SIGKILL);
   EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/agentdeath.err");
@@ -234,6 +236,8 @@ TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) {
   auto launch = StartLaunch("interrupted", 100000);
   const int rank1 = WaitForSteps("interrupted", 1, 2);
   const int rank0 = WaitForSteps("interrupted", 0, 2);
+  ASSERT_GT(rank1, 0);
+  ASSERT_GT(rank0, 0);
   launch->Signal(SIGINT);
   EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 130);
   EXPECT_TRUE(Contains(ReadWholeFile(dir_.path() + "/interrupted.err"), "stopped by the user"));

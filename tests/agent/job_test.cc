@@ -29,14 +29,9 @@ std::vector<JobEvent> Drain(Job& job, std::chrono::seconds limit = std::chrono::
   const auto deadline = std::chrono::steady_clock::now() + limit;
   JobEvent event;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!job.Next(&event, std::chrono::milliseconds(100))) {
-      if (job.ended() && !events.empty() &&
-          (events.back().kind == JobEvent::Kind::kFinished || events.back().kind == JobEvent::Kind::kFailed)) {
-        break;
-      }
-      continue;
-    }
+    if (!job.Next(&event, std::chrono::milliseconds(100))) continue;
     events.push_back(event);
+    if (event.kind == JobEvent::Kind::kFinished || event.kind == JobEvent::Kind::kFailed) break;
   }
   return events;
 }

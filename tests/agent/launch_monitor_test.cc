@@ -19,13 +19,23 @@ std::string Record(int step, int rank, double loss, double step_s, double comput
          ", \"compute_s\": " + std::to_string(compute_s) + ", \"samples_per_s\": " + std::to_string(24 / step_s) + "}";
 }
 
+TEST(LaunchMonitor, AStreamTheHeadLostNeverOutranksAJobFailure) {
+  ScratchDir dir("monitor");
+  std::ostringstream out;
+  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
+  // After Ctrl-C the head cancels the streams; their texts match no stop keyword.
+  monitor.Stopped("a", "the launch was cancelled");
+  monitor.Failure("b", "rank 1 exited with status 1: Connection closed by peer");
+  EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 exited with status 1: Connection closed by peer");
+}
+
 TEST(LaunchMonitor, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
   ScratchDir dir("monitor");
   std::ostringstream out;
   LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
   EXPECT_FALSE(monitor.failed());
   monitor.Failure("a", "rank 0 exited with status 1: poplar-worker[rank 0]: error: Read error: Connection reset by peer");
-  monitor.Failure("head", "stopped by the user (Ctrl-C)");
+  monitor.Stopped("head", "stopped by the user (Ctrl-C)");
   monitor.Failure("b", "rank 1 was killed by signal 9 (Killed)");
   EXPECT_TRUE(monitor.failed());
   EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 was killed by signal 9 (Killed)");
