@@ -41,57 +41,67 @@ std::string VersionText(int version) {  // 13000 -> "13.0"
 }
 
 }  // namespace
+#endif
 
-bool BuiltWithCuda() { return true; }
+bool BuiltWithCuda() {
+#ifdef POPLAR_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
 
+// Each function below has a GPU branch only in CUDA builds; the CPU's counters are the
+// counting allocator's.
 std::int64_t MemoryInUse(torch::Device device) {
-  return device.is_cuda() ? AllocatedBytes(device).current : CountingAllocator::InUse();
+#ifdef POPLAR_WITH_CUDA
+  if (device.is_cuda()) return AllocatedBytes(device).current;
+#endif
+  return CountingAllocator::InUse();
 }
 
 std::int64_t MemoryPeak(torch::Device device) {
-  return device.is_cuda() ? AllocatedBytes(device).peak : CountingAllocator::Peak();
+#ifdef POPLAR_WITH_CUDA
+  if (device.is_cuda()) return AllocatedBytes(device).peak;
+#endif
+  return CountingAllocator::Peak();
 }
 
 void ResetMemoryPeak(torch::Device device) {
-  if (device.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(Index(device));
-  } else {
-    CountingAllocator::ResetPeak();
-  }
+#ifdef POPLAR_WITH_CUDA
+  if (device.is_cuda()) return c10::cuda::CUDACachingAllocator::resetPeakStats(Index(device));
+#endif
+  CountingAllocator::ResetPeak();
 }
 
 std::int64_t MemoryCapacity(torch::Device device) {
-  if (!device.is_cuda()) return CountingAllocator::Capacity();
-  return static_cast<std::int64_t>(Properties(device).totalGlobalMem);
+#ifdef POPLAR_WITH_CUDA
+  if (device.is_cuda()) return static_cast<std::int64_t>(Properties(device).totalGlobalMem);
+#endif
+  return CountingAllocator::Capacity();
 }
 
 void ReleaseCachedMemory(torch::Device device) {
+#ifdef POPLAR_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
 }
 
 std::string DeviceDescription(torch::Device device) {
-  if (!device.is_cuda()) return "CPU";
-  int runtime = 0;
-  int driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
-  const cudaDeviceProp properties = Properties(device);
-  return std::string(properties.name) + " (compute capability " + std::to_string(properties.major) +
-         "." + std::to_string(properties.minor) + "), CUDA runtime " + VersionText(runtime) +
-         ", driver API " + VersionText(driver);
-}
-
-#else  // a CPU-only libtorch
-
-bool BuiltWithCuda() { return false; }
-std::int64_t MemoryInUse(torch::Device) { return CountingAllocator::InUse(); }
-std::int64_t MemoryPeak(torch::Device) { return CountingAllocator::Peak(); }
-void ResetMemoryPeak(torch::Device) { CountingAllocator::ResetPeak(); }
-std::int64_t MemoryCapacity(torch::Device) { return CountingAllocator::Capacity(); }
-void ReleaseCachedMemory(torch::Device) {}
-std::string DeviceDescription(torch::Device) { return "CPU"; }
-
+#ifdef POPLAR_WITH_CUDA
+  if (device.is_cuda()) {
+    int runtime = 0;
+    int driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);
+    const cudaDeviceProp properties = Properties(device);
+    return std::string(properties.name) + " (compute capability " + std::to_string(properties.major) + "." +
+           std::to_string(properties.minor) + "), CUDA runtime " + VersionText(runtime) + ", driver API " +
+           VersionText(driver);
+  }
 #endif
+  return "CPU";
+}
 
 torch::Device SelectDevice(const std::string& kind, int local_rank) {
   if (kind != "cuda") return torch::kCPU;

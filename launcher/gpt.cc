@@ -102,12 +102,6 @@ torch::Tensor GptImpl::Embed(const torch::Tensor& idx) {
   return wte(idx) + wpe(positions);
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
-  auto x = Embed(idx);
-  for (const auto& block : *h) x = block->as<Block>()->forward(x);
-  return torch::nn::functional::linear(ln_f(x), wte->weight);
-}
-
 torch::Tensor GptImpl::HeadLoss(const torch::Tensor& x, const torch::Tensor& targets) {
   // The loss in fp32 whatever the compute precision.
   const auto logits = torch::nn::functional::linear(ln_f(x), wte->weight).to(torch::kFloat32);

@@ -53,10 +53,8 @@ class GptImpl : public torch::nn::Module {
   // 1/sqrt(2 n_layer), zero biases), from the current torch random state.
   explicit GptImpl(const GptConfig& config);
 
-  // idx: [B, T] int64 token ids, T <= block_size. Returns logits [B, T, vocab].
-  torch::Tensor forward(const torch::Tensor& idx);
-
-  // Sum (not mean) of the cross-entropy over every token of the micro-batch.
+  // Sum (not mean) of the cross-entropy over every token of the micro-batch; idx and
+  // targets: [B, T] int64 token ids, T <= block_size.
   torch::Tensor LossSum(const torch::Tensor& idx, const torch::Tensor& targets);
 
   // The model's units, which LossSum chains and ZeRO-3 runs one at a time:

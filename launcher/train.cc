@@ -8,7 +8,6 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
-#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>

@@ -1,9 +1,9 @@
 #include "launcher/training_engine.h"
 
-#include <chrono>
 #include <cmath>
 
 #include "launcher/device.h"
+#include "launcher/stopwatch.h"
 #include "launcher/zero3_engine.h"
 #include "launcher/zero_engine.h"
 
@@ -35,6 +35,10 @@ torch::Tensor ShardedAdamW::Zeros(std::int64_t elements) const {
 
 torch::Tensor ShardedAdamW::WorkingZeros(std::int64_t elements) const {
   return torch::zeros({elements}, torch::TensorOptions().dtype(working_).device(device_));
+}
+
+torch::Tensor ShardedAdamW::WorkingEmpty(std::int64_t elements) const {
+  return torch::empty({elements}, torch::TensorOptions().dtype(working_).device(device_));
 }
 
 void ShardedAdamW::CopyOwned(torch::Tensor target, const FlatBucket& bucket, const FlatSlot& slot,
@@ -70,24 +74,25 @@ StateDict ShardedAdamW::MasterState(bool keep) {
 
 double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   torch::NoGradGuard no_grad;
-  // fp32 gradients of the owned slices (in place when the working precision is fp32).
+  // fp32 gradients of the owned slices (in place when the working precision is fp32),
+  // still summed over tokens: the norm of g / t is norm(g) / t, so scaling and clipping
+  // are one multiplication per element, below.
   std::vector<torch::Tensor> gradients;
   auto squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const FlatBucket& bucket : layout_.buckets()) {
     gradients.push_back(Mixed() ? OwnedGradient(bucket).to(torch::kFloat32) : OwnedGradient(bucket));
-    gradients.back().div_(token_count);
     squares += torch::dot(gradients.back(), gradients.back()).to(torch::kFloat64);  // one pass
   }
   if (Partitioned()) communicator_.AllReduceSum(squares);
-  const double norm = std::sqrt(squares.item<double>());
-  const double clip = ClipCoefficient(norm, options_.grad_clip);
+  const double norm = std::sqrt(squares.item<double>()) / token_count;
+  const double scale = ClipCoefficient(norm, options_.grad_clip) / token_count;
 
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
   ++step_;
   for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
     const FlatBucket& bucket = layout_.buckets()[b];
     auto& gradient = gradients[b];
-    if (clip < 1.0) gradient.mul_(clip);
+    gradient.mul_(scale);
     auto parameters = Mixed() ? master_.narrow(0, bucket.shard_offset, bucket.owned_size)
                               : OwnedParameters(bucket);
     AdamWStep(parameters, gradient, exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size),
@@ -96,7 +101,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
     if (Mixed()) OwnedParameters(bucket).copy_(parameters);
   }
   Synchronize(device_);  // on a GPU the update is queued: time it done (the step waits anyway)
-  optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  optimizer_seconds_ += SecondsSince(start);
   return norm;
 }
 

@@ -57,7 +57,6 @@ class TrainingEngine {
   // empty unless `keep`, as for GatherMoments).
   virtual StateDict FullState(bool keep) = 0;
 
-  virtual std::int64_t step() const = 0;
   virtual double optimizer_seconds() const = 0;
 };
 
@@ -76,7 +75,6 @@ class ShardedAdamW : public TrainingEngine {
  public:
   std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
-  std::int64_t step() const override { return step_; }
   double optimizer_seconds() const override { return optimizer_seconds_; }
 
  protected:
@@ -100,6 +98,8 @@ class ShardedAdamW : public TrainingEngine {
   double ScaleClipAndUpdate(double token_count);
   torch::Tensor Zeros(std::int64_t elements) const;         // fp32 on the engine's device
   torch::Tensor WorkingZeros(std::int64_t elements) const;  // working precision
+  // Uninitialised, for the outputs of collectives (which write every element).
+  torch::Tensor WorkingEmpty(std::int64_t elements) const;
   bool Mixed() const { return working_ != torch::kFloat32; }
   // Whether ranks own different slices (stages 1-3 on 2+ ranks).
   bool Partitioned() const { return layout_.shard_total() < layout_.total(); }

@@ -74,7 +74,7 @@ Zero3Engine::Gathering Zero3Engine::StartGather(int unit) {
   Gathering gathering;
   for (int b : unit_buckets_[unit]) {
     const FlatBucket& bucket = layout_.buckets()[b];
-    gathering.wholes.push_back(WorkingZeros(bucket.size));
+    gathering.wholes.push_back(WorkingEmpty(bucket.size));
     gathering.work.push_back(communicator_.StartAllGather(
         shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), gathering.wholes.back()));
   }
@@ -129,7 +129,7 @@ void Zero3Engine::ReduceGradients(int unit) {
       const auto& gradient = slot.parameter.grad();
       if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
     }
-    Reduction reduction{b, WorkingZeros(bucket.owned_size), nullptr};
+    Reduction reduction{b, WorkingEmpty(bucket.owned_size), nullptr};
     reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced);
     reductions_.push_back(std::move(reduction));
   }

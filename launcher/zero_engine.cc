@@ -92,7 +92,7 @@ void ZeroEngine::Launch(int b) {
     }
     parameter.mutable_grad() = torch::Tensor();
   }
-  reduced_[b] = WorkingZeros(bucket.owned_size);
+  reduced_[b] = WorkingEmpty(bucket.owned_size);
   pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b]);
 }
 
