@@ -1,5 +1,7 @@
 #include "planner/credentials.h"
 
+#include "planner/yaml_fields.h"
+
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 

@@ -15,9 +15,9 @@
 
 #include <string>
 
-#include "planner/yaml_fields.h"
-
 namespace poplar {
+
+class YamlFields;  // yaml_fields.h: only the YAML parsers that call ParseCredentials need it
 
 struct CredentialPaths {
   std::string ca;

@@ -5,7 +5,6 @@
 #include "planner/input_error.h"
 
 namespace poplar {
-namespace {
 
 using Json = nlohmann::ordered_json;
 
@@ -15,6 +14,15 @@ Json PredictionJson(const StepPrediction& prediction) {
           {"compute_s", prediction.compute_s},
           {"communication_s", prediction.communication_s},
           {"optimizer_s", prediction.optimizer_s}};
+}
+
+namespace {
+
+// Device type -> index of its class in `problem`.
+std::map<std::string, int> ClassIndex(const StageProblem& problem) {
+  std::map<std::string, int> class_of;
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) class_of[problem.classes[c].type] = c;
+  return class_of;
 }
 
 // Hands out each class's assignments, one device at a time, in order.
@@ -43,10 +51,7 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
                                   const PlanResult& result) {
   const StageOutcome& chosen = result.Chosen();
   const StageProblem& problem = chosen.problem;
-  std::map<std::string, int> class_of;
-  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) {
-    class_of[problem.classes[c].type] = c;
-  }
+  const std::map<std::string, int> class_of = ClassIndex(problem);
 
   Json ranks = Json::array();
   AssignmentQueue queue(chosen.schedule);
@@ -103,10 +108,6 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
 }
 
 Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
-  if (plan.stage != problem.stage) {
-    throw InputError(plan.file, "stage", "is " + std::to_string(plan.stage) + " but the problem is for stage " +
-                                             std::to_string(problem.stage));
-  }
   if (plan.WorldSize() != cluster.DeviceCount()) {
     throw InputError(plan.file, "ranks", "has " + std::to_string(plan.WorldSize()) + " ranks but " + cluster.file +
                                              " has " + std::to_string(cluster.DeviceCount()) + " devices");
@@ -116,8 +117,7 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
                                                     cluster.file + " trains with " +
                                                     std::to_string(problem.global_batch));
   }
-  std::map<std::string, int> class_of;
-  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) class_of[problem.classes[c].type] = c;
+  const std::map<std::string, int> class_of = ClassIndex(problem);
   Schedule schedule;
   schedule.stage = plan.stage;
   int rank = 0;

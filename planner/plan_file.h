@@ -24,10 +24,14 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
                                   const std::map<std::string, DeviceProfile>& profiles,
                                   const PlanResult& result);
 
-// The schedule a plan file gives `problem` (built for plan.stage on `cluster`): rank r
-// is the r-th device in cluster-file order, one assignment each. Throws InputError
-// naming the plan file when it does not fit: another stage, rank count or global
-// batch, or a micro-batch the device cannot hold.
+// {"step_s", "samples_per_s", "compute_s", "communication_s", "optimizer_s"}, as plan
+// files give the prediction.
+nlohmann::ordered_json PredictionJson(const StepPrediction& prediction);
+
+// The schedule a plan file gives `problem`, which must be built for plan.stage on
+// `cluster`: rank r is the r-th device in cluster-file order, one assignment each.
+// Throws InputError naming the plan file when it does not fit: another rank count or
+// global batch, or a micro-batch the device cannot hold.
 Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan);
 
 }  // namespace poplar

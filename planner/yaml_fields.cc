@@ -31,25 +31,6 @@ std::string Shown(const YAML::Node& node) {
 
 }  // namespace
 
-YAML::Node JsonToYaml(const nlohmann::json& value) {
-  YAML::Node node;
-  if (value.is_object()) {
-    node = YAML::Node(YAML::NodeType::Map);
-    for (const auto& [key, child] : value.items()) node[key] = JsonToYaml(child);
-  } else if (value.is_array()) {
-    node = YAML::Node(YAML::NodeType::Sequence);
-    for (const auto& child : value) node.push_back(JsonToYaml(child));
-  } else if (value.is_string()) {
-    node = YAML::Node(value.get<std::string>());
-    node.SetTag("!");
-  } else if (value.is_null()) {
-    node = YAML::Node(YAML::NodeType::Null);
-  } else {
-    node = YAML::Node(value.dump());  // number or boolean, as its JSON text
-  }
-  return node;
-}
-
 std::string YamlFields::LineOf(const YAML::Node& node) {
   if (!node.IsDefined() || node.Mark().line < 0) return "";
   return " (line " + std::to_string(node.Mark().line + 1) + ")";

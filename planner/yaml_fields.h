@@ -4,7 +4,7 @@
 // getter names the full key path in the InputError it throws, and Finish() rejects
 // keys that no getter asked for, so a misspelt key is an error, never silently ignored.
 // A key given twice is an error. Numbers and booleans must be plain scalars: a quoted
-// "4" is a string (JSON converted by JsonToYaml keeps that distinction).
+// "4" is a string. (JSON files have their twin, JsonFields in json_fields.h.)
 #pragma once
 
 #include <cstdint>
@@ -12,14 +12,9 @@
 #include <set>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 namespace poplar {
-
-// The same document as a YAML node tree: objects become mappings, arrays sequences;
-// strings become quoted scalars, numbers, booleans and null plain ones.
-YAML::Node JsonToYaml(const nlohmann::json& value);
 
 class YamlFields {
  public:

@@ -1,5 +1,4 @@
 // `poplar plan` and `poplar simulate`: planning from profile files, or from the agents.
-#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -87,23 +86,15 @@ void SimulatePlanFile(const PlanOptions& options, const LoadedCluster& loaded) {
   }
   const StepPrediction prediction = Simulate(problem, ScheduleOfPlan(loaded.cluster, problem, plan));
   if (options.json) {
-    const nlohmann::ordered_json document = {
-        {"plan", options.plan},
-        {"stage", plan.stage},
-        {"global_batch", plan.global_batch},
-        {"predicted", {{"step_s", prediction.step_s},
-                       {"samples_per_s", prediction.samples_per_s},
-                       {"compute_s", prediction.compute_s},
-                       {"communication_s", prediction.communication_s},
-                       {"optimizer_s", prediction.optimizer_s}}}};
+    const nlohmann::ordered_json document = {{"plan", options.plan},
+                                             {"stage", plan.stage},
+                                             {"global_batch", plan.global_batch},
+                                             {"predicted", PredictionJson(prediction)}};
     std::cout << document.dump(2) << "\n";
     return;
   }
-  std::printf("%s: stage %d, global batch %lld: predicted step %.2f ms (compute %.2f, communication "
-              "%.2f, optimizer %.2f), %.1f samples/s\n",
-              options.plan.c_str(), plan.stage, static_cast<long long>(plan.global_batch),
-              prediction.step_s * 1e3, prediction.compute_s * 1e3, prediction.communication_s * 1e3,
-              prediction.optimizer_s * 1e3, prediction.samples_per_s);
+  std::cout << options.plan << ": stage " << plan.stage << ", global batch " << plan.global_batch << ": "
+            << PredictionLine(prediction);
 }
 
 void RunSimulate(const PlanOptions& options) {

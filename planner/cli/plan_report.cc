@@ -57,8 +57,7 @@ std::string ScheduleTable(const PlanResult& result) {
   return table.Render();
 }
 
-std::string PredictionLine(const PlanResult& result) {
-  const StepPrediction& p = result.Chosen().prediction;
+std::string PredictionLine(const StepPrediction& p) {
   return "predicted step " + Seconds(p.step_s) + " = compute " + Seconds(p.compute_s) +
          " + communication " + Seconds(p.communication_s) + " + optimizer " +
          Seconds(p.optimizer_s) + "; " + Fixed(p.samples_per_s, 1) + " samples/s\n";
@@ -67,7 +66,7 @@ std::string PredictionLine(const PlanResult& result) {
 std::string PlanReport(const ClusterSpec& cluster, const PlanResult& result) {
   return ClusterSummary(cluster, result) + "\n" + StageTable(result) + "\nschedule for stage " +
          std::to_string(result.chosen_stage) + ":\n" + ScheduleTable(result) + "\n" +
-         PredictionLine(result);
+         PredictionLine(result.Chosen().prediction);
 }
 
 }  // namespace poplar

@@ -17,7 +17,7 @@ std::string StageTable(const PlanResult& result);
 // count, cap, micro-batches, accumulation steps, samples, busy and idle time.
 std::string ScheduleTable(const PlanResult& result);
 // "Predicted step ...: compute + communication + optimizer, N samples/s".
-std::string PredictionLine(const PlanResult& result);
+std::string PredictionLine(const StepPrediction& prediction);
 // All of the above, as `poplar plan` and `poplar simulate` print it.
 std::string PlanReport(const ClusterSpec& cluster, const PlanResult& result);
 
