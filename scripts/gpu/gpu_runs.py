@@ -89,7 +89,6 @@ class Runner:
 
     def __init__(self, worker, out):
         self.worker = os.path.abspath(worker)
-        self.out = out
         os.makedirs(WORK, exist_ok=True)
         self.log = open(os.path.join(out, "runs.log"), "a")
 
@@ -111,13 +110,14 @@ class Runner:
             self.log.write(f"==== {name} rank {rank} (exit {codes[rank]})\n{text}")
         self.log.flush()
         if any(codes):
-            with open(logs[codes.index(next(c for c in codes if c))]) as f:
+            with open(logs[next(r for r, code in enumerate(codes) if code)]) as f:
                 tail = f.read()[-3000:]
             sys.exit(f"gpu_runs: {name} failed (exit {codes}):\n{tail}")
 
-    def train(self, name, plan, model, steps, device, precision, backend="auto", save=None, extra=()):
+    def train(self, name, stage, ranks, model, steps, device, precision, backend="auto", save=None, extra=()):
+        """Trains `steps` steps of the plan (stage, each rank's micro-batches); rank 0's metrics."""
+        plan = write_plan(os.path.join(WORK, f"{name}.json"), stage, ranks)
         metrics = os.path.join(WORK, f"{name}.jsonl")
-        ranks = json.load(open(plan))["ranks"]
         args = ["train", "--plan", plan, "--model-config", model, "--data", DATA, "--steps", str(steps),
                 "--device", device, "--precision", precision, "--backend", backend, "--metrics", metrics,
                 "--log-every", "0", "--timeout", "600"] + list(extra)
@@ -179,10 +179,10 @@ def phase_check(runner, out, setup):
 
     model, _ = load_config("gpt-small")
     init = os.path.join(WORK, "check-init.pt")
-    runner.train("check-init", write_plan(os.path.join(WORK, "one.json"), 0, ONE_RANK), model, 0, "cpu",
+    runner.train("check-init", 0, ONE_RANK, model, 0, "cpu",
                  "fp32", save=init)
     reference = os.path.join(WORK, "check-cpu.pt")
-    runner.train("check-cpu", os.path.join(WORK, "one.json"), model, CHECK_STEPS, "cpu", "fp32", save=reference,
+    runner.train("check-cpu", 0, ONE_RANK, model, CHECK_STEPS, "cpu", "fp32", save=reference,
                  extra=["--lr", str(CHECK_LR)])
     expected, start = state(reference), state(init)
     movement = compare(expected, start)
@@ -199,9 +199,8 @@ def phase_check(runner, out, setup):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))
     for label, stage, ranks, precision, backend in cases:
         name = f"check-s{stage}-{len(ranks)}r-{precision}"
-        plan = write_plan(os.path.join(WORK, name + ".json"), stage, ranks)
         saved = os.path.join(WORK, name + ".pt")
-        runner.train(name, plan, model, CHECK_STEPS, setup.device, precision, backend, save=saved,
+        runner.train(name, stage, ranks, model, CHECK_STEPS, setup.device, precision, backend, save=saved,
                      extra=["--lr", str(CHECK_LR)])
         trained = state(saved)
         difference = compare(trained, expected)
@@ -230,8 +229,7 @@ def phase_check(runner, out, setup):
 def phase_train(runner, out, setup):
     steps = setup.train_steps
     model, config = load_config(setup.small)
-    plan = write_plan(os.path.join(WORK, "train.json"), 0, [[setup.train_batch]])
-    lines = runner.train("train", plan, model, steps, setup.device, "bf16", extra=["--lr", "6e-4"])
+    lines = runner.train("train", 0, [[setup.train_batch]], model, steps, setup.device, "bf16", extra=["--lr", "6e-4"])
     losses = [line["loss"] for line in lines]
     tokens = statistics.median(line["tokens_per_s"] for line in lines[10:])
     marks = [1, 10, 50, 100, 200, steps]
@@ -281,8 +279,7 @@ def phase_schedules(runner, out, setup):
     results, rows = [], []
     for stage, size, count in setup.schedules:
         name = f"schedule-s{stage}-{size}x{count}"
-        plan = write_plan(os.path.join(WORK, name + ".json"), stage, [[size] * count])
-        lines = runner.train(name, plan, model, steps, setup.device, "bf16")[warmup:]
+        lines = runner.train(name, stage, [[size] * count], model, steps, setup.device, "bf16")[warmup:]
         measured = {key: statistics.median(line[key] for line in lines)
                     for key in ["step_s", "compute_s", "optimizer_s", "communication_s"]}
         results.append({"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count,
@@ -314,7 +311,7 @@ def matmul_ceiling():
 
 def phase_speed(runner, out, setup):
     steps, warmup, rounds = setup.speed_steps, setup.speed_warmup, setup.speed_rounds
-    pytorch = [sys.executable, os.path.join(ROOT, "scripts", "gpu", "pytorch_gpu.py")]
+    pytorch = [sys.executable, os.path.join(ROOT, "scripts", "pytorch", "train_pytorch.py")]
     setups = setup.speed_setups
     if setup.dry_run:  # PyTorch's FSDP needs a GPU: DDP on the CPU only
         ceiling = H200_BF16_PEAK
@@ -331,14 +328,14 @@ def phase_speed(runner, out, setup):
                 metrics = os.path.join(WORK, label + ".jsonl")
                 if system.startswith("poplar"):
                     stage = int(system[-1])
-                    plan = write_plan(os.path.join(WORK, label + ".json"), stage, [[size] * count])
-                    lines = runner.train(label, plan, model, steps, setup.device, "bf16")
+                    lines = runner.train(label, stage, [[size] * count], model, steps, setup.device, "bf16")
                 else:
                     mode = "ddp" if "DDP" in system else "fsdp"
                     runner.ranks(label, [["--mode", mode, "--model-config", model, "--data", DATA,
                                           "--steps", str(steps), "--global-batch", str(size * count),
                                           "--micro-batch", str(size), "--metrics", metrics,
-                                          "--device", setup.device]], program=pytorch)
+                                          "--device", setup.device, "--precision", "bf16",
+                                          "--threads", str(os.cpu_count() or 1)]], program=pytorch)
                     lines = read_metrics(metrics)
                 tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
                 measured.setdefault((name, system), []).append(tokens)

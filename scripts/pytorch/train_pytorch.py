@@ -2,13 +2,24 @@
 """One rank of PyTorch's own data-parallel training of poplar's GPT, for benchmarks.
 
 Started like poplar-worker, with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT); Gloo process group on CPU.
+MASTER_PORT); Gloo on the CPU (--device cpu, the default), NCCL on a GPU.
   --mode ddp:   DistributedDataParallel, gradient accumulation under no_sync()
   --mode zero1: DDP + torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)
+  --mode fsdp:  FullyShardedDataParallel, FULL_SHARD (ZeRO-3), one unit per block (GPU
+                only; with one rank FSDP shards nothing: it switches to NO_SHARD)
+--precision bf16: DDP and ZeRO-1 autocast to bf16 (fp32 weights and Adam state); FSDP
+keeps bf16 parameters, gradients and reductions with fp32 master weights and Adam
+state, as poplar-worker's bf16.
 Each rank takes its share of global batch t (samples in rank order, as poplar does) in
-micro-batches of --micro-batch; rank 0 writes one JSON line per step (step_s, loss).
+micro-batches of --micro-batch. The model is scripts/pytorch/reference_gpt.py; the loss
+is fp32, summed over tokens and scaled to the global mean; gradients are clipped at 1.0;
+AdamW decays matrices and embeddings only, fused on a GPU. A step is timed from a
+synchronised device to the loss read back, like poplar-worker's. Rank 0 writes one
+JSON line per step (loss, step_s, tokens_per_s).
 """
 import argparse
+import contextlib
+import functools
 import json
 import os
 import sys
@@ -17,65 +28,105 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_gpt as ref  # noqa: E402
 
 
+def wrap(model, mode, device, bf16):
+    if mode != "fsdp":
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    precision = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
+                                buffer_dtype=torch.bfloat16) if bf16 else None)
+    return FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=device,
+                                    auto_wrap_policy=ModuleWrapPolicy({ref.Block}), use_orig_params=True,
+                                    mixed_precision=precision)
+
+
+def optimizer(wrapped, mode, lr, fused):
+    # Chosen by name, not shape: FSDP may flatten the parameters it shards.
+    decays = lambda name: name.endswith(".weight") and "ln_" not in name
+    decay = [p for n, p in wrapped.named_parameters() if decays(n)]
+    no_decay = [p for n, p in wrapped.named_parameters() if not decays(n)]
+    settings = dict(lr=lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if fused else {}))
+    if mode == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, weight_decay=0.1, **settings)
+        opt.add_param_group({"params": no_decay, "weight_decay": 0.0})
+        return opt
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": no_decay, "weight_decay": 0.0}], **settings)
+
+
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["ddp", "zero1"], required=True)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["ddp", "zero1", "fsdp"], required=True)
     parser.add_argument("--model-config", required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--global-batch", type=int, default=32)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=6e-4)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per rank")
     parser.add_argument("--metrics", required=True)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if args.mode == "fsdp" and not cuda:
+        sys.exit("train_pytorch: --mode fsdp needs --device cuda")
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(args.threads)
+    synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     config = ref.load_config(args.model_config)
     torch.manual_seed(1337)
-    model = ref.GPT(config)
-    ddp = DistributedDataParallel(model)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    if args.mode == "zero1":
-        opt = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, lr=args.lr,
-                                      betas=(0.9, 0.95), weight_decay=0.1)
-        opt.add_param_group({"params": no_decay, "weight_decay": 0.0})
-    else:
-        opt = ref.optimizer(model, args.lr)
+    model = ref.GPT(config).to(device)
+    bf16 = args.precision == "bf16"
+    wrapped = wrap(model, args.mode, device, bf16)
+    opt = optimizer(wrapped, args.mode, args.lr, fused=cuda)
+    autocast = (functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
+                if bf16 and args.mode != "fsdp" else contextlib.nullcontext)
     tokens = ref.Tokens(args.data, config["block_size"])
     share = args.global_batch // world
     out = open(args.metrics, "w") if rank == 0 else None
     for step in range(args.steps):
+        synchronize()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         first = step * args.global_batch + rank * share
-        total = 0.0
+        total = torch.zeros((), dtype=torch.float64, device=device)
         starts = list(range(0, share, args.micro_batch))
         for i, offset in enumerate(starts):
             count = min(args.micro_batch, share - offset)
-            x, y = tokens.batch(first + offset, count)
+            x, y = (t.to(device, non_blocking=True) for t in tokens.batch(first + offset, count))
             last = i == len(starts) - 1
-            context = ddp.no_sync() if not last else torch.enable_grad()
-            with context:
-                logits = ddp(x)
-                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), reduction="sum")
-                # DDP averages over ranks; scale so the result is the global mean.
+            # Backward inside no_sync too: FSDP decides there whether to reduce.
+            with wrapped.no_sync() if not last else contextlib.nullcontext():
+                with autocast():
+                    logits = wrapped(x)
+                    loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), reduction="sum")
+                # DDP and FSDP average over ranks; scale so the result is the global mean.
                 (loss * world / (args.global_batch * tokens.L)).backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            total += loss.detach()
+        if args.mode == "fsdp":
+            wrapped.clip_grad_norm_(1.0)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        dist.all_reduce(total)
+        mean_loss = total.item() / (args.global_batch * tokens.L)  # waits for the device
         elapsed = time.perf_counter() - start
         if out:
-            out.write(json.dumps({"step": step + 1, "step_s": elapsed,
+            out.write(json.dumps({"step": step + 1, "loss": mean_loss, "step_s": elapsed,
                                   "tokens_per_s": args.global_batch * tokens.L / elapsed}) + "\n")
             out.flush()
     dist.destroy_process_group()
