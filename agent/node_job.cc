@@ -22,14 +22,15 @@ struct NodeRank {
   std::string device_type;
 };
 
-std::vector<NodeRank> RanksOfNode(const nlohmann::json& plan, const std::string& node) {
+// The plan's ranks on `node`, in rank order.
+std::vector<NodeRank> RanksOfNode(const WorkerPlan& plan, const std::string& node) {
   std::vector<NodeRank> ranks;
-  for (const auto& entry : plan.at("ranks")) {
-    if (!entry.contains("node") || !entry["node"].is_string() || !entry.contains("device_type") ||
-        !entry["device_type"].is_string()) {
+  for (int rank = 0; rank < plan.WorldSize(); ++rank) {
+    const RankPlacement& placement = plan.placement[rank];
+    if (placement.node.empty() || placement.device_type.empty()) {
       throw InputError("plan_json", "ranks", "every rank needs 'node' and 'device_type' (poplar plan writes them)");
     }
-    if (entry["node"] == node) ranks.push_back({entry.at("rank").get<int>(), entry["device_type"]});
+    if (placement.node == node) ranks.push_back({rank, placement.device_type});
   }
   if (ranks.empty()) throw InputError("plan_json", "ranks", "no rank of the plan runs on node '" + node + "'");
   return ranks;
@@ -84,8 +85,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     throw InputError("data_path", "", "'" + settings.data_path + "' is not a file in the agent's work directory");
   }
   const WorkerPlan plan = ParseWorkerPlan(settings.plan_json, "plan_json");  // full validation
-  const auto plan_document = nlohmann::json::parse(settings.plan_json);
-  const std::vector<NodeRank> node_ranks = RanksOfNode(plan_document, settings.node);
+  const std::vector<NodeRank> node_ranks = RanksOfNode(plan, settings.node);
 
   // Rank -> device: the k-th rank of a type on this node takes the k-th device of it.
   std::map<std::string, std::vector<const DeviceInfo*>> free_devices;

@@ -45,6 +45,7 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     fields.Fail("ranks", "must be a non-empty list of {rank, micro_batches}");
   }
   plan.micro_batches.resize(ranks.size());
+  plan.placement.resize(ranks.size());
   std::vector<bool> seen(ranks.size(), false);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string path = "ranks[" + std::to_string(i) + "]";
@@ -55,6 +56,8 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     }
     if (seen[rank]) entry.Fail("rank", "rank " + std::to_string(rank) + " appears twice");
     seen[rank] = true;
+    plan.placement[rank] = {entry.OptionalString("node").value_or(""), entry.OptionalString("host").value_or(""),
+                            entry.OptionalString("device_type").value_or("")};
     const nlohmann::json& list = entry.Child("micro_batches");
     if (!list.is_array()) entry.Fail("micro_batches", "must be a list of sizes");
     for (std::size_t m = 0; m < list.size(); ++m) {

@@ -9,11 +9,20 @@
 
 namespace poplar {
 
+// Where a rank runs, as `poplar plan` writes it beside the micro-batches (empty when the
+// plan file does not say; the worker itself needs none of it).
+struct RankPlacement {
+  std::string node;
+  std::string host;
+  std::string device_type;
+};
+
 struct WorkerPlan {
   std::string file;
   int stage = 0;
   std::int64_t global_batch = 0;
   std::vector<std::vector<int>> micro_batches;  // [rank] -> sizes in order
+  std::vector<RankPlacement> placement;         // [rank]
 
   int WorldSize() const { return static_cast<int>(micro_batches.size()); }
   std::int64_t RankSamples(int rank) const;

@@ -92,7 +92,9 @@ class EventQueue {
 };
 
 struct PreparedPlan {
-  nlohmann::json plan;
+  std::string text;  // the plan file, as written to the run directory and sent to the agents
+  WorkerPlan plan;   // the same, parsed
+  std::string policy;
   double predicted_step_s = 0;
 };
 
@@ -100,27 +102,33 @@ PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluste
                          const std::string& run_dir) {
   PreparedPlan prepared;
   if (!options.plan_file.empty()) {
-    const std::string text = ReadTextFile(options.plan_file);
-    ParseWorkerPlan(text, options.plan_file);
-    prepared.plan = nlohmann::json::parse(text);
-    for (const auto& rank : prepared.plan["ranks"]) {
-      const std::string node = rank.value("node", "");
+    prepared.text = ReadTextFile(options.plan_file);
+    prepared.plan = ParseWorkerPlan(prepared.text, options.plan_file);
+    for (int rank = 0; rank < prepared.plan.WorldSize(); ++rank) {
+      const RankPlacement& placement = prepared.plan.placement[rank];
       bool known = false;
-      for (const auto& spec : cluster.nodes) known = known || spec.name == node;
+      for (const auto& spec : cluster.nodes) known = known || spec.name == placement.node;
+      const std::string key = "ranks[" + std::to_string(rank) + "]";
       if (!known) {
-        throw InputError(options.plan_file, "ranks[" + std::to_string(rank.value("rank", -1)) + "].node",
-                         "'" + node + "' is not a node of " + cluster.file);
+        throw InputError(options.plan_file, key + ".node", "'" + placement.node + "' is not a node of " + cluster.file);
+      }
+      if (rank == 0 && placement.host.empty()) {
+        throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
       }
     }
-    if (prepared.plan.contains("predicted")) prepared.predicted_step_s = prepared.plan["predicted"].value("step_s", 0.0);
+    const auto document = nlohmann::json::parse(prepared.text);  // informational keys
+    prepared.policy = document.value("policy", "from file");
+    if (document.contains("predicted")) prepared.predicted_step_s = document["predicted"].value("step_s", 0.0);
     return prepared;
   }
   const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
   const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
   const auto plan = PlanToJson(cluster, profiles, result);
   std::cout << PlanReport(cluster, result) << std::flush;
-  prepared.plan = nlohmann::json::parse(plan.dump());
-  prepared.predicted_step_s = plan["predicted"]["step_s"].get<double>();
+  prepared.text = plan.dump(2) + "\n";
+  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");
+  prepared.policy = options.policy;
+  prepared.predicted_step_s = result.Chosen().prediction.step_s;
   return prepared;
 }
 
@@ -143,16 +151,12 @@ void RunLaunch(const LaunchOptions& options) {
 
   ClusterAgents agents = ConnectAgents(cluster);
   const PreparedPlan prepared = PreparePlan(options, cluster, agents, run_dir);
-  const std::string plan_text = prepared.plan.dump(2) + "\n";
+  const std::string& plan_text = prepared.text;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
 
-  std::vector<RankInfo> ranks(prepared.plan["ranks"].size());
-  std::string master_addr;
-  for (const auto& rank : prepared.plan["ranks"]) {
-    const int index = rank["rank"].get<int>();
-    ranks.at(index) = {rank.value("node", ""), rank.value("device_type", "")};
-    if (index == 0) master_addr = rank.value("host", "");
-  }
+  std::vector<RankInfo> ranks;
+  for (const RankPlacement& placement : prepared.plan.placement) ranks.push_back({placement.node, placement.device_type});
+  const std::string master_addr = prepared.plan.placement.at(0).host;
   std::vector<std::size_t> nodes_in_job;
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
     for (const auto& rank : ranks) {
@@ -265,8 +269,8 @@ void RunLaunch(const LaunchOptions& options) {
 
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
-  summary["policy"] = prepared.plan.value("policy", options.plan_file.empty() ? options.policy : "from file");
-  summary["stage"] = prepared.plan.value("stage", -1);
+  summary["policy"] = prepared.policy;
+  summary["stage"] = prepared.plan.stage;
   summary["ok"] = !monitor.failed();
   const nlohmann::ordered_json measured = monitor.Summary(prepared.predicted_step_s);
   for (const auto& [key, value] : measured.items()) summary[key] = value;

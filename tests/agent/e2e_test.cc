@@ -245,6 +245,15 @@ TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) {
   EXPECT_FALSE(Alive(rank1));
 }
 
+TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
+  std::string text = ReadWholeFile(WritePlan());
+  text.replace(text.find("\"host\": \"127.0.0.1\", "), 21, "");  // rank 0's host
+  const std::string plan = dir_.Write("no-host.json", text);
+  const auto run = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "nohost"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(run.err, {plan, "ranks[0].host", "is required"})) << run.err;
+}
+
 TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   WriteCluster("three.yaml", "creds/token",
                "  - {name: c, host: 127.0.0.1, agent: \"127.0.0.1:" +

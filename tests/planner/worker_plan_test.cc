@@ -1,0 +1,30 @@
+// The worker's view of a plan file, and the placement the head and agents read from it.
+#include <gtest/gtest.h>
+
+#include "planner/worker_plan.h"
+
+namespace poplar {
+namespace {
+
+TEST(WorkerPlan, KeepsEachRanksPlacementByRankNumber) {
+  const WorkerPlan plan = ParseWorkerPlan(R"({"stage": 0, "global_batch": 12, "ranks": [
+      {"rank": 1, "node": "b", "host": "10.0.0.2", "device_type": "T4-16GB", "micro_batches": [4]},
+      {"rank": 0, "node": "a", "host": "10.0.0.1", "device_type": "V100-16GB", "micro_batches": [8]}]})",
+                                          "plan.json");
+  ASSERT_EQ(plan.placement.size(), 2u);
+  EXPECT_EQ(plan.placement[0].node, "a");
+  EXPECT_EQ(plan.placement[0].host, "10.0.0.1");
+  EXPECT_EQ(plan.placement[1].device_type, "T4-16GB");
+  EXPECT_EQ(plan.micro_batches[0], std::vector<int>{8});
+}
+
+TEST(WorkerPlan, APlanWithoutPlacementHasEmptyOnes) {
+  const WorkerPlan plan =
+      ParseWorkerPlan(R"({"stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [4]}]})", "p.json");
+  ASSERT_EQ(plan.placement.size(), 1u);
+  EXPECT_TRUE(plan.placement[0].node.empty() && plan.placement[0].host.empty() &&
+              plan.placement[0].device_type.empty());
+}
+
+}  // namespace
+}  // namespace poplar
