@@ -56,14 +56,7 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
 }  // namespace
 
 AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker) {
-  const std::string text = ReadTextFile(path);
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& error) {
-    throw InputError(path, "", "not valid YAML: " + error.msg + " (line " + std::to_string(error.mark.line + 1) + ")");
-  }
-  if (!root || root.IsNull()) throw InputError(path, "", "is empty");
+  const YAML::Node root = ParseYamlDocument(ReadTextFile(path), path);
   YamlFields fields(root, path, "");
   const std::string base = ParentFolder(path);
 

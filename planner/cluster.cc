@@ -130,14 +130,7 @@ std::optional<LinkSpec> ClusterSpec::SlowestLink() const {
 }
 
 ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& error) {
-    throw InputError(file, "", "not valid YAML: " + error.msg + " (line " +
-                                   std::to_string(error.mark.line + 1) + ")");
-  }
-  if (!root || root.IsNull()) throw InputError(file, "", "is empty");
+  const YAML::Node root = ParseYamlDocument(text, file);
   YamlFields fields(root, file, "");
 
   ClusterSpec cluster;

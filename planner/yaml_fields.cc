@@ -31,6 +31,17 @@ std::string Shown(const YAML::Node& node) {
 
 }  // namespace
 
+YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& error) {
+    throw InputError(file, "", "not valid YAML: " + error.msg + " (line " + std::to_string(error.mark.line + 1) + ")");
+  }
+  if (!root || root.IsNull()) throw InputError(file, "", "is empty");
+  return root;
+}
+
 std::string YamlFields::LineOf(const YAML::Node& node) {
   if (!node.IsDefined() || node.Mark().line < 0) return "";
   return " (line " + std::to_string(node.Mark().line + 1) + ")";

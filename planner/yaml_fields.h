@@ -16,6 +16,10 @@
 
 namespace poplar {
 
+// Parses `text` as one YAML document. Throws InputError naming `file`: not valid YAML
+// (with the line), or empty.
+YAML::Node ParseYamlDocument(const std::string& text, const std::string& file);
+
 class YamlFields {
  public:
   // Throws InputError unless `node` is a mapping.

@@ -244,6 +244,30 @@ nodes:
 // ---------------------------------------------------------------------------
 // Errors concerning the whole file.
 
+// The keys of `poplar launch`: agent addresses and the job.
+constexpr char kJob[] = "job: {model: gpt.json, data: tokens.bin, steps: 10}\n";
+
+TEST(ClusterFile, RejectsAnAgentWithoutAPort) {
+  ExpectRejected(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    agent: 10.0.0.1\n"), "nodes[0].agent",
+                 "must be host:port");
+}
+
+TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
+  const ClusterSpec cluster = ParseClusterYaml(std::string(kValidCluster) + kJob, kFile);
+  ASSERT_TRUE(cluster.job.has_value());
+  EXPECT_EQ(cluster.job->steps, 10);
+  EXPECT_FALSE(cluster.job->lr.has_value());
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 0"), "job.steps", "positive");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: -1"), "job.lr",
+                 "positive");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, grad_clip: -1"),
+                 "job.grad_clip", "zero or more");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, checkpoint_every: -2"),
+                 "job.checkpoint_every", "zero");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, epochs: 3"), "job.epochs",
+                 "unknown key");
+}
+
 TEST(ClusterFile, RejectsMalformedYaml) {
   const InputError error = ParseError("training:\n  global_batch: [1, 2\nnodes: []\n");
   EXPECT_EQ(error.file(), kFile);
