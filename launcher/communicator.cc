@@ -13,6 +13,17 @@
 namespace poplar {
 namespace {
 
+// The rendezvous store's server: libtorch 2.4+ asks for its libuv backend by default,
+// which builds without libuv (Debian's, some wheels) refuse at start. The classic
+// backend is in every libtorch and serves a job's few ranks as well. Options without
+// the field (libtorch before 2.2) have only the classic one.
+template <typename Options>
+auto UseClassicStoreServer(Options& options, int) -> decltype(options.useLibUV = false, void()) {
+  options.useLibUV = false;
+}
+template <typename Options>
+void UseClassicStoreServer(Options& /*options*/, long) {}
+
 int IntegerVariable(const char* name, int fallback, int low, int high) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
@@ -87,6 +98,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.numWorkers = world_size_;
   store_options.waitWorkers = true;
   store_options.timeout = timeout;
+  UseClassicStoreServer(store_options, 0);
   store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
 
 #ifdef USE_C10D_NCCL

@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using poplar::testing::ChildOptions;
 using poplar::testing::ChildProcess;
+using poplar::testing::Command;
 using poplar::testing::Contains;
 using poplar::testing::ContainsAll;
 using poplar::testing::ProcessOutcome;
@@ -48,7 +49,7 @@ class TwoAgents : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string& root = dir_.path();
-    const auto made = RunProcess({{POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}}, root);
+    const auto made = RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root);
     ASSERT_EQ(made.exit_code, 0) << made.err;
     // A repeated sentence: the tiny GPT learns it quickly, so the loss visibly falls.
     std::string text;
@@ -305,7 +306,7 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   EXPECT_EQ(wrong_token.error_code(), grpc::StatusCode::UNAUTHENTICATED) << wrong_token.error_message();
   EXPECT_FALSE(Describe(*Stub(ports_[0], c + "ca.pem", "", "", token)).ok()) << "served a caller without a certificate";
 
-  const auto other = RunProcess({{POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir_.path() + "/other"}},
+  const auto other = RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir_.path() + "/other"}),
                                 dir_.path());
   ASSERT_EQ(other.exit_code, 0);
   const std::string o = dir_.path() + "/other/";

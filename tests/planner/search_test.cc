@@ -159,7 +159,9 @@ TEST(Search, DeviceThatHoldsNoSampleJoinsWithEmptyLists) {
   ASSERT_TRUE(schedule);
   ASSERT_EQ(ValidateSchedule(problem, *schedule), "");
   for (const auto& a : schedule->assignments) {
-    if (a.device_class == 1) EXPECT_EQ(a.Samples(), 0);
+    if (a.device_class == 1) {
+      EXPECT_EQ(a.Samples(), 0);
+    }
   }
 }
 

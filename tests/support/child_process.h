@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sys/types.h>
@@ -19,6 +20,13 @@ struct ChildOptions {
   std::string stdout_path = "/dev/null";
   std::string stderr_path = "/dev/null";
 };
+
+// Options that run `argv` with everything else at its default.
+inline ChildOptions Command(std::vector<std::string> argv) {
+  ChildOptions options;
+  options.argv = std::move(argv);
+  return options;
+}
 
 class ChildProcess {
  public:
