@@ -23,7 +23,9 @@ to check the scripts themselves before spending device time:
              (bf16 mixed precision) on the same model, batch and data, interleaved:
              tokens/s, model FLOPs utilisation, ratios. One GPU is one rank: FSDP then
              shards nothing (it runs NO_SHARD), and poplar's stage 3 partitions
-             nothing either; both still run their per-unit machinery
+             nothing either; both still run their per-unit machinery. FSDP runs with
+             each block checkpointed (recomputed in backward), as poplar's stage 3
+             always does, so that the two make the same trade
 """
 import argparse
 import json
@@ -318,7 +320,7 @@ def phase_speed(runner, out, setup):
         systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3"]
     else:
         ceiling = matmul_ceiling()
-        systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP"]
+        systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP+AC"]
     measured = {}
     for _ in range(rounds):  # interleaved, so that drift affects every system alike
         for name, size, count in setups:
@@ -331,7 +333,8 @@ def phase_speed(runner, out, setup):
                     lines = runner.train(label, stage, [[size] * count], model, steps, setup.device, "bf16")
                 else:
                     mode = "ddp" if "DDP" in system else "fsdp"
-                    runner.ranks(label, [["--mode", mode, "--model-config", model, "--data", DATA,
+                    checkpointing = ["--checkpoint-blocks"] if system.endswith("+AC") else []
+                    runner.ranks(label, [["--mode", mode, *checkpointing, "--model-config", model, "--data", DATA,
                                           "--steps", str(steps), "--global-batch", str(size * count),
                                           "--micro-batch", str(size), "--metrics", metrics,
                                           "--device", setup.device, "--precision", "bf16",
@@ -345,7 +348,7 @@ def phase_speed(runner, out, setup):
         flops = model_flops_per_token(config)
         for system in systems:
             tokens = statistics.median(measured[(name, system)])
-            baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP"
+            baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
             base = statistics.median(measured.get((name, baseline), [float("nan")]))
             mfu = tokens * flops / H200_BF16_PEAK
             results.append({"model": name, "system": system, "micro_batch": size, "count": count,

@@ -7,6 +7,8 @@ MASTER_PORT); Gloo on the CPU (--device cpu, the default), NCCL on a GPU.
   --mode zero1: DDP + torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)
   --mode fsdp:  FullyShardedDataParallel, FULL_SHARD (ZeRO-3), one unit per block (GPU
                 only; with one rank FSDP shards nothing: it switches to NO_SHARD)
+--checkpoint-blocks: each block's activations are recomputed in backward (non-reentrant
+activation checkpointing), the trade poplar-worker's stage 3 always makes.
 --precision bf16: DDP and ZeRO-1 autocast to bf16 (fp32 weights and Adam state); FSDP
 keeps bf16 parameters, gradients and reductions with fp32 master weights and Adam
 state, as poplar-worker's bf16.
@@ -46,6 +48,14 @@ def wrap(model, mode, device, bf16):
                                     mixed_precision=precision)
 
 
+def checkpoint_blocks(wrapped):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+    apply_activation_checkpointing(
+        wrapped, check_fn=lambda module: isinstance(module, ref.Block),
+        checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+
+
 def optimizer(wrapped, mode, lr, fused):
     # Chosen by name, not shape: FSDP may flatten the parameters it shards.
     decays = lambda name: name.endswith(".weight") and "ln_" not in name
@@ -72,6 +82,8 @@ def main():
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--checkpoint-blocks", action="store_true",
+                        help="recompute each block's activations in backward")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per rank")
     parser.add_argument("--metrics", required=True)
     args = parser.parse_args()
@@ -92,6 +104,8 @@ def main():
     model = ref.GPT(config).to(device)
     bf16 = args.precision == "bf16"
     wrapped = wrap(model, args.mode, device, bf16)
+    if args.checkpoint_blocks:
+        checkpoint_blocks(wrapped)
     opt = optimizer(wrapped, args.mode, args.lr, fused=cuda)
     autocast = (functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
                 if bf16 and args.mode != "fsdp" else contextlib.nullcontext)
