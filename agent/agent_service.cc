@@ -63,7 +63,7 @@ grpc::Status AgentService::Describe(grpc::ServerContext*, const v1::DescribeRequ
                                     v1::DescribeResponse* response) {
   return Guarded("Describe", [&] {
     response->set_node(HostName());
-    response->set_agent_version("poplar-agent 0.1.0");
+    response->set_agent_version("poplar-agent " POPLAR_VERSION);
     response->set_worker_version(worker_version_);
     for (const auto& device : ListDevices(config_)) {
       v1::Device* out = response->add_devices();

@@ -33,7 +33,10 @@ std::string DescribeExit(int rank, int code, const std::string& last_line) {
 
 Job::Job(std::string id, std::vector<RankProcess> ranks, std::chrono::milliseconds stop_grace)
     : id_(std::move(id)), stop_grace_(stop_grace) {
-  for (auto& process : ranks) ranks_.push_back(Rank{std::move(process)});
+  for (auto& process : ranks) {
+    ranks_.emplace_back();
+    ranks_.back().process = std::move(process);
+  }
 }
 
 Job::~Job() {

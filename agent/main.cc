@@ -124,7 +124,7 @@ void Serve(const AgentOptions& options) {
 
 int main(int argc, char** argv) {
   CLI::App app{"poplar-agent: runs poplar workers on this node for the cluster's head node", "poplar-agent"};
-  app.set_version_flag("--version", "poplar-agent 0.1.0");
+  app.set_version_flag("--version", "poplar-agent " POPLAR_VERSION);
   app.footer("Configuration: docs/operations.md. Credentials: scripts/make-cluster-credentials.");
   poplar::AgentOptions options;
   app.add_option("--config", options.config, "Agent file (YAML)")->required()->check(CLI::ExistingFile);

@@ -1,6 +1,8 @@
 #include "launcher/communicator.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -148,7 +150,24 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
   }
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+#ifdef USE_C10D_NCCL
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(group_.get())) {
+    // NCCL's communicators end here rather than at exit (libtorch 2.4+ warns otherwise):
+    // shutdown() after a clean run; abort() while an error unwinds, so that nothing
+    // waits for a collective that a failed peer will never join.
+    try {
+      if (std::uncaught_exceptions() > 0) {
+        nccl->abort();
+      } else {
+        nccl->shutdown();
+      }
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "poplar-worker: ending NCCL: %s\n", error.what());
+    }
+  }
+#endif
+}
 
 PendingCollective::PendingCollective(Communicator& owner, c10::intrusive_ptr<c10d::Work> work,
                                      std::function<void()> finish)

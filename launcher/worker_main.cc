@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
                "poplar-worker"};
   // The agents' profile cache keys on this line: change it when measurements change.
-  app.set_version_flag("--version", std::string("poplar-worker 0.1.0 (libtorch ") + TORCH_VERSION +
+  app.set_version_flag("--version", std::string("poplar-worker " POPLAR_VERSION " (libtorch ") + TORCH_VERSION +
                                         (poplar::BuiltWithCuda() ? ", CUDA" : ", CPU only") + ")");
   poplar::TrainOptions train_options;
   poplar::ProfileOptions profile_options;

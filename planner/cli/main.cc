@@ -8,7 +8,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"poplar: ZeRO data-parallel training over heterogeneous GPU clusters", "poplar"};
-  app.set_version_flag("--version", "poplar 0.1.0");
+  app.set_version_flag("--version", "poplar " POPLAR_VERSION);
   app.footer("Run 'poplar COMMAND --help' for a command's flags. Docs: docs/README.md");
   poplar::RegisterPlanCommand(app);
   poplar::RegisterSimulateCommand(app);
