@@ -97,6 +97,9 @@ def main():
         device = torch.device("cpu")
         torch.set_num_threads(args.threads)
     synchronize = torch.cuda.synchronize if cuda else (lambda: None)
+    # The classic TCPStore server, as poplar-worker uses: builds without libuv (Debian's
+    # torch 2.x) refuse the libuv one that torch 2.4+ picks by default.
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     config = ref.load_config(args.model_config)
