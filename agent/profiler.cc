@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent/job.h"
@@ -32,6 +33,15 @@ void CheckSettings(const ProfileSettings& settings) {
   if (settings.largest_micro_batch < 0 || settings.largest_micro_batch > (1 << 20)) {
     throw InputError("largest_micro_batch", "", "must be 0 to 1048576");
   }
+}
+
+// The worker executable as it is now (size and modification time): a rebuilt or
+// replaced worker measures afresh even when its --version text is unchanged.
+std::string WorkerFileStamp(const std::string& worker) {
+  struct stat status {};
+  if (::stat(worker.c_str(), &status) != 0) return "unreadable";
+  return std::to_string(status.st_size) + "@" + std::to_string(status.st_mtim.tv_sec) + "." +
+         std::to_string(status.st_mtim.tv_nsec);
 }
 
 }  // namespace
@@ -73,7 +83,8 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
   const nlohmann::json key = {{"model", model},          {"device_type", device.type},
                               {"memory_bytes", device.memory_bytes}, {"threads", device.threads},
                               {"slowdown", device.slowdown}, {"emulated", device.emulated},
-                              {"worker", worker_version_}, {"precision", settings.precision},
+                              {"worker", worker_version_}, {"worker_file", WorkerFileStamp(config_.worker)},
+                              {"precision", settings.precision},
                               {"repeats", settings.repeats}, {"largest_micro_batch", settings.largest_micro_batch},
                               {"stage", stage}};
   const fs::path folder = fs::path(config_.cache_dir) / "profiles";

@@ -128,5 +128,20 @@ TEST_F(ProfilerTest, AStageMeasuredBeforeComesFromTheCache) {
   EXPECT_EQ(Calls().size(), 4u);
 }
 
+TEST_F(ProfilerTest, ARebuiltWorkerMeasuresAfreshUnderTheSameVersion) {
+  DeviceInfo gpu;
+  gpu.type = "NVIDIA-H200";
+  gpu.memory_bytes = 1000;
+  settings_.stages = {0};
+  Run(gpu);
+  Run(gpu);
+  ASSERT_EQ(Calls().size(), 1u) << "the second run came from the cache";
+
+  // Same --version text (the fixture's), new executable: a rebuild after a code change.
+  std::ofstream(config_.worker, std::ios::app) << "# rebuilt\n";
+  Run(gpu);
+  EXPECT_EQ(Calls().size(), 2u) << "the rebuilt worker measured again";
+}
+
 }  // namespace
 }  // namespace poplar
