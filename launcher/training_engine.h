@@ -22,6 +22,7 @@
 #include "launcher/flat_layout.h"
 #include "launcher/gpt.h"
 #include "launcher/state_dict.h"
+#include "planner/precision.h"
 
 namespace poplar {
 
@@ -64,6 +65,14 @@ class TrainingEngine {
 // `working` is the precision of computation and communication: kFloat32, or kBFloat16
 // for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
 // in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter).
+// The working dtype of a precision: kFloat32, or kBFloat16 for mixed precision.
+inline torch::ScalarType WorkingType(Precision precision) {
+  return precision == Precision::kMixed ? torch::kBFloat16 : torch::kFloat32;
+}
+// The precision a worker's --precision names ("fp32", or "bf16" for mixed precision);
+// anything else is an InputError.
+Precision WorkerPrecision(const std::string& option);
+
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
                                            torch::ScalarType working = torch::kFloat32);
