@@ -6,6 +6,7 @@
 
 #include "agent/devices.h"
 #include "agent/node_job.h"
+#include "agent/worker_settings.h"
 #include "planner/input_error.h"
 
 namespace poplar {
@@ -84,7 +85,7 @@ grpc::Status AgentService::Profile(grpc::ServerContext* context, const v1::Profi
     settings.model_config_json = request->model_config_json();
     settings.device_type = request->device_type();
     settings.stages.assign(request->stages().begin(), request->stages().end());
-    settings.precision = request->precision().empty() ? "fp32" : request->precision();
+    settings.precision = PrecisionOrDefault(request->precision());
     settings.repeats = request->repeats();
     settings.largest_micro_batch = request->largest_micro_batch();
     const auto devices = ListDevices(config_);
@@ -118,7 +119,7 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     settings.master_addr = request->master_addr();
     settings.master_port = request->master_port();
     settings.steps = request->steps();
-    settings.precision = request->precision().empty() ? "fp32" : request->precision();
+    settings.precision = PrecisionOrDefault(request->precision());
     if (request->has_lr()) settings.lr = request->lr();
     if (request->has_weight_decay()) settings.weight_decay = request->weight_decay();
     if (request->has_grad_clip()) settings.grad_clip = request->grad_clip();

@@ -8,6 +8,7 @@
 
 #include "agent/spawner.h"
 #include "agent/work_dir.h"
+#include "agent/worker_settings.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
@@ -45,14 +46,13 @@ void CheckSettings(const LaunchSettings& s) {
   }
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
   if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
-  if (s.precision != "fp32" && s.precision != "bf16") throw InputError("precision", "", "must be fp32 or bf16");
+  RequireWorkerPrecision(s.precision);
   if (s.lr && !(*s.lr > 0)) throw InputError("lr", "", "must be positive");
   if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
   if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
   if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
-  const auto model = nlohmann::json::parse(s.model_config_json, nullptr, false);
-  if (!model.is_object()) throw InputError("model_config_json", "", "is not a JSON object");
+  RequireModelConfigObject(s.model_config_json);
 }
 
 // The shortest text that reads back as exactly `value`.

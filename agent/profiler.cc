@@ -12,6 +12,7 @@
 
 #include "agent/job.h"
 #include "agent/node_job.h"
+#include "agent/worker_settings.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 
@@ -21,14 +22,11 @@ namespace {
 namespace fs = std::filesystem;
 
 void CheckSettings(const ProfileSettings& settings) {
-  const auto model = nlohmann::json::parse(settings.model_config_json, nullptr, false);
-  if (!model.is_object()) throw InputError("model_config_json", "", "is not a JSON object");
+  RequireModelConfigObject(settings.model_config_json);
   for (int stage : settings.stages) {
     if (stage < 0 || stage > 3) throw InputError("stages", "", "each stage must be 0 to 3, got " + std::to_string(stage));
   }
-  if (settings.precision != "fp32" && settings.precision != "bf16") {
-    throw InputError("precision", "", "must be fp32 or bf16, got '" + settings.precision + "'");
-  }
+  RequireWorkerPrecision(settings.precision);
   if (settings.repeats < 0 || settings.repeats > 100) throw InputError("repeats", "", "must be 0 to 100");
   if (settings.largest_micro_batch < 0 || settings.largest_micro_batch > (1 << 20)) {
     throw InputError("largest_micro_batch", "", "must be 0 to 1048576");

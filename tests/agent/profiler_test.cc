@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "agent/profiler.h"
+#include "planner/input_error.h"
 #include "planner/text_file.h"
 #include "test_support.h"
 
@@ -126,6 +127,17 @@ TEST_F(ProfilerTest, AStageMeasuredBeforeComesFromTheCache) {
   settings_.precision = "fp32";  // another setting: measured anew
   Run(gpu);
   EXPECT_EQ(Calls().size(), 4u);
+}
+
+TEST_F(ProfilerTest, RefusesBadSettingsBeforeStartingAWorker) {
+  DeviceInfo gpu;
+  gpu.type = "NVIDIA-H200";
+  settings_.precision = "fp8";
+  EXPECT_THROW(Run(gpu), InputError);
+  settings_.precision = "bf16";
+  settings_.model_config_json = "[1, 2]";
+  EXPECT_THROW(Run(gpu), InputError);
+  EXPECT_TRUE(Calls().empty()) << "no worker was started";
 }
 
 TEST_F(ProfilerTest, ARebuiltWorkerMeasuresAfreshUnderTheSameVersion) {
