@@ -10,6 +10,7 @@
 #include "agent/work_dir.h"
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"
+#include "planner/precision.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
@@ -46,7 +47,7 @@ void CheckSettings(const LaunchSettings& s) {
   }
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
   if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
-  RequireWorkerPrecision(s.precision);
+  ParseWorkerPrecision(s.precision, "precision");
   if (s.lr && !(*s.lr > 0)) throw InputError("lr", "", "must be positive");
   if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
   if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");

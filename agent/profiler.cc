@@ -14,6 +14,7 @@
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"
+#include "planner/precision.h"
 #include "planner/text_file.h"
 
 namespace poplar {
@@ -26,7 +27,7 @@ void CheckSettings(const ProfileSettings& settings) {
   for (int stage : settings.stages) {
     if (stage < 0 || stage > 3) throw InputError("stages", "", "each stage must be 0 to 3, got " + std::to_string(stage));
   }
-  RequireWorkerPrecision(settings.precision);
+  ParseWorkerPrecision(settings.precision, "precision");
   if (settings.repeats < 0 || settings.repeats > 100) throw InputError("repeats", "", "must be 0 to 100");
   if (settings.largest_micro_batch < 0 || settings.largest_micro_batch > (1 << 20)) {
     throw InputError("largest_micro_batch", "", "must be 0 to 1048576");

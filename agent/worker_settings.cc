@@ -8,12 +8,6 @@ namespace poplar {
 
 std::string PrecisionOrDefault(const std::string& requested) { return requested.empty() ? "fp32" : requested; }
 
-void RequireWorkerPrecision(const std::string& precision) {
-  if (precision != "fp32" && precision != "bf16") {
-    throw InputError("precision", "", "must be fp32 or bf16, got '" + precision + "'");
-  }
-}
-
 void RequireModelConfigObject(const std::string& json_text) {
   if (!nlohmann::json::parse(json_text, nullptr, false).is_object()) {
     throw InputError("model_config_json", "", "is not a JSON object");

@@ -111,7 +111,6 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = timeout;
     group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, options);
-    backend_name_ = "nccl";
     native_scatter_gather_ = true;
     return;
   }
@@ -120,8 +119,9 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   options->timeout = timeout;
   options->devices.push_back(GlooDevice(env.master_addr));
   group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, options);
-  backend_name_ = "gloo";
 }
+
+std::string Communicator::backend_name() const { return group_ ? group_->getBackendName() : "none"; }
 
 std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::string& master_addr) {
   // The interface Gloo listens on: GLOO_SOCKET_IFNAME when set (as torchrun), loopback

@@ -85,7 +85,7 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   // What carries the collectives: "gloo", "nccl", or "none" (one rank, no group).
-  const std::string& backend_name() const { return backend_name_; }
+  std::string backend_name() const;
 
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
   std::unique_ptr<PendingCollective> StartAllReduceSum(torch::Tensor& tensor);
@@ -131,7 +131,6 @@ class Communicator {
 #else
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
 #endif
-  std::string backend_name_ = "none";
   bool native_scatter_gather_ = false;  // the group has _reduce_scatter_base/_allgather_base
   double communication_seconds_ = 0;
 };

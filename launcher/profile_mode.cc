@@ -30,7 +30,7 @@ class StageProfiler {
     model_ = Gpt(config);
     model_->to(device);
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
-                         WorkingType(WorkerPrecision(options.precision)));
+                         WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   }
 
   // Median time and peak bytes of a micro-batch of `size`, or nullopt if it does not fit.
@@ -172,7 +172,7 @@ void Profile(const ProfileOptions& options) {
                              " threads, slowdown " + std::to_string(options.slowdown) + ", memory cap " +
                              std::to_string(options.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
-                   config.ParameterCount(), WorkerPrecision(options.precision)};
+                   config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision")};
   DistributedEnv alone;
   Communicator communicator(alone, std::chrono::seconds(10), device);
   for (int stage : options.stages) {

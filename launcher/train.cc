@@ -147,7 +147,7 @@ void Train(const TrainOptions& options) {
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
   const std::unique_ptr<TrainingEngine> engine_owner =
       MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
-                 WorkingType(WorkerPrecision(options.precision)));
+                 WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   TrainingEngine& engine = *engine_owner;
   if (!options.resume.empty()) {
     engine.LoadMoments(resumed_moments, first_step);

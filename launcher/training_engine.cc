@@ -6,14 +6,8 @@
 #include "launcher/stopwatch.h"
 #include "launcher/zero3_engine.h"
 #include "launcher/zero_engine.h"
-#include "planner/input_error.h"
 
 namespace poplar {
-
-Precision WorkerPrecision(const std::string& option) {
-  if (const auto precision = ParsePrecision(option)) return *precision;
-  throw InputError("--precision", "", "must be fp32 or bf16, got '" + option + "'");
-}
 
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,

@@ -61,18 +61,15 @@ class TrainingEngine {
   virtual double optimizer_seconds() const = 0;
 };
 
-// Takes over the model's fp32 parameters (their data moves into the engine's buffers).
-// `working` is the precision of computation and communication: kFloat32, or kBFloat16
-// for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
-// in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter).
 // The working dtype of a precision: kFloat32, or kBFloat16 for mixed precision.
 inline torch::ScalarType WorkingType(Precision precision) {
   return precision == Precision::kMixed ? torch::kBFloat16 : torch::kFloat32;
 }
-// The precision a worker's --precision names ("fp32", or "bf16" for mixed precision);
-// anything else is an InputError.
-Precision WorkerPrecision(const std::string& option);
 
+// Takes over the model's fp32 parameters (their data moves into the engine's buffers).
+// `working` is the precision of computation and communication: kFloat32, or kBFloat16
+// for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
+// in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter).
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
                                            torch::ScalarType working = torch::kFloat32);

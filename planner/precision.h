@@ -15,6 +15,12 @@ enum class Precision {
 std::optional<Precision> ParsePrecision(const std::string& text);
 std::string PrecisionName(Precision precision);
 
+// The worker's names of the precisions (poplar-worker --precision, the agents'
+// requests): "fp32", and "bf16" for mixed precision.
+std::string WorkerPrecisionName(Precision precision);
+// A worker precision name; anything else is an InputError naming `key`.
+Precision ParseWorkerPrecision(const std::string& text, const std::string& key);
+
 // Bytes of one parameter (and of one gradient) as computed on and communicated.
 inline int BytesPerWorkingValue(Precision precision) {
   return precision == Precision::kFp32 ? 4 : 2;

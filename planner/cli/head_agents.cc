@@ -6,6 +6,7 @@
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
+#include "planner/precision.h"
 #include "planner/text_file.h"
 
 namespace poplar {
@@ -49,10 +50,6 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
   return agents;
 }
 
-std::string WorkerPrecision(const ClusterSpec& cluster) {
-  return cluster.precision == Precision::kFp32 ? "fp32" : "bf16";
-}
-
 std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why) {
   if (!cluster.job) {
     throw InputError(cluster.file, "job", "is required " + why + ": {model, data, steps}");
@@ -77,7 +74,7 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
     v1::ProfileRequest request;
     request.set_model_config_json(model);
     request.set_device_type(type);
-    request.set_precision(WorkerPrecision(cluster));
+    request.set_precision(WorkerPrecisionName(cluster.precision));
     request.set_repeats(options.repeats);
     request.set_largest_micro_batch(options.largest_micro_batch);
     if (cluster.stage) request.add_stages(*cluster.stage);

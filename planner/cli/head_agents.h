@@ -26,9 +26,6 @@ ClusterAgents ClientsFor(const ClusterSpec& cluster);
 // file lists for it. Throws CommandFailed naming the node and the reason.
 ClusterAgents ConnectAgents(const ClusterSpec& cluster);
 
-// The worker precision of the cluster's training precision (mixed -> bf16).
-std::string WorkerPrecision(const ClusterSpec& cluster);
-
 // The JSON text of the cluster's job.model. Throws InputError if there is no job.
 std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
 

@@ -25,6 +25,7 @@
 #include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
+#include "planner/precision.h"
 #include "planner/plan_file.h"
 #include "planner/planner.h"
 #include "planner/text_file.h"
@@ -182,7 +183,7 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_master_addr(master_addr);
     request.set_master_port(options.master_port);
     request.set_steps(job.steps);
-    request.set_precision(WorkerPrecision(cluster));
+    request.set_precision(WorkerPrecisionName(cluster.precision));
     if (job.lr) request.set_lr(*job.lr);
     if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
     if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
