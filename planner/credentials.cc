@@ -1,9 +1,8 @@
 #include "planner/credentials.h"
 
-#include "planner/yaml_fields.h"
-
 #include "planner/input_error.h"
 #include "planner/text_file.h"
+#include "planner/yaml_fields.h"
 
 namespace poplar {
 

@@ -108,11 +108,17 @@ class Tokens:
         return x, y
 
 
+def parameter_groups(named_parameters, weight_decay=0.1):
+    """AdamW's two groups, by poplar-worker's rule: matrices and embeddings decay, biases
+    and layer norms do not. Chosen by name, not shape: FSDP may flatten parameters."""
+    named = list(named_parameters)
+    decays = lambda name: name.endswith(".weight") and "ln_" not in name
+    return [{"params": [p for n, p in named if decays(n)], "weight_decay": weight_decay},
+            {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
+
+
 def optimizer(model, lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1):
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=eps)
+    return torch.optim.AdamW(parameter_groups(model.named_parameters(), weight_decay), lr=lr, betas=betas, eps=eps)
 
 
 def train_step(model, opt, tokens, step, global_batch, micro_batch, grad_clip=1.0):

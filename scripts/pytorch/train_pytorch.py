@@ -57,18 +57,15 @@ def checkpoint_blocks(wrapped):
 
 
 def optimizer(wrapped, mode, lr, fused):
-    # Chosen by name, not shape: FSDP may flatten the parameters it shards.
-    decays = lambda name: name.endswith(".weight") and "ln_" not in name
-    decay = [p for n, p in wrapped.named_parameters() if decays(n)]
-    no_decay = [p for n, p in wrapped.named_parameters() if not decays(n)]
+    decay, no_decay = ref.parameter_groups(wrapped.named_parameters())
     settings = dict(lr=lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if fused else {}))
     if mode == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, weight_decay=0.1, **settings)
-        opt.add_param_group({"params": no_decay, "weight_decay": 0.0})
+        opt = ZeroRedundancyOptimizer(decay["params"], optimizer_class=torch.optim.AdamW,
+                                      weight_decay=decay["weight_decay"], **settings)
+        opt.add_param_group(no_decay)
         return opt
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                              {"params": no_decay, "weight_decay": 0.0}], **settings)
+    return torch.optim.AdamW([decay, no_decay], **settings)
 
 
 def main():

@@ -19,20 +19,27 @@ std::string Record(int step, int rank, double loss, double step_s, double comput
          ", \"compute_s\": " + std::to_string(compute_s) + ", \"samples_per_s\": " + std::to_string(24 / step_s) + "}";
 }
 
-TEST(LaunchMonitor, AStreamTheHeadLostNeverOutranksAJobFailure) {
-  ScratchDir dir("monitor");
-  std::ostringstream out;
-  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
+// Node a runs rank 0 on a "fast" device, node b rank 1 on a "slow" one; 10 steps.
+class LaunchMonitorTest : public ::testing::Test {
+ protected:
+  LaunchMonitor Monitor(int progress_every = 0) {
+    return LaunchMonitor(dir_.path(), {{"a", "fast"}, {"b", "slow"}}, 10, progress_every, out_);
+  }
+
+  ScratchDir dir_{"monitor"};
+  std::ostringstream out_;
+};
+
+TEST_F(LaunchMonitorTest, AStreamTheHeadLostNeverOutranksAJobFailure) {
+  LaunchMonitor monitor = Monitor();
   // After Ctrl-C the head cancels the streams; their texts match no stop keyword.
   monitor.Stopped("a", "the launch was cancelled");
   monitor.Failure("b", "rank 1 exited with status 1: Connection closed by peer");
   EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 exited with status 1: Connection closed by peer");
 }
 
-TEST(LaunchMonitor, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
-  ScratchDir dir("monitor");
-  std::ostringstream out;
-  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
+TEST_F(LaunchMonitorTest, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
+  LaunchMonitor monitor = Monitor();
   EXPECT_FALSE(monitor.failed());
   monitor.Failure("a", "rank 0 exited with status 1: poplar-worker[rank 0]: error: Read error: Connection reset by peer");
   monitor.Stopped("head", "stopped by the user (Ctrl-C)");
@@ -41,24 +48,20 @@ TEST(LaunchMonitor, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
   EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 was killed by signal 9 (Killed)");
 }
 
-TEST(LaunchMonitor, AFailingRankOutranksPeersThatLostIt) {
-  ScratchDir dir("monitor");
-  std::ostringstream out;
-  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 0, out);
+TEST_F(LaunchMonitorTest, AFailingRankOutranksPeersThatLostIt) {
+  LaunchMonitor monitor = Monitor();
   monitor.Failure("a", "rank 0 exited with status 1: Connection closed by peer");
   monitor.Failure("b", "rank 1 exited with status 1: out of memory on emulated device");
   EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 exited with status 1: out of memory on emulated device");
 }
 
-TEST(LaunchMonitor, ProgressLinesAndSummary) {
-  ScratchDir dir("monitor");
-  std::ostringstream out;
-  LaunchMonitor monitor(dir.path(), {{"a", "fast"}, {"b", "slow"}}, 10, 5, out);
+TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
+  LaunchMonitor monitor = Monitor(/*progress_every=*/5);
   for (int step = 1; step <= 10; ++step) {
     monitor.Metrics(1, Record(step, 1, 5.0 - step * 0.1, 0.2, 0.18));
     monitor.Metrics(0, Record(step, 0, 5.0 - step * 0.1, step == 1 ? 1.0 : 0.2, 0.1));
   }
-  const std::string text = out.str();
+  const std::string text = out_.str();
   EXPECT_TRUE(ContainsAll(text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000", "120.0 samples/s",
                                  "busy fast 50% slow 90%"}));
   EXPECT_EQ(text.find("step 4/10"), std::string::npos);
@@ -68,7 +71,7 @@ TEST(LaunchMonitor, ProgressLinesAndSummary) {
   EXPECT_NEAR(summary["prediction_error"].get<double>(), 0.25, 1e-9);
   EXPECT_NEAR(summary["samples_per_s"].get<double>(), 120.0, 1e-6);
   EXPECT_GT(summary["first_loss"].get<double>(), summary["last_loss"].get<double>());
-  std::ifstream metrics(dir.path() + "/metrics/rank-1.jsonl");
+  std::ifstream metrics(dir_.path() + "/metrics/rank-1.jsonl");
   int lines = 0;
   for (std::string line; std::getline(metrics, line);) ++lines;
   EXPECT_EQ(lines, 10);

@@ -39,6 +39,16 @@ cat > "$out" <<EOF
 EOF
 )";
 
+// A GPU as NVML discovery reports it.
+DeviceInfo H200(int index = 0) {
+  DeviceInfo gpu;
+  gpu.type = "NVIDIA-H200";
+  gpu.index = index;
+  gpu.memory_bytes = std::int64_t{141} << 30;
+  gpu.compute_capability = "9.0";
+  return gpu;
+}
+
 class ProfilerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -74,11 +84,7 @@ class ProfilerTest : public ::testing::Test {
 };
 
 TEST_F(ProfilerTest, MeasuresAGpuWithTheCudaProfileModeOnThatGpuOnly) {
-  DeviceInfo gpu;
-  gpu.type = "NVIDIA-H200";
-  gpu.index = 3;
-  gpu.memory_bytes = std::int64_t{141} << 30;
-  gpu.compute_capability = "9.0";
+  const DeviceInfo gpu = H200(/*index=*/3);
   settings_.stages = {2, 0};
   const auto merged = nlohmann::json::parse(Run(gpu));
   ASSERT_EQ(merged["stages"].size(), 2u);
@@ -111,9 +117,7 @@ TEST_F(ProfilerTest, MeasuresAnEmulatedDeviceOnTheCpuWithItsSettings) {
 }
 
 TEST_F(ProfilerTest, AStageMeasuredBeforeComesFromTheCache) {
-  DeviceInfo gpu;
-  gpu.type = "NVIDIA-H200";
-  gpu.memory_bytes = 1000;
+  const DeviceInfo gpu = H200();
   settings_.stages = {0, 1};
   const std::string first = Run(gpu);
   ASSERT_EQ(Calls().size(), 2u);
@@ -130,8 +134,7 @@ TEST_F(ProfilerTest, AStageMeasuredBeforeComesFromTheCache) {
 }
 
 TEST_F(ProfilerTest, RefusesBadSettingsBeforeStartingAWorker) {
-  DeviceInfo gpu;
-  gpu.type = "NVIDIA-H200";
+  const DeviceInfo gpu = H200();
   settings_.precision = "fp8";
   EXPECT_THROW(Run(gpu), InputError);
   settings_.precision = "bf16";
@@ -141,9 +144,7 @@ TEST_F(ProfilerTest, RefusesBadSettingsBeforeStartingAWorker) {
 }
 
 TEST_F(ProfilerTest, ARebuiltWorkerMeasuresAfreshUnderTheSameVersion) {
-  DeviceInfo gpu;
-  gpu.type = "NVIDIA-H200";
-  gpu.memory_bytes = 1000;
+  const DeviceInfo gpu = H200();
   settings_.stages = {0};
   Run(gpu);
   Run(gpu);
