@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -64,20 +65,46 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
   std::vector<int> stages = settings.stages.empty() ? std::vector<int>{0, 1, 2, 3} : settings.stages;
   std::sort(stages.begin(), stages.end());
   stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
-  nlohmann::json merged;
+
+  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
+  fs::create_directories(folder);
+  std::map<int, nlohmann::json> parts;  // each stage's profile, by stage
+  std::vector<int> missing;
   for (int stage : stages) {
-    auto part = nlohmann::json::parse(MeasureStage(settings, device, stage, progress));
+    const fs::path cached = folder / (CacheStem(settings, device, stage) + ".json");
+    if (!fs::exists(cached)) {
+      missing.push_back(stage);
+      continue;
+    }
+    if (!progress("stage " + std::to_string(stage) + ": cached (" + cached.filename().string() + ")", true)) {
+      throw std::runtime_error("profiling cancelled by the caller");
+    }
+    parts[stage] = nlohmann::json::parse(ReadTextFile(cached.string()));
+  }
+  if (!missing.empty()) {
+    // One worker measures every missing stage, interleaving them (launcher/profile_mode.h);
+    // each stage is then cached on its own, whole or not at all.
+    const nlohmann::json measured = nlohmann::json::parse(MeasureStages(settings, device, missing, progress));
+    for (const nlohmann::json& entry : measured.at("stages")) {
+      const int stage = entry.at("stage").get<int>();
+      nlohmann::json part = measured;
+      part["stages"] = nlohmann::json::array({entry});
+      WriteFileAtomically((folder / (CacheStem(settings, device, stage) + ".json")).string(), part.dump(2) + "\n");
+      parts[stage] = std::move(part);
+    }
+  }
+  nlohmann::json merged;
+  for (auto& [stage, part] : parts) {  // std::map: in stage order
     if (merged.is_null()) {
       merged = part;
     } else {
-      for (auto& entry : part.at("stages")) merged["stages"].push_back(entry);
+      merged["stages"].push_back(part.at("stages").at(0));
     }
   }
   return merged.dump(2) + "\n";
 }
 
-std::string Profiler::MeasureStage(const ProfileSettings& settings, const DeviceInfo& device, int stage,
-                                   const ProgressFn& progress) {
+std::string Profiler::CacheStem(const ProfileSettings& settings, const DeviceInfo& device, int stage) const {
   const std::string model = nlohmann::json::parse(settings.model_config_json).dump();  // canonical key order
   const nlohmann::json key = {{"model", model},          {"device_type", device.type},
                               {"memory_bytes", device.memory_bytes}, {"threads", device.threads},
@@ -86,34 +113,34 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
                               {"precision", settings.precision},
                               {"repeats", settings.repeats}, {"largest_micro_batch", settings.largest_micro_batch},
                               {"stage", stage}};
-  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
-  fs::create_directories(folder);
-  const std::string stem = device.type + "-stage" + std::to_string(stage) + "-" + StableHash(key.dump());
-  const fs::path cached = folder / (stem + ".json");
-  if (fs::exists(cached)) {
-    if (!progress("stage " + std::to_string(stage) + ": cached (" + cached.filename().string() + ")", true)) {
-      throw std::runtime_error("profiling cancelled by the caller");
-    }
-    return ReadTextFile(cached.string());
-  }
-  if (!progress("stage " + std::to_string(stage) + ": measuring on " + device.type, false)) {
+  return device.type + "-stage" + std::to_string(stage) + "-" + StableHash(key.dump());
+}
+
+std::string Profiler::MeasureStages(const ProfileSettings& settings, const DeviceInfo& device,
+                                    const std::vector<int>& stages, const ProgressFn& progress) {
+  std::string names;
+  for (int stage : stages) names += (names.empty() ? "" : ",") + std::to_string(stage);
+  const std::string what = (stages.size() == 1 ? "stage " : "stages ") + names;
+  if (!progress(what + ": measuring on " + device.type, false)) {
     throw std::runtime_error("profiling cancelled by the caller");
   }
 
-  // Private names per measurement, so concurrent requests for one stage do not collide.
+  // Private names per measurement, so concurrent requests for one device do not collide.
+  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
+  const std::string stem = device.type + "-stages" + names;
   static std::atomic<int> measurement{0};
   const std::string unique = stem + "." + std::to_string(getpid()) + "-" + std::to_string(++measurement);
   const fs::path model_file = folder / (unique + ".model.json");
   const fs::path output = folder / (unique + ".partial.json");
-  WriteFileAtomically(model_file.string(), model);
+  WriteFileAtomically(model_file.string(), nlohmann::json::parse(settings.model_config_json).dump());
   RankProcess process;
   process.log_path = (folder / (stem + ".log")).string();
   SpawnSpec& spec = process.spec;
   spec.program = config_.worker;
   spec.cwd = folder.string();
   spec.args = {"profile", "--model-config", model_file.string(), "--device-type", device.type,
-               "--device", device.emulated ? "cpu" : "cuda", "-o", output.string(),
-               "--stage", std::to_string(stage), "--precision", settings.precision};
+               "--device", device.emulated ? "cpu" : "cuda", "-o", output.string(), "--precision", settings.precision};
+  for (int stage : stages) spec.args.insert(spec.args.end(), {"--stage", std::to_string(stage)});
   if (settings.repeats > 0) spec.args.insert(spec.args.end(), {"--repeats", std::to_string(settings.repeats)});
   if (settings.largest_micro_batch > 0) {
     spec.args.insert(spec.args.end(), {"--largest-micro-batch", std::to_string(settings.largest_micro_batch)});
@@ -138,12 +165,11 @@ std::string Profiler::MeasureStage(const ProfileSettings& settings, const Device
   }
   std::error_code ignored;
   fs::remove(model_file, ignored);
+  const std::string profile = failure.empty() ? ReadTextFile(output.string()) : "";
+  fs::remove(output, ignored);
   if (!failure.empty()) {
-    fs::remove(output, ignored);
-    throw std::runtime_error("profiling stage " + std::to_string(stage) + " of " + device.type + " failed: " + failure);
+    throw std::runtime_error("profiling " + what + " of " + device.type + " failed: " + failure);
   }
-  const std::string profile = ReadTextFile(output.string());
-  fs::rename(output, cached);  // the cache entry appears whole or not at all
   return profile;
 }
 

@@ -1,7 +1,8 @@
-// Profiling one model on one of this node's device types (DESIGN 7), one
-// `poplar-worker profile` run per ZeRO stage, with a cache: a stage measured before for
-// the same model, device, settings and software version (`poplar-worker --version`) is
-// read from <cache_dir>/profiles/ instead of being measured again.
+// Profiling one model on one of this node's device types (DESIGN 7) with a cache: a stage
+// measured before for the same model, device, settings and worker (its `--version` and
+// its file) is read from <cache_dir>/profiles/ instead of being measured again. The
+// stages not in the cache are measured by one `poplar-worker profile` run, which
+// interleaves them so that they are timed under the same conditions.
 #pragma once
 
 #include <functional>
@@ -38,8 +39,11 @@ class Profiler {
   std::string Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress);
 
  private:
-  std::string MeasureStage(const ProfileSettings& settings, const DeviceInfo& device, int stage,
-                           const ProgressFn& progress);
+  // The cache file name of one stage's profile, without ".json".
+  std::string CacheStem(const ProfileSettings& settings, const DeviceInfo& device, int stage) const;
+  // Runs the worker for `stages`; returns its profile file's text.
+  std::string MeasureStages(const ProfileSettings& settings, const DeviceInfo& device,
+                            const std::vector<int>& stages, const ProgressFn& progress);
 
   const AgentConfig& config_;
   const std::string worker_version_;

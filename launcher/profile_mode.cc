@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include <unistd.h>
@@ -20,7 +22,13 @@
 namespace poplar {
 namespace {
 
-// One device's model, engine and the measurements for one stage.
+// One timed run's measurements.
+struct Sample {
+  double seconds = 0;
+  std::int64_t peak_bytes = 0;
+};
+
+// One stage's model and engine, alive for one pass over that stage.
 class StageProfiler {
  public:
   StageProfiler(const GptConfig& config, int stage, const ProfileOptions& options,
@@ -33,12 +41,13 @@ class StageProfiler {
                          WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   }
 
-  // Median time and peak bytes of a micro-batch of `size`, or nullopt if it does not fit.
-  std::optional<ProfilePoint> Measure(int size) {
-    std::vector<double> times;
-    std::int64_t peak = 0;
+  // One micro-batch of `size` samples after `warm_ups` untimed ones: its time and the
+  // peak bytes of all of them, or nullopt if it does not fit. Out-of-memory errors are
+  // recovered from.
+  std::optional<Sample> Measure(int size, int warm_ups) {
+    Sample sample;
     try {
-      for (int run = 0; run <= options_.repeats; ++run) {  // run 0 warms up
+      for (int run = 0; run <= warm_ups; ++run) {
         auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size},
                                      torch::TensorOptions(torch::kLong).device(device_));
         Synchronize(device_);
@@ -47,14 +56,13 @@ class StageProfiler {
         // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
         // MicroBatch returns the loss as a number, so the device is done when it returns.
         engine_->MicroBatch(inputs, inputs, /*last=*/false);
-        double elapsed = SecondsSince(start);
+        sample.seconds = SecondsSince(start);
         if (options_.slowdown > 1.0) {
-          std::this_thread::sleep_for(std::chrono::duration<double>(elapsed * (options_.slowdown - 1.0)));
-          elapsed *= options_.slowdown;
+          std::this_thread::sleep_for(std::chrono::duration<double>(sample.seconds * (options_.slowdown - 1.0)));
+          sample.seconds *= options_.slowdown;
         }
         engine_->EndRound(true);
-        peak = std::max(peak, MemoryPeak(device_));
-        if (run > 0) times.push_back(elapsed);
+        sample.peak_bytes = std::max(sample.peak_bytes, MemoryPeak(device_));
       }
     } catch (const c10::OutOfMemoryError&) {
       // The activations unwound with the exception; hand the cache back so that the
@@ -71,16 +79,15 @@ class StageProfiler {
       ReleaseCachedMemory(device_);
       return std::nullopt;
     }
-    std::sort(times.begin(), times.end());
-    return ProfilePoint{size, times[times.size() / 2], peak};
+    return sample;
   }
 
   // The optimizer step as training takes it: after a last micro-batch (here of one
-  // sample) has left real gradients, each time; only Step() is timed.
+  // sample) has left real gradients. One untimed step, then one timed.
   double OptimizerStepSeconds() {
-    std::vector<double> times;
     engine_->Step(1.0);  // clears what the measurements accumulated
-    for (int run = 0; run <= options_.repeats; ++run) {  // run 0 warms up
+    double seconds = 0;
+    for (int run = 0; run <= 1; ++run) {  // run 0 warms up
       auto inputs = torch::randint(config_.vocab_size, {1, config_.block_size},
                                    torch::TensorOptions(torch::kLong).device(device_));
       engine_->MicroBatch(inputs, inputs, /*last=*/true);
@@ -89,11 +96,9 @@ class StageProfiler {
       const auto start = Clock::now();
       engine_->Step(static_cast<double>(config_.block_size));
       Synchronize(device_);
-      if (run == 0) continue;
-      times.push_back(SecondsSince(start) * std::max(1.0, options_.slowdown));
+      seconds = SecondsSince(start) * std::max(1.0, options_.slowdown);
     }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return seconds;
   }
 
  private:
@@ -104,44 +109,81 @@ class StageProfiler {
   std::unique_ptr<TrainingEngine> engine_;
 };
 
-StageProfile ProfileStage(const GptConfig& config, int stage, const ProfileOptions& options,
-                          Communicator& communicator, torch::Device device) {
-  StageProfile result;
+// What the passes measured of one stage: the sizes that fit and each size's samples.
+struct StageSamples {
+  int stage = 0;
+  int max_micro_batch = 0;
+  std::map<int, std::vector<Sample>> runs;  // by micro-batch size
+  std::vector<double> optimizer_steps;
+};
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
+// search between the last that did and the first that did not), each after a warm-up
+// run of its own, and the optimizer step.
+StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& options,
+                      Communicator& communicator, torch::Device device) {
+  StageSamples result;
   result.stage = stage;
-  result.world_size = 1;
   StageProfiler profiler(config, stage, options, communicator, device);
-  int fits = 0;
-  int fails = 0;
+  auto fits = [&](int size) {
+    auto sample = profiler.Measure(size, /*warm_ups=*/1);
+    if (sample) result.runs[size].push_back(*sample);
+    return sample.has_value();
+  };
+  int low = 0;
+  int high = 0;
   for (int size = 1; size <= options.largest_micro_batch; size *= 2) {
-    auto point = profiler.Measure(size);
-    if (!point) {
-      fails = size;
+    if (!fits(size)) {
+      high = size;
       break;
     }
-    result.points.push_back(*point);
-    fits = size;
+    low = size;
   }
-  // Largest size that fits, between the last that did and the first that did not.
-  if (fails > 0) {
-    int low = fits, high = fails;
-    while (high - low > 1) {
-      const int middle = low + (high - low) / 2;
-      auto point = profiler.Measure(middle);
-      if (point) {
-        low = middle;
-        result.points.push_back(*point);
-      } else {
-        high = middle;
-      }
+  while (high - low > 1) {
+    const int middle = low + (high - low) / 2;
+    (fits(middle) ? low : high) = middle;
+  }
+  result.max_micro_batch = low;
+  if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
+  std::cerr << "poplar-worker profile: pass 1: stage " << stage << ": largest micro-batch " << low << ", "
+            << result.runs.size() << " sizes\n";
+  return result;
+}
+
+// A later pass of a stage: a fresh model and engine, one warm-up run at the largest size,
+// then one timed run of every size that fit, and the optimizer step. A size that does
+// not fit this time (fragmentation at the edge of memory) keeps its earlier samples.
+void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, const ProfileOptions& options,
+                    Communicator& communicator, torch::Device device) {
+  StageProfiler profiler(config, samples.stage, options, communicator, device);
+  profiler.Measure(samples.max_micro_batch, /*warm_ups=*/0);
+  for (auto& [size, runs] : samples.runs) {
+    if (auto sample = profiler.Measure(size, /*warm_ups=*/0)) runs.push_back(*sample);
+  }
+  samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
+  std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << "\n";
+}
+
+StageProfile Summarize(const StageSamples& samples) {
+  StageProfile result;
+  result.stage = samples.stage;
+  result.world_size = 1;
+  result.max_micro_batch = samples.max_micro_batch;
+  for (const auto& [size, runs] : samples.runs) {
+    std::vector<double> seconds;
+    std::int64_t peak = 0;
+    for (const Sample& run : runs) {
+      seconds.push_back(run.seconds);
+      peak = std::max(peak, run.peak_bytes);
     }
-    fits = low;
+    result.points.push_back(ProfilePoint{size, Median(seconds), peak});  // std::map: sizes ascending
   }
-  std::sort(result.points.begin(), result.points.end(),
-            [](const ProfilePoint& a, const ProfilePoint& b) { return a.micro_batch < b.micro_batch; });
-  result.max_micro_batch = fits;
-  if (fits > 0) result.optimizer_step_s = profiler.OptimizerStepSeconds();
-  std::cerr << "poplar-worker profile: stage " << stage << ": largest micro-batch " << fits << ", "
-            << result.points.size() << " points\n";
+  if (!samples.optimizer_steps.empty()) result.optimizer_step_s = Median(samples.optimizer_steps);
   return result;
 }
 
@@ -175,15 +217,26 @@ void Profile(const ProfileOptions& options) {
                    config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision")};
   DistributedEnv alone;
   Communicator communicator(alone, std::chrono::seconds(10), device);
+  // Pass 1 measures each stage alone and finds what fits; passes 2..repeats measure the
+  // stages again in turn, in a rotating order. Each point is the median over the passes,
+  // so a machine whose speed drifts over seconds (a shared host) slows every stage alike
+  // rather than favouring the stage that happened to be measured in a quiet moment,
+  // which the planner would then pick for its luck (a winner's curse).
+  std::vector<StageSamples> samples;
   for (int stage : options.stages) {
-    StageProfile measured = ProfileStage(config, stage, options, communicator, device);
-    if (measured.points.empty()) {
+    samples.push_back(FitStage(config, stage, options, communicator, device));
+    if (samples.back().runs.empty()) {
       throw InputError(options.model_config, "",
                        "not even one sample fits in " + std::to_string(capacity) +
                            " bytes at stage " + std::to_string(stage));
     }
-    profile.stages.push_back(std::move(measured));
   }
+  for (int pass = 2; pass <= options.repeats; ++pass) {
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      RemeasureStage(samples[(i + pass - 1) % samples.size()], pass, config, options, communicator, device);
+    }
+  }
+  for (const StageSamples& stage : samples) profile.stages.push_back(Summarize(stage));
   WriteFileAtomically(options.output, ProfileToJson(profile));
   std::cerr << "poplar-worker profile: wrote " << options.output << "\n";
 }

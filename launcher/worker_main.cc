@@ -74,7 +74,7 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes (0: machine memory, no cap)")->check(CLI::NonNegativeNumber);
   profile->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
   profile->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
-  profile->add_option("--repeats", o.repeats, "Timed runs per micro-batch size (median)")->check(CLI::Range(1, 100))->capture_default_str();
+  profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(CLI::Range(1, 100))->capture_default_str();
   profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   profile->callback([&o] { poplar::Profile(o); });
 }

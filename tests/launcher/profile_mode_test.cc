@@ -1,6 +1,10 @@
 // `poplar-worker profile` on an emulated device: finds the largest micro-batch under a
 // memory cap by running out of memory and recovering, and writes a profile the planner
 // reads.
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "child_process.h"
@@ -12,11 +16,11 @@ namespace {
 
 constexpr std::int64_t kCap = 12 << 20;  // 12 MiB emulated device
 
-ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output) {
+ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output, int repeats = 1) {
   ChildOptions options;
   options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json",
                   "-o", output, "--device-type", "tiny-cpu", "--memory-bytes", std::to_string(cap),
-                  "--threads", "1", "--repeats", "1", "--largest-micro-batch", "512"};
+                  "--threads", "1", "--repeats", std::to_string(repeats), "--largest-micro-batch", "512"};
   return RunProcess(options, scratch.path());
 }
 
@@ -50,6 +54,32 @@ TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
   ASSERT_EQ(bigger.exit_code, 0) << bigger.err;
   EXPECT_GT(LoadProfileFile(scratch.path() + "/bigger.json").stages[0].max_micro_batch,
             profile.stages[0].max_micro_batch);
+}
+
+TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
+  ScratchDir scratch("poplar_profile_passes");
+  WriteModelConfig(scratch, 32, 64);
+  const std::string path = scratch.path() + "/tiny-cpu.json";
+  const ProcessOutcome run = RunProfile(scratch, kCap, path, /*repeats=*/3);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+
+  // Interleaved, not stage after stage: every stage's first pass comes before any
+  // second pass, and each later pass visits every stage, starting one stage further on.
+  std::vector<std::string> order;
+  std::istringstream lines(run.err);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find("pass ");
+    if (at != std::string::npos) order.push_back(line.substr(at, std::string("pass 1: stage 0").size()));
+  }
+  const std::vector<std::string> expected = {
+      "pass 1: stage 0", "pass 1: stage 1", "pass 1: stage 2", "pass 1: stage 3",
+      "pass 2: stage 1", "pass 2: stage 2", "pass 2: stage 3", "pass 2: stage 0",
+      "pass 3: stage 2", "pass 3: stage 3", "pass 3: stage 0", "pass 3: stage 1"};
+  EXPECT_EQ(order, expected) << run.err;
+  for (const StageProfile& stage : LoadProfileFile(path).stages) {
+    EXPECT_GT(stage.optimizer_step_s, 0);
+    for (const ProfilePoint& point : stage.points) EXPECT_LE(point.peak_bytes, kCap);
+  }
 }
 
 TEST(ProfileMode, TrainingBeyondTheEmulatedMemoryFailsWithAClearError) {
