@@ -1,6 +1,6 @@
 // `poplar launch`: plans if needed, starts every rank through its node's agent, shows
 // progress, writes the run directory, and stops the job everywhere on the first
-// failure or on Ctrl-C.
+// failure, on Ctrl-C or on SIGTERM.
 //
 // Run directory (default runs/<job id>): plan.json, profiles/ (when it planned),
 // logs/rank-N.log, metrics/rank-N.jsonl, summary.json.
@@ -49,8 +49,10 @@ struct LaunchOptions {
   bool resume = false;
 };
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void OnInterrupt(int) { g_interrupted = true; }
+// The signal that asked the head to stop the job (SIGINT: Ctrl-C; SIGTERM: a scheduler,
+// systemd or kill), 0 while none has.
+std::atomic<int> g_interrupted{0};
+extern "C" void OnInterrupt(int signal_number) { g_interrupted = signal_number; }
 
 std::string DefaultJobId(const std::string& cluster_name) {
   char stamp[32];
@@ -203,7 +205,8 @@ void RunLaunch(const LaunchOptions& options) {
     });
   }
 
-  auto previous_handler = std::signal(SIGINT, OnInterrupt);
+  auto previous_interrupt = std::signal(SIGINT, OnInterrupt);
+  auto previous_terminate = std::signal(SIGTERM, OnInterrupt);
   bool stopping = false;
   auto stop_everywhere = [&](const std::string& reason) {
     if (stopping) return;
@@ -220,10 +223,11 @@ void RunLaunch(const LaunchOptions& options) {
   std::size_t open_streams = streams.size();
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   while (open_streams > 0) {
-    if (g_interrupted && !stopping) {
-      std::cout << "stopping job " << job_id << " everywhere (Ctrl-C)" << std::endl;
-      monitor.Stopped("head", "stopped by the user (Ctrl-C)");
-      stop_everywhere("stopped by the user (Ctrl-C on the head node)");
+    if (g_interrupted != 0 && !stopping) {
+      const std::string how = g_interrupted == SIGINT ? "Ctrl-C" : "SIGTERM";
+      std::cout << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
+      monitor.Stopped("head", "stopped by the user (" + how + ")");
+      stop_everywhere("stopped by the user (" + how + " on the head node)");
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     }
     if (std::chrono::steady_clock::now() > stop_deadline) {
@@ -266,7 +270,8 @@ void RunLaunch(const LaunchOptions& options) {
     }
   }
   for (auto& stream : streams) stream.join();
-  std::signal(SIGINT, previous_handler);
+  std::signal(SIGINT, previous_interrupt);
+  std::signal(SIGTERM, previous_terminate);
 
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
@@ -281,7 +286,7 @@ void RunLaunch(const LaunchOptions& options) {
     throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() +
                             "; every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
                             job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs",
-                        g_interrupted ? 130 : 1);
+                        g_interrupted != 0 ? 128 + g_interrupted : 1);
   }
   if (!summary.contains("first_loss")) {
     std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir

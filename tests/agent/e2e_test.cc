@@ -153,6 +153,8 @@ class TwoAgents : public ::testing::Test {
     return -1;
   }
 
+  void StopTheHeadWith(int signal_number, const std::string& how);
+
   ScratchDir dir_{"e2e"};
   std::vector<std::unique_ptr<ChildProcess>> agents_;
   std::vector<int> ports_;
@@ -233,18 +235,26 @@ TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
   EXPECT_FALSE(Alive(other));
 }
 
-TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) {
-  auto launch = StartLaunch("interrupted", 100000);
-  const int rank1 = WaitForSteps("interrupted", 1, 2);
-  const int rank0 = WaitForSteps("interrupted", 0, 2);
+// Signals the head once both ranks train; the head must stop every worker, exit with
+// 128 + the signal and name how it was stopped.
+void TwoAgents::StopTheHeadWith(int signal_number, const std::string& how) {
+  const std::string name = "signal" + std::to_string(signal_number);
+  auto launch = StartLaunch(name, 100000);
+  const int rank1 = WaitForSteps(name, 1, 2);
+  const int rank0 = WaitForSteps(name, 0, 2);
   ASSERT_GT(rank1, 0);
   ASSERT_GT(rank0, 0);
-  launch->Signal(SIGINT);
-  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 130);
-  EXPECT_TRUE(Contains(ReadWholeFile(dir_.path() + "/interrupted.err"), "stopped by the user"));
+  launch->Signal(signal_number);
+  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 128 + signal_number);
+  EXPECT_TRUE(Contains(ReadWholeFile(dir_.path() + "/" + name + ".err"), "stopped by the user (" + how));
   EXPECT_FALSE(Alive(rank0));
   EXPECT_FALSE(Alive(rank1));
 }
+
+TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) { StopTheHeadWith(SIGINT, "Ctrl-C"); }
+
+// What a batch scheduler or `timeout` does to the head: the same orderly stop.
+TEST_F(TwoAgents, SigtermToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGTERM, "SIGTERM"); }
 
 TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
   std::string text = ReadWholeFile(WritePlan());
