@@ -197,6 +197,7 @@ std::unique_ptr<PendingCollective> Communicator::Pending(c10::intrusive_ptr<c10d
 
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
   if (!group_) return Pending({}, nullptr);
+  volume_.all_reduced += tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
   if (!native_scatter_gather_ && tensor.scalar_type() == torch::kBFloat16) {
     // Gloo (libtorch 1.13) cannot add bf16: reduce an fp32 copy.
     std::vector<torch::Tensor> wide = {tensor.to(torch::kFloat32)};
@@ -212,6 +213,7 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   const auto chunk = output.numel();
   TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
   if (!group_) return Pending({}, [input, output]() mutable { output.copy_(input); });
+  volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
   if (native_scatter_gather_) {
     auto source = input.contiguous();
     return Pending(group_->_reduce_scatter_base(output, source), nullptr);
@@ -231,6 +233,7 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   if (!group_) return Pending({}, [shard, output]() mutable { output.copy_(shard); });
+  volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
   auto source = shard.contiguous();
   if (native_scatter_gather_) return Pending(group_->_allgather_base(output, source), nullptr);
   // Gloo (libtorch 1.13) has no bf16 type; gathering only moves bits, so send them as

@@ -112,6 +112,17 @@ class Communicator {
   // was not hidden behind computation.
   double communication_seconds() const { return communication_seconds_; }
 
+  // Bytes handed to each kind of collective since construction, counted when more than
+  // one rank takes part: the payload (an all-reduce's tensor, a reduce-scatter's input,
+  // an all-gather's output, in the caller's type), not what crosses the wire (a ring
+  // moves (N-1)/N of it per rank; docs/cost-model.md).
+  struct Volume {
+    std::int64_t all_reduced = 0;
+    std::int64_t reduce_scattered = 0;
+    std::int64_t all_gathered = 0;
+  };
+  const Volume& volume() const { return volume_; }
+
  private:
   class Timer;
   friend class PendingCollective;
@@ -133,6 +144,7 @@ class Communicator {
 #endif
   bool native_scatter_gather_ = false;  // the group has _reduce_scatter_base/_allgather_base
   double communication_seconds_ = 0;
+  Volume volume_;
 };
 
 }  // namespace poplar

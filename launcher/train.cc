@@ -172,6 +172,7 @@ void Train(const TrainOptions& options) {
   for (std::int64_t step = first_step; step < options.steps; ++step) {
     const auto step_start = Clock::now();
     const double communication_before = communicator.communication_seconds();
+    const Communicator::Volume volume_before = communicator.volume();
     const double optimizer_before = engine.optimizer_seconds();
     // What the rank carries from step to step: its model states. Measured here, when no
     // collective is in flight (a finished one's buffers may linger on Gloo's threads).
@@ -206,6 +207,9 @@ void Train(const TrainOptions& options) {
                    {"step_s", step_s},
                    {"compute_s", compute_s},
                    {"communication_s", communicator.communication_seconds() - communication_before},
+                   {"all_reduced_bytes", communicator.volume().all_reduced - volume_before.all_reduced},
+                   {"reduce_scattered_bytes", communicator.volume().reduce_scattered - volume_before.reduce_scattered},
+                   {"all_gathered_bytes", communicator.volume().all_gathered - volume_before.all_gathered},
                    {"optimizer_s", engine.optimizer_seconds() - optimizer_before},
                    {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
                    {"samples_per_s", plan.global_batch / step_s},

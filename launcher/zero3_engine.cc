@@ -1,6 +1,9 @@
 #include "launcher/zero3_engine.h"
 
 #include <cstdint>
+#include <map>
+#include <numeric>
+#include <set>
 
 namespace poplar {
 namespace {
@@ -51,10 +54,11 @@ Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptio
                          torch::ScalarType working)
     : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true),
                    communicator, options, model->wte->weight.device(), working),
-      model_(std::move(model)),
-      units_(model_->config().n_layer + 2) {
-  for (int unit = 0; unit < units_; ++unit) unit_buckets_.push_back({unit});
+      model_(std::move(model)) {
+  const int units = model_->config().n_layer + 2;
+  for (int unit = 0; unit < units; ++unit) unit_buckets_.push_back({unit});
   unit_buckets_.back().push_back(0);  // the head is tied to the token embedding
+  schedule_ = MicroBatchSchedule(unit_buckets_);
   torch::NoGradGuard no_grad;
   shard_parameters_ = WorkingZeros(layout_.shard_total());
   gradient_shard_ = WorkingZeros(layout_.shard_total());
@@ -65,14 +69,43 @@ Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptio
       InitMaster(bucket, slot, slot.parameter);
     }
   }
-  for (int unit = 0; unit < units_; ++unit) Release(unit);
-  for (int unit = 0; unit < units_; ++unit) gather_order_.push_back(unit);
-  for (int unit = units_ - 1; unit >= 0; --unit) gather_order_.push_back(unit);
+  AbandonMicroBatch();  // every parameter starts released
 }
 
-Zero3Engine::Gathering Zero3Engine::StartGather(int unit) {
+std::vector<Zero3Engine::Visit> Zero3Engine::MicroBatchSchedule(const std::vector<std::vector<int>>& unit_buckets) {
+  const int units = static_cast<int>(unit_buckets.size());
+  std::vector<Visit> schedule;
+  for (int unit = 0; unit < units; ++unit) schedule.push_back(Visit{unit, {}, {}, {}});
+  for (int unit = units - 1; unit >= 0; --unit) schedule.push_back(Visit{unit, {}, {}, {}});
+  std::map<int, std::vector<std::size_t>> uses;  // bucket -> the visits that need it, in order
+  std::map<int, std::set<int>> users;            // bucket -> the units that need it
+  for (std::size_t v = 0; v < schedule.size(); ++v) {
+    for (int bucket : unit_buckets[schedule[v].unit]) {
+      uses[bucket].push_back(v);
+      users[bucket].insert(schedule[v].unit);
+    }
+  }
+  for (const auto& [bucket, visits] : uses) {
+    // Gathered for each run of consecutive visits; a shared bucket for one run from its
+    // first use to its last, so that its gradient is summed before it is reduced.
+    const bool shared = users[bucket].size() > 1;
+    std::size_t run_start = visits.front();
+    for (std::size_t i = 0; i < visits.size(); ++i) {
+      const bool last = i + 1 == visits.size();
+      if (!last && (shared || visits[i + 1] == visits[i] + 1)) continue;
+      schedule[run_start].gather.push_back(bucket);
+      schedule[visits[i]].release.push_back(bucket);
+      if (!last) run_start = visits[i + 1];
+    }
+    schedule[visits.back()].reduce.push_back(bucket);  // a backward visit: gradients complete
+  }
+  return schedule;
+}
+
+Zero3Engine::Gathering Zero3Engine::StartGather(const std::vector<int>& buckets) {
   Gathering gathering;
-  for (int b : unit_buckets_[unit]) {
+  gathering.buckets = buckets;
+  for (int b : buckets) {
     const FlatBucket& bucket = layout_.buckets()[b];
     gathering.wholes.push_back(WorkingEmpty(bucket.size));
     gathering.work.push_back(communicator_.StartAllGather(
@@ -81,11 +114,11 @@ Zero3Engine::Gathering Zero3Engine::StartGather(int unit) {
   return gathering;
 }
 
-void Zero3Engine::Install(int unit, Gathering& gathering) {
+void Zero3Engine::Install(Gathering& gathering) {
   torch::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < unit_buckets_[unit].size(); ++i) {
+  for (std::size_t i = 0; i < gathering.buckets.size(); ++i) {
     gathering.work[i]->Wait();
-    const FlatBucket& bucket = layout_.buckets()[unit_buckets_[unit][i]];
+    const FlatBucket& bucket = layout_.buckets()[gathering.buckets[i]];
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
       auto parameter = slot.parameter;
@@ -94,23 +127,35 @@ void Zero3Engine::Install(int unit, Gathering& gathering) {
   }
 }
 
-void Zero3Engine::Gather(int unit) {
-  TORCH_CHECK(gather_order_[cursor_] == unit, "ZeRO-3 units ran out of order: expected unit ",
-              gather_order_[cursor_], ", got ", unit);
-  Gathering current = prefetched_.work.empty() ? StartGather(unit) : std::move(prefetched_);
-  prefetched_ = Gathering();
-  // The next unit's parameters travel while this one computes; not across micro-batches,
-  // whose parameters may change in between.
-  if (++cursor_ < gather_order_.size()) {
-    prefetched_ = StartGather(gather_order_[cursor_]);
+void Zero3Engine::BeginVisit(int unit) {
+  const Visit& visit = schedule_[cursor_];
+  TORCH_CHECK(visit.unit == unit, "ZeRO-3 units ran out of order: expected unit ", visit.unit, ", got ", unit);
+  Gathering current;
+  if (!prefetched_.buckets.empty() && prefetched_visit_ == cursor_) {
+    current = std::move(prefetched_);
+    prefetched_ = Gathering();
   } else {
-    cursor_ = 0;
+    current = StartGather(visit.gather);
   }
-  Install(unit, current);
+  // The next gathering visit's parameters travel while this one computes; not across
+  // micro-batches, whose parameters may change in between.
+  for (std::size_t next = cursor_ + 1; prefetched_.buckets.empty() && next < schedule_.size(); ++next) {
+    if (schedule_[next].gather.empty()) continue;
+    prefetched_ = StartGather(schedule_[next].gather);
+    prefetched_visit_ = next;
+  }
+  Install(current);
 }
 
-void Zero3Engine::Release(int unit) {
-  for (int b : unit_buckets_[unit]) {
+void Zero3Engine::EndVisit() {
+  const Visit& visit = schedule_[cursor_];
+  ReduceGradients(visit.reduce);
+  Release(visit.release);
+  if (++cursor_ == schedule_.size()) cursor_ = 0;
+}
+
+void Zero3Engine::Release(const std::vector<int>& buckets) {
+  for (int b : buckets) {
     for (int index : layout_.buckets()[b].slots) {
       auto parameter = layout_.slots()[index].parameter;
       parameter.set_data(WorkingZeros(0));
@@ -119,9 +164,9 @@ void Zero3Engine::Release(int unit) {
   }
 }
 
-void Zero3Engine::ReduceGradients(int unit) {
+void Zero3Engine::ReduceGradients(const std::vector<int>& buckets) {
   torch::NoGradGuard no_grad;
-  for (int b : unit_buckets_[unit]) {
+  for (int b : buckets) {
     const FlatBucket& bucket = layout_.buckets()[b];
     auto buffer = WorkingZeros(bucket.size);
     for (int index : bucket.slots) {
@@ -148,26 +193,35 @@ void Zero3Engine::FinishReductions(std::size_t in_flight) {
   }
 }
 
+void Zero3Engine::AbandonMicroBatch() {
+  prefetched_ = Gathering();
+  reductions_.clear();
+  cursor_ = 0;
+  std::vector<int> all(layout_.buckets().size());
+  std::iota(all.begin(), all.end(), 0);
+  Release(all);
+}
+
 torch::Tensor Zero3Engine::RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
   if (unit == 0) return model_->Embed(input);
-  if (unit == units_ - 1) return model_->HeadLoss(input, targets);
+  if (unit == units() - 1) return model_->HeadLoss(input, targets);
   return model_->h[unit - 1]->as<Block>()->forward(input);
 }
 
 torch::Tensor Zero3Engine::ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
-  Gather(unit);
+  BeginVisit(unit);
   torch::Tensor output;
   {
     torch::NoGradGuard no_grad;
     output = RunUnit(unit, input, targets);
   }
-  Release(unit);
+  EndVisit();
   return output;
 }
 
 torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets,
                                         const torch::Tensor& output_gradient) {
-  Gather(unit);
+  BeginVisit(unit);
   torch::Tensor input_gradient;
   {
     torch::AutoGradMode enable(true);
@@ -177,8 +231,7 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
     torch::autograd::backward({output}, {output_gradient});
     if (differentiable) input_gradient = x.grad();
   }
-  ReduceGradients(unit);
-  Release(unit);
+  EndVisit();
   return input_gradient;
 }
 
@@ -190,19 +243,16 @@ double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor&
     auto anchor = torch::zeros({}, torch::TensorOptions().device(device_).requires_grad(true));
     const auto no_targets = torch::empty({0}, torch::TensorOptions().dtype(torch::kLong).device(device_));
     auto x = UnitFunction::apply(inputs, no_targets, anchor, 0, engine);
-    for (int unit = 1; unit + 1 < units_; ++unit) {
+    for (int unit = 1; unit + 1 < units(); ++unit) {
       x = UnitFunction::apply(x, no_targets, anchor, unit, engine);
     }
-    auto loss = UnitFunction::apply(x, targets, anchor, units_ - 1, engine);
+    auto loss = UnitFunction::apply(x, targets, anchor, units() - 1, engine);
     loss.backward();
     return loss.item<double>();
   } catch (...) {
     // Out of memory while profiling is recovered from: start the next micro-batch from a
     // clean state (in training the process ends on any error).
-    prefetched_ = Gathering();
-    reductions_.clear();
-    cursor_ = 0;
-    for (int unit = 0; unit < units_; ++unit) Release(unit);
+    AbandonMicroBatch();
     throw;
   }
 }
@@ -210,14 +260,9 @@ double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor&
 void Zero3Engine::EndRound(bool computed) {
   if (!computed) {
     // The collectives a computing rank issues, in the same order, with zero gradients.
-    for (int unit = 0; unit < units_; ++unit) {
-      Gather(unit);
-      Release(unit);
-    }
-    for (int unit = units_ - 1; unit >= 0; --unit) {
-      Gather(unit);
-      ReduceGradients(unit);
-      Release(unit);
+    for (const Visit& visit : schedule_) {
+      BeginVisit(visit.unit);
+      EndVisit();
     }
   }
   FinishReductions();
@@ -240,15 +285,15 @@ double Zero3Engine::Step(double token_count) {
 StateDict Zero3Engine::FullState(bool keep) {
   if (Mixed()) return MasterState(keep);
   StateDict state;
-  for (int unit = 0; unit < units_; ++unit) {
-    Gathering gathering = StartGather(unit);  // outside the micro-batch order
-    Install(unit, gathering);
-    for (int index : layout_.buckets()[unit].slots) {
+  for (int b = 0; b < static_cast<int>(layout_.buckets().size()); ++b) {
+    Gathering gathering = StartGather({b});  // outside the micro-batch schedule
+    Install(gathering);
+    for (int index : layout_.buckets()[b].slots) {
       if (!keep) break;
       const FlatSlot& slot = layout_.slots()[index];
       state[slot.name] = slot.parameter.detach().cpu().clone();
     }
-    Release(unit);
+    Release({b});
   }
   if (keep) state[kTiedHeadName] = state.at(kTokenEmbeddingName);
   return state;

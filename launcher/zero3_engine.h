@@ -4,14 +4,22 @@
 // The model runs as a chain of units (gpt.h): Embed, each block, HeadLoss. Each unit is
 // a bucket of the flat layout, except that HeadLoss also needs the embedding's bucket
 // (its head is tied to wte). Each unit runs inside a custom autograd function that
-//   forward:  all-gathers the unit's parameters, runs it without keeping activations,
-//             frees the parameters, and saves only its input;
-//   backward: all-gathers again, recomputes the unit with autograd on, back-propagates,
-//             reduce-scatters the parameter gradients into the owned gradient shards,
-//             and frees the parameters and full gradients
-// (block-level activation recomputation: one extra forward per unit). A rank with a 0
-// entry in a round issues the same all-gathers and reduce-scatters, with zero
-// gradients, without computing. Persistent memory: 16P/N bytes (fp32).
+//   forward:  runs the unit without keeping activations and saves only its input;
+//   backward: recomputes the unit with autograd on and back-propagates
+// (block-level activation recomputation: one extra forward per unit).
+//
+// Around the units, one micro-batch is a fixed schedule of visits (forward through units
+// 0..U-1, backward through U-1..0) that says, per visit, which buckets to all-gather
+// before it and which to reduce-scatter and free after it. A bucket is gathered for
+// each run of consecutive visits that need it, so the head's forward and backward share
+// one gather; a bucket that several units need (the tied embedding) stays gathered from
+// its first use to its last, so its gradient is complete, and reduce-scattered, once.
+// Per micro-batch that moves each bucket's parameters at most twice and its gradient
+// once (the cost model's 2 all-gathers + 1 reduce-scatter; the embedding once each).
+// The next visit's gathers travel while the current visit computes.
+//
+// A rank with a 0 entry in a round runs the same schedule, with zero gradients, without
+// computing. Persistent memory: 16P/N bytes (fp32).
 #pragma once
 
 #include <deque>
@@ -40,33 +48,47 @@ class Zero3Engine final : public ShardedAdamW {
   torch::Tensor OwnedGradient(const FlatBucket& bucket) override;
   torch::Tensor OwnedParameters(const FlatBucket& bucket) override;
 
-  // The unit's buckets, whole, gathered and being gathered.
+  // One visit of a unit within a micro-batch's schedule.
+  struct Visit {
+    int unit = 0;
+    std::vector<int> gather;   // buckets to all-gather before the visit
+    std::vector<int> reduce;   // buckets whose gradients are complete after it
+    std::vector<int> release;  // buckets to free after it
+  };
+  static std::vector<Visit> MicroBatchSchedule(const std::vector<std::vector<int>>& unit_buckets);
+
+  // Buckets, whole, gathered and being gathered.
   struct Gathering {
+    std::vector<int> buckets;
     std::vector<torch::Tensor> wholes;
     std::vector<std::unique_ptr<PendingCollective>> work;
   };
 
+  int units() const { return static_cast<int>(unit_buckets_.size()); }
   torch::Tensor RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);
-  Gathering StartGather(int unit);
-  void Install(int unit, Gathering& gathering);  // waits, then parameters view the wholes
-  // The next gather of the micro-batch's fixed order: waits for its prefetch (or gathers
-  // now) and starts the following one.
-  void Gather(int unit);
-  void Release(int unit);          // parameters back to empty tensors
-  void ReduceGradients(int unit);  // starts reduce-scatters into the shards; frees .grad
+  Gathering StartGather(const std::vector<int>& buckets);
+  void Install(Gathering& gathering);  // waits, then parameters view the wholes
+  // The next visit of the schedule, which must be of `unit`: installs its gathers (waiting
+  // for their prefetch, or gathering now) and starts the next visit's that gathers.
+  void BeginVisit(int unit);
+  // Ends the current visit: reduce-scatters and frees what the schedule says.
+  void EndVisit();
+  void Release(const std::vector<int>& buckets);  // parameters back to empty tensors
+  void ReduceGradients(const std::vector<int>& buckets);  // starts reduce-scatters; frees .grad
   // Waits for the oldest reductions and adds them into the shards, until at most
   // `in_flight` remain (0: all).
   void FinishReductions(std::size_t in_flight = 0);
+  void AbandonMicroBatch();  // after an error: nothing gathered, pending or half-visited
 
   Gpt model_;
-  int units_;                                 // n_layer + 2
   std::vector<std::vector<int>> unit_buckets_;  // unit -> buckets it needs, in order
   torch::Tensor shard_parameters_;  // owned parameters, shard layout (working precision)
   torch::Tensor gradient_shard_;    // owned gradients, shard layout (working precision)
 
-  std::vector<int> gather_order_;   // one micro-batch: 0..U-1, U-1..0
-  std::size_t cursor_ = 0;          // next position in gather_order_
-  Gathering prefetched_;            // for gather_order_[cursor_], if started
+  std::vector<Visit> schedule_;     // one micro-batch
+  std::size_t cursor_ = 0;          // the visit under way or next
+  std::size_t prefetched_visit_ = 0;  // the visit prefetched_ is for, if any
+  Gathering prefetched_;
   struct Reduction {
     int bucket;
     torch::Tensor reduced;
