@@ -15,6 +15,7 @@
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/devices.h"
+#include "agent/keepalive.h"
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
@@ -90,6 +91,7 @@ void Serve(const AgentOptions& options) {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &port);
+  AddAgentKeepalive(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {

@@ -1,5 +1,7 @@
 #include "agent/client/agent_client.h"
 
+#include "agent/keepalive.h"
+
 namespace poplar {
 namespace {
 
@@ -12,7 +14,7 @@ void SetDeadline(grpc::ClientContext& context, std::chrono::seconds deadline) {
 AgentClient::AgentClient(std::string node, std::string address,
                          const std::shared_ptr<grpc::ChannelCredentials>& credentials)
     : node_(std::move(node)), address_(std::move(address)),
-      stub_(v1::Agent::NewStub(grpc::CreateChannel(address_, credentials))) {}
+      stub_(v1::Agent::NewStub(grpc::CreateCustomChannel(address_, credentials, HeadChannelArguments()))) {}
 
 AgentError AgentClient::Failure(const grpc::Status& status, const std::string& what) const {
   std::string reason;

@@ -134,6 +134,22 @@ class TwoAgents : public ::testing::Test {
     return std::make_unique<ChildProcess>(options);
   }
 
+  // `poplar launch` of a long job in the background, once both ranks have trained
+  // `steps` steps (their pids are -1 if they never did).
+  struct Training {
+    std::unique_ptr<ChildProcess> launch;
+    int rank0 = -1;
+    int rank1 = -1;
+    bool started() const { return rank0 > 0 && rank1 > 0; }
+  };
+  Training StartTraining(const std::string& run_dir, int steps) {
+    Training training;
+    training.launch = StartLaunch(run_dir, 100000);
+    training.rank1 = WaitForSteps(run_dir, 1, steps);
+    training.rank0 = WaitForSteps(run_dir, 0, steps);
+    return training;
+  }
+
   // Waits until the head has `lines` metrics records of `rank`; returns the rank's pid.
   int WaitForSteps(const std::string& run_dir, int rank, int lines) {
     const std::string metrics = dir_.path() + "/" + run_dir + "/metrics/rank-" + std::to_string(rank) + ".jsonl";
@@ -198,18 +214,15 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
 }
 
 TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {
-  auto launch = StartLaunch("killed", 100000);
-  const int victim = WaitForSteps("killed", 1, 6);
-  const int survivor = WaitForSteps("killed", 0, 6);
-  ASSERT_GT(victim, 0);
-  ASSERT_GT(survivor, 0);
-  kill(victim, SIGKILL);
-  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 1);
+  Training training = StartTraining("killed", 6);
+  ASSERT_TRUE(training.started());
+  kill(training.rank1, SIGKILL);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/killed.err");
   EXPECT_TRUE(ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped"})) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_FALSE(Alive(victim));
-  EXPECT_FALSE(Alive(survivor));
+  EXPECT_FALSE(Alive(training.rank1));
+  EXPECT_FALSE(Alive(training.rank0));
   // The last complete checkpoint stays.
   const std::string checkpoints = dir_.path() + "/a/work/jobs/job-killed/checkpoints/";
   const std::string latest = ReadTextFile(checkpoints + "latest");
@@ -219,42 +232,63 @@ TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {
 }
 
 TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
-  auto launch = StartLaunch("agentdeath", 100000);
-  const int orphan_candidate = WaitForSteps("agentdeath", 1, 3);
-  const int other = WaitForSteps("agentdeath", 0, 3);
-  ASSERT_GT(orphan_candidate, 0);
-  ASSERT_GT(other, 0);
+  Training training = StartTraining("agentdeath", 3);
+  ASSERT_TRUE(training.started());
   agents_[1]->Signal(SIGKILL);
-  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 1);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/agentdeath.err");
   EXPECT_TRUE(Contains(err, "node 'b'")) << err;
-  for (int i = 0; i < 50 && (Alive(orphan_candidate) || Alive(other)); ++i) {
+  for (int i = 0; i < 50 && (Alive(training.rank1) || Alive(training.rank0)); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_FALSE(Alive(orphan_candidate)) << "a worker outlived its agent";
-  EXPECT_FALSE(Alive(other));
+  EXPECT_FALSE(Alive(training.rank1)) << "a worker outlived its agent";
+  EXPECT_FALSE(Alive(training.rank0));
 }
 
 // Signals the head once both ranks train; the head must stop every worker, exit with
 // 128 + the signal and name how it was stopped.
 void TwoAgents::StopTheHeadWith(int signal_number, const std::string& how) {
   const std::string name = "signal" + std::to_string(signal_number);
-  auto launch = StartLaunch(name, 100000);
-  const int rank1 = WaitForSteps(name, 1, 2);
-  const int rank0 = WaitForSteps(name, 0, 2);
-  ASSERT_GT(rank1, 0);
-  ASSERT_GT(rank0, 0);
-  launch->Signal(signal_number);
-  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 128 + signal_number);
+  Training training = StartTraining(name, 2);
+  ASSERT_TRUE(training.started());
+  training.launch->Signal(signal_number);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 128 + signal_number);
   EXPECT_TRUE(Contains(ReadWholeFile(dir_.path() + "/" + name + ".err"), "stopped by the user (" + how));
-  EXPECT_FALSE(Alive(rank0));
-  EXPECT_FALSE(Alive(rank1));
+  EXPECT_FALSE(Alive(training.rank0));
+  EXPECT_FALSE(Alive(training.rank1));
 }
 
 TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) { StopTheHeadWith(SIGINT, "Ctrl-C"); }
 
 // What a batch scheduler or `timeout` does to the head: the same orderly stop.
 TEST_F(TwoAgents, SigtermToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGTERM, "SIGTERM"); }
+
+// A node that stops answering without closing its connections (frozen, or cut off by
+// the network) is noticed by keepalive: the job stops with an error naming the node.
+TEST_F(TwoAgents, AFrozenAgentIsNoticedAndTheJobStops) {
+  Training training = StartTraining("frozen", 2);
+  ASSERT_TRUE(training.started());
+  agents_[1]->Signal(SIGSTOP);  // its worker trains on; only the agent is silent
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
+  const std::string err = ReadWholeFile(dir_.path() + "/frozen.err");
+  EXPECT_TRUE(Contains(err, "node 'b'")) << err;
+  EXPECT_FALSE(Alive(training.rank0));
+  agents_[1]->Signal(SIGCONT);
+}
+
+// The other way round: a head that goes silent is noticed by the agents, which stop
+// their workers rather than train for nobody.
+TEST_F(TwoAgents, AFrozenHeadIsNoticedAndTheAgentsStopTheJob) {
+  Training training = StartTraining("headless", 2);
+  ASSERT_TRUE(training.started());
+  training.launch->Signal(SIGSTOP);
+  for (int i = 0; i < 600 && (Alive(training.rank0) || Alive(training.rank1)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_FALSE(Alive(training.rank0)) << "a worker trained on for a silent head";
+  EXPECT_FALSE(Alive(training.rank1)) << "a worker trained on for a silent head";
+  training.launch->Signal(SIGKILL);
+}
 
 TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
   std::string text = ReadWholeFile(WritePlan());
