@@ -1,6 +1,7 @@
 #include "agent/job.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -35,7 +36,13 @@ Job::Job(std::string id, std::vector<RankProcess> ranks, std::chrono::millisecon
     : id_(std::move(id)), stop_grace_(stop_grace) {
   for (auto& process : ranks) {
     ranks_.emplace_back();
-    ranks_.back().process = std::move(process);
+    Rank& rank = ranks_.back();
+    rank.process = std::move(process);
+    // A resumed job's worker appends to its metrics file: the lines already there were
+    // reported by the run that wrote them.
+    std::error_code none;
+    const auto existing = std::filesystem::file_size(rank.process.metrics_path, none);
+    if (!rank.process.metrics_path.empty() && !none) rank.metrics_offset = existing;
   }
 }
 

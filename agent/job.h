@@ -32,7 +32,7 @@ struct JobEvent {
 struct RankProcess {
   int rank = 0;
   SpawnSpec spec;
-  std::string metrics_path;  // the worker's --metrics file, tailed for kMetrics; empty: none
+  std::string metrics_path;  // the worker's --metrics file, tailed for kMetrics from its size at the start; empty: none
   std::string log_path;      // every output line is appended here
 };
 

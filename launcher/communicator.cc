@@ -259,6 +259,13 @@ void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) 
   StartAllGather(shard, output)->Wait();
 }
 
+void Communicator::Broadcast(torch::Tensor& tensor) {
+  if (!group_) return;
+  Timer timer(communication_seconds_);
+  std::vector<torch::Tensor> tensors = {tensor};
+  group_->broadcast(tensors)->wait();
+}
+
 void Communicator::Barrier() {
   if (!group_) return;
   Timer timer(communication_seconds_);

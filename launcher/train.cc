@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -106,6 +107,45 @@ std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, 
       .dump();
 }
 
+// Resuming needs the checkpoint on rank 0 only: rank 0 tells every rank whether it
+// resumes and from which step, then sends the model state and the Adam moments over the
+// collectives, in the model's parameter order. Returns the step to start at; fills
+// `moments` (on `device`) when resuming. `checkpoint` is rank 0's, read from --resume;
+// `resume` is this rank's --resume.
+std::int64_t ShareResumedState(Communicator& communicator, Gpt& model, std::optional<Checkpoint>& checkpoint,
+                               const std::string& resume, torch::Device device,
+                               std::map<std::string, AdamMoments>* moments) {
+  torch::NoGradGuard no_grad;
+  auto header = torch::tensor({checkpoint ? std::int64_t{1} : 0, checkpoint ? checkpoint->step : 0},
+                              torch::TensorOptions(torch::kLong)).to(device);
+  communicator.Broadcast(header);
+  header = header.cpu();
+  if (header[0].item<std::int64_t>() == 0) {
+    // This rank's node holds checkpoints that rank 0's does not: starting over would
+    // silently discard them.
+    if (!resume.empty()) {
+      throw InputError("--resume", "", "rank 0 has no checkpoint to resume from, but this rank was given " + resume +
+                                           "; run rank 0 on the node that holds the job's checkpoints");
+    }
+    return 0;
+  }
+  for (auto& [name, parameter] : model->NamedParameters()) {
+    auto value = parameter.detach();  // rank 0's holds the checkpoint's already
+    communicator.Broadcast(value);
+    AdamMoments& moment = (*moments)[name];
+    if (checkpoint) {
+      const AdamMoments& loaded = checkpoint->moments.at(name);
+      moment = {loaded.exp_avg.to(device, torch::kFloat32), loaded.exp_avg_sq.to(device, torch::kFloat32)};
+    } else {
+      moment = {torch::zeros_like(value, torch::kFloat32), torch::zeros_like(value, torch::kFloat32)};
+    }
+    communicator.Broadcast(moment.exp_avg);
+    communicator.Broadcast(moment.exp_avg_sq);
+  }
+  checkpoint.reset();
+  return header[1].item<std::int64_t>();
+}
+
 }  // namespace
 
 void Train(const TrainOptions& options) {
@@ -121,35 +161,37 @@ void Train(const TrainOptions& options) {
   const GptConfig config = LoadModelConfig(options.model_config);
   const TokenData data(options.data, config.block_size, config.vocab_size);
   RequireWritableOutputs(options);
-  MetricsWriter metrics(options.metrics, env.rank, !options.resume.empty());
 
-  // Model, from --init or --resume; the loaded files are dropped once copied in.
-  std::int64_t first_step = 0;
-  std::map<std::string, AdamMoments> resumed_moments;
+  // Model, from --init or, on rank 0, --resume (ShareResumedState gives it to the
+  // others); the loaded files are dropped once copied in.
+  std::optional<Checkpoint> checkpoint;
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
-  if (!options.resume.empty()) {
-    Checkpoint checkpoint = ReadCheckpoint(options.resume, config);
-    if (checkpoint.step > options.steps) {
+  if (!options.resume.empty() && env.rank == 0) {
+    checkpoint = ReadCheckpoint(options.resume, config);
+    if (checkpoint->step > options.steps) {
       throw InputError("--steps", "", std::to_string(options.steps) + " is below the step of the "
                                       "checkpoint in " + options.resume + " (" +
-                                      std::to_string(checkpoint.step) + ")");
+                                      std::to_string(checkpoint->step) + ")");
     }
-    LoadModelState(model, checkpoint.model, options.resume);
-    first_step = checkpoint.step;
-    resumed_moments = std::move(checkpoint.moments);
+    LoadModelState(model, checkpoint->model, options.resume);
+    checkpoint->model.clear();
   }
   model->to(device);
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
+  std::map<std::string, AdamMoments> resumed_moments;
+  const std::int64_t first_step = ShareResumedState(communicator, model, checkpoint, options.resume, device, &resumed_moments);
+  const bool resumed = !resumed_moments.empty();
+  MetricsWriter metrics(options.metrics, env.rank, resumed);
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
   const std::unique_ptr<TrainingEngine> engine_owner =
       MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
                  WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   TrainingEngine& engine = *engine_owner;
-  if (!options.resume.empty()) {
+  if (resumed) {
     engine.LoadMoments(resumed_moments, first_step);
     resumed_moments.clear();
   }

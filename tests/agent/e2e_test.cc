@@ -8,6 +8,8 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
+#include <sstream>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -243,6 +245,31 @@ TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
   }
   EXPECT_FALSE(Alive(training.rank1)) << "a worker outlived its agent";
   EXPECT_FALSE(Alive(training.rank0));
+}
+
+// The nodes share no file system: the checkpoints are on rank 0's node only, and the
+// other node's rank receives the state from rank 0 when the job resumes.
+TEST_F(TwoAgents, AJobResumesAcrossNodesFromRankZerosCheckpoint) {
+  const std::string plan = WritePlan();
+  const std::string port = std::to_string(poplar::testing::FreeLoopbackPort());
+  const auto first = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id",
+                             "resumable", "--master-port", port});
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/resumable/checkpoints/latest"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/b/work/jobs/resumable/checkpoints/latest"));
+
+  const auto resumed = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id",
+                               "resumable", "--master-port", port, "--resume", "--steps", "16"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  // Rank 1, on the node without checkpoints, went on from step 12, not from scratch.
+  std::vector<std::string> lines;
+  std::istringstream metrics(ReadWholeFile(dir_.path() + "/resumable/metrics/rank-1.jsonl"));
+  for (std::string line; std::getline(metrics, line);) lines.push_back(line);
+  // The run directory's metrics: 12 lines from the first launch, 4 from the second.
+  ASSERT_EQ(lines.size(), 16u) << resumed.out;
+  EXPECT_EQ(nlohmann::json::parse(lines[12])["step"], 13) << lines[12];
+  const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/resumable/summary.json"));
+  EXPECT_TRUE(summary["ok"].get<bool>()) << summary.dump();
 }
 
 // Signals the head once both ranks train; the head must stop every worker, exit with

@@ -47,6 +47,54 @@ TEST(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   EXPECT_LT(difference, 1e-5);
 }
 
+// As across nodes that share no file system: only rank 0 is given the checkpoint, and
+// the other ranks receive its state over the collectives.
+TEST(Resume, NeedsTheCheckpointOnRankZeroOnly) {
+  ScratchDir scratch("poplar_resume_rank0");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
+  const std::string three = WritePlan(scratch, "three.json", 1, {{4, 3}, {2, 2}, {1, 2}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"})).AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  const std::vector<std::string> others = Args(scratch, three, 4, {"--metrics", "m{rank}.jsonl", "--save", "resumed.pt"});
+  std::vector<std::string> rank0 = others;
+  rank0.insert(rank0.end(), {"--resume", checkpoints});
+  const JobOutcome resumed = RunJob(scratch, {rank0, others, others});
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+
+  const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
+                                             ReadStateDict(scratch.path() + "/resumed.pt"));
+  std::cout << "[ resume, checkpoint on rank 0 only, 2 ranks stage 2 -> 3 ranks stage 1 ] max |difference| = "
+            << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+  // Every rank knew it resumed: its metrics start at step 3.
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto lines = ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl");
+    ASSERT_EQ(lines.size(), 2u) << "rank " << rank;
+    EXPECT_TRUE(Contains(lines[0], "\"step\":3")) << lines[0];
+  }
+}
+
+TEST(Resume, ACheckpointOnAnotherRankThanZeroIsAnErrorNotAFreshStart) {
+  ScratchDir scratch("poplar_resume_elsewhere");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string two = WritePlan(scratch, "two.json", 1, {{2}, {2}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 1, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+
+  std::vector<std::string> rank1 = Args(scratch, two, 2, {});
+  rank1.insert(rank1.end(), {"--resume", checkpoints});
+  auto ranks = StartJob(scratch, {Args(scratch, two, 2, {}), rank1});
+  EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(60)), 1);
+  const std::string error = ReadWholeFile(scratch.path() + "/rank1.err");
+  EXPECT_TRUE(Contains(error, "rank 0 has no checkpoint to resume from")) << error;
+  // (Rank 0 would wait out --timeout for its lost peer; the agent stops it sooner.)
+}
+
 TEST(Resume, FromStageThreeOnOneRank) {
   ScratchDir scratch("poplar_resume_one");
   WriteModelConfig(scratch);

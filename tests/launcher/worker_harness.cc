@@ -81,7 +81,13 @@ std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
 
 JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
                   std::chrono::seconds deadline) {
-  auto ranks = StartJob(scratch, std::vector<std::vector<std::string>>(world_size, args));
+  return RunJob(scratch, std::vector<std::vector<std::string>>(world_size, args), deadline);
+}
+
+JobOutcome RunJob(const ScratchDir& scratch, const std::vector<std::vector<std::string>>& args_per_rank,
+                  std::chrono::seconds deadline) {
+  const int world_size = static_cast<int>(args_per_rank.size());
+  auto ranks = StartJob(scratch, args_per_rank);
   JobOutcome outcome;
   const auto until = std::chrono::steady_clock::now() + deadline;
   for (int r = 0; r < world_size; ++r) {

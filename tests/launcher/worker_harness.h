@@ -41,6 +41,9 @@ std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
 // StartJob with the same `args` on `world_size` ranks; waits for all up to `deadline`.
 JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<std::string>& args,
                   std::chrono::seconds deadline = std::chrono::seconds(180));
+// The same with each rank's own arguments.
+JobOutcome RunJob(const ScratchDir& scratch, const std::vector<std::vector<std::string>>& args_per_rank,
+                  std::chrono::seconds deadline = std::chrono::seconds(180));
 
 // Largest |a - b| over every tensor of two state dicts with the same keys and shapes
 // (infinity if they differ in keys or shapes).
