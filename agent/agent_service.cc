@@ -89,7 +89,17 @@ grpc::Status AgentService::Profile(grpc::ServerContext* context, const v1::Profi
     settings.repeats = request->repeats();
     settings.largest_micro_batch = request->largest_micro_batch();
     const auto devices = ListDevices(config_);
-    const DeviceInfo& device = FindDevice(devices, settings.device_type);
+    std::shared_ptr<void> held;
+    DeviceInfo device;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      device = FindDevice(devices, settings.device_type);  // the type exists
+      // Measuring needs a device no job uses; a profile read from the cache needs none.
+      if (!profiler_.AllCached(settings, device)) {
+        device = FindDevice(devices, settings.device_type, busy_);
+        held = Hold({DeviceKey(device)}, "a profile");
+      }
+    }
     std::fprintf(stderr, "poplar-agent: profiling %s for %s\n", device.type.c_str(), context->peer().c_str());
     const std::string profile = profiler_.Run(settings, device, [&](const std::string& line, bool cached) {
       if (context->IsCancelled()) return false;
@@ -129,13 +139,19 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
 
     const auto devices = ListDevices(config_);  // NVML: outside the lock
     std::shared_ptr<Job> job;
+    std::shared_ptr<void> held;  // the job's devices, until it has ended
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (jobs_.count(settings.job_id)) {
         throw InputError("job_id", "", "job '" + settings.job_id + "' is already running on this node");
       }
-      // Checks the job id, the paths and the plan; writes jobs/<id>/ (hence under the lock).
-      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings));
+      // Checks the job id, the paths and the plan, and picks free devices; writes
+      // jobs/<id>/ (hence under the lock).
+      std::vector<RankProcess> processes = PrepareNodeJob(config_, devices, settings, busy_);
+      std::vector<std::string> keys;
+      for (const RankProcess& rank : processes) keys.push_back(rank.device);
+      held = Hold(keys, "job '" + settings.job_id + "'");
+      job = std::make_shared<Job>(settings.job_id, std::move(processes));
       jobs_[settings.job_id] = job;
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
@@ -168,6 +184,14 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.erase(settings.job_id);
     return grpc::Status::OK;
+  });
+}
+
+std::shared_ptr<void> AgentService::Hold(const std::vector<std::string>& keys, const std::string& holder) {
+  for (const std::string& key : keys) busy_[key] = holder;
+  return std::shared_ptr<void>(nullptr, [this, keys](void*) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& key : keys) busy_.erase(key);
   });
 }
 

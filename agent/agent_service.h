@@ -41,8 +41,12 @@ class AgentService final : public v1::Agent::Service {
   const std::string worker_version_;
   Spawner spawner_;
   Profiler profiler_;
+  // Marks `keys` as held by `holder` until the returned guard goes (under mutex_).
+  std::shared_ptr<void> Hold(const std::vector<std::string>& keys, const std::string& holder);
+
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
+  DeviceHolders busy_;  // devices in use by a job or a profile
 };
 
 }  // namespace poplar

@@ -96,9 +96,26 @@ std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_
 
 namespace poplar {
 
-const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type) {
+std::string DeviceKey(const DeviceInfo& device) { return device.type + " " + std::to_string(device.index); }
+
+std::string BusyNote(const std::vector<DeviceInfo>& devices, const std::string& type, const DeviceHolders& busy) {
+  std::string note;
   for (const auto& device : devices) {
-    if (device.type == type) return device;
+    const auto held = busy.find(DeviceKey(device));
+    if (device.type != type || held == busy.end()) continue;
+    note += (note.empty() ? "; busy: " : ", ") + held->first + " (" + held->second + ")";
+  }
+  return note;
+}
+
+const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type,
+                             const DeviceHolders& busy) {
+  for (const auto& device : devices) {
+    if (device.type == type && !busy.count(DeviceKey(device))) return device;
+  }
+  const std::string note = BusyNote(devices, type, busy);
+  if (!note.empty()) {
+    throw DeviceUnavailable("every device of type '" + type + "' on this node is in use" + note);
   }
   std::string have;
   for (const auto& device : devices) have += (have.empty() ? "" : ", ") + device.type;

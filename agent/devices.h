@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,7 +42,20 @@ class DeviceUnavailable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The first device of `type`, or throws DeviceUnavailable listing what the node has.
-const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type);
+// A device's name on this node, "<type> <index>" ("NVIDIA-H200 3"): the key of DeviceHolders.
+std::string DeviceKey(const DeviceInfo& device);
+
+// The devices in use on this node and what uses each ("job 'exp1'", "a profile"): a
+// device runs one job or one profile at a time, so that neither runs out of memory or
+// measures the other.
+using DeviceHolders = std::map<std::string, std::string>;
+
+// "; busy: <key> (<holder>), ..." for the held devices of `type`; empty if none is held.
+std::string BusyNote(const std::vector<DeviceInfo>& devices, const std::string& type, const DeviceHolders& busy);
+
+// The first device of `type` not in `busy`, or throws DeviceUnavailable listing what the
+// node has, or which job holds each device of that type.
+const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type,
+                             const DeviceHolders& busy = {});
 
 }  // namespace poplar

@@ -34,6 +34,7 @@ struct RankProcess {
   SpawnSpec spec;
   std::string metrics_path;  // the worker's --metrics file, tailed for kMetrics from its size at the start; empty: none
   std::string log_path;      // every output line is appended here
+  std::string device;        // the device it runs on (DeviceKey), for the agent's bookkeeping
 };
 
 class Job {

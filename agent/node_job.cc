@@ -79,7 +79,7 @@ void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args,
 }
 
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
-                                        const LaunchSettings& settings) {
+                                        const LaunchSettings& settings, const DeviceHolders& busy) {
   CheckSettings(settings);
   const std::string data = ResolveInside(config.work_dir, settings.data_path, "data_path");
   if (!fs::is_regular_file(data)) {
@@ -90,7 +90,9 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
 
   // Rank -> device: the k-th rank of a type on this node takes the k-th device of it.
   std::map<std::string, std::vector<const DeviceInfo*>> free_devices;
-  for (const auto& device : devices) free_devices[device.type].push_back(&device);
+  for (const auto& device : devices) {
+    if (!busy.count(DeviceKey(device))) free_devices[device.type].push_back(&device);
+  }
   std::vector<const DeviceInfo*> assigned;
   for (const auto& rank : node_ranks) {
     auto& available = free_devices[rank.device_type];
@@ -101,7 +103,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
                               rank.device_type + "' of this node, which has " +
                               std::to_string(std::count_if(devices.begin(), devices.end(), [&](const DeviceInfo& d) {
                                 return d.type == rank.device_type;
-                              })));
+                              })) + BusyNote(devices, rank.device_type, busy));
     }
     assigned.push_back(available.front());
     available.erase(available.begin());
@@ -124,6 +126,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     const int rank = node_ranks[local].rank;
     RankProcess process;
     process.rank = rank;
+    process.device = DeviceKey(*assigned[local]);
     process.metrics_path = (job_dir / "metrics" / ("rank-" + std::to_string(rank) + ".jsonl")).string();
     process.log_path = (job_dir / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
     std::error_code ignored;

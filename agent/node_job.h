@@ -33,9 +33,10 @@ struct LaunchSettings {
   bool resume = false;
 };
 
+// Ranks get devices not in `busy`; each RankProcess names its device (DeviceKey).
 // Throws InputError (a bad request: the field and the reason) or DeviceUnavailable.
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
-                                        const LaunchSettings& settings);
+                                        const LaunchSettings& settings, const DeviceHolders& busy = {});
 
 // The emulation flags and environment for a worker on `device` (none for a GPU, which
 // gets CUDA_VISIBLE_DEVICES instead). Shared by training and profiling.

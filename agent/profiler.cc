@@ -35,6 +35,14 @@ void CheckSettings(const ProfileSettings& settings) {
   }
 }
 
+// The requested stages, sorted, once each (all four when none is named).
+std::vector<int> RequestedStages(const ProfileSettings& settings) {
+  std::vector<int> stages = settings.stages.empty() ? std::vector<int>{0, 1, 2, 3} : settings.stages;
+  std::sort(stages.begin(), stages.end());
+  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  return stages;
+}
+
 // The worker executable as it is now (size and modification time): a rebuilt or
 // replaced worker measures afresh even when its --version text is unchanged.
 std::string WorkerFileStamp(const std::string& worker) {
@@ -60,11 +68,18 @@ std::string StableHash(const std::string& text) {
 Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawner& spawner)
     : config_(config), worker_version_(std::move(worker_version)), spawner_(spawner) {}
 
+bool Profiler::AllCached(const ProfileSettings& settings, const DeviceInfo& device) const {
+  CheckSettings(settings);
+  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
+  for (int stage : RequestedStages(settings)) {
+    if (!fs::exists(folder / (CacheStem(settings, device, stage) + ".json"))) return false;
+  }
+  return true;
+}
+
 std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress) {
   CheckSettings(settings);
-  std::vector<int> stages = settings.stages.empty() ? std::vector<int>{0, 1, 2, 3} : settings.stages;
-  std::sort(stages.begin(), stages.end());
-  stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+  const std::vector<int> stages = RequestedStages(settings);
 
   const fs::path folder = fs::path(config_.cache_dir) / "profiles";
   fs::create_directories(folder);

@@ -37,6 +37,8 @@ class Profiler {
   // a bad request, DeviceUnavailable, or std::runtime_error when a worker fails or the
   // caller cancels.
   std::string Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress);
+  // Whether Run would read every requested stage from the cache (and need no device).
+  bool AllCached(const ProfileSettings& settings, const DeviceInfo& device) const;
 
  private:
   // The cache file name of one stage's profile, without ".json".

@@ -272,6 +272,23 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromRankZerosCheckpoint) {
   EXPECT_TRUE(summary["ok"].get<bool>()) << summary.dump();
 }
 
+// A device runs one job or one profile at a time: a second job, or a measurement, on
+// devices a job holds is refused, naming the job.
+TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
+  Training training = StartTraining("busy", 2);
+  ASSERT_TRUE(training.started());
+  const auto second = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "second", "--job-id",
+                              "second", "--master-port", std::to_string(poplar::testing::FreeLoopbackPort())});
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')"})) << second.err;
+  const auto profile = Poplar({"profile", "cluster.yaml", "-o", "busy-profiles"});
+  EXPECT_EQ(profile.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(profile.err, {"in use", "(job 'job-busy')"})) << profile.err;
+  EXPECT_TRUE(Alive(training.rank0)) << "the running job was left alone";
+  training.launch->Signal(SIGINT);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 130);
+}
+
 // Signals the head once both ranks train; the head must stop every worker, exit with
 // 128 + the signal and name how it was stopped.
 void TwoAgents::StopTheHeadWith(int signal_number, const std::string& how) {

@@ -130,3 +130,40 @@ TEST(NodeJob, KeepsCheckpointsUnlessAskedToResume) {
 
 }  // namespace
 }  // namespace poplar
+
+namespace poplar {
+namespace {
+
+TEST(NodeJob, DevicesInUseAreSkippedAndNamedWhenNoneIsLeft) {
+  Fixture f;
+  f.devices.push_back(DeviceInfo{"emu-slow", 3, 20 << 20, "", true, 1, 2.5});
+  // emu-slow 1 runs another job: ranks 1 and 2 take emu-slow 2 and 3.
+  const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings, {{"emu-slow 1", "job 'other'"}});
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[0].device, "emu-slow 2");
+  EXPECT_EQ(ranks[1].device, "emu-slow 3");
+  EXPECT_EQ(ranks[2].device, "emu-fast 0");
+
+  f.settings.job_id = "j2";
+  try {
+    PrepareNodeJob(f.config, f.devices, f.settings, {{"emu-slow 1", "job 'other'"}, {"emu-slow 3", "a profile"}});
+    FAIL() << "two emu-slow ranks fit on one free emu-slow";
+  } catch (const DeviceUnavailable& error) {
+    EXPECT_TRUE(Contains(error.what(), "busy: emu-slow 1 (job 'other'), emu-slow 3 (a profile)")) << error.what();
+  }
+}
+
+TEST(NodeJob, FindDeviceSkipsDevicesInUseAndNamesTheirHolders) {
+  Fixture f;
+  EXPECT_EQ(FindDevice(f.devices, "emu-slow", {{"emu-slow 1", "job 'x'"}}).index, 2);
+  try {
+    FindDevice(f.devices, "emu-fast", {{"emu-fast 0", "job 'x'"}});
+    FAIL() << "the only emu-fast is in use";
+  } catch (const DeviceUnavailable& error) {
+    EXPECT_TRUE(Contains(error.what(), "every device of type 'emu-fast' on this node is in use; busy: emu-fast 0 (job 'x')"))
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace poplar
