@@ -208,6 +208,7 @@ void RunLaunch(const LaunchOptions& options) {
   auto previous_interrupt = std::signal(SIGINT, OnInterrupt);
   auto previous_terminate = std::signal(SIGTERM, OnInterrupt);
   bool stopping = false;
+  bool any_started = false;  // a worker ran somewhere (else a refusal: nothing to clean up)
   auto stop_everywhere = [&](const std::string& reason) {
     if (stopping) return;
     stopping = true;
@@ -246,6 +247,7 @@ void RunLaunch(const LaunchOptions& options) {
       const v1::LaunchEvent& event = item.event;
       switch (event.kind()) {
         case v1::LaunchEvent::STARTED:
+          any_started = true;
           monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
           break;
         case v1::LaunchEvent::OUTPUT:
@@ -283,9 +285,11 @@ void RunLaunch(const LaunchOptions& options) {
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() +
-                            "; every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
-                            job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs",
+    const std::string aftermath =
+        any_started ? "every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
+                          job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs"
+                    : "no worker was started";
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; " + aftermath,
                         g_interrupted != 0 ? 128 + g_interrupted : 1);
   }
   if (!summary.contains("first_loss")) {

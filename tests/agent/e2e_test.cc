@@ -280,7 +280,8 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   const auto second = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "second", "--job-id",
                               "second", "--master-port", std::to_string(poplar::testing::FreeLoopbackPort())});
   EXPECT_EQ(second.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')"})) << second.err;
+  EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')", "no worker was started"}))
+      << second.err;
   const auto profile = Poplar({"profile", "cluster.yaml", "-o", "busy-profiles"});
   EXPECT_EQ(profile.exit_code, 1);
   EXPECT_TRUE(ContainsAll(profile.err, {"in use", "(job 'job-busy')"})) << profile.err;
