@@ -65,11 +65,10 @@ std::string Number(double value) {
 
 }  // namespace
 
-void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env,
-                       const char* memory_flag) {
+void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env) {
   if (device.emulated) {
     args.insert(args.end(), {"--threads", std::to_string(device.threads), "--slowdown", Number(device.slowdown),
-                             memory_flag, std::to_string(device.memory_bytes)});
+                             "--memory-bytes", std::to_string(device.memory_bytes)});
     env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
   } else {
     // NVML numbers GPUs in PCI bus order; make CUDA agree before selecting one.
@@ -155,7 +154,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
                                      "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks.size()),
                                      "MASTER_ADDR=" + settings.master_addr,
                                      "MASTER_PORT=" + std::to_string(settings.master_port)});
-    AddDeviceSettings(*assigned[local], spec.args, spec.env, "--memory-limit");
+    AddDeviceSettings(*assigned[local], spec.args, spec.env);
     processes.push_back(std::move(process));
   }
   return processes;

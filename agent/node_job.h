@@ -40,7 +40,6 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
 
 // The emulation flags and environment for a worker on `device` (none for a GPU, which
 // gets CUDA_VISIBLE_DEVICES instead). Shared by training and profiling.
-void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env,
-                       const char* memory_flag);
+void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env);
 
 }  // namespace poplar

@@ -150,7 +150,7 @@ std::int64_t ShareResumedState(Communicator& communicator, Gpt& model, std::opti
 
 void Train(const TrainOptions& options) {
   CountingAllocator::Install();
-  CountingAllocator::SetCapacity(options.memory_limit);
+  CountingAllocator::SetCapacity(options.memory_bytes);
   const DistributedEnv env = DistributedEnv::FromEnvironment();
   const torch::Device device = SelectDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");

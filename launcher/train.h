@@ -28,7 +28,7 @@ struct TrainOptions {
   std::uint64_t seed = 1337;    // model initialisation when there is no --init
   int threads = 0;              // intra-op threads; 0: libtorch's default
   double slowdown = 1.0;        // emulated device: stretch compute wall time by this factor
-  std::int64_t memory_limit = 0;  // emulated device: bytes of CPU memory; 0: unlimited
+  std::int64_t memory_bytes = 0;  // emulated device: bytes of CPU memory; 0: unlimited
   int timeout_s = 120;          // rendezvous and every collective
   double bucket_mb = 0;         // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),
                                 // 25 MiB on CUDA (NCCL), where big buckets pay off

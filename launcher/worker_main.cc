@@ -56,7 +56,8 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
   train->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
   train->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
-  train->add_option("--memory-limit", o.memory_limit, "Emulated device: CPU memory in bytes (0: unlimited)")->check(CLI::NonNegativeNumber);
+  // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
+  train->add_option("--memory-bytes,--memory-limit", o.memory_bytes, "Emulated device memory in bytes (0: unlimited)")->check(CLI::NonNegativeNumber);
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
   train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(CLI::Range(0.0, 4096.0))->capture_default_str();
   train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();

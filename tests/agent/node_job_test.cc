@@ -69,7 +69,7 @@ TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   EXPECT_EQ(After(ranks[0].spec.args, "--slowdown"), "2.5");
   EXPECT_EQ(After(ranks[2].spec.args, "--slowdown"), "1");
   EXPECT_EQ(After(ranks[2].spec.args, "--threads"), "2");
-  EXPECT_EQ(After(ranks[1].spec.args, "--memory-limit"), std::to_string(20 << 20));
+  EXPECT_EQ(After(ranks[1].spec.args, "--memory-bytes"), std::to_string(20 << 20));
   EXPECT_EQ(ranks[0].spec.program, "/bin/true");
   EXPECT_EQ(ranks[0].spec.args.front(), "train");
   for (const char* variable : {"RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3",

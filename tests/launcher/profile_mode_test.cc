@@ -90,7 +90,7 @@ TEST(ProfileMode, TrainingBeyondTheEmulatedMemoryFailsWithAClearError) {
   const JobOutcome job = RunJob(
       scratch, 1,
       {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--memory-limit", std::to_string(kCap), "--log-every", "0"});
+       scratch.path() + "/tokens.bin", "--memory-bytes", std::to_string(kCap), "--log-every", "0"});
   ASSERT_EQ(job.exit_codes[0], 1) << job.Describe();
   EXPECT_TRUE(Contains(job.errors[0], "out of memory")) << job.errors[0];
 }
