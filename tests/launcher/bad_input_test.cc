@@ -96,7 +96,9 @@ TEST_F(WorkerBadInput, CorruptCheckpoint) {
   const std::string checkpoints = scratch_.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch_, 2, Args(plan, {"--checkpoint-dir", checkpoints})).AllSucceeded());
   scratch_.Write("checkpoints/step-00000002/model.pt", "garbage");
-  ExpectRejected(RunJob(scratch_, 2, Args(plan, {"--resume", checkpoints}, 3)),
+  // Only rank 0 reads a checkpoint (it sends the state to the others): one rank shows it.
+  const std::string one = WritePlan(scratch_, "one.json", 1, {{8}});
+  ExpectRejected(RunJob(scratch_, 1, Args(one, {"--resume", checkpoints}, 3)),
                  {"step-00000002/model.pt", "not a state dict"});
 }
 
