@@ -214,6 +214,7 @@ grpc::Status AgentService::Status(grpc::ServerContext*, const v1::StatusRequest*
       v1::JobStatus* out = response->add_jobs();
       out->set_job_id(id);
       for (int rank : job->ranks()) out->add_ranks(rank);
+      for (const std::string& device : job->devices()) out->add_devices(device);
       out->set_step(job->last_step());
       out->set_seconds(job->seconds());
     }

@@ -202,6 +202,12 @@ void Job::Escalate() {
   if (!changed_.wait_for(lock, stop_grace_, [this] { return running_ == 0; })) SignalAlive(SIGKILL);
 }
 
+std::vector<std::string> Job::devices() const {
+  std::vector<std::string> devices;
+  for (const auto& rank : ranks_) devices.push_back(rank.process.device);
+  return devices;
+}
+
 std::vector<int> Job::ranks() const {
   std::vector<int> ranks;
   for (const auto& rank : ranks_) ranks.push_back(rank.process.rank);

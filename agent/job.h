@@ -58,6 +58,7 @@ class Job {
 
   const std::string& id() const { return id_; }
   std::vector<int> ranks() const;
+  std::vector<std::string> devices() const;  // each rank's RankProcess::device
   std::int64_t last_step() const;
   double seconds() const;
 

@@ -57,8 +57,11 @@ void RunStatus(const StatusOptions& options) {
       for (const auto& [type, count] : counts) devices += (devices.empty() ? "" : ", ") + std::to_string(count) + " x " + type;
       std::string jobs;
       for (const auto& job : status.jobs()) {
-        jobs += (jobs.empty() ? "" : ", ") + job.job_id() + " (" + std::to_string(job.ranks_size()) +
-                " ranks, step " + std::to_string(job.step()) + ")";
+        std::string held;
+        for (const auto& device : job.devices()) held += (held.empty() ? "" : ", ") + device;
+        jobs += (jobs.empty() ? "" : "; ") + job.job_id() + " (" + std::to_string(job.ranks_size()) +
+                (job.ranks_size() == 1 ? " rank" : " ranks") + " on " + (held.empty() ? "-" : held) + ", step " +
+                std::to_string(job.step()) + ")";
       }
       table.AddRow({client->node(), client->address(), "up", devices.empty() ? "none" : devices,
                     jobs.empty() ? "-" : jobs});

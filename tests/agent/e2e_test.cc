@@ -286,6 +286,9 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   EXPECT_EQ(profile.exit_code, 1);
   EXPECT_TRUE(ContainsAll(profile.err, {"in use", "(job 'job-busy')"})) << profile.err;
   EXPECT_TRUE(Alive(training.rank0)) << "the running job was left alone";
+  const auto status = Poplar({"status", "cluster.yaml"});
+  EXPECT_TRUE(ContainsAll(status.out, {"job-busy (1 rank on emu-fast 0, step", "job-busy (1 rank on emu-slow 0, step"}))
+      << status.out;
   training.launch->Signal(SIGINT);
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 130);
 }
