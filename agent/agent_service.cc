@@ -147,12 +147,9 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       }
       // Checks the job id, the paths and the plan, and picks free devices; writes
       // jobs/<id>/ (hence under the lock).
-      std::vector<RankProcess> processes = PrepareNodeJob(config_, devices, settings, busy_);
-      std::vector<std::string> keys;
-      for (const RankProcess& rank : processes) keys.push_back(rank.device);
-      held = Hold(keys, "job '" + settings.job_id + "'");
-      job = std::make_shared<Job>(settings.job_id, std::move(processes));
+      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_));
       jobs_[settings.job_id] = job;
+      held = Hold(job->devices(), "job '" + settings.job_id + "'");
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
                  job->ranks().size(), context->peer().c_str());

@@ -40,9 +40,10 @@ Job::Job(std::string id, std::vector<RankProcess> ranks, std::chrono::millisecon
     rank.process = std::move(process);
     // A resumed job's worker appends to its metrics file: the lines already there were
     // reported by the run that wrote them.
-    std::error_code none;
-    const auto existing = std::filesystem::file_size(rank.process.metrics_path, none);
-    if (!rank.process.metrics_path.empty() && !none) rank.metrics_offset = existing;
+    if (rank.process.metrics_path.empty()) continue;
+    std::error_code missing;
+    const auto existing = std::filesystem::file_size(rank.process.metrics_path, missing);
+    if (!missing) rank.metrics_offset = existing;
   }
 }
 

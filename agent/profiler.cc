@@ -70,9 +70,8 @@ Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawne
 
 bool Profiler::AllCached(const ProfileSettings& settings, const DeviceInfo& device) const {
   CheckSettings(settings);
-  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
   for (int stage : RequestedStages(settings)) {
-    if (!fs::exists(folder / (CacheStem(settings, device, stage) + ".json"))) return false;
+    if (!fs::exists(CachePath(settings, device, stage))) return false;
   }
   return true;
 }
@@ -81,12 +80,11 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
   CheckSettings(settings);
   const std::vector<int> stages = RequestedStages(settings);
 
-  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
-  fs::create_directories(folder);
+  fs::create_directories(CacheFolder());
   std::map<int, nlohmann::json> parts;  // each stage's profile, by stage
   std::vector<int> missing;
   for (int stage : stages) {
-    const fs::path cached = folder / (CacheStem(settings, device, stage) + ".json");
+    const fs::path cached = CachePath(settings, device, stage);
     if (!fs::exists(cached)) {
       missing.push_back(stage);
       continue;
@@ -104,7 +102,7 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
       const int stage = entry.at("stage").get<int>();
       nlohmann::json part = measured;
       part["stages"] = nlohmann::json::array({entry});
-      WriteFileAtomically((folder / (CacheStem(settings, device, stage) + ".json")).string(), part.dump(2) + "\n");
+      WriteFileAtomically(CachePath(settings, device, stage).string(), part.dump(2) + "\n");
       parts[stage] = std::move(part);
     }
   }
@@ -119,7 +117,9 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
   return merged.dump(2) + "\n";
 }
 
-std::string Profiler::CacheStem(const ProfileSettings& settings, const DeviceInfo& device, int stage) const {
+std::filesystem::path Profiler::CacheFolder() const { return fs::path(config_.cache_dir) / "profiles"; }
+
+std::filesystem::path Profiler::CachePath(const ProfileSettings& settings, const DeviceInfo& device, int stage) const {
   const std::string model = nlohmann::json::parse(settings.model_config_json).dump();  // canonical key order
   const nlohmann::json key = {{"model", model},          {"device_type", device.type},
                               {"memory_bytes", device.memory_bytes}, {"threads", device.threads},
@@ -128,7 +128,7 @@ std::string Profiler::CacheStem(const ProfileSettings& settings, const DeviceInf
                               {"precision", settings.precision},
                               {"repeats", settings.repeats}, {"largest_micro_batch", settings.largest_micro_batch},
                               {"stage", stage}};
-  return device.type + "-stage" + std::to_string(stage) + "-" + StableHash(key.dump());
+  return CacheFolder() / (device.type + "-stage" + std::to_string(stage) + "-" + StableHash(key.dump()) + ".json");
 }
 
 std::string Profiler::MeasureStages(const ProfileSettings& settings, const DeviceInfo& device,
@@ -141,7 +141,7 @@ std::string Profiler::MeasureStages(const ProfileSettings& settings, const Devic
   }
 
   // Private names per measurement, so concurrent requests for one device do not collide.
-  const fs::path folder = fs::path(config_.cache_dir) / "profiles";
+  const fs::path folder = CacheFolder();
   const std::string stem = device.type + "-stages" + names;
   static std::atomic<int> measurement{0};
   const std::string unique = stem + "." + std::to_string(getpid()) + "-" + std::to_string(++measurement);

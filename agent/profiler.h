@@ -5,6 +5,7 @@
 // interleaves them so that they are timed under the same conditions.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -41,8 +42,9 @@ class Profiler {
   bool AllCached(const ProfileSettings& settings, const DeviceInfo& device) const;
 
  private:
-  // The cache file name of one stage's profile, without ".json".
-  std::string CacheStem(const ProfileSettings& settings, const DeviceInfo& device, int stage) const;
+  std::filesystem::path CacheFolder() const;  // <cache_dir>/profiles
+  // The cache file of one stage's profile (docs/formats.md, "Profile cache").
+  std::filesystem::path CachePath(const ProfileSettings& settings, const DeviceInfo& device, int stage) const;
   // Runs the worker for `stages`; returns its profile file's text.
   std::string MeasureStages(const ProfileSettings& settings, const DeviceInfo& device,
                             const std::vector<int>& stages, const ProgressFn& progress);

@@ -122,6 +122,11 @@ class Communicator {
     std::int64_t all_reduced = 0;
     std::int64_t reduce_scattered = 0;
     std::int64_t all_gathered = 0;
+    // What was handed over since the reading `earlier`.
+    Volume Since(const Volume& earlier) const {
+      return {all_reduced - earlier.all_reduced, reduce_scattered - earlier.reduce_scattered,
+              all_gathered - earlier.all_gathered};
+    }
   };
   const Volume& volume() const { return volume_; }
 

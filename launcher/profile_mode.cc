@@ -16,6 +16,7 @@
 #include "launcher/gpt.h"
 #include "launcher/training_engine.h"
 #include "planner/input_error.h"
+#include "planner/median.h"
 #include "planner/profile.h"
 #include "planner/text_file.h"
 
@@ -116,11 +117,6 @@ struct StageSamples {
   std::map<int, std::vector<Sample>> runs;  // by micro-batch size
   std::vector<double> optimizer_steps;
 };
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
 // search between the last that did and the first that did not), each after a warm-up

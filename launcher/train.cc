@@ -107,14 +107,20 @@ std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, 
       .dump();
 }
 
+// What a resumed rank starts from besides the model's parameters.
+struct Resumed {
+  std::int64_t step = 0;
+  std::map<std::string, AdamMoments> moments;  // on the rank's device
+};
+
 // Resuming needs the checkpoint on rank 0 only: rank 0 tells every rank whether it
 // resumes and from which step, then sends the model state and the Adam moments over the
-// collectives, in the model's parameter order. Returns the step to start at; fills
-// `moments` (on `device`) when resuming. `checkpoint` is rank 0's, read from --resume;
-// `resume` is this rank's --resume.
-std::int64_t ShareResumedState(Communicator& communicator, Gpt& model, std::optional<Checkpoint>& checkpoint,
-                               const std::string& resume, torch::Device device,
-                               std::map<std::string, AdamMoments>* moments) {
+// collectives, in the model's parameter order. nullopt when the job starts afresh.
+// `checkpoint` is rank 0's, read from --resume (and dropped here); `resume` is this
+// rank's --resume.
+std::optional<Resumed> ShareResumedState(Communicator& communicator, Gpt& model,
+                                         std::optional<Checkpoint>& checkpoint, const std::string& resume,
+                                         torch::Device device) {
   torch::NoGradGuard no_grad;
   auto header = torch::tensor({checkpoint ? std::int64_t{1} : 0, checkpoint ? checkpoint->step : 0},
                               torch::TensorOptions(torch::kLong)).to(device);
@@ -127,12 +133,14 @@ std::int64_t ShareResumedState(Communicator& communicator, Gpt& model, std::opti
       throw InputError("--resume", "", "rank 0 has no checkpoint to resume from, but this rank was given " + resume +
                                            "; run rank 0 on the node that holds the job's checkpoints");
     }
-    return 0;
+    return std::nullopt;
   }
+  Resumed resumed;
+  resumed.step = header[1].item<std::int64_t>();
   for (auto& [name, parameter] : model->NamedParameters()) {
     auto value = parameter.detach();  // rank 0's holds the checkpoint's already
     communicator.Broadcast(value);
-    AdamMoments& moment = (*moments)[name];
+    AdamMoments& moment = resumed.moments[name];
     if (checkpoint) {
       const AdamMoments& loaded = checkpoint->moments.at(name);
       moment = {loaded.exp_avg.to(device, torch::kFloat32), loaded.exp_avg_sq.to(device, torch::kFloat32)};
@@ -143,7 +151,7 @@ std::int64_t ShareResumedState(Communicator& communicator, Gpt& model, std::opti
     communicator.Broadcast(moment.exp_avg_sq);
   }
   checkpoint.reset();
-  return header[1].item<std::int64_t>();
+  return resumed;
 }
 
 }  // namespace
@@ -182,18 +190,17 @@ void Train(const TrainOptions& options) {
   model->to(device);
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
-  std::map<std::string, AdamMoments> resumed_moments;
-  const std::int64_t first_step = ShareResumedState(communicator, model, checkpoint, options.resume, device, &resumed_moments);
-  const bool resumed = !resumed_moments.empty();
-  MetricsWriter metrics(options.metrics, env.rank, resumed);
+  std::optional<Resumed> resumed = ShareResumedState(communicator, model, checkpoint, options.resume, device);
+  const std::int64_t first_step = resumed ? resumed->step : 0;
+  MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
   const std::unique_ptr<TrainingEngine> engine_owner =
       MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
                  WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   TrainingEngine& engine = *engine_owner;
   if (resumed) {
-    engine.LoadMoments(resumed_moments, first_step);
-    resumed_moments.clear();
+    engine.LoadMoments(resumed->moments, first_step);
+    resumed.reset();
   }
 
   const int rank = env.rank;
@@ -239,6 +246,7 @@ void Train(const TrainOptions& options) {
     communicator.AllReduceSum(loss);
     const double mean_loss = loss.item<double>() / tokens_per_step;  // waits for the device
     const double step_s = SecondsSince(step_start);
+    const Communicator::Volume volume = communicator.volume().Since(volume_before);
 
     metrics.Write({{"step", step + 1},
                    {"rank", rank},
@@ -249,9 +257,9 @@ void Train(const TrainOptions& options) {
                    {"step_s", step_s},
                    {"compute_s", compute_s},
                    {"communication_s", communicator.communication_seconds() - communication_before},
-                   {"all_reduced_bytes", communicator.volume().all_reduced - volume_before.all_reduced},
-                   {"reduce_scattered_bytes", communicator.volume().reduce_scattered - volume_before.reduce_scattered},
-                   {"all_gathered_bytes", communicator.volume().all_gathered - volume_before.all_gathered},
+                   {"all_reduced_bytes", volume.all_reduced},
+                   {"reduce_scattered_bytes", volume.reduce_scattered},
+                   {"all_gathered_bytes", volume.all_gathered},
                    {"optimizer_s", engine.optimizer_seconds() - optimizer_before},
                    {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
                    {"samples_per_s", plan.global_batch / step_s},

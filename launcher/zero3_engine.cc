@@ -55,10 +55,11 @@ Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptio
     : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true),
                    communicator, options, model->wte->weight.device(), working),
       model_(std::move(model)) {
-  const int units = model_->config().n_layer + 2;
-  for (int unit = 0; unit < units; ++unit) unit_buckets_.push_back({unit});
-  unit_buckets_.back().push_back(0);  // the head is tied to the token embedding
-  schedule_ = MicroBatchSchedule(unit_buckets_);
+  // Unit u needs bucket u; the head also needs the token embedding it is tied to.
+  std::vector<std::vector<int>> unit_buckets;
+  for (int unit = 0; unit < model_->config().n_layer + 2; ++unit) unit_buckets.push_back({unit});
+  unit_buckets.back().push_back(0);
+  schedule_ = MicroBatchSchedule(unit_buckets);
   torch::NoGradGuard no_grad;
   shard_parameters_ = WorkingZeros(layout_.shard_total());
   gradient_shard_ = WorkingZeros(layout_.shard_total());

@@ -64,7 +64,7 @@ class Zero3Engine final : public ShardedAdamW {
     std::vector<std::unique_ptr<PendingCollective>> work;
   };
 
-  int units() const { return static_cast<int>(unit_buckets_.size()); }
+  int units() const { return static_cast<int>(schedule_.size() / 2); }  // each is visited twice
   torch::Tensor RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);
   Gathering StartGather(const std::vector<int>& buckets);
   void Install(Gathering& gathering);  // waits, then parameters view the wholes
@@ -74,14 +74,13 @@ class Zero3Engine final : public ShardedAdamW {
   // Ends the current visit: reduce-scatters and frees what the schedule says.
   void EndVisit();
   void Release(const std::vector<int>& buckets);  // parameters back to empty tensors
-  void ReduceGradients(const std::vector<int>& buckets);  // starts reduce-scatters; frees .grad
+  void ReduceGradients(const std::vector<int>& buckets);  // starts reduce-scatters of their .grad
   // Waits for the oldest reductions and adds them into the shards, until at most
   // `in_flight` remain (0: all).
   void FinishReductions(std::size_t in_flight = 0);
   void AbandonMicroBatch();  // after an error: nothing gathered, pending or half-visited
 
   Gpt model_;
-  std::vector<std::vector<int>> unit_buckets_;  // unit -> buckets it needs, in order
   torch::Tensor shard_parameters_;  // owned parameters, shard layout (working precision)
   torch::Tensor gradient_shard_;    // owned gradients, shard layout (working precision)
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "planner/cli/text_table.h"
+#include "planner/median.h"
 
 namespace poplar {
 namespace {
@@ -17,12 +18,6 @@ int Severity(const std::string& reason) {
   if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Broken pipe")) return 2;
   if (has("killed by signal")) return 0;
   return 1;
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 }  // namespace

@@ -128,12 +128,6 @@ TEST(NodeJob, KeepsCheckpointsUnlessAskedToResume) {
   EXPECT_EQ(After(ranks[0].spec.args, "--resume"), f.config.work_dir + "/jobs/j1/checkpoints");
 }
 
-}  // namespace
-}  // namespace poplar
-
-namespace poplar {
-namespace {
-
 TEST(NodeJob, DevicesInUseAreSkippedAndNamedWhenNoneIsLeft) {
   Fixture f;
   f.devices.push_back(DeviceInfo{"emu-slow", 3, 20 << 20, "", true, 1, 2.5});
