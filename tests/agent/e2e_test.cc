@@ -8,8 +8,6 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
-#include <sstream>
-
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -31,6 +29,7 @@ using poplar::testing::Command;
 using poplar::testing::Contains;
 using poplar::testing::ContainsAll;
 using poplar::testing::ProcessOutcome;
+using poplar::testing::ReadLines;
 using poplar::testing::ReadWholeFile;
 using poplar::testing::RunProcess;
 using poplar::testing::ScratchDir;
@@ -262,9 +261,7 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromRankZerosCheckpoint) {
                                "resumable", "--master-port", port, "--resume", "--steps", "16"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   // Rank 1, on the node without checkpoints, went on from step 12, not from scratch.
-  std::vector<std::string> lines;
-  std::istringstream metrics(ReadWholeFile(dir_.path() + "/resumable/metrics/rank-1.jsonl"));
-  for (std::string line; std::getline(metrics, line);) lines.push_back(line);
+  const auto lines = ReadLines(dir_.path() + "/resumable/metrics/rank-1.jsonl");
   // The run directory's metrics: 12 lines from the first launch, 4 from the second.
   ASSERT_EQ(lines.size(), 16u) << resumed.out;
   EXPECT_EQ(nlohmann::json::parse(lines[12])["step"], 13) << lines[12];

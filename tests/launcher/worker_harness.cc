@@ -111,13 +111,4 @@ double MaxAbsDifference(const StateDict& a, const StateDict& b) {
   return largest;
 }
 
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
-}
-
 }  // namespace poplar::testing

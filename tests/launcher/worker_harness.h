@@ -49,7 +49,4 @@ JobOutcome RunJob(const ScratchDir& scratch, const std::vector<std::vector<std::
 // (infinity if they differ in keys or shapes).
 double MaxAbsDifference(const StateDict& a, const StateDict& b);
 
-// The JSON lines of a metrics file.
-std::vector<std::string> ReadLines(const std::string& path);
-
 }  // namespace poplar::testing

@@ -8,6 +8,15 @@
 
 namespace poplar::testing {
 
+std::vector<std::string> ReadLines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
 ::testing::AssertionResult ContainsAll(const std::string& text,
                                        std::initializer_list<std::string> parts) {
   for (const auto& part : parts) {

@@ -5,6 +5,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace poplar::testing {
 
@@ -12,6 +13,9 @@ namespace poplar::testing {
 ::testing::AssertionResult ContainsAll(const std::string& text,
                                        std::initializer_list<std::string> parts);
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part);
+
+// The non-empty lines of a file (a metrics file's JSON records); none if it is missing.
+std::vector<std::string> ReadLines(const std::string& path);
 
 // A fresh folder under the test temporary directory, removed with everything in it
 // when the ScratchDir goes away.
