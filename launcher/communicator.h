@@ -114,8 +114,9 @@ class Communicator {
   // was not hidden behind computation.
   double communication_seconds() const { return communication_seconds_; }
 
-  // Bytes handed to each kind of collective since construction, counted when more than
-  // one rank takes part: the payload (an all-reduce's tensor, a reduce-scatter's input,
+  // Bytes handed to the training collectives (all-reduce, reduce-scatter, all-gather;
+  // not the start-up Broadcast) since construction, counted when more than one rank
+  // takes part: the payload (an all-reduce's tensor, a reduce-scatter's input,
   // an all-gather's output, in the caller's type), not what crosses the wire (a ring
   // moves (N-1)/N of it per rank; docs/cost-model.md).
   struct Volume {
