@@ -1,5 +1,6 @@
 #include "planner/cluster.h"
 
+#include <filesystem>
 #include <set>
 
 #include "planner/input_error.h"
@@ -129,7 +130,37 @@ std::optional<LinkSpec> ClusterSpec::SlowestLink() const {
   return nodes.size() > 1 ? inter_node : intra_node;
 }
 
-ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file) {
+CollectiveTimes ClusterSpec::Collectives() const {
+  if (measured_network) return measured_network->times;
+  const int ranks = DeviceCount();
+  if (ranks <= 1) return {};
+  return CollectiveTimes::Ring(*SlowestLink(), ranks);
+}
+
+namespace {
+
+// The measured network must come from this cluster: every device, the same nodes, the
+// payload type training will send.
+void CheckMeasuredNetwork(const ClusterSpec& cluster, const MeasuredNetwork& network, YamlFields& fields) {
+  const std::string again = "; measure again with `poplar network " + cluster.file + "`";
+  if (network.world_size != cluster.DeviceCount()) {
+    fields.Fail("network.measured", network.file + " was measured on " + std::to_string(network.world_size) +
+                                        " ranks; this cluster has " + std::to_string(cluster.DeviceCount()) + again);
+  }
+  if (network.nodes != static_cast<int>(cluster.nodes.size())) {
+    fields.Fail("network.measured", network.file + " was measured across " + std::to_string(network.nodes) +
+                                        " node(s); this cluster has " + std::to_string(cluster.nodes.size()) + again);
+  }
+  if (network.precision != WorkerPrecisionName(cluster.precision)) {
+    fields.Fail("network.measured", network.file + " was measured with " + network.precision +
+                                        " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) +
+                                        again);
+  }
+}
+
+}  // namespace
+
+ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, ClusterRead read) {
   const YAML::Node root = ParseYamlDocument(text, file);
   YamlFields fields(root, file, "");
 
@@ -163,6 +194,9 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file) {
     YamlFields network = fields.Map("network");
     if (network.Has("intra_node")) cluster.intra_node = ParseLink(network.Map("intra_node"));
     if (network.Has("inter_node")) cluster.inter_node = ParseLink(network.Map("inter_node"));
+    if (auto measured = network.OptionalString("measured")) {
+      cluster.measured_network_file = ResolveAgainst(ParentFolder(file), *measured);
+    }
     network.Finish();
   } else {
     fields.Child("network");
@@ -173,18 +207,28 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file) {
     for (const auto& group : node.devices) count += group.count;
     multi_device_node = multi_device_node || count > 1;
   }
-  if (cluster.nodes.size() > 1 && !cluster.inter_node) {
-    fields.Fail("network.inter_node", "is required when the cluster has more than one node");
+  const bool measured = !cluster.measured_network_file.empty();
+  if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {
+    fields.Fail("network.inter_node", "is required when the cluster has more than one node (or network.measured)");
   }
-  if (multi_device_node && !cluster.intra_node) {
-    fields.Fail("network.intra_node", "is required when a node has more than one device");
+  if (multi_device_node && !cluster.intra_node && !measured) {
+    fields.Fail("network.intra_node", "is required when a node has more than one device (or network.measured)");
   }
   fields.Finish();
+  if (measured && read == ClusterRead::kComplete) {
+    if (!std::filesystem::exists(cluster.measured_network_file)) {
+      fields.Fail("network.measured", cluster.measured_network_file +
+                                          " does not exist; make it with `poplar network " + file + " -o " +
+                                          cluster.measured_network_file + "`");
+    }
+    cluster.measured_network = LoadNetworkFile(cluster.measured_network_file);
+    CheckMeasuredNetwork(cluster, *cluster.measured_network, fields);
+  }
   return cluster;
 }
 
-ClusterSpec LoadClusterFile(const std::string& path) {
-  return ParseClusterYaml(ReadTextFile(path), path);
+ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read) {
+  return ParseClusterYaml(ReadTextFile(path), path, read);
 }
 
 }  // namespace poplar

@@ -12,6 +12,7 @@
 //   network:
 //     intra_node: {bandwidth_gbps: 2400, latency_us: 5}   # needed if a node has 2+ devices
 //     inter_node: {bandwidth_gbps: 100, latency_us: 20}   # needed if there are 2+ nodes
+//     measured: network.json        # or: what `poplar network` measured; replaces both
 //   nodes:
 //     - name: node-a
 //       host: 10.0.0.1              # optional, defaults to name
@@ -32,16 +33,10 @@
 #include <vector>
 
 #include "planner/credentials.h"
+#include "planner/network.h"
 #include "planner/precision.h"
 
 namespace poplar {
-
-// One link class of the network. Collectives are modelled as rings over the slowest
-// link class in use (docs/cost-model.md).
-struct LinkSpec {
-  double bandwidth_bytes_per_s = 0;  // one direction, per device
-  double latency_s = 0;              // per message hop
-};
 
 struct DeviceGroupSpec {
   std::string type;  // names the profile DIR/<type>.json
@@ -75,6 +70,8 @@ struct ClusterSpec {
   std::optional<int> stage;  // nullopt: choose automatically
   std::optional<LinkSpec> intra_node;
   std::optional<LinkSpec> inter_node;
+  std::string measured_network_file;  // network.measured, resolved; empty if not given
+  std::optional<MeasuredNetwork> measured_network;  // read unless kWithoutMeasurements
   std::vector<NodeSpec> nodes;
   std::optional<CredentialPaths> credentials;
   std::optional<JobSpec> job;
@@ -85,11 +82,21 @@ struct ClusterSpec {
   // The link every collective crosses: inter_node when the cluster spans 2+ nodes,
   // else intra_node. Present for every validated cluster with 2+ devices.
   std::optional<LinkSpec> SlowestLink() const;
+  // What the cost model charges for each collective among all the cluster's devices:
+  // the measured network when there is one, else rings over SlowestLink().
+  CollectiveTimes Collectives() const;
 };
 
-// Parses and validates YAML text. `file` names the source in errors. Throws InputError.
-ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file);
+// kWithoutMeasurements: `network.measured` is recorded, not read (for `poplar network`,
+// which makes that file).
+enum class ClusterRead { kComplete, kWithoutMeasurements };
+
+// Parses and validates YAML text. `file` names the source in errors. Throws InputError;
+// also when the measured network was measured on another shape of cluster (ranks,
+// nodes, precision).
+ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file,
+                             ClusterRead read = ClusterRead::kComplete);
 // Reads and parses a file. Throws InputError (also when it cannot be read).
-ClusterSpec LoadClusterFile(const std::string& path);
+ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read = ClusterRead::kComplete);
 
 }  // namespace poplar

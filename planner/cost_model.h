@@ -1,23 +1,15 @@
 // Communication and optimizer terms of the step-time model (docs/cost-model.md).
 //
-// Collectives are rings over the slowest link in use. For B bytes over N ranks with
-// per-direction bandwidth W and per-hop latency a:
-//   all-reduce      2 (N-1)/N * B/W + 2 (N-1) a
-//   reduce-scatter    (N-1)/N * B/W +   (N-1) a
-//   all-gather        (N-1)/N * B/W +   (N-1) a
-// With one rank every collective is free.
+// Collective times come from planner/network.h: rings over the cluster file's slowest
+// link in use, or lines measured on the cluster (`poplar network`).
 #pragma once
 
 #include <cstdint>
 
-#include "planner/cluster.h"
+#include "planner/network.h"
 #include "planner/precision.h"
 
 namespace poplar {
-
-double RingAllReduceSeconds(double bytes, int ranks, const LinkSpec& link);
-double RingReduceScatterSeconds(double bytes, int ranks, const LinkSpec& link);
-double RingAllGatherSeconds(double bytes, int ranks, const LinkSpec& link);
 
 // Communication of one optimizer step for a ZeRO stage, split by when it happens:
 //   stage 0: all-reduce(grads) once per step
@@ -32,7 +24,7 @@ struct StageCommunication {
 };
 
 StageCommunication CommunicationForStage(int stage, std::int64_t params, Precision precision,
-                                         int ranks, const LinkSpec& link);
+                                         const CollectiveTimes& collectives);
 
 // Optimizer step time on one device: the profiled time scaled by the number of
 // parameters the rank updates (all of them at stage 0, ceil(P/N) from stage 1 on).

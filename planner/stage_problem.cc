@@ -72,8 +72,8 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster,
   if (reason.empty() && !any_sample_fits) reason = "no device has memory for one sample";
 
   if (ranks > 1) {
-    const StageCommunication comm = CommunicationForStage(
-        stage, problem.params, problem.precision, ranks, *cluster.SlowestLink());
+    const StageCommunication comm =
+        CommunicationForStage(stage, problem.params, problem.precision, cluster.Collectives());
     problem.comm_per_step_s = comm.per_step_s;
     problem.comm_per_round_s = comm.per_round_s;
   }

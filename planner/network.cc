@@ -1,0 +1,233 @@
+#include "planner/network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "planner/input_error.h"
+#include "planner/json_fields.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+constexpr const char* kFormat = "poplar-network/1";
+constexpr double kBitsPerByte = 8.0;
+
+CollectiveLine RingLine(const LinkSpec& link, int ranks, double passes) {
+  if (ranks <= 1) return {};
+  const double hops = ranks - 1;
+  return {passes * hops * link.latency_s, link.bandwidth_bytes_per_s * ranks / (passes * hops)};
+}
+
+Collective RequireCollective(JsonFields& fields, const std::string& key) {
+  const std::string name = fields.String(key);
+  const auto collective = ParseCollectiveName(name);
+  if (!collective) fields.Fail(key, "must be all_reduce, reduce_scatter or all_gather, got '" + name + "'");
+  return *collective;
+}
+
+// The fields a point shares with a measurement line; the caller finishes `fields`.
+CollectivePoint ReadPoint(JsonFields& fields) {
+  CollectivePoint point;
+  point.collective = RequireCollective(fields, "collective");
+  point.bytes = fields.Number("bytes");
+  if (!(point.bytes > 0)) fields.Fail("bytes", "must be a positive number of bytes");
+  point.seconds = fields.Number("seconds");
+  if (!(point.seconds > 0)) fields.Fail("seconds", "must be a positive number of seconds");
+  return point;
+}
+
+CollectivePoint ParsePoint(JsonFields fields) {
+  const CollectivePoint point = ReadPoint(fields);
+  fields.Finish();
+  return point;
+}
+
+CollectiveLine ParseLine(JsonFields fields) {
+  CollectiveLine line;
+  const double fixed_us = fields.Number("fixed_us");
+  if (!(fixed_us >= 0)) fields.Fail("fixed_us", "must be zero or more microseconds");
+  line.fixed_s = fixed_us * 1e-6;
+  const double gbps = fields.Number("payload_gbps");
+  if (!(gbps > 0) || !std::isfinite(gbps)) fields.Fail("payload_gbps", "must be a positive number of gigabits per second");
+  line.payload_bytes_per_s = gbps * 1e9 / kBitsPerByte;
+  fields.Finish();
+  return line;
+}
+
+int PositiveCount(JsonFields& fields, const std::string& key, const std::string& what) {
+  const std::int64_t value = fields.Integer(key);
+  if (value <= 0 || value > 100'000'000) fields.Fail(key, "must be a positive number of " + what);
+  return static_cast<int>(value);
+}
+
+std::string RequireBackend(JsonFields& fields) {
+  const std::string backend = fields.String("backend");
+  if (backend != "gloo" && backend != "nccl") fields.Fail("backend", "must be gloo or nccl, got '" + backend + "'");
+  return backend;
+}
+
+}  // namespace
+
+std::string CollectiveName(Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce:
+      return "all_reduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "all_gather";
+  }
+  return "?";
+}
+
+std::optional<Collective> ParseCollectiveName(const std::string& name) {
+  for (Collective collective : kCollectives) {
+    if (CollectiveName(collective) == name) return collective;
+  }
+  return std::nullopt;
+}
+
+const CollectiveLine& CollectiveTimes::Of(Collective collective) const {
+  switch (collective) {
+    case Collective::kAllReduce:
+      return all_reduce;
+    case Collective::kReduceScatter:
+      return reduce_scatter;
+    case Collective::kAllGather:
+      break;
+  }
+  return all_gather;
+}
+
+CollectiveLine& CollectiveTimes::Of(Collective collective) {
+  return const_cast<CollectiveLine&>(static_cast<const CollectiveTimes&>(*this).Of(collective));
+}
+
+CollectiveTimes CollectiveTimes::Ring(const LinkSpec& link, int ranks) {
+  return {RingLine(link, ranks, 2.0), RingLine(link, ranks, 1.0), RingLine(link, ranks, 1.0)};
+}
+
+CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Collective collective,
+                                 const std::string& file, const std::string& key) {
+  // Weighted least squares for t ~ f + r*B with weights 1/t^2 (relative residuals).
+  double sw = 0, sb = 0, sbb = 0, st = 0, sbt = 0;
+  std::set<double> sizes;
+  for (const CollectivePoint& point : points) {
+    if (point.collective != collective) continue;
+    const double w = 1.0 / (point.seconds * point.seconds);
+    sw += w;
+    sb += w * point.bytes;
+    sbb += w * point.bytes * point.bytes;
+    st += w * point.seconds;
+    sbt += w * point.bytes * point.seconds;
+    sizes.insert(point.bytes);
+  }
+  if (sizes.size() < 2) {
+    throw InputError(file, key, CollectiveName(collective) + " needs measurements at two or more sizes, has " +
+                                    std::to_string(sizes.size()));
+  }
+  const double det = sw * sbb - sb * sb;
+  double fixed = (sbb * st - sb * sbt) / det;
+  double rate = (sw * sbt - sb * st) / det;  // seconds per byte
+  if (fixed < 0) {  // the best line through the origin
+    fixed = 0;
+    rate = sbt / sbb;
+  }
+  if (!(rate > 0)) {  // no size dependence measurable: all fixed cost
+    rate = 1e-300;
+    fixed = st / sw;
+  }
+  return {fixed, 1.0 / rate};
+}
+
+double MeasuredNetwork::WorstRelativeError() const {
+  double worst = 0;
+  for (const CollectivePoint& point : points) {
+    const double fitted = times.Of(point.collective).Seconds(point.bytes);
+    worst = std::max(worst, std::abs(fitted - point.seconds) / point.seconds);
+  }
+  return worst;
+}
+
+MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, int world_size, int nodes,
+                           const std::string& backend, const std::string& precision,
+                           const std::string& file) {
+  MeasuredNetwork network;
+  network.file = file;
+  network.world_size = world_size;
+  network.nodes = nodes;
+  network.backend = backend;
+  network.precision = precision;
+  for (Collective collective : kCollectives) {
+    network.times.Of(collective) = FitCollectiveLine(points, collective, file, "points");
+  }
+  network.points = std::move(points);
+  return network;
+}
+
+nlohmann::ordered_json NetworkToJson(const MeasuredNetwork& network) {
+  nlohmann::ordered_json lines = nlohmann::ordered_json::object();
+  for (Collective collective : kCollectives) {
+    const CollectiveLine& line = network.times.Of(collective);
+    lines[CollectiveName(collective)] = {{"fixed_us", line.fixed_s * 1e6},
+                                         {"payload_gbps", line.payload_bytes_per_s * kBitsPerByte / 1e9}};
+  }
+  nlohmann::ordered_json points = nlohmann::ordered_json::array();
+  for (const CollectivePoint& point : network.points) {
+    points.push_back({{"collective", CollectiveName(point.collective)}, {"bytes", point.bytes}, {"seconds", point.seconds}});
+  }
+  return {{"format", kFormat},
+          {"world_size", network.world_size},
+          {"nodes", network.nodes},
+          {"backend", network.backend},
+          {"precision", network.precision},
+          {"collectives", lines},
+          {"worst_relative_error", network.WorstRelativeError()},
+          {"points", points}};
+}
+
+MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& file) {
+  const nlohmann::json root = ParseJsonObject(text, file);
+  JsonFields fields(root, file, "");
+  if (fields.String("format") != kFormat) fields.Fail("format", std::string("must be \"") + kFormat + "\"");
+  MeasuredNetwork network;
+  network.file = file;
+  network.world_size = PositiveCount(fields, "world_size", "ranks");
+  network.nodes = PositiveCount(fields, "nodes", "nodes");
+  if (network.nodes > network.world_size) fields.Fail("nodes", "cannot exceed world_size");
+  network.backend = RequireBackend(fields);
+  network.precision = fields.String("precision");
+  if (network.precision != "fp32" && network.precision != "bf16") {
+    fields.Fail("precision", "must be fp32 or bf16, got '" + network.precision + "'");
+  }
+  JsonFields lines = fields.Map("collectives");
+  for (Collective collective : kCollectives) {
+    network.times.Of(collective) = ParseLine(lines.Map(CollectiveName(collective)));
+  }
+  lines.Finish();
+  fields.Number("worst_relative_error");  // informational: recomputed from the points
+  const nlohmann::json& points = fields.Child("points");
+  if (!points.is_array()) fields.Fail("points", "must be a list of {collective, bytes, seconds}");
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    network.points.push_back(ParsePoint(JsonFields(points[i], file, "points[" + std::to_string(i) + "]")));
+  }
+  fields.Finish();
+  return network;
+}
+
+MeasuredNetwork LoadNetworkFile(const std::string& path) { return ParseNetworkJson(ReadTextFile(path), path); }
+
+MeasurementLine ParseMeasurementLine(const std::string& json_line, const std::string& source) {
+  const nlohmann::json root = ParseJsonObject(json_line, source);
+  JsonFields fields(root, source, "");
+  MeasurementLine line;
+  line.point = ReadPoint(fields);
+  line.world_size = PositiveCount(fields, "world_size", "ranks");
+  line.backend = RequireBackend(fields);
+  fields.Finish();
+  return line;
+}
+
+}  // namespace poplar

@@ -1,0 +1,186 @@
+// Tests of the measured network (planner/network.h): fitting the collectives' lines,
+// the network file, and the cluster file's `network.measured`, which replaces the
+// declared links in the cost model.
+#include "planner/network.h"
+
+#include <gtest/gtest.h>
+
+#include "test_support.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "planner/cluster.h"
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+using testing::Contains;
+using testing::ScratchDir;
+
+// Points exactly on seconds = fixed + bytes / rate, from 4 KiB to 64 MiB.
+std::vector<CollectivePoint> PointsOnLine(Collective collective, double fixed_s, double bytes_per_s) {
+  std::vector<CollectivePoint> points;
+  for (double bytes = 4096; bytes <= 64 << 20; bytes *= 4) {
+    points.push_back({collective, bytes, fixed_s + bytes / bytes_per_s});
+  }
+  return points;
+}
+
+std::vector<CollectivePoint> ThreeLines() {
+  std::vector<CollectivePoint> points = PointsOnLine(Collective::kAllReduce, 80e-6, 2e9);
+  for (const auto& point : PointsOnLine(Collective::kReduceScatter, 60e-6, 3e9)) points.push_back(point);
+  for (const auto& point : PointsOnLine(Collective::kAllGather, 40e-6, 5e9)) points.push_back(point);
+  return points;
+}
+
+TEST(FitCollectiveLine, RecoversAnExactLine) {
+  const CollectiveLine line =
+      FitCollectiveLine(PointsOnLine(Collective::kAllGather, 40e-6, 5e9), Collective::kAllGather, "f", "points");
+  EXPECT_NEAR(line.fixed_s, 40e-6, 1e-12);
+  EXPECT_NEAR(line.payload_bytes_per_s / 5e9, 1.0, 1e-9);
+}
+
+TEST(FitCollectiveLine, WeighsSmallAndLargeSizesAlike) {
+  // 10% noise on alternate points: an unweighted fit would let the 64 MiB points
+  // decide and miss the fixed cost by far more than 10%.
+  std::vector<CollectivePoint> points = PointsOnLine(Collective::kAllReduce, 100e-6, 1e9);
+  for (std::size_t i = 0; i < points.size(); i += 2) points[i].seconds *= 1.1;
+  const CollectiveLine line = FitCollectiveLine(points, Collective::kAllReduce, "f", "points");
+  EXPECT_NEAR(line.fixed_s / 100e-6, 1.0, 0.1);
+  EXPECT_NEAR(line.payload_bytes_per_s / 1e9, 1.0, 0.1);
+}
+
+TEST(FitCollectiveLine, NeverGivesANegativeFixedCost) {
+  // Time proportional to size, measured a little fast at the small end.
+  std::vector<CollectivePoint> points = PointsOnLine(Collective::kAllReduce, 0, 1e9);
+  points[0].seconds *= 0.5;
+  const CollectiveLine line = FitCollectiveLine(points, Collective::kAllReduce, "f", "points");
+  EXPECT_GE(line.fixed_s, 0.0);
+  EXPECT_GT(line.payload_bytes_per_s, 0.0);
+}
+
+TEST(FitCollectiveLine, NeedsTwoSizes) {
+  const std::vector<CollectivePoint> one = {{Collective::kAllGather, 4096, 1e-4}, {Collective::kAllGather, 4096, 2e-4}};
+  try {
+    FitCollectiveLine(one, Collective::kAllGather, "net.json", "points");
+    FAIL() << "fitted a line through one size";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), "net.json");
+    EXPECT_TRUE(Contains(error.reason(), "all_gather needs measurements at two or more sizes, has 1"));
+  }
+}
+
+TEST(NetworkFile, RoundTripsAndKeepsTheLines) {
+  const MeasuredNetwork fitted = FitNetwork(ThreeLines(), 3, 2, "gloo", "bf16", "net.json");
+  EXPECT_LT(fitted.WorstRelativeError(), 1e-9);
+  const MeasuredNetwork read = ParseNetworkJson(NetworkToJson(fitted).dump(), "net.json");
+  EXPECT_EQ(read.world_size, 3);
+  EXPECT_EQ(read.nodes, 2);
+  EXPECT_EQ(read.backend, "gloo");
+  EXPECT_EQ(read.precision, "bf16");
+  ASSERT_EQ(read.points.size(), fitted.points.size());
+  for (Collective collective : kCollectives) {
+    EXPECT_NEAR(read.times.Of(collective).fixed_s, fitted.times.Of(collective).fixed_s, 1e-12);
+    EXPECT_NEAR(read.times.Of(collective).Seconds(1e8) / fitted.times.Of(collective).Seconds(1e8), 1.0, 1e-12);
+  }
+  EXPECT_NEAR(read.times.reduce_scatter.payload_bytes_per_s / 3e9, 1.0, 1e-9);
+}
+
+void ExpectNetworkRejected(const std::string& from, const std::string& to, const std::string& key,
+                           const std::string& reason_part) {
+  std::string text = NetworkToJson(FitNetwork(ThreeLines(), 3, 2, "gloo", "bf16", "net.json")).dump();
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  try {
+    ParseNetworkJson(text, "net.json");
+    FAIL() << "accepted " << to;
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.file(), "net.json");
+    EXPECT_EQ(error.key(), key);
+    EXPECT_TRUE(Contains(error.reason(), reason_part));
+  }
+}
+
+TEST(NetworkFile, RejectsBadValuesNamingTheKey) {
+  ExpectNetworkRejected("\"poplar-network/1\"", "\"poplar-network/9\"", "format", "poplar-network/1");
+  ExpectNetworkRejected("\"world_size\":3", "\"world_size\":0", "world_size", "positive");
+  ExpectNetworkRejected("\"nodes\":2", "\"nodes\":4", "nodes", "cannot exceed world_size");
+  ExpectNetworkRejected("\"gloo\"", "\"mpi\"", "backend", "gloo or nccl");
+  ExpectNetworkRejected("\"bf16\"", "\"fp8\"", "precision", "fp32 or bf16");
+  ExpectNetworkRejected("\"all_gather\":{\"fixed_us\"", "\"all_gathr\":{\"fixed_us\"", "collectives.all_gather",
+                        "required");
+  ExpectNetworkRejected("\"collective\":\"all_reduce\"", "\"collective\":\"broadcast\"", "points[0].collective",
+                        "all_reduce, reduce_scatter or all_gather");
+}
+
+TEST(MeasurementLine, IsWhatTheWorkerWrites) {
+  const MeasurementLine line = ParseMeasurementLine(
+      R"({"collective":"reduce_scatter","bytes":65536,"seconds":0.0012,"world_size":4,"backend":"nccl"})", "rank 0");
+  EXPECT_EQ(line.point.collective, Collective::kReduceScatter);
+  EXPECT_EQ(line.point.bytes, 65536);
+  EXPECT_EQ(line.point.seconds, 0.0012);
+  EXPECT_EQ(line.world_size, 4);
+  EXPECT_EQ(line.backend, "nccl");
+  EXPECT_THROW(ParseMeasurementLine(R"({"collective":"all_reduce","bytes":-1,"seconds":1,"world_size":1,"backend":"gloo"})",
+                                    "rank 0"),
+               InputError);
+}
+
+// Two nodes, three devices, mixed precision; the network is measured.
+constexpr char kMeasuredCluster[] = R"(training:
+  global_batch: 32
+  precision: mixed
+network:
+  measured: net.json
+nodes:
+  - name: a
+    devices:
+      - {type: fast, count: 2}
+  - name: b
+    devices:
+      - {type: slow, count: 1}
+)";
+
+TEST(ClusterMeasuredNetwork, ReplacesTheDeclaredLinks) {
+  ScratchDir dir("measured");
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 3, 2, "gloo", "bf16", "x")).dump());
+  const ClusterSpec cluster = LoadClusterFile(dir.Write("cluster.yaml", kMeasuredCluster));
+  ASSERT_TRUE(cluster.measured_network.has_value());
+  const CollectiveTimes times = cluster.Collectives();
+  EXPECT_NEAR(times.all_reduce.Seconds(2e9), 80e-6 + 1.0, 1e-9);
+  EXPECT_NEAR(times.all_gather.Seconds(5e9), 40e-6 + 1.0, 1e-9);
+}
+
+TEST(ClusterMeasuredNetwork, MustComeFromThisCluster) {
+  ScratchDir dir("measured");
+  const std::string cluster_file = dir.Write("cluster.yaml", kMeasuredCluster);
+  auto expect_rejected = [&](const std::string& reason_part) {
+    try {
+      LoadClusterFile(cluster_file);
+      FAIL() << "accepted a network file that does not fit";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.file(), cluster_file);
+      EXPECT_EQ(error.key(), "network.measured");
+      EXPECT_TRUE(Contains(error.reason(), reason_part));
+    }
+  };
+  expect_rejected("does not exist; make it with `poplar network");
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 4, 2, "gloo", "bf16", "x")).dump());
+  expect_rejected("measured on 4 ranks; this cluster has 3");
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 3, 1, "gloo", "bf16", "x")).dump());
+  expect_rejected("measured across 1 node(s); this cluster has 2");
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 3, 2, "gloo", "fp32", "x")).dump());
+  expect_rejected("measured with fp32 payloads; this cluster trains in bf16");
+  // `poplar network` itself reads the cluster file before the network file exists.
+  dir.Write("net.json", "not json");
+  const ClusterSpec unread = LoadClusterFile(cluster_file, ClusterRead::kWithoutMeasurements);
+  EXPECT_FALSE(unread.measured_network.has_value());
+  EXPECT_EQ(unread.measured_network_file, dir.path() + "/net.json");
+}
+
+}  // namespace
+}  // namespace poplar
