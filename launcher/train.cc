@@ -19,6 +19,7 @@
 #include "launcher/device.h"
 #include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
+#include "launcher/metrics_writer.h"
 #include "launcher/model_config.h"
 #include "launcher/state_dict.h"
 #include "launcher/token_data.h"
@@ -28,25 +29,6 @@
 
 namespace poplar {
 namespace {
-
-// One JSON object per line, flushed per step, so a reader can follow a running job.
-class MetricsWriter {
- public:
-  MetricsWriter(const std::string& pattern, int rank, bool append) {
-    const auto placeholder = pattern.find("{rank}");
-    if (pattern.empty() || (placeholder == std::string::npos && rank != 0)) return;
-    std::string path = pattern;
-    if (placeholder != std::string::npos) path.replace(placeholder, 6, std::to_string(rank));
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) throw InputError("--metrics", "", "cannot write " + path);
-  }
-  void Write(const nlohmann::json& line) {
-    if (out_.is_open()) out_ << line.dump() << "\n" << std::flush;
-  }
-
- private:
-  std::ofstream out_;
-};
 
 // Compute of one micro-batch: forward, backward, and for an emulated slower device the
 // extra wall time. Returns the loss summed over its tokens.

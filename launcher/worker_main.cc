@@ -1,4 +1,5 @@
-// `poplar-worker`: trains one rank (train) or measures one device (profile).
+// `poplar-worker`: trains one rank (train), measures one device (profile) or the
+// collectives among all ranks (network).
 // Every error — bad input, a libtorch or Gloo failure, a dead peer, out of memory — is
 // caught by RunApp and becomes one line on stderr naming the rank, and a non-zero exit:
 //   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
@@ -9,6 +10,7 @@
 #include <torch/version.h>
 
 #include "launcher/device.h"
+#include "launcher/network_mode.h"
 #include "launcher/profile_mode.h"
 #include "launcher/train.h"
 #include "planner/cli/run_app.h"
@@ -80,6 +82,22 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->callback([&o] { poplar::Profile(o); });
 }
 
+void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
+  CLI::App* network = app.add_subcommand(
+      "network", "Time all-reduce, reduce-scatter and all-gather among all ranks (torchrun environment)");
+  network->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  network->add_option("--backend", o.backend, "Collectives, as for train: auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  network->add_option("--metrics", o.metrics, "Rank 0 writes one JSON line per measured collective and size here");
+  network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")->check(CLI::Range(std::int64_t{8192}, std::int64_t{1} << 40))->capture_default_str();
+  network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")->check(CLI::Range(1, 1000))->capture_default_str();
+  network->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
+  network->add_option("--slowdown", o.slowdown, "Emulated device: stretches compute only, so unused here (accepted like train's)")->check(CLI::Range(1.0, 1000.0));
+  network->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes: payloads stay below a quarter")->check(CLI::NonNegativeNumber);
+  network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
+  network->callback([&o] { poplar::MeasureNetwork(o); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,8 +108,10 @@ int main(int argc, char** argv) {
                                         (poplar::BuiltWithCuda() ? ", CUDA" : ", CPU only") + ")");
   poplar::TrainOptions train_options;
   poplar::ProfileOptions profile_options;
+  poplar::NetworkOptions network_options;
   AddTrainCommand(app, train_options);
   AddProfileCommand(app, profile_options);
-  return poplar::RunApp(app, argc, argv, "poplar-worker", Who(), "train or profile",
+  AddNetworkCommand(app, network_options);
+  return poplar::RunApp(app, argc, argv, "poplar-worker", Who(), "train, profile or network",
                         /*runtime_errors_fail=*/true);
 }

@@ -1,0 +1,140 @@
+#include "launcher/network_mode.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "launcher/communicator.h"
+#include "launcher/counting_allocator.h"
+#include "launcher/device.h"
+#include "launcher/metrics_writer.h"
+#include "launcher/stopwatch.h"
+#include "launcher/training_engine.h"
+#include "planner/input_error.h"
+#include "planner/median.h"
+#include "planner/network.h"
+
+namespace poplar {
+namespace {
+
+constexpr std::int64_t kSmallestBytes = 4096;
+
+// Payload sizes: 4 KiB, x4, up to `largest`, which is always measured.
+std::vector<std::int64_t> PayloadSizes(std::int64_t largest) {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t bytes = kSmallestBytes; bytes < largest; bytes *= 4) sizes.push_back(bytes);
+  sizes.push_back(largest);
+  return sizes;
+}
+
+// The buffers of one payload size: whole (the all-reduce's tensor, the reduce-scatter's
+// input, the all-gather's output) and one rank's shard.
+struct Buffers {
+  torch::Tensor whole;
+  torch::Tensor shard;
+};
+
+void RunOnce(Communicator& communicator, Collective collective, Buffers& buffers) {
+  switch (collective) {
+    case Collective::kAllReduce:
+      communicator.AllReduceSum(buffers.whole);
+      break;
+    case Collective::kReduceScatter:
+      communicator.ReduceScatterSum(buffers.whole, buffers.shard);
+      break;
+    case Collective::kAllGather:
+      communicator.AllGather(buffers.shard, buffers.whole);
+      break;
+  }
+}
+
+// The slowest rank's time of each run, the median over the runs (the same on every rank).
+double TimeCollective(Communicator& communicator, Collective collective, Buffers& buffers, int repeats,
+                      torch::Device device) {
+  for (int warm_up = 0; warm_up < 3; ++warm_up) RunOnce(communicator, collective, buffers);  // buffers, kernels
+  std::vector<double> mine;
+  for (int run = 0; run < repeats; ++run) {
+    communicator.Barrier();
+    Synchronize(device);
+    const auto start = Clock::now();
+    RunOnce(communicator, collective, buffers);
+    Synchronize(device);
+    mine.push_back(SecondsSince(start));
+  }
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  torch::Tensor shard = torch::tensor(mine, torch::kFloat64).to(device);
+  torch::Tensor all = torch::empty({static_cast<std::int64_t>(repeats) * communicator.world_size()}, options);
+  communicator.AllGather(shard, all);
+  const torch::Tensor slowest = all.view({communicator.world_size(), repeats}).amax(0).cpu();
+  std::vector<double> runs(slowest.data_ptr<double>(), slowest.data_ptr<double>() + repeats);
+  return Median(runs);
+}
+
+std::string Size(std::int64_t bytes) {
+  char text[32];
+  if (bytes >= (1 << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", bytes / double(1 << 20));
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f KiB", bytes / 1024.0);
+  }
+  return text;
+}
+
+}  // namespace
+
+void MeasureNetwork(const NetworkOptions& options) {
+  CountingAllocator::Install();
+  CountingAllocator::SetCapacity(options.memory_bytes);
+  const DistributedEnv env = DistributedEnv::FromEnvironment();
+  if (env.world_size < 2) {
+    throw InputError("WORLD_SIZE", "", "is " + std::to_string(env.world_size) +
+                                           ": measuring the network needs two or more ranks");
+  }
+  const torch::Device device = SelectDevice(options.device, env.local_rank);
+  const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
+  const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
+  if (options.threads > 0) torch::set_num_threads(options.threads);
+
+  // A payload, its shard and the reduce-scatter's copy (Gloo) must fit the emulated memory.
+  std::int64_t largest = options.max_bytes;
+  if (options.memory_bytes > 0) largest = std::min(largest, options.memory_bytes / 4);
+  const std::int64_t element = torch::elementSize(type);
+  const std::int64_t granule = element * env.world_size;  // whole elements in every shard
+  largest = largest / granule * granule;
+  if (largest < 2 * kSmallestBytes) {
+    throw InputError("--max-bytes", "", "leaves payloads of " + std::to_string(largest) +
+                                            " bytes; measuring needs at least " +
+                                            std::to_string(2 * kSmallestBytes) + " (raise it, or the device memory)");
+  }
+
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
+  communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(largest) + " " +
+                                                        std::to_string(options.repeats) + " " + options.backend);
+  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
+  if (env.rank == 0) {
+    std::cout << "measuring " << communicator.world_size() << " ranks over " << communicator.backend_name() << ", "
+              << options.precision << " payloads of " << Size(kSmallestBytes) << " to " << Size(largest) << std::endl;
+  }
+  for (const std::int64_t size : PayloadSizes(largest)) {
+    const std::int64_t elements = std::max<std::int64_t>(size / granule, 1) * env.world_size;
+    const auto tensor_options = torch::TensorOptions().dtype(type).device(device);
+    Buffers buffers{torch::zeros({elements}, tensor_options), torch::zeros({elements / env.world_size}, tensor_options)};
+    const std::int64_t bytes = elements * element;
+    for (Collective collective : kCollectives) {
+      const double seconds = TimeCollective(communicator, collective, buffers, options.repeats, device);
+      lines.Write({{"collective", CollectiveName(collective)},
+                   {"bytes", bytes},
+                   {"seconds", seconds},
+                   {"world_size", communicator.world_size()},
+                   {"backend", communicator.backend_name()}});
+      if (env.rank == 0) {
+        std::cout << CollectiveName(collective) << " " << Size(bytes) << ": " << seconds * 1e6 << " us, "
+                  << bytes / seconds / 1e9 << " GB/s payload" << std::endl;
+      }
+    }
+  }
+}
+
+}  // namespace poplar

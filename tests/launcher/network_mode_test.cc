@@ -1,0 +1,75 @@
+// `poplar-worker network`: real ranks on loopback time the three collectives over Gloo;
+// rank 0's lines are what `poplar network` fits (planner/network.h).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "planner/network.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+std::vector<MeasurementLine> ReadMeasurements(const std::string& path) {
+  std::vector<MeasurementLine> lines;
+  for (const std::string& text : ReadLines(path)) lines.push_back(ParseMeasurementLine(text, path));
+  return lines;
+}
+
+TEST(NetworkMode, TimesEveryCollectiveAtEverySize) {
+  ScratchDir scratch("poplar_network_mode");
+  const JobOutcome job = RunJob(scratch, 3,
+                                {"network", "--metrics", scratch.path() + "/net-{rank}.jsonl", "--max-bytes",
+                                 "1048576", "--repeats", "3", "--threads", "1", "--precision", "bf16",
+                                 "--timeout", "60"});
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  const auto lines = ReadMeasurements(scratch.path() + "/net-0.jsonl");
+  // 4 KiB, 16 KiB, 64 KiB, 256 KiB and the largest, 1 MiB, each rounded down to whole
+  // bf16 elements in each of 3 shards (a multiple of 6 bytes); every collective at each.
+  const std::vector<double> sizes = {4092, 16380, 65532, 262140, 1048572};
+  ASSERT_EQ(lines.size(), 3 * sizes.size());
+  std::set<std::pair<int, double>> seen;
+  for (const MeasurementLine& line : lines) {
+    EXPECT_EQ(line.world_size, 3);
+    EXPECT_EQ(line.backend, "gloo");
+    EXPECT_GT(line.point.seconds, 0);
+    EXPECT_LT(line.point.seconds, 10);
+    seen.insert({static_cast<int>(line.point.collective), line.point.bytes});
+  }
+  for (Collective collective : kCollectives) {
+    for (double bytes : sizes) {
+      EXPECT_TRUE(seen.count({static_cast<int>(collective), bytes})) << CollectiveName(collective) << " " << bytes;
+    }
+  }
+  // Only rank 0 writes; every rank got the same (slowest-rank) times.
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/net-1.jsonl"));
+  std::vector<CollectivePoint> points;
+  for (const auto& line : lines) points.push_back(line.point);
+  const MeasuredNetwork network = FitNetwork(points, 3, 1, "gloo", "bf16", "net");
+  for (Collective collective : kCollectives) EXPECT_GT(network.times.Of(collective).Seconds(1e6), 0);
+}
+
+TEST(NetworkMode, PayloadsStayWithinTheEmulatedMemory) {
+  // 64 KiB of device memory: payloads up to a quarter, which the counting allocator
+  // would refuse to exceed with an out-of-memory error.
+  ScratchDir scratch("poplar_network_mode");
+  const JobOutcome job = RunJob(scratch, 2,
+                                {"network", "--metrics", scratch.path() + "/net.jsonl", "--memory-bytes", "65536",
+                                 "--repeats", "2", "--threads", "1", "--timeout", "60"});
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  double largest = 0;
+  for (const auto& line : ReadMeasurements(scratch.path() + "/net.jsonl")) largest = std::max(largest, line.point.bytes);
+  EXPECT_EQ(largest, 16384);
+}
+
+TEST(NetworkMode, OneRankHasNoNetwork) {
+  ScratchDir scratch("poplar_network_mode");
+  const JobOutcome job = RunJob(scratch, 1, {"network", "--timeout", "20"});
+  ASSERT_EQ(job.exit_codes.size(), 1u);
+  EXPECT_EQ(job.exit_codes[0], 1);
+  EXPECT_TRUE(ContainsAll(job.errors[0], {"WORLD_SIZE", "two or more ranks"})) << job.errors[0];
+}
+
+}  // namespace
+}  // namespace poplar::testing
