@@ -136,6 +136,17 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     settings.checkpoint_every = request->checkpoint_every();
     settings.timeout_s = request->timeout_s();
     settings.resume = request->resume();
+    switch (request->kind()) {
+      case v1::LaunchRequest::TRAIN:
+        settings.kind = LaunchSettings::Kind::kTrain;
+        break;
+      case v1::LaunchRequest::NETWORK:
+        settings.kind = LaunchSettings::Kind::kNetwork;
+        break;
+      default:  // a newer head's kind
+        throw InputError("kind", "", std::to_string(request->kind()) + " is not a kind this agent runs (TRAIN, NETWORK)");
+    }
+    settings.network_max_bytes = request->network_max_bytes();
 
     const auto devices = ListDevices(config_);  // NVML: outside the lock
     std::shared_ptr<Job> job;

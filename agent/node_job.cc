@@ -46,13 +46,19 @@ void CheckSettings(const LaunchSettings& s) {
     throw InputError("master_addr", "", "must be a host name or address, got '" + s.master_addr + "'");
   }
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
-  if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
   ParseWorkerPrecision(s.precision, "precision");
+  if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
+  if (s.kind == LaunchSettings::Kind::kNetwork) {
+    if (s.network_max_bytes != 0 && (s.network_max_bytes < 8192 || s.network_max_bytes > (std::int64_t{1} << 40))) {
+      throw InputError("network_max_bytes", "", "must be 0 (the default) or 8192 to 2^40 bytes");
+    }
+    return;
+  }
+  if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
   if (s.lr && !(*s.lr > 0)) throw InputError("lr", "", "must be positive");
   if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
   if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
-  if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
   RequireModelConfigObject(s.model_config_json);
 }
 
@@ -61,6 +67,35 @@ std::string Number(double value) {
   char text[32];
   const auto result = std::to_chars(text, text + sizeof(text), value);
   return std::string(text, result.ptr);
+}
+
+// `poplar-worker train` for a rank of this job (without the device's flags).
+std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir, const std::string& data,
+                                   bool has_checkpoint) {
+  const fs::path checkpoints = job_dir / "checkpoints";
+  std::vector<std::string> args = {"train",      "--plan",  (job_dir / "plan.json").string(),
+                                   "--model-config", (job_dir / "model.json").string(),
+                                   "--data",     data,      "--steps", std::to_string(settings.steps),
+                                   "--precision", settings.precision,
+                                   "--metrics",  (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
+                                   "--checkpoint-dir", checkpoints.string(),
+                                   "--checkpoint-every", std::to_string(settings.checkpoint_every),
+                                   "--save", (job_dir / "model.pt").string()};
+  if (settings.lr) args.insert(args.end(), {"--lr", Number(*settings.lr)});
+  if (settings.weight_decay) args.insert(args.end(), {"--weight-decay", Number(*settings.weight_decay)});
+  if (settings.grad_clip) args.insert(args.end(), {"--grad-clip", Number(*settings.grad_clip)});
+  if (has_checkpoint) args.insert(args.end(), {"--resume", checkpoints.string()});
+  return args;
+}
+
+// `poplar-worker network` for a rank of this job (without the device's flags).
+std::vector<std::string> NetworkArgs(const LaunchSettings& settings, const fs::path& job_dir) {
+  std::vector<std::string> args = {"network", "--precision", settings.precision, "--metrics",
+                                   (job_dir / "metrics" / "rank-{rank}.jsonl").string()};
+  if (settings.network_max_bytes > 0) {
+    args.insert(args.end(), {"--max-bytes", std::to_string(settings.network_max_bytes)});
+  }
+  return args;
 }
 
 }  // namespace
@@ -80,9 +115,13 @@ void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args,
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
                                         const LaunchSettings& settings, const DeviceHolders& busy) {
   CheckSettings(settings);
-  const std::string data = ResolveInside(config.work_dir, settings.data_path, "data_path");
-  if (!fs::is_regular_file(data)) {
-    throw InputError("data_path", "", "'" + settings.data_path + "' is not a file in the agent's work directory");
+  const bool train = settings.kind == LaunchSettings::Kind::kTrain;
+  std::string data;
+  if (train) {
+    data = ResolveInside(config.work_dir, settings.data_path, "data_path");
+    if (!fs::is_regular_file(data)) {
+      throw InputError("data_path", "", "'" + settings.data_path + "' is not a file in the agent's work directory");
+    }
   }
   const WorkerPlan plan = ParseWorkerPlan(settings.plan_json, "plan_json");  // full validation
   const std::vector<NodeRank> node_ranks = RanksOfNode(plan, settings.node);
@@ -109,8 +148,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
   }
 
   const fs::path job_dir = fs::path(config.work_dir) / "jobs" / settings.job_id;
-  const fs::path checkpoints = job_dir / "checkpoints";
-  const bool has_checkpoint = fs::exists(checkpoints / "latest");
+  const bool has_checkpoint = fs::exists(job_dir / "checkpoints" / "latest");
   if (has_checkpoint && !settings.resume) {
     throw InputError("job_id", "", "job '" + settings.job_id +
                                        "' already has checkpoints on this node; resume it or choose another job id");
@@ -118,7 +156,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
   fs::create_directories(job_dir / "logs");
   fs::create_directories(job_dir / "metrics");
   WriteFileAtomically((job_dir / "plan.json").string(), settings.plan_json);
-  WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);
+  if (train) WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);
 
   std::vector<RankProcess> processes;
   for (std::size_t local = 0; local < node_ranks.size(); ++local) {
@@ -133,20 +171,9 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     SpawnSpec& spec = process.spec;
     spec.program = config.worker;
     spec.cwd = job_dir.string();
-    spec.args = {"train",      "--plan",  (job_dir / "plan.json").string(),
-                 "--model-config", (job_dir / "model.json").string(),
-                 "--data",     data,      "--steps", std::to_string(settings.steps),
-                 "--precision", settings.precision,
-                 "--metrics",  (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
-                 "--checkpoint-dir", checkpoints.string(),
-                 "--checkpoint-every", std::to_string(settings.checkpoint_every),
-                 "--save", (job_dir / "model.pt").string(),
-                 "--device",   assigned[local]->emulated ? "cpu" : "cuda"};
-    if (settings.lr) spec.args.insert(spec.args.end(), {"--lr", Number(*settings.lr)});
-    if (settings.weight_decay) spec.args.insert(spec.args.end(), {"--weight-decay", Number(*settings.weight_decay)});
-    if (settings.grad_clip) spec.args.insert(spec.args.end(), {"--grad-clip", Number(*settings.grad_clip)});
+    spec.args = train ? TrainArgs(settings, job_dir, data, has_checkpoint) : NetworkArgs(settings, job_dir);
+    spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
-    if (has_checkpoint) spec.args.insert(spec.args.end(), {"--resume", checkpoints.string()});
     spec.env = InheritedEnvironment();
     spec.env.insert(spec.env.end(), {"RANK=" + std::to_string(rank),
                                      "WORLD_SIZE=" + std::to_string(plan.WorldSize()),

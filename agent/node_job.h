@@ -1,7 +1,8 @@
 // From a Launch request to the processes of this node's ranks: validates the request,
 // maps each rank of this node to one of its devices, writes the job folder
 // (<work_dir>/jobs/<id>/: plan.json, model.json, logs/, metrics/, checkpoints/) and
-// builds each rank's `poplar-worker train` command line and torchrun environment.
+// builds each rank's `poplar-worker train` (or `network`) command line and torchrun
+// environment.
 // The agent only ever runs its own poplar-worker, with arguments built here.
 #pragma once
 
@@ -18,6 +19,8 @@ namespace poplar {
 
 // Mirrors poplar.v1.LaunchRequest (see agent.proto for each field's contract).
 struct LaunchSettings {
+  enum class Kind { kTrain, kNetwork };
+  Kind kind = Kind::kTrain;
   std::string job_id;
   std::string node;
   std::string plan_json;
@@ -31,6 +34,7 @@ struct LaunchSettings {
   std::int64_t checkpoint_every = 0;
   int timeout_s = 0;
   bool resume = false;
+  std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default
 };
 
 // Ranks get devices not in `busy`; each RankProcess names its device (DeviceKey).

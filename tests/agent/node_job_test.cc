@@ -83,6 +83,34 @@ TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   EXPECT_EQ(ranks[1].spec.cwd, job);
 }
 
+TEST(NodeJob, ANetworkJobRunsTheWorkersNetworkModeWithoutModelOrData) {
+  Fixture f;
+  f.settings.kind = LaunchSettings::Kind::kNetwork;
+  f.settings.model_config_json.clear();
+  f.settings.data_path.clear();
+  f.settings.steps = 0;
+  f.settings.precision = "bf16";
+  f.settings.network_max_bytes = 1 << 20;
+  f.settings.timeout_s = 30;
+  const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
+  ASSERT_EQ(ranks.size(), 3u);
+  const std::string job = f.config.work_dir + "/jobs/j1";
+  const auto& args = ranks[0].spec.args;
+  EXPECT_EQ(args.front(), "network");
+  EXPECT_EQ(After(args, "--precision"), "bf16");
+  EXPECT_EQ(After(args, "--max-bytes"), std::to_string(1 << 20));
+  EXPECT_EQ(After(args, "--metrics"), job + "/metrics/rank-{rank}.jsonl");
+  EXPECT_EQ(After(args, "--timeout"), "30");
+  EXPECT_EQ(After(args, "--memory-bytes"), std::to_string(20 << 20));  // the emulated device's flags
+  for (const char* train_only : {"--plan", "--data", "--model-config", "--steps", "--save", "--checkpoint-dir"}) {
+    EXPECT_FALSE(Has(args, train_only)) << train_only;
+  }
+  EXPECT_TRUE(Has(ranks[1].spec.env, "WORLD_SIZE=4"));
+  EXPECT_FALSE(std::filesystem::exists(job + "/model.json"));
+  f.settings.network_max_bytes = 100;  // below the two sizes a fit needs
+  EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
+}
+
 TEST(NodeJob, RefusesADataPathOutsideTheWorkDirectory) {
   Fixture f;
   f.settings.data_path = "../../etc/passwd";
