@@ -15,5 +15,6 @@ void RegisterPrepareDataCommand(CLI::App& app);
 void RegisterProfileCommand(CLI::App& app);
 void RegisterLaunchCommand(CLI::App& app);
 void RegisterStatusCommand(CLI::App& app);
+void RegisterNetworkCommand(CLI::App& app);
 
 }  // namespace poplar

@@ -4,20 +4,12 @@
 //
 // Run directory (default runs/<job id>): plan.json, profiles/ (when it planned),
 // logs/rank-N.log, metrics/rank-N.jsonl, summary.json.
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <csignal>
-#include <cctype>
-#include <ctime>
-#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "agent/work_dir.h"
+#include "planner/cli/agent_job.h"
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
 #include "planner/cli/launch_monitor.h"
@@ -47,51 +39,6 @@ struct LaunchOptions {
   int timeout_s = 0;
   int progress_every = 10;
   bool resume = false;
-};
-
-// The signal that asked the head to stop the job (SIGINT: Ctrl-C; SIGTERM: a scheduler,
-// systemd or kill), 0 while none has.
-std::atomic<int> g_interrupted{0};
-extern "C" void OnInterrupt(int signal_number) { g_interrupted = signal_number; }
-
-std::string DefaultJobId(const std::string& cluster_name) {
-  char stamp[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  std::string id = cluster_name + "-" + stamp;
-  for (char& c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
-  }
-  return id.substr(0, 64);
-}
-
-// One event from one node's stream, or the end of that stream.
-struct NodeEvent {
-  std::size_t node = 0;
-  bool stream_ended = false;
-  std::string stream_error;  // set when the stream broke
-  v1::LaunchEvent event;
-};
-
-class EventQueue {
- public:
-  void Push(NodeEvent event) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    events_.push_back(std::move(event));
-    ready_.notify_one();
-  }
-  bool Pop(NodeEvent* event, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!ready_.wait_for(lock, timeout, [this] { return !events_.empty(); })) return false;
-    *event = std::move(events_.front());
-    events_.pop_front();
-    return true;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<NodeEvent> events_;
 };
 
 struct PreparedPlan {
@@ -173,8 +120,7 @@ void RunLaunch(const LaunchOptions& options) {
   std::cout << "launching job " << job_id << ": " << ranks.size() << " ranks on " << nodes_in_job.size()
             << " node(s), " << job.steps << " steps; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
-  EventQueue queue;
-  std::vector<std::thread> streams;
+  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node : nodes_in_job) {
     v1::LaunchRequest request;
     request.set_job_id(job_id);
@@ -192,88 +138,9 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_checkpoint_every(job.checkpoint_every);
     request.set_timeout_s(options.timeout_s);
     request.set_resume(options.resume);
-    streams.emplace_back([&queue, &agents, node, request] {
-      NodeEvent end{node, true, "", {}};
-      try {
-        agents.clients[node]->Launch(request, [&](const v1::LaunchEvent& event) {
-          queue.Push({node, false, "", event});
-        });
-      } catch (const AgentError& error) {
-        end.stream_error = error.reason();
-      }
-      queue.Push(end);
-    });
+    requests.emplace_back(node, std::move(request));
   }
-
-  auto previous_interrupt = std::signal(SIGINT, OnInterrupt);
-  auto previous_terminate = std::signal(SIGTERM, OnInterrupt);
-  bool stopping = false;
-  bool any_started = false;  // a worker ran somewhere (else a refusal: nothing to clean up)
-  auto stop_everywhere = [&](const std::string& reason) {
-    if (stopping) return;
-    stopping = true;
-    for (std::size_t node : nodes_in_job) {
-      try {
-        agents.clients[node]->Stop(job_id, reason);
-      } catch (const AgentError&) {
-        // That node's stream reports its own failure; its agent stops the job when the
-        // stream breaks.
-      }
-    }
-  };
-  std::size_t open_streams = streams.size();
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  while (open_streams > 0) {
-    if (g_interrupted != 0 && !stopping) {
-      const std::string how = g_interrupted == SIGINT ? "Ctrl-C" : "SIGTERM";
-      std::cout << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
-      monitor.Stopped("head", "stopped by the user (" + how + ")");
-      stop_everywhere("stopped by the user (" + how + " on the head node)");
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    }
-    if (std::chrono::steady_clock::now() > stop_deadline) {
-      for (std::size_t node : nodes_in_job) agents.clients[node]->CancelLaunch();
-      stop_deadline = std::chrono::steady_clock::time_point::max();
-    }
-    NodeEvent item;
-    if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
-    const std::string& node_name = cluster.nodes[item.node].name;
-    if (item.stream_ended) {
-      --open_streams;
-      if (!item.stream_error.empty()) {
-        monitor.Stopped(node_name, item.stream_error);
-      }
-    } else {
-      const v1::LaunchEvent& event = item.event;
-      switch (event.kind()) {
-        case v1::LaunchEvent::STARTED:
-          any_started = true;
-          monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
-          break;
-        case v1::LaunchEvent::OUTPUT:
-          monitor.Output(event.rank(), event.text());
-          break;
-        case v1::LaunchEvent::METRICS:
-          monitor.Metrics(event.rank(), event.text());
-          break;
-        case v1::LaunchEvent::EXITED:
-          monitor.Output(event.rank(), "[poplar] " + event.text());
-          break;
-        case v1::LaunchEvent::JOB_FAILED:
-          monitor.Failure(node_name, event.text());
-          break;
-        default:
-          break;
-      }
-    }
-    if (monitor.failed() && !stopping) {
-      stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    }
-  }
-  for (auto& stream : streams) stream.join();
-  std::signal(SIGINT, previous_interrupt);
-  std::signal(SIGTERM, previous_terminate);
+  const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
 
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
@@ -286,11 +153,11 @@ void RunLaunch(const LaunchOptions& options) {
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
     const std::string aftermath =
-        any_started ? "every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
+        outcome.any_started ? "every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
                           job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs"
                     : "no worker was started";
     throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; " + aftermath,
-                        g_interrupted != 0 ? 128 + g_interrupted : 1);
+                        outcome.signal != 0 ? 128 + outcome.signal : 1);
   }
   if (!summary.contains("first_loss")) {
     std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir

@@ -26,6 +26,7 @@ LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, s
                              int progress_every, std::ostream& out)
     : run_dir_(std::move(run_dir)), ranks_(std::move(ranks)), steps_(steps),
       progress_every_(progress_every), out_(out) {
+  if (run_dir_.empty()) return;
   std::filesystem::create_directories(std::filesystem::path(run_dir_) / "logs");
   std::filesystem::create_directories(std::filesystem::path(run_dir_) / "metrics");
 }
@@ -41,11 +42,11 @@ std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstre
 }
 
 void LaunchMonitor::Output(int rank, const std::string& line) {
-  RankFile(logs_, "logs", ".log", rank) << line << std::endl;
+  if (!run_dir_.empty()) RankFile(logs_, "logs", ".log", rank) << line << std::endl;
 }
 
 void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
-  RankFile(metrics_files_, "metrics", ".jsonl", rank) << json_line << std::endl;
+  if (!run_dir_.empty()) RankFile(metrics_files_, "metrics", ".jsonl", rank) << json_line << std::endl;
   auto record = nlohmann::json::parse(json_line, nullptr, false);
   if (!record.is_object() || !record.contains("step")) return;
   latest_[rank] = record;

@@ -25,6 +25,7 @@ struct RankInfo {
 class LaunchMonitor {
  public:
   // `ranks` indexed by rank; progress lines go to `out` every `progress_every` steps.
+  // An empty `run_dir` keeps no logs or metrics files.
   LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
                 std::ostream& out);
 

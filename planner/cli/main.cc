@@ -17,8 +17,9 @@ int main(int argc, char** argv) {
   poplar::RegisterProfileCommand(app);
   poplar::RegisterLaunchCommand(app);
   poplar::RegisterStatusCommand(app);
+  poplar::RegisterNetworkCommand(app);
 
   return poplar::RunApp(app, argc, argv, "poplar", "poplar",
-                        "plan, simulate, estimate-memory, prepare-data, profile, launch or status",
+                        "plan, simulate, estimate-memory, prepare-data, profile, network, launch or status",
                         /*runtime_errors_fail=*/false);
 }

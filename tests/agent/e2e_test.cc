@@ -15,6 +15,7 @@
 #include "agent/tls.h"
 #include "child_process.h"
 #include "planner/credentials.h"
+#include "planner/network.h"
 #include "planner/text_file.h"
 #include "poplar/v1/agent.grpc.pb.h"
 #include "test_support.h"
@@ -212,6 +213,46 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_TRUE(fs::exists(dir_.path() + "/run/logs/rank-1.log"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/model.pt"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));
+}
+
+TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
+  const auto measured = Poplar({"network", "cluster.yaml", "-o", "net.json", "--max-mib", "1", "--master-port",
+                                std::to_string(poplar::testing::FreeLoopbackPort()), "--timeout", "30"});
+  ASSERT_EQ(measured.exit_code, 0) << measured.out << measured.err;
+  EXPECT_TRUE(ContainsAll(measured.out, {"2 ranks on 2 node(s) over gloo, fp32 payloads", "all_reduce",
+                                         "reduce_scatter", "all_gather", "network written to net.json",
+                                         "measured: net.json"}));
+  const MeasuredNetwork network = LoadNetworkFile(dir_.path() + "/net.json");
+  EXPECT_EQ(network.world_size, 2);
+  EXPECT_EQ(network.nodes, 2);
+  EXPECT_EQ(network.backend, "gloo");
+  EXPECT_EQ(network.precision, "fp32");
+  EXPECT_EQ(network.points.size(), 3u * 5);  // 4, 16, 64, 256 KiB and 1 MiB
+
+  // The same cluster planning with the measured network: its communication is the
+  // measured lines' (stage 2: a reduce-scatter per round, an all-gather per step).
+  std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
+  const std::string declared =
+      "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n";
+  ASSERT_NE(yaml.find(declared), std::string::npos);
+  yaml.replace(yaml.find(declared), declared.size(), "network: {measured: net.json}\n");
+  dir_.Write("measured.yaml", yaml);
+  const auto plan = Poplar({"plan", "measured.yaml", "-o", "measured-plan.json", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto document = nlohmann::json::parse(plan.out);
+  const auto profile = nlohmann::json::parse(ReadTextFile(dir_.path() + "/profiles/emu-fast.json"));
+  const double bytes = 4.0 * profile["model"]["params"].get<double>();
+  const double rounds = document["ranks"][0]["micro_batches"].size();
+  EXPECT_NEAR(document["predicted"]["communication_s"].get<double>(),
+              rounds * network.times.reduce_scatter.Seconds(bytes) + network.times.all_gather.Seconds(bytes), 1e-9);
+
+  // A network file from another cluster is refused, naming the key.
+  yaml.replace(yaml.find("count: 1}]}"), 11, "count: 2}]}");  // node a gets a second emu-fast
+  dir_.Write("three.yaml", yaml);
+  const auto refused = Poplar({"plan", "three.yaml", "-o", "three-plan.json"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(refused.err, {"three.yaml", "network.measured", "measured on 2 ranks; this cluster has 3"}))
+      << refused.err;
 }
 
 TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {

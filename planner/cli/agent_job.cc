@@ -1,0 +1,156 @@
+#include "planner/cli/agent_job.h"
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace poplar {
+namespace {
+
+// The signal that asked the head to stop the job (SIGINT: Ctrl-C; SIGTERM: a scheduler,
+// systemd or kill), 0 while none has.
+std::atomic<int> g_interrupted{0};
+extern "C" void OnInterrupt(int signal_number) { g_interrupted = signal_number; }
+
+// One event from one node's stream, or the end of that stream.
+struct NodeEvent {
+  std::size_t node = 0;
+  bool stream_ended = false;
+  std::string stream_error;  // set when the stream broke
+  v1::LaunchEvent event;
+};
+
+class EventQueue {
+ public:
+  void Push(NodeEvent event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+    ready_.notify_one();
+  }
+  bool Pop(NodeEvent* event, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [this] { return !events_.empty(); })) return false;
+    *event = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<NodeEvent> events_;
+};
+
+}  // namespace
+
+std::string DefaultJobId(const std::string& cluster_name, const std::string& what) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::string id = cluster_name + "-" + (what.empty() ? "" : what + "-") + stamp;
+  for (char& c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  return id.substr(0, 64);
+}
+
+AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
+                            const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests,
+                            LaunchMonitor& monitor, std::ostream& out,
+                            const std::function<void(int rank, const std::string& line)>& on_metrics) {
+  EventQueue queue;
+  std::vector<std::thread> streams;
+  for (const auto& [node, request] : requests) {
+    streams.emplace_back([&queue, &agents, node = node, request = request] {
+      NodeEvent end{node, true, "", {}};
+      try {
+        agents.clients[node]->Launch(request, [&](const v1::LaunchEvent& event) {
+          queue.Push({node, false, "", event});
+        });
+      } catch (const AgentError& error) {
+        end.stream_error = error.reason();
+      }
+      queue.Push(end);
+    });
+  }
+
+  g_interrupted = 0;
+  auto previous_interrupt = std::signal(SIGINT, OnInterrupt);
+  auto previous_terminate = std::signal(SIGTERM, OnInterrupt);
+  AgentJobOutcome outcome;
+  bool stopping = false;
+  auto stop_everywhere = [&](const std::string& reason) {
+    if (stopping) return;
+    stopping = true;
+    for (const auto& request : requests) {
+      try {
+        agents.clients[request.first]->Stop(job_id, reason);
+      } catch (const AgentError&) {
+        // That node's stream reports its own failure; its agent stops the job when the
+        // stream breaks.
+      }
+    }
+  };
+  std::size_t open_streams = streams.size();
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  while (open_streams > 0) {
+    if (g_interrupted != 0 && !stopping) {
+      const std::string how = g_interrupted == SIGINT ? "Ctrl-C" : "SIGTERM";
+      out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
+      monitor.Stopped("head", "stopped by the user (" + how + ")");
+      stop_everywhere("stopped by the user (" + how + " on the head node)");
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+    if (std::chrono::steady_clock::now() > stop_deadline) {
+      for (const auto& request : requests) agents.clients[request.first]->CancelLaunch();
+      stop_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    NodeEvent item;
+    if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
+    const std::string& node_name = cluster.nodes[item.node].name;
+    if (item.stream_ended) {
+      --open_streams;
+      if (!item.stream_error.empty()) monitor.Stopped(node_name, item.stream_error);
+    } else {
+      const v1::LaunchEvent& event = item.event;
+      switch (event.kind()) {
+        case v1::LaunchEvent::STARTED:
+          outcome.any_started = true;
+          monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
+          break;
+        case v1::LaunchEvent::OUTPUT:
+          monitor.Output(event.rank(), event.text());
+          break;
+        case v1::LaunchEvent::METRICS:
+          monitor.Metrics(event.rank(), event.text());
+          if (on_metrics) on_metrics(event.rank(), event.text());
+          break;
+        case v1::LaunchEvent::EXITED:
+          monitor.Output(event.rank(), "[poplar] " + event.text());
+          break;
+        case v1::LaunchEvent::JOB_FAILED:
+          monitor.Failure(node_name, event.text());
+          break;
+        default:
+          break;
+      }
+    }
+    if (monitor.failed() && !stopping) {
+      stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    }
+  }
+  for (auto& stream : streams) stream.join();
+  std::signal(SIGINT, previous_interrupt);
+  std::signal(SIGTERM, previous_terminate);
+  outcome.signal = g_interrupted;
+  return outcome;
+}
+
+}  // namespace poplar

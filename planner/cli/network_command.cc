@@ -1,0 +1,189 @@
+// `poplar network`: times the collectives among every device of the cluster through the
+// agents (poplar-worker network on each rank, with the backend and payload type training
+// will use), fits a line per collective and writes the network file that the cluster
+// file's `network.measured` names (docs/cost-model.md, "Measured network").
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <mutex>
+
+#include "planner/cli/agent_job.h"
+#include "planner/cli/commands.h"
+#include "planner/cli/head_agents.h"
+#include "planner/cli/run_app.h"
+#include "planner/cli/text_table.h"
+#include "planner/input_error.h"
+#include "planner/network.h"
+#include "planner/precision.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+struct NetworkOptions {
+  std::string cluster_file;
+  std::string output;  // default: the cluster file's network.measured, else network.json
+  double max_mib = 0;  // 0: the worker's default
+  int master_port = 29500;
+  int timeout_s = 0;
+  bool json = false;
+};
+
+// A plan file that only places the ranks: one per device, in cluster order (as `poplar
+// plan` numbers them), each with one sample so that it is a valid plan.
+std::string PlacementPlan(const ClusterSpec& cluster) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const NodeSpec& node : cluster.nodes) {
+    for (const DeviceGroupSpec& group : node.devices) {
+      for (int i = 0; i < group.count; ++i) {
+        ranks.push_back({{"rank", ranks.size()},
+                         {"node", node.name},
+                         {"host", node.host},
+                         {"device_type", group.type},
+                         {"micro_batches", {1}}});
+      }
+    }
+  }
+  const nlohmann::ordered_json plan = {{"stage", 0}, {"global_batch", ranks.size()}, {"ranks", ranks}};
+  return plan.dump(2) + "\n";
+}
+
+std::vector<RankInfo> RanksOf(const ClusterSpec& cluster) {
+  std::vector<RankInfo> ranks;
+  for (const NodeSpec& node : cluster.nodes) {
+    for (const DeviceGroupSpec& group : node.devices) {
+      for (int i = 0; i < group.count; ++i) ranks.push_back({node.name, group.type});
+    }
+  }
+  return ranks;
+}
+
+// A fitted line as a ring link would give it (docs/cost-model.md): bandwidth per
+// direction and latency per hop, to compare with the cluster file's declared links.
+std::string AsRing(const CollectiveLine& line, int ranks, double passes) {
+  const double hops = ranks - 1;
+  const double gbps = line.payload_bytes_per_s * passes * hops / ranks * 8 / 1e9;
+  return Fixed(gbps, 2) + " Gb/s, " + Seconds(line.fixed_s / (passes * hops)) + "/hop";
+}
+
+void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, const std::string& output) {
+  TextTable table({"collective", "fixed", "payload rate", "as a ring link", "worst fit error"},
+                  {false, true, true, true, true});
+  for (Collective collective : kCollectives) {
+    const CollectiveLine& line = network.times.Of(collective);
+    double worst = 0;
+    for (const CollectivePoint& point : network.points) {
+      if (point.collective != collective) continue;
+      worst = std::max(worst, std::abs(line.Seconds(point.bytes) - point.seconds) / point.seconds);
+    }
+    table.AddRow({CollectiveName(collective), Seconds(line.fixed_s),
+                  Fixed(line.payload_bytes_per_s * 8 / 1e9, 2) + " Gb/s",
+                  AsRing(line, network.world_size, collective == Collective::kAllReduce ? 2.0 : 1.0),
+                  Fixed(100 * worst, 1) + "%"});
+  }
+  std::cout << "network of " << cluster.name << ": " << network.world_size << " ranks on " << network.nodes
+            << " node(s) over " << network.backend << ", " << network.precision << " payloads, "
+            << network.points.size() / 3 << " sizes\n"
+            << table.Render() << "network written to " << output << "\n";
+  if (cluster.measured_network_file.empty()) {
+    std::cout << "to plan with it, add to " << cluster.file << ":\n  network:\n    measured: "
+              << std::filesystem::relative(std::filesystem::absolute(output),
+                                           std::filesystem::absolute(ParentFolder(cluster.file)))
+                     .string()
+              << "\n";
+  }
+}
+
+void RunNetwork(const NetworkOptions& options) {
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kWithoutMeasurements);
+  const std::string output = !options.output.empty()                  ? options.output
+                             : !cluster.measured_network_file.empty() ? cluster.measured_network_file
+                                                                      : "network.json";
+  const int world_size = cluster.DeviceCount();
+  if (world_size < 2) {
+    throw InputError(options.cluster_file, "nodes", "has one device: there is no network to measure");
+  }
+  ClusterAgents agents = ConnectAgents(cluster);
+  const std::string job_id = DefaultJobId(cluster.name, "network");
+  const std::string plan = PlacementPlan(cluster);
+  const std::string precision = WorkerPrecisionName(cluster.precision);
+  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
+  for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
+    v1::LaunchRequest request;
+    request.set_kind(v1::LaunchRequest::NETWORK);
+    request.set_job_id(job_id);
+    request.set_node(cluster.nodes[node].name);
+    request.set_plan_json(plan);
+    request.set_master_addr(cluster.nodes.front().host);
+    request.set_master_port(options.master_port);
+    request.set_precision(precision);
+    request.set_timeout_s(options.timeout_s);
+    request.set_network_max_bytes(static_cast<std::int64_t>(options.max_mib * (1 << 20)));
+    requests.emplace_back(node, std::move(request));
+  }
+  if (!options.json) {
+    std::cerr << "measuring the collectives among " << world_size << " ranks on " << cluster.nodes.size()
+              << " node(s), " << precision << " payloads (job " << job_id << ")" << std::endl;
+  }
+
+  LaunchMonitor monitor("", RanksOf(cluster), 0, 0, std::cerr);
+  std::vector<CollectivePoint> points;
+  std::string backend;
+  std::string bad_line;
+  const AgentJobOutcome outcome =
+      RunAgentJob(cluster, agents, job_id, requests, monitor, std::cerr, [&](int rank, const std::string& text) {
+        if (rank != 0) return;
+        try {
+          const MeasurementLine line = ParseMeasurementLine(text, "rank 0's measurement");
+          if (line.world_size != world_size) {
+            throw InputError("rank 0's measurement", "world_size",
+                             std::to_string(line.world_size) + " ranks measured, " + std::to_string(world_size) +
+                                 " expected");
+          }
+          points.push_back(line.point);
+          backend = line.backend;
+        } catch (const InputError& error) {
+          if (bad_line.empty()) bad_line = error.what();
+        }
+      });
+  if (monitor.failed()) {
+    throw CommandFailed("measuring the network failed: " + monitor.RootCause() + "; nothing was written",
+                        outcome.signal != 0 ? 128 + outcome.signal : 1);
+  }
+  if (!bad_line.empty()) throw CommandFailed("measuring the network failed: " + bad_line + "; nothing was written");
+  const MeasuredNetwork network =
+      FitNetwork(points, world_size, static_cast<int>(cluster.nodes.size()), backend, precision, output);
+  const nlohmann::ordered_json document = NetworkToJson(network);
+  WriteFileAtomically(output, document.dump(2) + "\n");
+  if (options.json) {
+    std::cout << document.dump(2) << "\n";
+    return;
+  }
+  PrintReport(cluster, network, output);
+}
+
+}  // namespace
+
+void RegisterNetworkCommand(CLI::App& app) {
+  auto options = std::make_shared<NetworkOptions>();
+  CLI::App* command = app.add_subcommand(
+      "network", "Measure the collectives among every device of the cluster; write the network file");
+  command->add_option("cluster", options->cluster_file, "Cluster file (YAML, with 'credentials')")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("-o,--output", options->output,
+                      "Network file to write (default: the cluster file's network.measured, else network.json)");
+  command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: a quarter of their memory)")
+      ->check(CLI::Range(0.0078125, 1048576.0));
+  command->add_option("--master-port", options->master_port, "Rendezvous port on rank 0's host")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  command->add_option("--timeout", options->timeout_s, "Seconds before the rendezvous or a collective gives up (0: worker default)")
+      ->check(CLI::Range(0, 86400));
+  command->add_flag("--json", options->json, "Print the network file on stdout and nothing else there");
+  command->callback([options] { RunNetwork(*options); });
+}
+
+}  // namespace poplar
