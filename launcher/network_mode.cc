@@ -72,6 +72,14 @@ double TimeCollective(Communicator& communicator, Collective collective, Buffers
   return Median(runs);
 }
 
+std::int64_t SmallestOverRanks(Communicator& communicator, std::int64_t value, torch::Device device) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  torch::Tensor shard = torch::full({1}, static_cast<double>(value), options);
+  torch::Tensor all = torch::empty({communicator.world_size()}, options);
+  communicator.AllGather(shard, all);
+  return static_cast<std::int64_t>(all.min().item<double>());
+}
+
 std::string Size(std::int64_t bytes) {
   char text[32];
   if (bytes >= (1 << 20)) {
@@ -97,21 +105,21 @@ void MeasureNetwork(const NetworkOptions& options) {
   const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
   if (options.threads > 0) torch::set_num_threads(options.threads);
 
-  // A payload, its shard and the reduce-scatter's copy (Gloo) must fit the emulated memory.
-  std::int64_t largest = options.max_bytes;
-  if (options.memory_bytes > 0) largest = std::min(largest, options.memory_bytes / 4);
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
+  communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(options.max_bytes) +
+                                                        " " + std::to_string(options.repeats) + " " + options.backend);
+  // A payload, its shard and the reduce-scatter's copy (Gloo) must fit every rank's
+  // emulated memory: the largest payload is the smallest rank's.
+  std::int64_t mine = options.max_bytes;
+  if (options.memory_bytes > 0) mine = std::min(mine, options.memory_bytes / 4);
   const std::int64_t element = torch::elementSize(type);
   const std::int64_t granule = element * env.world_size;  // whole elements in every shard
-  largest = largest / granule * granule;
+  const std::int64_t largest = SmallestOverRanks(communicator, mine, device) / granule * granule;
   if (largest < 2 * kSmallestBytes) {
     throw InputError("--max-bytes", "", "leaves payloads of " + std::to_string(largest) +
                                             " bytes; measuring needs at least " +
                                             std::to_string(2 * kSmallestBytes) + " (raise it, or the device memory)");
   }
-
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
-  communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(largest) + " " +
-                                                        std::to_string(options.repeats) + " " + options.backend);
   MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
   if (env.rank == 0) {
     std::cout << "measuring " << communicator.world_size() << " ranks over " << communicator.backend_name() << ", "

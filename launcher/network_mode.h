@@ -3,7 +3,8 @@
 // network` starts it on every device of a cluster through the agents and fits the lines
 // the planner charges instead of a declared link (planner/network.h).
 //
-// For each payload size (4 KiB, then x4 up to `max_bytes`; below the emulated memory)
+// For each payload size (4 KiB, then x4 up to `max_bytes`, and below a quarter of the
+// smallest emulated memory among the ranks)
 // and each collective (all-reduce, reduce-scatter, all-gather), every rank runs three
 // warm-ups and then `repeats` timed runs, each started together after a barrier and timed
 // until the device is done. A run takes as long as its slowest rank; the point is the

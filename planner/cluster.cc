@@ -137,28 +137,30 @@ CollectiveTimes ClusterSpec::Collectives() const {
   return CollectiveTimes::Ring(*SlowestLink(), ranks);
 }
 
-namespace {
-
-// The measured network must come from this cluster: every device, the same nodes, the
-// payload type training will send.
-void CheckMeasuredNetwork(const ClusterSpec& cluster, const MeasuredNetwork& network, YamlFields& fields) {
-  const std::string again = "; measure again with `poplar network " + cluster.file + "`";
+void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
+                           const std::string& key) {
+  const std::string again = "; measure again with `poplar network " + cluster.file + " -o " + path + "`";
+  if (!std::filesystem::exists(path)) {
+    throw InputError(source, key, path + " does not exist; make it with `poplar network " + cluster.file + " -o " +
+                                      path + "`");
+  }
+  MeasuredNetwork network = LoadNetworkFile(path);
   if (network.world_size != cluster.DeviceCount()) {
-    fields.Fail("network.measured", network.file + " was measured on " + std::to_string(network.world_size) +
-                                        " ranks; this cluster has " + std::to_string(cluster.DeviceCount()) + again);
+    throw InputError(source, key, path + " was measured on " + std::to_string(network.world_size) +
+                                      " ranks; this cluster has " + std::to_string(cluster.DeviceCount()) + again);
   }
   if (network.nodes != static_cast<int>(cluster.nodes.size())) {
-    fields.Fail("network.measured", network.file + " was measured across " + std::to_string(network.nodes) +
-                                        " node(s); this cluster has " + std::to_string(cluster.nodes.size()) + again);
+    throw InputError(source, key, path + " was measured across " + std::to_string(network.nodes) +
+                                      " node(s); this cluster has " + std::to_string(cluster.nodes.size()) + again);
   }
   if (network.precision != WorkerPrecisionName(cluster.precision)) {
-    fields.Fail("network.measured", network.file + " was measured with " + network.precision +
-                                        " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) +
-                                        again);
+    throw InputError(source, key, path + " was measured with " + network.precision +
+                                      " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) +
+                                      again);
   }
+  cluster.measured_network_file = path;
+  cluster.measured_network = std::move(network);
 }
-
-}  // namespace
 
 ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, ClusterRead read) {
   const YAML::Node root = ParseYamlDocument(text, file);
@@ -216,13 +218,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   }
   fields.Finish();
   if (measured && read == ClusterRead::kComplete) {
-    if (!std::filesystem::exists(cluster.measured_network_file)) {
-      fields.Fail("network.measured", cluster.measured_network_file +
-                                          " does not exist; make it with `poplar network " + file + " -o " +
-                                          cluster.measured_network_file + "`");
-    }
-    cluster.measured_network = LoadNetworkFile(cluster.measured_network_file);
-    CheckMeasuredNetwork(cluster, *cluster.measured_network, fields);
+    AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
   }
   return cluster;
 }

@@ -96,6 +96,13 @@ enum class ClusterRead { kComplete, kWithoutMeasurements };
 // nodes, precision).
 ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file,
                              ClusterRead read = ClusterRead::kComplete);
+// Reads the network file `path` (`poplar network`) into cluster.measured_network, which
+// the cost model then charges instead of the declared links. Throws InputError naming
+// `source` and `key` (the cluster file and network.measured, or a flag) unless the file
+// exists and was measured on this cluster: all its devices, the same number of nodes,
+// its precision.
+void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
+                           const std::string& key);
 // Reads and parses a file. Throws InputError (also when it cannot be read).
 ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read = ClusterRead::kComplete);
 

@@ -31,6 +31,7 @@ namespace fs = std::filesystem;
 struct LaunchOptions {
   std::string cluster_file;
   std::string plan_file;
+  std::string network_file;  // when planning: a measured network instead of the cluster file's
   std::string policy = "poplar";
   std::string run_dir;
   std::string job_id;
@@ -83,7 +84,8 @@ PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluste
 }
 
 void RunLaunch(const LaunchOptions& options) {
-  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  if (!options.network_file.empty()) AttachMeasuredNetwork(cluster, options.network_file, "--network", "");
   const std::string model = ModelConfigText(cluster, "by poplar launch");
   JobSpec job = *cluster.job;
   if (options.steps > 0) job.steps = options.steps;
@@ -185,6 +187,9 @@ void RegisterLaunchCommand(CLI::App& app) {
   command->add_option("--policy", options->policy, "When planning: poplar, uniform (DeepSpeed) or proportional")
       ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
       ->capture_default_str();
+  command->add_option("--network", options->network_file,
+                      "When planning: a network file measured by `poplar network`, instead of the cluster file's 'network'")
+      ->excludes("--plan");
   command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)");

@@ -23,6 +23,7 @@ struct PlanOptions {
   std::string output = "plan.json";
   std::string policy = "poplar";
   std::string plan;  // simulate: predict this plan instead of a policy's
+  std::string network;  // a measured network file instead of the cluster file's network
   bool json = false;
 };
 
@@ -37,6 +38,7 @@ struct LoadedCluster {
 LoadedCluster Load(const PlanOptions& options) {
   LoadedCluster loaded;
   loaded.cluster = LoadClusterFile(options.cluster_file);
+  if (!options.network.empty()) AttachMeasuredNetwork(loaded.cluster, options.network, "--network", "");
   const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
   if (!dir.empty()) {
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
@@ -61,6 +63,8 @@ void AddCommonOptions(CLI::App* command, PlanOptions& options) {
                       "Folder of profile files <type>.json (default: the cluster file's 'profiles'; "
                       "without either, the agents profile the devices)")
       ->check(CLI::ExistingDirectory);
+  command->add_option("--network", options.network,
+                      "Network file measured by `poplar network`, instead of the cluster file's 'network'");
   command->add_flag("--json", options.json, "Print one JSON document on stdout and nothing else");
 }
 

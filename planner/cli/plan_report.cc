@@ -12,7 +12,8 @@ std::string ClusterSummary(const ClusterSpec& cluster, const PlanResult& result)
          "; global batch " +
          std::to_string(cluster.global_batch) + "; model " +
          Fixed(problem.params / 1e6, 1) + "M parameters (" + PrecisionName(problem.precision) +
-         "); policy " + PolicyName(result.policy) + "\n";
+         "); policy " + PolicyName(result.policy) + "; network " +
+         (cluster.measured_network ? "measured (" + cluster.measured_network_file + ")" : "as declared") + "\n";
 }
 
 std::string StageTable(const PlanResult& result) {

@@ -246,6 +246,13 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   EXPECT_NEAR(document["predicted"]["communication_s"].get<double>(),
               rounds * network.times.reduce_scatter.Seconds(bytes) + network.times.all_gather.Seconds(bytes), 1e-9);
 
+  // --network does the same without editing the cluster file.
+  const auto simulated =
+      Poplar({"simulate", "cluster.yaml", "--plan", "measured-plan.json", "--network", "net.json", "--json"});
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(simulated.out)["predicted"]["communication_s"].get<double>(),
+                   document["predicted"]["communication_s"].get<double>());
+
   // A network file from another cluster is refused, naming the key.
   yaml.replace(yaml.find("count: 1}]}"), 11, "count: 2}]}");  // node a gets a second emu-fast
   dir_.Write("three.yaml", yaml);
