@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <vector>
@@ -50,12 +51,22 @@ void RunOnce(Communicator& communicator, Collective collective, Buffers& buffers
   }
 }
 
-// The slowest rank's time of each run, the median over the runs (the same on every rank).
-double TimeCollective(Communicator& communicator, Collective collective, Buffers& buffers, int repeats,
-                      torch::Device device) {
-  for (int warm_up = 0; warm_up < 3; ++warm_up) RunOnce(communicator, collective, buffers);  // buffers, kernels
+// Every rank's `values`, as a [world size, values] tensor on the CPU (the same on every
+// rank).
+torch::Tensor GatherOverRanks(Communicator& communicator, const std::vector<double>& values, torch::Device device) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  torch::Tensor shard = torch::tensor(values, torch::kFloat64).to(device);
+  torch::Tensor all = torch::empty({static_cast<std::int64_t>(values.size()) * communicator.world_size()}, options);
+  communicator.AllGather(shard, all);
+  return all.view({communicator.world_size(), static_cast<std::int64_t>(values.size())}).cpu();
+}
+
+// `runs` timed runs, each started together after a barrier; the slowest rank's time of
+// each (the same on every rank).
+std::vector<double> TimeRuns(Communicator& communicator, Collective collective, Buffers& buffers, int runs,
+                             torch::Device device) {
   std::vector<double> mine;
-  for (int run = 0; run < repeats; ++run) {
+  for (int run = 0; run < runs; ++run) {
     communicator.Barrier();
     Synchronize(device);
     const auto start = Clock::now();
@@ -63,21 +74,25 @@ double TimeCollective(Communicator& communicator, Collective collective, Buffers
     Synchronize(device);
     mine.push_back(SecondsSince(start));
   }
-  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(device);
-  torch::Tensor shard = torch::tensor(mine, torch::kFloat64).to(device);
-  torch::Tensor all = torch::empty({static_cast<std::int64_t>(repeats) * communicator.world_size()}, options);
-  communicator.AllGather(shard, all);
-  const torch::Tensor slowest = all.view({communicator.world_size(), repeats}).amax(0).cpu();
-  std::vector<double> runs(slowest.data_ptr<double>(), slowest.data_ptr<double>() + repeats);
-  return Median(runs);
+  const torch::Tensor slowest = GatherOverRanks(communicator, mine, device).amax(0).contiguous();
+  return std::vector<double>(slowest.data_ptr<double>(), slowest.data_ptr<double>() + runs);
+}
+
+// The median of the slowest rank's times over at least `repeats` runs, and over more
+// for fast collectives: as many as fill kBudgetSeconds, at most kMostRuns. The count
+// comes from one timed run that every rank sees alike, so all ranks run as many.
+double TimeCollective(Communicator& communicator, Collective collective, Buffers& buffers, int repeats,
+                      torch::Device device) {
+  constexpr double kBudgetSeconds = 0.05;
+  constexpr int kMostRuns = 50;
+  for (int warm_up = 0; warm_up < 3; ++warm_up) RunOnce(communicator, collective, buffers);  // buffers, kernels
+  const double first = TimeRuns(communicator, collective, buffers, 1, device).front();
+  const int runs = std::max(repeats, std::min(kMostRuns, static_cast<int>(std::ceil(kBudgetSeconds / first))));
+  return Median(TimeRuns(communicator, collective, buffers, runs, device));
 }
 
 std::int64_t SmallestOverRanks(Communicator& communicator, std::int64_t value, torch::Device device) {
-  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(device);
-  torch::Tensor shard = torch::full({1}, static_cast<double>(value), options);
-  torch::Tensor all = torch::empty({communicator.world_size()}, options);
-  communicator.AllGather(shard, all);
-  return static_cast<std::int64_t>(all.min().item<double>());
+  return static_cast<std::int64_t>(GatherOverRanks(communicator, {static_cast<double>(value)}, device).min().item<double>());
 }
 
 std::string Size(std::int64_t bytes) {
