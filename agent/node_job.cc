@@ -49,6 +49,7 @@ void CheckSettings(const LaunchSettings& s) {
   ParseWorkerPrecision(s.precision, "precision");
   if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
   if (s.kind == LaunchSettings::Kind::kNetwork) {
+    if (s.resume) throw InputError("resume", "", "a network job measures afresh; it does not resume");
     if (s.network_max_bytes != 0 && (s.network_max_bytes < 8192 || s.network_max_bytes > (std::int64_t{1} << 40))) {
       throw InputError("network_max_bytes", "", "must be 0 (the default) or 8192 to 2^40 bytes");
     }

@@ -22,10 +22,10 @@ namespace {
 
 constexpr std::int64_t kSmallestBytes = 4096;
 
-// Payload sizes: 4 KiB, x4, up to `largest`, which is always measured.
-std::vector<std::int64_t> PayloadSizes(std::int64_t largest) {
+// Payload sizes: `smallest`, x4, up to `largest`, which is always measured.
+std::vector<std::int64_t> PayloadSizes(std::int64_t smallest, std::int64_t largest) {
   std::vector<std::int64_t> sizes;
-  for (std::int64_t bytes = kSmallestBytes; bytes < largest; bytes *= 4) sizes.push_back(bytes);
+  for (std::int64_t bytes = smallest; bytes < largest; bytes *= 4) sizes.push_back(bytes);
   sizes.push_back(largest);
   return sizes;
 }
@@ -87,7 +87,8 @@ double TimeCollective(Communicator& communicator, Collective collective, Buffers
   constexpr int kMostRuns = 50;
   for (int warm_up = 0; warm_up < 3; ++warm_up) RunOnce(communicator, collective, buffers);  // buffers, kernels
   const double first = TimeRuns(communicator, collective, buffers, 1, device).front();
-  const int runs = std::max(repeats, std::min(kMostRuns, static_cast<int>(std::ceil(kBudgetSeconds / first))));
+  const double filling = std::ceil(kBudgetSeconds / std::max(first, 1e-9));
+  const int runs = std::max(repeats, static_cast<int>(std::min<double>(kMostRuns, filling)));
   return Median(TimeRuns(communicator, collective, buffers, runs, device));
 }
 
@@ -120,6 +121,8 @@ void MeasureNetwork(const NetworkOptions& options) {
   const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
   if (options.threads > 0) torch::set_num_threads(options.threads);
 
+  // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
+  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
   communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(options.max_bytes) +
                                                         " " + std::to_string(options.repeats) + " " + options.backend);
@@ -130,17 +133,19 @@ void MeasureNetwork(const NetworkOptions& options) {
   const std::int64_t element = torch::elementSize(type);
   const std::int64_t granule = element * env.world_size;  // whole elements in every shard
   const std::int64_t largest = SmallestOverRanks(communicator, mine, device) / granule * granule;
-  if (largest < 2 * kSmallestBytes) {
+  // Every rank's shard holds at least one element: with many ranks the smallest payload
+  // grows (two sizes at least are needed to fit a line).
+  const std::int64_t smallest = std::max(kSmallestBytes, granule);
+  if (largest < 2 * smallest) {
     throw InputError("--max-bytes", "", "leaves payloads of " + std::to_string(largest) +
                                             " bytes; measuring needs at least " +
-                                            std::to_string(2 * kSmallestBytes) + " (raise it, or the device memory)");
+                                            std::to_string(2 * smallest) + " (raise it, or the device memory)");
   }
-  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
   if (env.rank == 0) {
     std::cout << "measuring " << communicator.world_size() << " ranks over " << communicator.backend_name() << ", "
-              << options.precision << " payloads of " << Size(kSmallestBytes) << " to " << Size(largest) << std::endl;
+              << options.precision << " payloads of " << Size(smallest) << " to " << Size(largest) << std::endl;
   }
-  for (const std::int64_t size : PayloadSizes(largest)) {
+  for (const std::int64_t size : PayloadSizes(smallest, largest)) {
     const std::int64_t elements = std::max<std::int64_t>(size / granule, 1) * env.world_size;
     const auto tensor_options = torch::TensorOptions().dtype(type).device(device);
     Buffers buffers{torch::zeros({elements}, tensor_options), torch::zeros({elements / env.world_size}, tensor_options)};

@@ -130,28 +130,51 @@ std::optional<LinkSpec> ClusterSpec::SlowestLink() const {
   return nodes.size() > 1 ? inter_node : intra_node;
 }
 
+std::vector<RankSlot> ClusterSpec::Ranks() const {
+  std::vector<RankSlot> ranks;
+  for (const NodeSpec& node : nodes) {
+    int local = 0;
+    for (const DeviceGroupSpec& group : node.devices) {
+      for (int i = 0; i < group.count; ++i) ranks.push_back({node.name, node.host, group.type, local++});
+    }
+  }
+  return ranks;
+}
+
 CollectiveTimes ClusterSpec::Collectives() const {
   if (measured_network) return measured_network->times;
   const int ranks = DeviceCount();
   if (ranks <= 1) return {};
-  return CollectiveTimes::Ring(*SlowestLink(), ranks);
+  const std::optional<LinkSpec> link = SlowestLink();
+  if (!link) {
+    throw InputError(file, "network", "declares no link for " + std::to_string(ranks) +
+                                          " devices and no measured network was given");
+  }
+  return CollectiveTimes::Ring(*link, ranks);
 }
 
 void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
                            const std::string& key) {
-  const std::string again = "; measure again with `poplar network " + cluster.file + " -o " + path + "`";
-  if (!std::filesystem::exists(path)) {
-    throw InputError(source, key, path + " does not exist; make it with `poplar network " + cluster.file + " -o " +
-                                      path + "`");
+  const std::string make = "`poplar network " + cluster.file + " -o " + path + "`";
+  std::error_code missing;
+  if (!std::filesystem::exists(path, missing)) {
+    throw InputError(source, key, path + " does not exist; make it with " + make);
   }
   MeasuredNetwork network = LoadNetworkFile(path);
-  if (network.world_size != cluster.DeviceCount()) {
-    throw InputError(source, key, path + " was measured on " + std::to_string(network.world_size) +
-                                      " ranks; this cluster has " + std::to_string(cluster.DeviceCount()) + again);
+  const std::string again = "; measure again with " + make;
+  std::vector<NetworkRank> here;
+  for (const RankSlot& rank : cluster.Ranks()) here.push_back({rank.node, rank.device_type});
+  if (network.world_size() != static_cast<int>(here.size())) {
+    throw InputError(source, key, path + " was measured on " + std::to_string(network.world_size()) +
+                                      " ranks; this cluster has " + std::to_string(here.size()) + again);
   }
-  if (network.nodes != static_cast<int>(cluster.nodes.size())) {
-    throw InputError(source, key, path + " was measured across " + std::to_string(network.nodes) +
-                                      " node(s); this cluster has " + std::to_string(cluster.nodes.size()) + again);
+  for (std::size_t r = 0; r < here.size(); ++r) {
+    const NetworkRank& there = network.ranks[r];
+    if (!(there == here[r])) {
+      throw InputError(source, key, path + " measured rank " + std::to_string(r) + " as " + there.device_type +
+                                        " on node '" + there.node + "'; in this cluster it is " +
+                                        here[r].device_type + " on node '" + here[r].node + "'" + again);
+    }
   }
   if (network.precision != WorkerPrecisionName(cluster.precision)) {
     throw InputError(source, key, path + " was measured with " + network.precision +
@@ -209,7 +232,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     for (const auto& group : node.devices) count += group.count;
     multi_device_node = multi_device_node || count > 1;
   }
-  const bool measured = !cluster.measured_network_file.empty();
+  const bool measured = !cluster.measured_network_file.empty() || read == ClusterRead::kNetworkElsewhere;
   if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {
     fields.Fail("network.inter_node", "is required when the cluster has more than one node (or network.measured)");
   }
@@ -217,7 +240,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     fields.Fail("network.intra_node", "is required when a node has more than one device (or network.measured)");
   }
   fields.Finish();
-  if (measured && read == ClusterRead::kComplete) {
+  if (!cluster.measured_network_file.empty() && read == ClusterRead::kComplete) {
     AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
   }
   return cluster;

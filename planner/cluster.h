@@ -61,6 +61,15 @@ struct JobSpec {
 
 inline constexpr int kDefaultAgentPort = 7150;
 
+// One device of the cluster as a rank. Ranks are numbered in cluster-file order: node by
+// node, device group by group (plans, `poplar network` and the worker all use it).
+struct RankSlot {
+  std::string node;
+  std::string host;
+  std::string device_type;
+  int local_index = 0;  // among the node's devices
+};
+
 struct ClusterSpec {
   std::string file;  // the path it was read from, for error messages
   std::string name;
@@ -71,7 +80,7 @@ struct ClusterSpec {
   std::optional<LinkSpec> intra_node;
   std::optional<LinkSpec> inter_node;
   std::string measured_network_file;  // network.measured, resolved; empty if not given
-  std::optional<MeasuredNetwork> measured_network;  // read unless kWithoutMeasurements
+  std::optional<MeasuredNetwork> measured_network;  // read unless kNetworkElsewhere
   std::vector<NodeSpec> nodes;
   std::optional<CredentialPaths> credentials;
   std::optional<JobSpec> job;
@@ -79,17 +88,22 @@ struct ClusterSpec {
   int DeviceCount() const;
   // Device types in order of first appearance.
   std::vector<std::string> DeviceTypes() const;
+  // Every device, in rank order (one entry per device: DeviceCount() entries).
+  std::vector<RankSlot> Ranks() const;
   // The link every collective crosses: inter_node when the cluster spans 2+ nodes,
-  // else intra_node. Present for every validated cluster with 2+ devices.
+  // else intra_node. Present for a cluster read completely (kComplete) with 2+ devices
+  // and no measured network.
   std::optional<LinkSpec> SlowestLink() const;
   // What the cost model charges for each collective among all the cluster's devices:
-  // the measured network when there is one, else rings over SlowestLink().
+  // the measured network when there is one, else rings over SlowestLink(); nothing with
+  // one device. Throws InputError naming `network` when there is neither.
   CollectiveTimes Collectives() const;
 };
 
-// kWithoutMeasurements: `network.measured` is recorded, not read (for `poplar network`,
-// which makes that file).
-enum class ClusterRead { kComplete, kWithoutMeasurements };
+// kNetworkElsewhere: `network.measured` is recorded, not read, and declared links are
+// not required: for `poplar network`, which makes that file, and for `--network FILE`,
+// which replaces it (AttachMeasuredNetwork).
+enum class ClusterRead { kComplete, kNetworkElsewhere };
 
 // Parses and validates YAML text. `file` names the source in errors. Throws InputError;
 // also when the measured network was measured on another shape of cluster (ranks,
@@ -99,8 +113,8 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file,
 // Reads the network file `path` (`poplar network`) into cluster.measured_network, which
 // the cost model then charges instead of the declared links. Throws InputError naming
 // `source` and `key` (the cluster file and network.measured, or a flag) unless the file
-// exists and was measured on this cluster: all its devices, the same number of nodes,
-// its precision.
+// exists and was measured on this cluster: the same ranks (node and device type of each,
+// in rank order) and its precision.
 void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
                            const std::string& key);
 // Reads and parses a file. Throws InputError (also when it cannot be read).

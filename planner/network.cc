@@ -142,22 +142,34 @@ CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Col
   return {fixed, 1.0 / rate};
 }
 
-double MeasuredNetwork::WorstRelativeError() const {
+int MeasuredNetwork::nodes() const {
+  std::set<std::string> names;
+  for (const NetworkRank& rank : ranks) names.insert(rank.node);
+  return static_cast<int>(names.size());
+}
+
+double MeasuredNetwork::WorstRelativeError(Collective collective) const {
   double worst = 0;
   for (const CollectivePoint& point : points) {
+    if (point.collective != collective) continue;
     const double fitted = times.Of(point.collective).Seconds(point.bytes);
     worst = std::max(worst, std::abs(fitted - point.seconds) / point.seconds);
   }
   return worst;
 }
 
-MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, int world_size, int nodes,
+double MeasuredNetwork::WorstRelativeError() const {
+  double worst = 0;
+  for (Collective collective : kCollectives) worst = std::max(worst, WorstRelativeError(collective));
+  return worst;
+}
+
+MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, std::vector<NetworkRank> ranks,
                            const std::string& backend, const std::string& precision,
                            const std::string& file) {
   MeasuredNetwork network;
   network.file = file;
-  network.world_size = world_size;
-  network.nodes = nodes;
+  network.ranks = std::move(ranks);
   network.backend = backend;
   network.precision = precision;
   for (Collective collective : kCollectives) {
@@ -178,9 +190,10 @@ nlohmann::ordered_json NetworkToJson(const MeasuredNetwork& network) {
   for (const CollectivePoint& point : network.points) {
     points.push_back({{"collective", CollectiveName(point.collective)}, {"bytes", point.bytes}, {"seconds", point.seconds}});
   }
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const NetworkRank& rank : network.ranks) ranks.push_back({{"node", rank.node}, {"device_type", rank.device_type}});
   return {{"format", kFormat},
-          {"world_size", network.world_size},
-          {"nodes", network.nodes},
+          {"ranks", ranks},
           {"backend", network.backend},
           {"precision", network.precision},
           {"collectives", lines},
@@ -194,9 +207,13 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
   if (fields.String("format") != kFormat) fields.Fail("format", std::string("must be \"") + kFormat + "\"");
   MeasuredNetwork network;
   network.file = file;
-  network.world_size = PositiveCount(fields, "world_size", "ranks");
-  network.nodes = PositiveCount(fields, "nodes", "nodes");
-  if (network.nodes > network.world_size) fields.Fail("nodes", "cannot exceed world_size");
+  const nlohmann::json& ranks = fields.Child("ranks");
+  if (!ranks.is_array() || ranks.size() < 2) fields.Fail("ranks", "must list the two or more ranks measured, as {node, device_type}");
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    JsonFields rank(ranks[i], file, "ranks[" + std::to_string(i) + "]");
+    network.ranks.push_back({rank.String("node"), rank.String("device_type")});
+    rank.Finish();
+  }
   network.backend = RequireBackend(fields);
   network.precision = fields.String("precision");
   if (network.precision != "fp32" && network.precision != "bf16") {

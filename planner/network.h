@@ -63,28 +63,39 @@ struct CollectivePoint {
 CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Collective collective,
                                  const std::string& file, const std::string& key);
 
+// A rank that took part in a measurement: where it ran.
+struct NetworkRank {
+  std::string node;
+  std::string device_type;
+  bool operator==(const NetworkRank& other) const {
+    return node == other.node && device_type == other.device_type;
+  }
+};
+
 // A network file: what `poplar network` measured and fitted on one cluster.
 struct MeasuredNetwork {
-  std::string file;           // where it was read from, for error messages
-  int world_size = 0;         // ranks that took part (every device of the cluster)
-  int nodes = 0;              // nodes they spanned
-  std::string backend;        // "gloo" or "nccl"
-  std::string precision;      // the worker precision of the payload: "fp32" or "bf16"
-  CollectiveTimes times;      // the fitted lines
+  std::string file;                // where it was read from, for error messages
+  std::vector<NetworkRank> ranks;  // every device of the cluster, in rank order
+  std::string backend;             // "gloo" or "nccl"
+  std::string precision;           // the worker precision of the payload: "fp32" or "bf16"
+  CollectiveTimes times;           // the fitted lines
   std::vector<CollectivePoint> points;
 
-  // The largest |fitted - measured| / measured over the points.
+  int world_size() const { return static_cast<int>(ranks.size()); }
+  int nodes() const;  // distinct nodes among the ranks
+  // The largest |fitted - measured| / measured over the points (of one collective).
   double WorstRelativeError() const;
+  double WorstRelativeError(Collective collective) const;
 };
 
 // Fits every collective's line. Throws InputError(file) like FitCollectiveLine.
-MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, int world_size, int nodes,
+MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, std::vector<NetworkRank> ranks,
                            const std::string& backend, const std::string& precision,
                            const std::string& file);
 
-// The network file (docs/formats.md): {"format": "poplar-network/1", "world_size",
-// "nodes", "backend", "precision", "collectives": {name: {"fixed_us", "payload_gbps"}},
-// "points": [{"collective", "bytes", "seconds"}], "worst_relative_error"}.
+// The network file (docs/formats.md): {"format": "poplar-network/1", "ranks": [{"node",
+// "device_type"}], "backend", "precision", "collectives": {name: {"fixed_us",
+// "payload_gbps"}}, "worst_relative_error", "points": [{"collective", "bytes", "seconds"}]}.
 nlohmann::ordered_json NetworkToJson(const MeasuredNetwork& network);
 // Reads and validates. The planner uses the lines; the points are the evidence they
 // were fitted to. Throws InputError naming the file and the key.

@@ -56,19 +56,14 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
   Json ranks = Json::array();
   AssignmentQueue queue(chosen.schedule);
   int rank = 0;
-  for (const auto& node : cluster.nodes) {
-    int local = 0;
-    for (const auto& group : node.devices) {
-      const std::string kind = profiles.at(group.type).emulated ? "cpu:" : "cuda:";
-      for (int i = 0; i < group.count; ++i, ++local, ++rank) {
-        ranks.push_back({{"rank", rank},
-                         {"host", node.host},
-                         {"node", node.name},
-                         {"device", kind + std::to_string(local)},
-                         {"device_type", group.type},
-                         {"micro_batches", queue.Next(class_of.at(group.type)).micro_batches}});
-      }
-    }
+  for (const RankSlot& slot : cluster.Ranks()) {
+    const std::string kind = profiles.at(slot.device_type).emulated ? "cpu:" : "cuda:";
+    ranks.push_back({{"rank", rank++},
+                     {"host", slot.host},
+                     {"node", slot.node},
+                     {"device", kind + std::to_string(slot.local_index)},
+                     {"device_type", slot.device_type},
+                     {"micro_batches", queue.Next(class_of.at(slot.device_type)).micro_batches}});
   }
 
   Json device_types = Json::array();
@@ -121,12 +116,8 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   Schedule schedule;
   schedule.stage = plan.stage;
   int rank = 0;
-  for (const auto& node : cluster.nodes) {
-    for (const auto& group : node.devices) {
-      for (int i = 0; i < group.count; ++i, ++rank) {
-        schedule.assignments.push_back({class_of.at(group.type), 1, plan.micro_batches[rank]});
-      }
-    }
+  for (const RankSlot& slot : cluster.Ranks()) {
+    schedule.assignments.push_back({class_of.at(slot.device_type), 1, plan.micro_batches[rank++]});
   }
   if (const std::string reason = ValidateSchedule(problem, schedule); !reason.empty()) {
     throw InputError(plan.file, "ranks", "does not fit " + cluster.file + ": " + reason);

@@ -1,6 +1,7 @@
 #include "planner/cli/agent_job.h"
 
 #include <atomic>
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
@@ -53,7 +54,9 @@ std::string DefaultJobId(const std::string& cluster_name, const std::string& wha
   char stamp[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  std::string id = cluster_name + "-" + (what.empty() ? "" : what + "-") + stamp;
+  // A long name is shortened, never the stamp, so that two runs do not share an id.
+  const std::string suffix = "-" + (what.empty() ? "" : what + "-") + stamp;
+  std::string id = cluster_name.substr(0, 64 - std::min<std::size_t>(suffix.size(), 63)) + suffix;
   for (char& c : id) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
   }
@@ -97,58 +100,70 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       }
     }
   };
-  std::size_t open_streams = streams.size();
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  while (open_streams > 0) {
-    if (g_interrupted != 0 && !stopping) {
-      const std::string how = g_interrupted == SIGINT ? "Ctrl-C" : "SIGTERM";
-      out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
-      monitor.Stopped("head", "stopped by the user (" + how + ")");
-      stop_everywhere("stopped by the user (" + how + " on the head node)");
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    }
-    if (std::chrono::steady_clock::now() > stop_deadline) {
-      for (const auto& request : requests) agents.clients[request.first]->CancelLaunch();
-      stop_deadline = std::chrono::steady_clock::time_point::max();
-    }
-    NodeEvent item;
-    if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
-    const std::string& node_name = cluster.nodes[item.node].name;
-    if (item.stream_ended) {
-      --open_streams;
-      if (!item.stream_error.empty()) monitor.Stopped(node_name, item.stream_error);
-    } else {
-      const v1::LaunchEvent& event = item.event;
-      switch (event.kind()) {
-        case v1::LaunchEvent::STARTED:
-          outcome.any_started = true;
-          monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
-          break;
-        case v1::LaunchEvent::OUTPUT:
-          monitor.Output(event.rank(), event.text());
-          break;
-        case v1::LaunchEvent::METRICS:
-          monitor.Metrics(event.rank(), event.text());
-          if (on_metrics) on_metrics(event.rank(), event.text());
-          break;
-        case v1::LaunchEvent::EXITED:
-          monitor.Output(event.rank(), "[poplar] " + event.text());
-          break;
-        case v1::LaunchEvent::JOB_FAILED:
-          monitor.Failure(node_name, event.text());
-          break;
-        default:
-          break;
+  // Whatever happens in the loop (a monitor that cannot write, a callback that throws),
+  // the job is stopped everywhere and the stream threads are joined before leaving.
+  auto cleanup = [&] {
+    for (auto& stream : streams) stream.join();
+    std::signal(SIGINT, previous_interrupt);
+    std::signal(SIGTERM, previous_terminate);
+  };
+  try {
+    std::size_t open_streams = streams.size();
+    auto stop_deadline = std::chrono::steady_clock::time_point::max();
+    while (open_streams > 0) {
+      if (g_interrupted != 0 && !stopping) {
+        const std::string how = g_interrupted == SIGINT ? "Ctrl-C" : "SIGTERM";
+        out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
+        monitor.Stopped("head", "stopped by the user (" + how + ")");
+        stop_everywhere("stopped by the user (" + how + " on the head node)");
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      }
+      if (std::chrono::steady_clock::now() > stop_deadline) {
+        for (const auto& request : requests) agents.clients[request.first]->CancelLaunch();
+        stop_deadline = std::chrono::steady_clock::time_point::max();
+      }
+      NodeEvent item;
+      if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
+      const std::string& node_name = cluster.nodes[item.node].name;
+      if (item.stream_ended) {
+        --open_streams;
+        if (!item.stream_error.empty()) monitor.Stopped(node_name, item.stream_error);
+      } else {
+        const v1::LaunchEvent& event = item.event;
+        switch (event.kind()) {
+          case v1::LaunchEvent::STARTED:
+            outcome.any_started = true;
+            monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
+            break;
+          case v1::LaunchEvent::OUTPUT:
+            monitor.Output(event.rank(), event.text());
+            break;
+          case v1::LaunchEvent::METRICS:
+            monitor.Metrics(event.rank(), event.text());
+            if (on_metrics) on_metrics(event.rank(), event.text());
+            break;
+          case v1::LaunchEvent::EXITED:
+            monitor.Output(event.rank(), "[poplar] " + event.text());
+            break;
+          case v1::LaunchEvent::JOB_FAILED:
+            monitor.Failure(node_name, event.text());
+            break;
+          default:
+            break;
+        }
+      }
+      if (monitor.failed() && !stopping) {
+        stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }
     }
-    if (monitor.failed() && !stopping) {
-      stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    }
+  } catch (...) {
+    stop_everywhere("the head node failed");
+    for (const auto& request : requests) agents.clients[request.first]->CancelLaunch();
+    cleanup();
+    throw;
   }
-  for (auto& stream : streams) stream.join();
-  std::signal(SIGINT, previous_interrupt);
-  std::signal(SIGTERM, previous_terminate);
+  cleanup();
   outcome.signal = g_interrupted;
   return outcome;
 }

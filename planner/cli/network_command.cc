@@ -31,33 +31,19 @@ struct NetworkOptions {
   bool json = false;
 };
 
-// A plan file that only places the ranks: one per device, in cluster order (as `poplar
+// A plan file that only places the ranks: one per device, in rank order (as `poplar
 // plan` numbers them), each with one sample so that it is a valid plan.
-std::string PlacementPlan(const ClusterSpec& cluster) {
+std::string PlacementPlan(const std::vector<RankSlot>& slots) {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  for (const NodeSpec& node : cluster.nodes) {
-    for (const DeviceGroupSpec& group : node.devices) {
-      for (int i = 0; i < group.count; ++i) {
-        ranks.push_back({{"rank", ranks.size()},
-                         {"node", node.name},
-                         {"host", node.host},
-                         {"device_type", group.type},
-                         {"micro_batches", {1}}});
-      }
-    }
+  for (const RankSlot& slot : slots) {
+    ranks.push_back({{"rank", ranks.size()},
+                     {"node", slot.node},
+                     {"host", slot.host},
+                     {"device_type", slot.device_type},
+                     {"micro_batches", {1}}});
   }
   const nlohmann::ordered_json plan = {{"stage", 0}, {"global_batch", ranks.size()}, {"ranks", ranks}};
   return plan.dump(2) + "\n";
-}
-
-std::vector<RankInfo> RanksOf(const ClusterSpec& cluster) {
-  std::vector<RankInfo> ranks;
-  for (const NodeSpec& node : cluster.nodes) {
-    for (const DeviceGroupSpec& group : node.devices) {
-      for (int i = 0; i < group.count; ++i) ranks.push_back({node.name, group.type});
-    }
-  }
-  return ranks;
 }
 
 // A fitted line as a ring link would give it (docs/cost-model.md): bandwidth per
@@ -73,21 +59,17 @@ void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, con
                   {false, true, true, true, true});
   for (Collective collective : kCollectives) {
     const CollectiveLine& line = network.times.Of(collective);
-    double worst = 0;
-    for (const CollectivePoint& point : network.points) {
-      if (point.collective != collective) continue;
-      worst = std::max(worst, std::abs(line.Seconds(point.bytes) - point.seconds) / point.seconds);
-    }
     table.AddRow({CollectiveName(collective), Seconds(line.fixed_s),
                   Fixed(line.payload_bytes_per_s * 8 / 1e9, 2) + " Gb/s",
-                  AsRing(line, network.world_size, collective == Collective::kAllReduce ? 2.0 : 1.0),
-                  Fixed(100 * worst, 1) + "%"});
+                  AsRing(line, network.world_size(), collective == Collective::kAllReduce ? 2.0 : 1.0),
+                  Fixed(100 * network.WorstRelativeError(collective), 1) + "%"});
   }
-  std::cout << "network of " << cluster.name << ": " << network.world_size << " ranks on " << network.nodes
+  std::cout << "network of " << cluster.name << ": " << network.world_size() << " ranks on " << network.nodes()
             << " node(s) over " << network.backend << ", " << network.precision << " payloads, "
             << network.points.size() / 3 << " sizes\n"
             << table.Render() << "network written to " << output << "\n";
-  if (cluster.measured_network_file.empty()) {
+  const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).lexically_normal(); };
+  if (cluster.measured_network_file.empty() || absolute(cluster.measured_network_file) != absolute(output)) {
     std::cout << "to plan with it, add to " << cluster.file << ":\n  network:\n    measured: "
               << std::filesystem::relative(std::filesystem::absolute(output),
                                            std::filesystem::absolute(ParentFolder(cluster.file)))
@@ -97,7 +79,7 @@ void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, con
 }
 
 void RunNetwork(const NetworkOptions& options) {
-  const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kWithoutMeasurements);
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
   const std::string output = !options.output.empty()                  ? options.output
                              : !cluster.measured_network_file.empty() ? cluster.measured_network_file
                                                                       : "network.json";
@@ -107,7 +89,8 @@ void RunNetwork(const NetworkOptions& options) {
   }
   ClusterAgents agents = ConnectAgents(cluster);
   const std::string job_id = DefaultJobId(cluster.name, "network");
-  const std::string plan = PlacementPlan(cluster);
+  const std::vector<RankSlot> slots = cluster.Ranks();
+  const std::string plan = PlacementPlan(slots);
   const std::string precision = WorkerPrecisionName(cluster.precision);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
@@ -128,7 +111,13 @@ void RunNetwork(const NetworkOptions& options) {
               << " node(s), " << precision << " payloads (job " << job_id << ")" << std::endl;
   }
 
-  LaunchMonitor monitor("", RanksOf(cluster), 0, 0, std::cerr);
+  std::vector<RankInfo> rank_infos;
+  std::vector<NetworkRank> measured_ranks;
+  for (const RankSlot& slot : slots) {
+    rank_infos.push_back({slot.node, slot.device_type});
+    measured_ranks.push_back({slot.node, slot.device_type});
+  }
+  LaunchMonitor monitor("", rank_infos, 0, 0, std::cerr);
   std::vector<CollectivePoint> points;
   std::string backend;
   std::string bad_line;
@@ -153,8 +142,13 @@ void RunNetwork(const NetworkOptions& options) {
                         outcome.signal != 0 ? 128 + outcome.signal : 1);
   }
   if (!bad_line.empty()) throw CommandFailed("measuring the network failed: " + bad_line + "; nothing was written");
-  const MeasuredNetwork network =
-      FitNetwork(points, world_size, static_cast<int>(cluster.nodes.size()), backend, precision, output);
+  MeasuredNetwork network;
+  try {
+    network = FitNetwork(points, measured_ranks, backend, precision, output);
+  } catch (const InputError& error) {  // too few points: the worker stopped short
+    throw CommandFailed("measuring the network failed: rank 0 reported " + std::to_string(points.size()) +
+                        " measurements, and " + error.reason() + "; nothing was written");
+  }
   const nlohmann::ordered_json document = NetworkToJson(network);
   WriteFileAtomically(output, document.dump(2) + "\n");
   if (options.json) {

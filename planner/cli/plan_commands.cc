@@ -37,8 +37,12 @@ struct LoadedCluster {
 // profiles are written next to the plan, in <plan folder>/profiles/.
 LoadedCluster Load(const PlanOptions& options) {
   LoadedCluster loaded;
-  loaded.cluster = LoadClusterFile(options.cluster_file);
-  if (!options.network.empty()) AttachMeasuredNetwork(loaded.cluster, options.network, "--network", "");
+  if (options.network.empty()) {
+    loaded.cluster = LoadClusterFile(options.cluster_file);
+  } else {
+    loaded.cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
+    AttachMeasuredNetwork(loaded.cluster, options.network, "--network", "");
+  }
   const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
   if (!dir.empty()) {
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);

@@ -46,6 +46,14 @@ const AgentSpec kAgents[] = {{"a", "emu-fast", 1.0, 48}, {"b", "emu-slow", 3.0, 
 
 bool Alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
 
+// `text` with the first `from` replaced by `to` (which must be there).
+std::string ReplaceOnce(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
 // Two agents on loopback and a cluster file naming them; torn down with the test.
 class TwoAgents : public ::testing::Test {
  protected:
@@ -223,8 +231,9 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
                                          "reduce_scatter", "all_gather", "network written to net.json",
                                          "measured: net.json"}));
   const MeasuredNetwork network = LoadNetworkFile(dir_.path() + "/net.json");
-  EXPECT_EQ(network.world_size, 2);
-  EXPECT_EQ(network.nodes, 2);
+  EXPECT_EQ(network.world_size(), 2);
+  EXPECT_EQ(network.nodes(), 2);
+  EXPECT_EQ(network.ranks[1].device_type, "emu-slow");
   EXPECT_EQ(network.backend, "gloo");
   EXPECT_EQ(network.precision, "fp32");
   EXPECT_EQ(network.points.size(), 3u * 5);  // 4, 16, 64, 256 KiB and 1 MiB
@@ -253,9 +262,14 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(simulated.out)["predicted"]["communication_s"].get<double>(),
                    document["predicted"]["communication_s"].get<double>());
 
+  // --network stands in even for a network.measured that no longer fits.
+  dir_.Write("stale.yaml", ReplaceOnce(yaml, "measured: net.json", "measured: missing.json"));
+  const auto stand_in =
+      Poplar({"simulate", "stale.yaml", "--plan", "measured-plan.json", "--network", "net.json", "--json"});
+  EXPECT_EQ(stand_in.exit_code, 0) << stand_in.err;
+
   // A network file from another cluster is refused, naming the key.
-  yaml.replace(yaml.find("count: 1}]}"), 11, "count: 2}]}");  // node a gets a second emu-fast
-  dir_.Write("three.yaml", yaml);
+  dir_.Write("three.yaml", ReplaceOnce(yaml, "count: 1}]}", "count: 2}]}"));  // a second emu-fast on a
   const auto refused = Poplar({"plan", "three.yaml", "-o", "three-plan.json"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(ContainsAll(refused.err, {"three.yaml", "network.measured", "measured on 2 ranks; this cluster has 3"}))

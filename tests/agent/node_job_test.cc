@@ -109,6 +109,9 @@ TEST(NodeJob, ANetworkJobRunsTheWorkersNetworkModeWithoutModelOrData) {
   EXPECT_FALSE(std::filesystem::exists(job + "/model.json"));
   f.settings.network_max_bytes = 100;  // below the two sizes a fit needs
   EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
+  f.settings.network_max_bytes = 0;
+  f.settings.resume = true;  // a measurement starts afresh
+  EXPECT_THROW(PrepareNodeJob(f.config, f.devices, f.settings), InputError);
 }
 
 TEST(NodeJob, RefusesADataPathOutsideTheWorkDirectory) {

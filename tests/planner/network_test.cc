@@ -29,6 +29,9 @@ std::vector<CollectivePoint> PointsOnLine(Collective collective, double fixed_s,
   return points;
 }
 
+// The ranks of kMeasuredCluster below: two `fast` on node a, one `slow` on node b.
+std::vector<NetworkRank> ThreeRanks() { return {{"a", "fast"}, {"a", "fast"}, {"b", "slow"}}; }
+
 std::vector<CollectivePoint> ThreeLines() {
   std::vector<CollectivePoint> points = PointsOnLine(Collective::kAllReduce, 80e-6, 2e9);
   for (const auto& point : PointsOnLine(Collective::kReduceScatter, 60e-6, 3e9)) points.push_back(point);
@@ -74,11 +77,12 @@ TEST(FitCollectiveLine, NeedsTwoSizes) {
 }
 
 TEST(NetworkFile, RoundTripsAndKeepsTheLines) {
-  const MeasuredNetwork fitted = FitNetwork(ThreeLines(), 3, 2, "gloo", "bf16", "net.json");
+  const MeasuredNetwork fitted = FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "bf16", "net.json");
   EXPECT_LT(fitted.WorstRelativeError(), 1e-9);
   const MeasuredNetwork read = ParseNetworkJson(NetworkToJson(fitted).dump(), "net.json");
-  EXPECT_EQ(read.world_size, 3);
-  EXPECT_EQ(read.nodes, 2);
+  EXPECT_EQ(read.world_size(), 3);
+  EXPECT_EQ(read.nodes(), 2);
+  EXPECT_TRUE(read.ranks == ThreeRanks());
   EXPECT_EQ(read.backend, "gloo");
   EXPECT_EQ(read.precision, "bf16");
   ASSERT_EQ(read.points.size(), fitted.points.size());
@@ -91,7 +95,7 @@ TEST(NetworkFile, RoundTripsAndKeepsTheLines) {
 
 void ExpectNetworkRejected(const std::string& from, const std::string& to, const std::string& key,
                            const std::string& reason_part) {
-  std::string text = NetworkToJson(FitNetwork(ThreeLines(), 3, 2, "gloo", "bf16", "net.json")).dump();
+  std::string text = NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "bf16", "net.json")).dump();
   const auto at = text.find(from);
   ASSERT_NE(at, std::string::npos) << from;
   text.replace(at, from.size(), to);
@@ -107,8 +111,10 @@ void ExpectNetworkRejected(const std::string& from, const std::string& to, const
 
 TEST(NetworkFile, RejectsBadValuesNamingTheKey) {
   ExpectNetworkRejected("\"poplar-network/1\"", "\"poplar-network/9\"", "format", "poplar-network/1");
-  ExpectNetworkRejected("\"world_size\":3", "\"world_size\":0", "world_size", "positive");
-  ExpectNetworkRejected("\"nodes\":2", "\"nodes\":4", "nodes", "cannot exceed world_size");
+  ExpectNetworkRejected("{\"node\":\"b\",\"device_type\":\"slow\"}", "{\"node\":\"b\"}", "ranks[2].device_type",
+                        "required");
+  ExpectNetworkRejected("{\"node\":\"a\",\"device_type\":\"fast\"},{\"node\":\"a\",\"device_type\":\"fast\"},", "",
+                        "ranks", "two or more ranks");
   ExpectNetworkRejected("\"gloo\"", "\"mpi\"", "backend", "gloo or nccl");
   ExpectNetworkRejected("\"bf16\"", "\"fp8\"", "precision", "fp32 or bf16");
   ExpectNetworkRejected("\"all_gather\":{\"fixed_us\"", "\"all_gathr\":{\"fixed_us\"", "collectives.all_gather",
@@ -147,7 +153,7 @@ nodes:
 
 TEST(ClusterMeasuredNetwork, ReplacesTheDeclaredLinks) {
   ScratchDir dir("measured");
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 3, 2, "gloo", "bf16", "x")).dump());
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "bf16", "x")).dump());
   const ClusterSpec cluster = LoadClusterFile(dir.Write("cluster.yaml", kMeasuredCluster));
   ASSERT_TRUE(cluster.measured_network.has_value());
   const CollectiveTimes times = cluster.Collectives();
@@ -169,17 +175,42 @@ TEST(ClusterMeasuredNetwork, MustComeFromThisCluster) {
     }
   };
   expect_rejected("does not exist; make it with `poplar network");
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 4, 2, "gloo", "bf16", "x")).dump());
+  std::vector<NetworkRank> four = ThreeRanks();
+  four.push_back({"b", "slow"});
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), four, "gloo", "bf16", "x")).dump());
   expect_rejected("measured on 4 ranks; this cluster has 3");
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 3, 1, "gloo", "bf16", "x")).dump());
-  expect_rejected("measured across 1 node(s); this cluster has 2");
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), 3, 2, "gloo", "fp32", "x")).dump());
+  // The same count, other devices: the ranks were on other nodes or of other types.
+  dir.Write("net.json",
+            NetworkToJson(FitNetwork(ThreeLines(), {{"b", "slow"}, {"a", "fast"}, {"a", "fast"}}, "gloo", "bf16", "x")).dump());
+  expect_rejected("measured rank 0 as slow on node 'b'; in this cluster it is fast on node 'a'");
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "fp32", "x")).dump());
   expect_rejected("measured with fp32 payloads; this cluster trains in bf16");
   // `poplar network` itself reads the cluster file before the network file exists.
   dir.Write("net.json", "not json");
-  const ClusterSpec unread = LoadClusterFile(cluster_file, ClusterRead::kWithoutMeasurements);
+  const ClusterSpec unread = LoadClusterFile(cluster_file, ClusterRead::kNetworkElsewhere);
   EXPECT_FALSE(unread.measured_network.has_value());
   EXPECT_EQ(unread.measured_network_file, dir.path() + "/net.json");
+}
+
+TEST(ClusterMeasuredNetwork, AFlagCanStandInForTheClusterFilesNetwork) {
+  // No network section at all: --network supplies it (plan, simulate, launch).
+  ScratchDir dir("measured");
+  const std::string cluster_file =
+      dir.Write("cluster.yaml", std::string(kMeasuredCluster).replace(std::string(kMeasuredCluster).find("network:"),
+                                                                      std::string("network:\n  measured: net.json\n").size(),
+                                                                      ""));
+  EXPECT_THROW(LoadClusterFile(cluster_file), InputError);  // links are required otherwise
+  ClusterSpec cluster = LoadClusterFile(cluster_file, ClusterRead::kNetworkElsewhere);
+  try {
+    cluster.Collectives();
+    FAIL() << "charged a network that nobody declared or measured";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.key(), "network");
+  }
+  const std::string network = dir.Write("other.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "nccl", "bf16", "x")).dump());
+  AttachMeasuredNetwork(cluster, network, "--network", "");
+  EXPECT_NEAR(cluster.Collectives().reduce_scatter.Seconds(3e9), 60e-6 + 1.0, 1e-9);
+  EXPECT_EQ(cluster.measured_network_file, network);
 }
 
 }  // namespace
