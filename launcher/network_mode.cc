@@ -126,10 +126,11 @@ void MeasureNetwork(const NetworkOptions& options) {
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
   communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(options.max_bytes) +
                                                         " " + std::to_string(options.repeats) + " " + options.backend);
-  // A payload, its shard and the reduce-scatter's copy (Gloo) must fit every rank's
-  // emulated memory: the largest payload is the smallest rank's.
+  // A payload, its shard, the reduce-scatter's copy (Gloo) and the copy of the previous
+  // run, which Gloo's threads may not have released yet, must fit every rank's emulated
+  // memory (an eighth each leaves room): the largest payload is the smallest rank's.
   std::int64_t mine = options.max_bytes;
-  if (options.memory_bytes > 0) mine = std::min(mine, options.memory_bytes / 4);
+  if (options.memory_bytes > 0) mine = std::min(mine, options.memory_bytes / 8);
   const std::int64_t element = torch::elementSize(type);
   const std::int64_t granule = element * env.world_size;  // whole elements in every shard
   const std::int64_t largest = SmallestOverRanks(communicator, mine, device) / granule * granule;

@@ -3,7 +3,7 @@
 // network` starts it on every device of a cluster through the agents and fits the lines
 // the planner charges instead of a declared link (planner/network.h).
 //
-// For each payload size (4 KiB, then x4 up to `max_bytes`, and below a quarter of the
+// For each payload size (4 KiB, then x4 up to `max_bytes`, and below an eighth of the
 // smallest emulated memory among the ranks)
 // and each collective (all-reduce, reduce-scatter, all-gather), every rank runs three
 // warm-ups and then timed runs, each started together after a barrier and timed until
@@ -30,7 +30,7 @@ struct NetworkOptions {
   int repeats = 5;
   int threads = 0;
   double slowdown = 1.0;          // accepted for the emulated-device flags; unused
-  std::int64_t memory_bytes = 0;  // emulated memory: payloads stay below a quarter of it
+  std::int64_t memory_bytes = 0;  // emulated memory: payloads stay below an eighth of it
   int timeout_s = 120;
 };
 

@@ -93,7 +93,7 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")->check(CLI::Range(1, 1000))->capture_default_str();
   network->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
   network->add_option("--slowdown", o.slowdown, "Emulated device: stretches compute only, so unused here (accepted like train's)")->check(CLI::Range(1.0, 1000.0));
-  network->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes: payloads stay below a quarter")->check(CLI::NonNegativeNumber);
+  network->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes: payloads stay below an eighth")->check(CLI::NonNegativeNumber);
   network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
   network->callback([&o] { poplar::MeasureNetwork(o); });
 }

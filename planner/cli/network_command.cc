@@ -169,7 +169,7 @@ void RegisterNetworkCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   command->add_option("-o,--output", options->output,
                       "Network file to write (default: the cluster file's network.measured, else network.json)");
-  command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: a quarter of their memory)")
+  command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
       ->check(CLI::Range(0.0078125, 1048576.0));
   command->add_option("--master-port", options->master_port, "Rendezvous port on rank 0's host")
       ->check(CLI::Range(1, 65535))
