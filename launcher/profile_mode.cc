@@ -85,6 +85,9 @@ class StageProfiler {
 
   // The optimizer step as training takes it: after a last micro-batch (here of one
   // sample) has left real gradients. One untimed step, then one timed.
+  // What the stage's engine hands to its collectives (recorded for the cost model).
+  CollectiveParams CollectivePlan() const { return engine_->CollectivePlan(); }
+
   double OptimizerStepSeconds() {
     engine_->Step(1.0);  // clears what the measurements accumulated
     double seconds = 0;
@@ -116,6 +119,7 @@ struct StageSamples {
   int max_micro_batch = 0;
   std::map<int, std::vector<Sample>> runs;  // by micro-batch size
   std::vector<double> optimizer_steps;
+  CollectiveParams collectives;
 };
 
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
@@ -126,6 +130,7 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
   StageSamples result;
   result.stage = stage;
   StageProfiler profiler(config, stage, options, communicator, device);
+  result.collectives = profiler.CollectivePlan();
   auto fits = [&](int size) {
     auto sample = profiler.Measure(size, /*warm_ups=*/1);
     if (sample) result.runs[size].push_back(*sample);
@@ -170,6 +175,7 @@ StageProfile Summarize(const StageSamples& samples) {
   result.stage = samples.stage;
   result.world_size = 1;
   result.max_micro_batch = samples.max_micro_batch;
+  result.collectives = samples.collectives;
   for (const auto& [size, runs] : samples.runs) {
     std::vector<double> seconds;
     std::int64_t peak = 0;

@@ -23,6 +23,7 @@
 #include "launcher/gpt.h"
 #include "launcher/state_dict.h"
 #include "planner/precision.h"
+#include "planner/profile.h"
 
 namespace poplar {
 
@@ -59,6 +60,11 @@ class TrainingEngine {
   virtual StateDict FullState(bool keep) = 0;
 
   virtual double optimizer_seconds() const = 0;
+
+  // What this engine hands to its collectives per step and per reduce round, call by call
+  // (buckets, and at stage 3 the visits' gathers): what a profile records for the cost
+  // model. The scalar all-reduces of the loss and the gradient norm are left out.
+  virtual CollectiveParams CollectivePlan() const = 0;
 };
 
 // The working dtype of a precision: kFloat32, or kBFloat16 for mixed precision.

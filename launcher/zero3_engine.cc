@@ -300,4 +300,20 @@ StateDict Zero3Engine::FullState(bool keep) {
   return state;
 }
 
+CollectiveParams Zero3Engine::CollectivePlan() const {
+  // Per micro-batch (round), the schedule's gathers and reductions, one call per bucket.
+  CollectiveParams plan;
+  for (const Visit& visit : schedule_) {
+    for (int b : visit.gather) {
+      plan.all_gather_per_round.params += layout_.buckets()[b].size;
+      plan.all_gather_per_round.calls += 1;
+    }
+    for (int b : visit.reduce) {
+      plan.reduce_scatter_per_round.params += layout_.buckets()[b].size;
+      plan.reduce_scatter_per_round.calls += 1;
+    }
+  }
+  return plan;
+}
+
 }  // namespace poplar

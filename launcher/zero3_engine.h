@@ -38,6 +38,7 @@ class Zero3Engine final : public ShardedAdamW {
   void EndRound(bool computed) override;
   double Step(double token_count) override;
   StateDict FullState(bool keep) override;
+  CollectiveParams CollectivePlan() const override;
 
   // For the autograd function: run unit `unit` forward (no graph), and its backward.
   torch::Tensor ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets);

@@ -158,4 +158,19 @@ double ZeroEngine::Step(double token_count) {
   return norm;
 }
 
+CollectiveParams ZeroEngine::CollectivePlan() const {
+  // One collective per bucket: stage 0 all-reduces the gradients, stages 1-2
+  // reduce-scatter them (stage 1 once, after the step's last micro-batch; stage 2 every
+  // round), and stages 1-2 all-gather the updated parameters after the step.
+  const CollectiveUse whole{layout_.total(), static_cast<int>(layout_.buckets().size())};
+  CollectiveParams plan;
+  if (stage_ == 0) {
+    plan.all_reduce_per_step = whole;
+  } else {
+    (stage_ == 1 ? plan.reduce_scatter_per_step : plan.reduce_scatter_per_round) = whole;
+    plan.all_gather_per_step = whole;
+  }
+  return plan;
+}
+
 }  // namespace poplar

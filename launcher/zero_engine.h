@@ -35,6 +35,7 @@ class ZeroEngine final : public ShardedAdamW {
     if (Mixed()) return MasterState(keep);
     return keep ? ModelStateDict(model_) : StateDict{};
   }
+  CollectiveParams CollectivePlan() const override;
 
  private:
   friend struct GradientReadyHook;

@@ -10,27 +10,40 @@ double UpdatedParams(int stage, std::int64_t params, int world_size) {
 
 }  // namespace
 
-StageCommunication CommunicationForStage(int stage, std::int64_t params, Precision precision,
-                                         const CollectiveTimes& collectives) {
-  const double bytes = static_cast<double>(params) * BytesPerWorkingValue(precision);
-  StageCommunication comm;
+CollectiveParams TableCollectiveParams(int stage, std::int64_t params) {
+  CollectiveParams moved;
   switch (stage) {
     case 0:
-      comm.per_step_s = collectives.all_reduce.Seconds(bytes);
+      moved.all_reduce_per_step = {params, 1};
       break;
     case 1:
-      comm.per_step_s = collectives.reduce_scatter.Seconds(bytes) +
-                        collectives.all_gather.Seconds(bytes);
+      moved.reduce_scatter_per_step = {params, 1};
+      moved.all_gather_per_step = {params, 1};
       break;
     case 2:
-      comm.per_round_s = collectives.reduce_scatter.Seconds(bytes);
-      comm.per_step_s = collectives.all_gather.Seconds(bytes);
+      moved.reduce_scatter_per_round = {params, 1};
+      moved.all_gather_per_step = {params, 1};
       break;
     default:
-      comm.per_round_s = 2.0 * collectives.all_gather.Seconds(bytes) +
-                         collectives.reduce_scatter.Seconds(bytes);
+      moved.all_gather_per_round = {2 * params, 2};
+      moved.reduce_scatter_per_round = {params, 1};
       break;
   }
+  return moved;
+}
+
+StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
+                                         const CollectiveTimes& collectives) {
+  const double bytes = BytesPerWorkingValue(precision);
+  auto time = [bytes](const CollectiveLine& line, const CollectiveUse& use) {
+    return use.calls * line.fixed_s + bytes * static_cast<double>(use.params) / line.payload_bytes_per_s;
+  };
+  StageCommunication comm;
+  comm.per_step_s = time(collectives.all_reduce, moved.all_reduce_per_step) +
+                    time(collectives.reduce_scatter, moved.reduce_scatter_per_step) +
+                    time(collectives.all_gather, moved.all_gather_per_step);
+  comm.per_round_s = time(collectives.reduce_scatter, moved.reduce_scatter_per_round) +
+                     time(collectives.all_gather, moved.all_gather_per_round);
   return comm;
 }
 

@@ -8,22 +8,28 @@
 
 #include "planner/network.h"
 #include "planner/precision.h"
+#include "planner/profile.h"
 
 namespace poplar {
 
-// Communication of one optimizer step for a ZeRO stage, split by when it happens:
+// The cost model's table of what a ZeRO stage moves of P parameters:
 //   stage 0: all-reduce(grads) once per step
 //   stage 1: reduce-scatter(grads) + all-gather(params) once per step
 //   stage 2: reduce-scatter(grads) every round; all-gather(params) once per step
 //   stage 3: all-gather(params) twice (forward, backward) + reduce-scatter(grads)
 //            every round; nothing once per step
-// Gradients and parameters travel in the working precision (4 bytes fp32, 2 mixed).
+// each in one call. A profile's `collectives` (the worker's own schedule) take its place.
+CollectiveParams TableCollectiveParams(int stage, std::int64_t params);
+
+// Communication of one optimizer step, split by when it happens.
 struct StageCommunication {
   double per_step_s = 0;   // once per optimizer step
   double per_round_s = 0;  // once per reduce round (stages 2 and 3)
 };
 
-StageCommunication CommunicationForStage(int stage, std::int64_t params, Precision precision,
+// The time of moving `moved` in the working precision (4 bytes fp32, 2 mixed): each
+// call pays the collective's fixed cost, the bytes its rate.
+StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
                                          const CollectiveTimes& collectives);
 
 // Optimizer step time on one device: the profiled time scaled by the number of

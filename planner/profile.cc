@@ -28,6 +28,34 @@ ProfilePoint ParsePoint(JsonFields fields) {
   return point;
 }
 
+// The five keys of CollectiveParams, in file order, with their fields.
+const std::pair<const char*, CollectiveUse CollectiveParams::*> kCollectiveKeys[] = {
+    {"all_reduce_per_step", &CollectiveParams::all_reduce_per_step},
+    {"reduce_scatter_per_step", &CollectiveParams::reduce_scatter_per_step},
+    {"all_gather_per_step", &CollectiveParams::all_gather_per_step},
+    {"reduce_scatter_per_round", &CollectiveParams::reduce_scatter_per_round},
+    {"all_gather_per_round", &CollectiveParams::all_gather_per_round},
+};
+
+CollectiveUse ParseCollectiveUse(JsonFields fields) {
+  CollectiveUse use;
+  use.params = fields.Integer("params");
+  if (use.params < 0) fields.Fail("params", "must be zero or a positive number of parameters");
+  const std::int64_t calls = fields.Integer("calls");
+  if (calls < 0 || calls > 1'000'000) fields.Fail("calls", "must be zero or a positive number of calls");
+  use.calls = static_cast<int>(calls);
+  if ((use.params > 0) != (use.calls > 0)) fields.Fail("calls", "must be positive exactly when params is");
+  fields.Finish();
+  return use;
+}
+
+CollectiveParams ParseCollectiveParams(JsonFields fields) {
+  CollectiveParams params;
+  for (const auto& [key, field] : kCollectiveKeys) params.*field = ParseCollectiveUse(fields.Map(key));
+  fields.Finish();
+  return params;
+}
+
 StageProfile ParseStage(JsonFields fields) {
   StageProfile stage;
   const std::int64_t number = fields.Integer("stage");
@@ -48,6 +76,11 @@ StageProfile ParseStage(JsonFields fields) {
   stage.optimizer_step_s = fields.Number("optimizer_step_s");
   if (!(stage.optimizer_step_s >= 0)) {
     fields.Fail("optimizer_step_s", "must be zero or more seconds");
+  }
+  if (fields.Has("collectives")) {
+    stage.collectives = ParseCollectiveParams(fields.Map("collectives"));
+  } else {
+    fields.Child("collectives");
   }
   const nlohmann::json& points = fields.Child("points");
   if (!points.is_array() || points.empty()) {
@@ -140,6 +173,14 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     entry["world_size"] = stage.world_size;
     entry["max_micro_batch"] = stage.max_micro_batch;
     entry["optimizer_step_s"] = stage.optimizer_step_s;
+    if (stage.collectives) {
+      nlohmann::ordered_json collectives;
+      for (const auto& [key, field] : kCollectiveKeys) {
+        const CollectiveUse& use = (*stage.collectives).*field;
+        collectives[key] = {{"params", use.params}, {"calls", use.calls}};
+      }
+      entry["collectives"] = std::move(collectives);
+    }
     entry["points"] = nlohmann::ordered_json::array();
     for (const auto& point : stage.points) {
       entry["points"].push_back({{"micro_batch", point.micro_batch},

@@ -9,6 +9,8 @@
 //    "model": {"name": "gpt2-medium", "params": 354823168, "precision": "mixed"},
 //    "stages": [{"stage": 0, "world_size": 1, "max_micro_batch": 24,
 //                "optimizer_step_s": 0.011,
+//                "collectives": {"all_reduce_per_step": {"params": 354823168, "calls": 15},
+//                                ...},                                     // optional
 //                "points": [{"micro_batch": 1, "compute_s": 0.031, "peak_bytes": 9.1e9}, ...]},
 //               ...]}
 //
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,11 +35,32 @@ struct ProfilePoint {
   std::int64_t peak_bytes = 0; // peak device memory during the micro-batch, > 0
 };
 
+// How a stage's engine uses one kind of collective in one period: the parameters it
+// hands over in all (elements, sent in the working precision) and in how many calls.
+struct CollectiveUse {
+  std::int64_t params = 0;
+  int calls = 0;
+};
+
+// What a stage's engine moves, once per optimizer step and once per reduce round: the
+// payloads and calls the cost model charges. `poplar-worker profile` takes them from the
+// engine's own schedule (its buckets; stage 3 gathers the tied embedding once per
+// micro-batch, not twice); without them the cost model's table applies
+// (docs/cost-model.md).
+struct CollectiveParams {
+  CollectiveUse all_reduce_per_step;
+  CollectiveUse reduce_scatter_per_step;
+  CollectiveUse all_gather_per_step;
+  CollectiveUse reduce_scatter_per_round;
+  CollectiveUse all_gather_per_round;
+};
+
 struct StageProfile {
   int stage = 0;               // 0..3
   int world_size = 1;          // ranks while measuring, > 0
   int max_micro_batch = 0;     // largest micro-batch that fit, >= 0
   double optimizer_step_s = 0; // >= 0
+  std::optional<CollectiveParams> collectives;  // "collectives", optional
   std::vector<ProfilePoint> points;  // non-empty, increasing micro_batch
 };
 

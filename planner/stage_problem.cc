@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "planner/cost_model.h"
 
@@ -18,6 +19,29 @@ ComputeCurve CurveOf(const StageProfile& stage) {
   std::vector<std::pair<int, double>> points;
   for (const auto& point : stage.points) points.emplace_back(point.micro_batch, point.compute_s);
   return ComputeCurve(std::move(points));
+}
+
+// What the stage moves: the worker's own schedule as the profiles record it (the larger,
+// should two profiles of the model disagree), else the cost model's table.
+CollectiveParams MovedByStage(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                              int stage, std::int64_t params) {
+  std::optional<CollectiveParams> recorded;
+  for (const auto& type : cluster.DeviceTypes()) {
+    const StageProfile* measured = profiles.at(type).Stage(stage);
+    if (!measured || !measured->collectives) continue;
+    if (!recorded) {
+      recorded = measured->collectives;
+      continue;
+    }
+    for (auto field : {&CollectiveParams::all_reduce_per_step, &CollectiveParams::reduce_scatter_per_step,
+                       &CollectiveParams::all_gather_per_step, &CollectiveParams::reduce_scatter_per_round,
+                       &CollectiveParams::all_gather_per_round}) {
+      CollectiveUse& mine = (*recorded).*field;
+      const CollectiveUse& theirs = (*measured->collectives).*field;
+      mine = {std::max(mine.params, theirs.params), std::max(mine.calls, theirs.calls)};
+    }
+  }
+  return recorded ? *recorded : TableCollectiveParams(stage, params);
 }
 
 }  // namespace
@@ -72,8 +96,8 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster,
   if (reason.empty() && !any_sample_fits) reason = "no device has memory for one sample";
 
   if (ranks > 1) {
-    const StageCommunication comm =
-        CommunicationForStage(stage, problem.params, problem.precision, cluster.Collectives());
+    const StageCommunication comm = CommunicationForStage(MovedByStage(cluster, profiles, stage, problem.params),
+                                                          problem.precision, cluster.Collectives());
     problem.comm_per_step_s = comm.per_step_s;
     problem.comm_per_round_s = comm.per_round_s;
   }

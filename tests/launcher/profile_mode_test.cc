@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
+#include "launcher/model_config.h"
 #include "planner/profile.h"
 #include "worker_harness.h"
 
@@ -76,9 +77,38 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
       "pass 2: stage 1", "pass 2: stage 2", "pass 2: stage 3", "pass 2: stage 0",
       "pass 3: stage 2", "pass 3: stage 3", "pass 3: stage 0", "pass 3: stage 1"};
   EXPECT_EQ(order, expected) << run.err;
+  // Each stage records what its engine moves, as the cost model charges it: the whole
+  // model once per step or round (one bucket here), and at stage 3 the schedule's
+  // gathers: every block twice, the tied embedding and the final LayerNorm once each.
+  const GptConfig config{2, 2, 32, 256, 64};
+  const std::int64_t params = config.ParameterCount();
+  const std::int64_t embedding = (config.vocab_size + config.block_size) * config.n_embd;
+  const std::int64_t final_norm = 2 * config.n_embd;
   for (const StageProfile& stage : LoadProfileFile(path).stages) {
     EXPECT_GT(stage.optimizer_step_s, 0);
     for (const ProfilePoint& point : stage.points) EXPECT_LE(point.peak_bytes, kCap);
+    ASSERT_TRUE(stage.collectives.has_value()) << "stage " << stage.stage;
+    const CollectiveParams& moved = *stage.collectives;
+    switch (stage.stage) {
+      case 0:
+        EXPECT_EQ(moved.all_reduce_per_step.params, params);
+        EXPECT_EQ(moved.all_reduce_per_step.calls, 1);
+        break;
+      case 1:
+        EXPECT_EQ(moved.reduce_scatter_per_step.params, params);
+        EXPECT_EQ(moved.all_gather_per_step.params, params);
+        break;
+      case 2:
+        EXPECT_EQ(moved.reduce_scatter_per_round.params, params);
+        EXPECT_EQ(moved.all_gather_per_step.params, params);
+        break;
+      default:
+        EXPECT_EQ(moved.all_gather_per_round.params, 2 * params - embedding - final_norm);
+        EXPECT_EQ(moved.all_gather_per_round.calls, 2 * config.n_layer + 2);  // units: embed, blocks, head
+        EXPECT_EQ(moved.reduce_scatter_per_round.params, params);
+        EXPECT_EQ(moved.reduce_scatter_per_round.calls, config.n_layer + 2);
+        EXPECT_EQ(moved.all_reduce_per_step.calls + moved.all_gather_per_step.calls, 0);
+    }
   }
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/cluster.h"
+#include "planner/stage_problem.h"
+
 namespace poplar {
 namespace {
 
@@ -23,20 +26,23 @@ TEST(StageCommunication, EachStageHasItsCollectives) {
   const std::int64_t params = 500'000'000;  // 1 GB of bf16
   const CollectiveTimes ring = CollectiveTimes::Ring(kLink, 4);
   const double pass = ring.reduce_scatter.Seconds(1e9);
-  const auto s0 = CommunicationForStage(0, params, Precision::kMixed, ring);
+  auto table = [&](int stage, std::int64_t p, Precision precision) {
+    return CommunicationForStage(TableCollectiveParams(stage, p), precision, ring);
+  };
+  const auto s0 = table(0, params, Precision::kMixed);
   EXPECT_NEAR(s0.per_step_s, 2 * pass, 1e-12);
   EXPECT_EQ(s0.per_round_s, 0.0);
-  const auto s1 = CommunicationForStage(1, params, Precision::kMixed, ring);
+  const auto s1 = table(1, params, Precision::kMixed);
   EXPECT_NEAR(s1.per_step_s, 2 * pass, 1e-12);
   EXPECT_EQ(s1.per_round_s, 0.0);
-  const auto s2 = CommunicationForStage(2, params, Precision::kMixed, ring);
+  const auto s2 = table(2, params, Precision::kMixed);
   EXPECT_NEAR(s2.per_round_s, pass, 1e-12);
   EXPECT_NEAR(s2.per_step_s, pass, 1e-12);
-  const auto s3 = CommunicationForStage(3, params, Precision::kMixed, ring);
+  const auto s3 = table(3, params, Precision::kMixed);
   EXPECT_NEAR(s3.per_round_s, 3 * pass, 1e-12);
   EXPECT_EQ(s3.per_step_s, 0.0);
   // fp32 moves twice the bytes.
-  const auto fp32 = CommunicationForStage(0, params / 2, Precision::kFp32, ring);
+  const auto fp32 = table(0, params / 2, Precision::kFp32);
   EXPECT_DOUBLE_EQ(fp32.per_step_s, s0.per_step_s);
 }
 
@@ -48,11 +54,57 @@ TEST(StageCommunication, UsesMeasuredLinesAsTheyAre) {
   measured.reduce_scatter = {1e-3, 1e9};
   measured.all_gather = {5e-3, 2e9};
   const std::int64_t params = 250'000'000;  // 1 GB of fp32
-  const auto s2 = CommunicationForStage(2, params, Precision::kFp32, measured);
+  const auto s2 = CommunicationForStage(TableCollectiveParams(2, params), Precision::kFp32, measured);
   EXPECT_DOUBLE_EQ(s2.per_round_s, 1e-3 + 1.0);
   EXPECT_DOUBLE_EQ(s2.per_step_s, 5e-3 + 0.5);
-  const auto s3 = CommunicationForStage(3, params, Precision::kFp32, measured);
+  const auto s3 = CommunicationForStage(TableCollectiveParams(3, params), Precision::kFp32, measured);
   EXPECT_DOUBLE_EQ(s3.per_round_s, 2 * (5e-3 + 0.5) + 1e-3 + 1.0);
+}
+
+TEST(StageCommunication, ChargesWhatTheWorkersScheduleMovesCallByCall) {
+  // A stage-3 schedule as a profile records it: 1.6 of the 2 gathers' parameters in 26
+  // calls per round, the gradients in 13; each call pays the fixed cost once.
+  CollectiveTimes times;
+  times.all_reduce = {1e-3, 1e9};
+  times.reduce_scatter = {2e-3, 1e9};
+  times.all_gather = {1e-4, 2e9};
+  CollectiveParams moved;
+  moved.all_gather_per_round = {400'000'000, 26};
+  moved.reduce_scatter_per_round = {250'000'000, 13};
+  const auto comm = CommunicationForStage(moved, Precision::kFp32, times);
+  EXPECT_DOUBLE_EQ(comm.per_round_s, 26 * 1e-4 + 1.6e9 / 2e9 + 13 * 2e-3 + 1e9 / 1e9);
+  EXPECT_EQ(comm.per_step_s, 0.0);  // nothing per step, not even a fixed cost
+}
+
+TEST(StageProblem, ChargesTheCollectivesTheProfileRecordsInsteadOfTheTable) {
+  const ClusterSpec cluster = ParseClusterYaml(R"(training: {global_batch: 8, precision: fp32}
+network: {intra_node: {bandwidth_gbps: 8, latency_us: 100}}
+nodes: [{name: a, devices: [{type: gpu, count: 2}]}])",
+                                               "cluster.yaml");
+  DeviceProfile profile;
+  profile.device_type = "gpu";
+  profile.memory_bytes = std::int64_t{1} << 40;
+  profile.model.params = 250'000'000;  // 1 GB of fp32
+  StageProfile stage3;
+  stage3.stage = 3;
+  stage3.max_micro_batch = 8;
+  stage3.points = {{1, 0.1, 1 << 20}, {8, 0.8, 8 << 20}};
+  profile.stages = {stage3};
+  std::map<std::string, DeviceProfile> profiles = {{"gpu", profile}};
+  const CollectiveTimes ring = cluster.Collectives();
+  // Without a record: the table's two gathers and one reduce-scatter of P, one call each.
+  const double table = BuildStageProblem(cluster, profiles, 3).comm_per_round_s;
+  EXPECT_NEAR(table, 2 * ring.all_gather.Seconds(1e9) + ring.reduce_scatter.Seconds(1e9), 1e-12);
+  // With the worker's record: 1.6 P gathered in 10 calls, P reduce-scattered in 5.
+  CollectiveParams recorded;
+  recorded.all_gather_per_round = {400'000'000, 10};
+  recorded.reduce_scatter_per_round = {250'000'000, 5};
+  profiles["gpu"].stages[0].collectives = recorded;
+  const double charged = BuildStageProblem(cluster, profiles, 3).comm_per_round_s;
+  EXPECT_NEAR(charged, 10 * ring.all_gather.fixed_s + 1.6e9 / ring.all_gather.payload_bytes_per_s +
+                           5 * ring.reduce_scatter.fixed_s + 1e9 / ring.reduce_scatter.payload_bytes_per_s,
+              1e-12);
+  EXPECT_LT(charged, table);
 }
 
 TEST(OptimizerSeconds, ScalesWithTheParametersARankUpdates) {

@@ -128,6 +128,42 @@ TEST(ProfileFile, RoundTripPreservesEveryField) {
   }
 }
 
+TEST(ProfileFile, RoundTripPreservesTheCollectivesOfAStage) {
+  DeviceProfile original = SampleProfile();
+  CollectiveParams collectives;
+  collectives.all_gather_per_round = {612'000'000, 50};
+  collectives.reduce_scatter_per_round = {354'823'168, 26};
+  original.stages[1].collectives = collectives;
+  const DeviceProfile parsed = RoundTrip(original);
+  EXPECT_FALSE(parsed.stages[0].collectives.has_value());  // optional: absent stays absent
+  ASSERT_TRUE(parsed.stages[1].collectives.has_value());
+  const CollectiveParams& got = *parsed.stages[1].collectives;
+  EXPECT_EQ(got.all_gather_per_round.params, 612'000'000);
+  EXPECT_EQ(got.all_gather_per_round.calls, 50);
+  EXPECT_EQ(got.reduce_scatter_per_round.params, 354'823'168);
+  EXPECT_EQ(got.reduce_scatter_per_round.calls, 26);
+  EXPECT_EQ(got.all_reduce_per_step.calls, 0);
+}
+
+TEST(ProfileFile, RejectsCollectivesWithoutCallsOrWithUnknownKeys) {
+  const JsonEdit with_collectives = [](Json& j) {
+    j["stages"][0]["collectives"] = Json::parse(R"({
+      "all_reduce_per_step": {"params": 100, "calls": 1},
+      "reduce_scatter_per_step": {"params": 0, "calls": 0},
+      "all_gather_per_step": {"params": 0, "calls": 0},
+      "reduce_scatter_per_round": {"params": 0, "calls": 0},
+      "all_gather_per_round": {"params": 0, "calls": 0}})");
+  };
+  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["all_reduce_per_step"]["calls"] = 0; },
+                 "stages[0].collectives.all_reduce_per_step.calls", "positive exactly when params is");
+  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["all_gather_per_round"]["params"] = -4; },
+                 "stages[0].collectives.all_gather_per_round.params", "zero or a positive number");
+  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"].erase("all_gather_per_step"); },
+                 "stages[0].collectives.all_gather_per_step", "required");
+  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["broadcast_per_step"] = Json::object(); },
+                 "stages[0].collectives.broadcast_per_step", "unknown key");
+}
+
 TEST(ProfileFile, RoundTripPreservesFalseEmulatedAndMixedPrecision) {
   DeviceProfile original = SampleProfile();
   original.emulated = false;
