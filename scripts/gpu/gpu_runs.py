@@ -349,14 +349,15 @@ def phase_speed(runner, out, setup):
         for system in systems:
             tokens = statistics.median(measured[(name, system)])
             baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
-            base = statistics.median(measured.get((name, baseline), [float("nan")]))
+            # The dry run has no FSDP to set stage 3 against: no ratio rather than nan.
+            base = statistics.median(measured[(name, baseline)]) if (name, baseline) in measured else None
             mfu = tokens * flops / H200_BF16_PEAK
             results.append({"model": name, "system": system, "micro_batch": size, "count": count,
                             "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
                             "of_matmul_ceiling": tokens * flops / ceiling,
-                            "vs_pytorch": tokens / base})
+                            "vs_pytorch": tokens / base if base else None})
             rows.append([name, f"{size} x {count}", system, f"{tokens:,.0f}", f"{100 * mfu:.1f}%",
-                         f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x"])
+                         f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x" if base else "-"])
     import torch
     save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
                                   "peak_flops": H200_BF16_PEAK, "matmul_ceiling_flops": ceiling,
