@@ -1,16 +1,15 @@
 // poplar-planner-bench: how long planning takes as clusters grow, and how much faster
 // poplar's schedules are predicted to train than the baselines on the example clusters.
 //
-//   poplar-planner-bench --configs DIR --json OUT.json
+//   poplar-planner-bench CLUSTER.yaml... --json OUT.json
 //
 // Part 1 plans synthetic clusters from 8 to 100,000 GPUs of 2 to 32 device types
 // (all four stages: BuildStageProblem + search + simulation, as `poplar plan` does,
 // without reading or writing files) and reports the median wall time of repeated runs.
-// Part 2 plans each example cluster in DIR with every policy and reports predicted
-// samples per second and poplar's speed-up over each baseline.
+// Part 2 plans each cluster file given (each must name its `profiles`) with every policy
+// and reports predicted samples per second and poplar's speed-up over each baseline.
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <iostream>
 #include <random>
 
@@ -143,19 +142,24 @@ Json PlanningTimes() {
   return rows;
 }
 
-Json PolicyComparison(const std::string& configs) {
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(configs)) {
-    if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+// The cluster files, read before anything is timed so that a wrong one fails at once.
+std::vector<ClusterSpec> LoadClustersWithProfiles(const std::vector<std::string>& files) {
+  std::vector<ClusterSpec> clusters;
+  for (const auto& file : files) {
+    clusters.push_back(LoadClusterFile(file));
+    if (clusters.back().profiles_dir.empty()) {
+      throw InputError(file, "profiles", "is required here: the benchmark plans from stored profiles");
+    }
   }
-  std::sort(files.begin(), files.end());
+  return clusters;
+}
+
+Json PolicyComparison(const std::vector<ClusterSpec>& clusters) {
   TextTable table({"cluster", "poplar", "stage", "uniform", "stage", "proportional", "stage",
                    "vs uniform", "vs proportional"},
                   {false, true, true, true, true, true, true, true, true});
   Json rows = Json::array();
-  for (const auto& file : files) {
-    const ClusterSpec cluster = LoadClusterFile(file);
-    if (cluster.profiles_dir.empty()) continue;
+  for (const ClusterSpec& cluster : clusters) {
     const auto profiles = LoadClusterProfiles(cluster, cluster.profiles_dir);
     Json row = {{"cluster", cluster.name}, {"global_batch", cluster.global_batch}};
     std::vector<std::string> cells = {cluster.name};
@@ -189,15 +193,17 @@ Json PolicyComparison(const std::string& configs) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Planner benchmark: planning time and predicted throughput against baselines"};
-  std::string configs = "configs";
+  std::vector<std::string> clusters;
   std::string json_path;
-  app.add_option("--configs", configs, "Folder of example cluster files")->check(CLI::ExistingDirectory);
+  app.add_option("clusters", clusters, "Cluster files with stored profiles (`profiles:`) to compare policies on")
+      ->check(CLI::ExistingFile);
   app.add_option("--json", json_path, "Write the results as JSON here");
   CLI11_PARSE(app, argc, argv);
   try {
     nlohmann::ordered_json out;
+    const auto specs = poplar::LoadClustersWithProfiles(clusters);
     out["planning_time"] = poplar::PlanningTimes();
-    out["policies"] = poplar::PolicyComparison(configs);
+    out["policies"] = poplar::PolicyComparison(specs);
     if (!json_path.empty()) poplar::WriteFileAtomically(json_path, out.dump(2) + "\n");
   } catch (const std::exception& error) {
     std::cerr << "poplar-planner-bench: " << error.what() << "\n";
