@@ -63,7 +63,8 @@ class TrainingEngine {
 
   // What this engine hands to its collectives per step and per reduce round, call by call
   // (buckets, and at stage 3 the visits' gathers): what a profile records for the cost
-  // model. The scalar all-reduces of the loss and the gradient norm are left out.
+  // model. The scalar all-reduces of the loss and the gradient norm are not here: the
+  // cost model adds them (planner/cost_model.h: ScalarAllReducesPerStep).
   virtual CollectiveParams CollectivePlan() const = 0;
 };
 

@@ -32,6 +32,11 @@ CollectiveParams TableCollectiveParams(int stage, std::int64_t params) {
   return moved;
 }
 
+CollectiveUse ScalarAllReducesPerStep(int stage) {
+  const int calls = stage == 0 ? 1 : 2;
+  return {calls, calls};
+}
+
 StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
                                          const CollectiveTimes& collectives) {
   const double bytes = BytesPerWorkingValue(precision);

@@ -21,6 +21,12 @@ namespace poplar {
 // each in one call. A profile's `collectives` (the worker's own schedule) take its place.
 CollectiveParams TableCollectiveParams(int stage, std::int64_t params);
 
+// The training loop's own all-reduces of one scalar each, once per step beside the
+// engine's collectives: the step's summed loss (every stage) and the squared gradient
+// norm (stages 1-3, whose ranks own different slices). Only on 2+ ranks. They carry
+// nothing to speak of, but each pays the all-reduce's fixed cost.
+CollectiveUse ScalarAllReducesPerStep(int stage);
+
 // Communication of one optimizer step, split by when it happens.
 struct StageCommunication {
   double per_step_s = 0;   // once per optimizer step

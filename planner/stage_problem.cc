@@ -96,8 +96,11 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster,
   if (reason.empty() && !any_sample_fits) reason = "no device has memory for one sample";
 
   if (ranks > 1) {
-    const StageCommunication comm = CommunicationForStage(MovedByStage(cluster, profiles, stage, problem.params),
-                                                          problem.precision, cluster.Collectives());
+    CollectiveParams moved = MovedByStage(cluster, profiles, stage, problem.params);
+    const CollectiveUse scalars = ScalarAllReducesPerStep(stage);
+    moved.all_reduce_per_step.params += scalars.params;
+    moved.all_reduce_per_step.calls += scalars.calls;
+    const StageCommunication comm = CommunicationForStage(moved, problem.precision, cluster.Collectives());
     problem.comm_per_step_s = comm.per_step_s;
     problem.comm_per_round_s = comm.per_round_s;
   }

@@ -239,7 +239,8 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   EXPECT_EQ(network.points.size(), 3u * 5);  // 4, 16, 64, 256 KiB and 1 MiB
 
   // The same cluster planning with the measured network: its communication is the
-  // measured lines' (stage 2: a reduce-scatter per round, an all-gather per step).
+  // measured lines' (stage 2: a reduce-scatter per round, an all-gather per step, and
+  // the loop's two scalar all-reduces: loss and gradient norm).
   std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
   const std::string declared =
       "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n";
@@ -253,7 +254,9 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   const double bytes = 4.0 * profile["model"]["params"].get<double>();
   const double rounds = document["ranks"][0]["micro_batches"].size();
   EXPECT_NEAR(document["predicted"]["communication_s"].get<double>(),
-              rounds * network.times.reduce_scatter.Seconds(bytes) + network.times.all_gather.Seconds(bytes), 1e-9);
+              rounds * network.times.reduce_scatter.Seconds(bytes) + network.times.all_gather.Seconds(bytes) +
+                  2 * network.times.all_reduce.Seconds(4.0),
+              1e-9);
 
   // --network does the same without editing the cluster file.
   const auto simulated =

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "planner/cluster.h"
 #include "planner/stage_problem.h"
 
@@ -9,6 +14,33 @@ namespace poplar {
 namespace {
 
 const LinkSpec kLink{1e9, 1e-5};  // 1 GB/s, 10 us per hop
+
+// Two ranks of one type on one node, 8 Gb/s and 100 us declared.
+ClusterSpec TwoGpus() {
+  return ParseClusterYaml(R"(training: {global_batch: 8, precision: fp32}
+network: {intra_node: {bandwidth_gbps: 8, latency_us: 100}}
+nodes: [{name: a, devices: [{type: gpu, count: 2}]}])",
+                          "cluster.yaml");
+}
+
+// A profile of `params` parameters with the given stages, each fitting 8 samples at
+// 0.1 s a sample; `collectives` recorded as given (none: the table applies).
+DeviceProfile GpuProfile(std::int64_t params, const std::vector<int>& stages,
+                         const std::optional<CollectiveParams>& collectives) {
+  DeviceProfile profile;
+  profile.device_type = "gpu";
+  profile.memory_bytes = std::int64_t{1} << 40;
+  profile.model.params = params;
+  for (int stage : stages) {
+    StageProfile measured;
+    measured.stage = stage;
+    measured.max_micro_batch = 8;
+    measured.points = {{1, 0.1, 1 << 20}, {8, 0.8, 8 << 20}};
+    measured.collectives = collectives;
+    profile.stages.push_back(measured);
+  }
+  return profile;
+}
 
 TEST(RingCollectives, FollowTheRingFormulas) {
   // 4 ranks, 1 GB: reduce-scatter moves 3/4 GB and takes 3 hops.
@@ -77,20 +109,8 @@ TEST(StageCommunication, ChargesWhatTheWorkersScheduleMovesCallByCall) {
 }
 
 TEST(StageProblem, ChargesTheCollectivesTheProfileRecordsInsteadOfTheTable) {
-  const ClusterSpec cluster = ParseClusterYaml(R"(training: {global_batch: 8, precision: fp32}
-network: {intra_node: {bandwidth_gbps: 8, latency_us: 100}}
-nodes: [{name: a, devices: [{type: gpu, count: 2}]}])",
-                                               "cluster.yaml");
-  DeviceProfile profile;
-  profile.device_type = "gpu";
-  profile.memory_bytes = std::int64_t{1} << 40;
-  profile.model.params = 250'000'000;  // 1 GB of fp32
-  StageProfile stage3;
-  stage3.stage = 3;
-  stage3.max_micro_batch = 8;
-  stage3.points = {{1, 0.1, 1 << 20}, {8, 0.8, 8 << 20}};
-  profile.stages = {stage3};
-  std::map<std::string, DeviceProfile> profiles = {{"gpu", profile}};
+  const ClusterSpec cluster = TwoGpus();  // 250M parameters: 1 GB of fp32
+  std::map<std::string, DeviceProfile> profiles = {{"gpu", GpuProfile(250'000'000, {3}, std::nullopt)}};
   const CollectiveTimes ring = cluster.Collectives();
   // Without a record: the table's two gathers and one reduce-scatter of P, one call each.
   const double table = BuildStageProblem(cluster, profiles, 3).comm_per_round_s;
@@ -105,6 +125,22 @@ nodes: [{name: a, devices: [{type: gpu, count: 2}]}])",
                            5 * ring.reduce_scatter.fixed_s + 1e9 / ring.reduce_scatter.payload_bytes_per_s,
               1e-12);
   EXPECT_LT(charged, table);
+}
+
+TEST(StageProblem, ChargesTheTrainingLoopsScalarAllReducesPerStep) {
+  // Loss every stage, gradient norm from stage 1 on: each an all-reduce's fixed cost
+  // (plus one element), beside the engine's collectives, here none.
+  const ClusterSpec cluster = TwoGpus();
+  const std::map<std::string, DeviceProfile> profiles = {
+      {"gpu", GpuProfile(1'000'000, {0, 1, 2, 3}, CollectiveParams{})}};
+  const CollectiveLine all_reduce = cluster.Collectives().all_reduce;
+  const double one_scalar = all_reduce.Seconds(4.0);  // one fp32 element
+  EXPECT_NEAR(BuildStageProblem(cluster, profiles, 0).comm_per_step_s, one_scalar, 1e-15);
+  for (int stage = 1; stage <= 3; ++stage) {
+    const StageProblem problem = BuildStageProblem(cluster, profiles, stage);
+    EXPECT_NEAR(problem.comm_per_step_s, 2 * one_scalar, 1e-15) << stage;
+    EXPECT_EQ(problem.comm_per_round_s, 0.0) << stage;
+  }
 }
 
 TEST(OptimizerSeconds, ScalesWithTheParametersARankUpdates) {
