@@ -1,5 +1,7 @@
 #include "agent/client/agent_client.h"
 
+#include <algorithm>
+
 #include "agent/keepalive.h"
 
 namespace poplar {
@@ -10,6 +12,32 @@ void SetDeadline(grpc::ClientContext& context, std::chrono::seconds deadline) {
 }
 
 }  // namespace
+
+void CallCanceller::Cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
+  for (grpc::ClientContext* context : contexts_) context->TryCancel();
+}
+
+bool CallCanceller::cancelled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cancelled_;
+}
+
+CallCanceller::Scope::Scope(CallCanceller* canceller, grpc::ClientContext* context)
+    : canceller_(canceller), context_(context) {
+  if (canceller_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(canceller_->mutex_);
+  refused_ = canceller_->cancelled_;
+  if (!refused_) canceller_->contexts_.push_back(context_);
+}
+
+CallCanceller::Scope::~Scope() {
+  if (canceller_ == nullptr || refused_) return;
+  std::lock_guard<std::mutex> lock(canceller_->mutex_);
+  auto& contexts = canceller_->contexts_;
+  contexts.erase(std::remove(contexts.begin(), contexts.end(), context_), contexts.end());
+}
 
 AgentClient::AgentClient(std::string node, std::string address,
                          const std::shared_ptr<grpc::ChannelCredentials>& credentials)
@@ -69,8 +97,11 @@ bool AgentClient::Stop(const std::string& job_id, const std::string& reason) {
 }
 
 std::string AgentClient::Profile(const v1::ProfileRequest& request,
-                                 const std::function<void(const v1::ProfileProgress&)>& on_progress) {
+                                 const std::function<void(const v1::ProfileProgress&)>& on_progress,
+                                 CallCanceller* canceller) {
   grpc::ClientContext context;
+  const CallCanceller::Scope scope(canceller, &context);
+  if (scope.refused()) throw AgentError(node_, "profiling " + request.device_type() + " was cancelled");
   auto reader = stub_->Profile(&context, request);
   v1::ProfileProgress progress;
   std::string profile;
@@ -86,11 +117,8 @@ std::string AgentClient::Profile(const v1::ProfileRequest& request,
 
 void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event) {
   grpc::ClientContext context;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (cancelled_) return;
-    launch_context_ = &context;
-  }
+  const CallCanceller::Scope scope(&launch_canceller_, &context);
+  if (scope.refused()) return;
   auto reader = stub_->Launch(&context, request);
   v1::LaunchEvent event;
   bool ended = false;
@@ -99,18 +127,10 @@ void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<v
     ended = ended || event.kind() == v1::LaunchEvent::JOB_FINISHED || event.kind() == v1::LaunchEvent::JOB_FAILED;
   }
   const grpc::Status status = reader->Finish();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    launch_context_ = nullptr;
-  }
   if (!status.ok()) throw Failure(status, "the launch");
   if (!ended) throw AgentError(node_, "the launch stream ended before the job did");
 }
 
-void AgentClient::CancelLaunch() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  cancelled_ = true;
-  if (launch_context_ != nullptr) launch_context_->TryCancel();
-}
+void AgentClient::CancelLaunch() { launch_canceller_.Cancel(); }
 
 }  // namespace poplar

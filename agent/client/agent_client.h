@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -29,6 +30,36 @@ class AgentError : public std::runtime_error {
   std::string reason_;
 };
 
+// Ends streaming calls early from another thread. Cancel() reaches the calls under way
+// and every later one (which then ends at once); one canceller may serve several calls,
+// on several agents, at the same time.
+class CallCanceller {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+  // A call's context, registered with `canceller` (which may be null) while the call
+  // lasts. `refused()`: the canceller was cancelled already; do not start the call.
+  class Scope {
+   public:
+    Scope(CallCanceller* canceller, grpc::ClientContext* context);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    bool refused() const { return refused_; }
+
+   private:
+    CallCanceller* canceller_;
+    grpc::ClientContext* context_;
+    bool refused_ = false;
+  };
+
+ private:
+  mutable std::mutex mutex_;
+  bool cancelled_ = false;
+  std::vector<grpc::ClientContext*> contexts_;
+};
+
 class AgentClient {
  public:
   AgentClient(std::string node, std::string address, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
@@ -40,9 +71,11 @@ class AgentClient {
   v1::StatusResponse Status(std::chrono::seconds deadline = std::chrono::seconds(10));
   // True if the job was running there.
   bool Stop(const std::string& job_id, const std::string& reason);
-  // Streams progress to `on_progress`; returns the profile file's text.
+  // Streams progress to `on_progress`; returns the profile file's text. `canceller`
+  // (optional) ends it early: the agent stops the measurement and this throws.
   std::string Profile(const v1::ProfileRequest& request,
-                      const std::function<void(const v1::ProfileProgress&)>& on_progress);
+                      const std::function<void(const v1::ProfileProgress&)>& on_progress,
+                      CallCanceller* canceller = nullptr);
   // Streams the job's events to `on_event` until the job ends there; throws AgentError
   // if the stream breaks first. CancelLaunch() (from another thread) ends it early.
   void Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event);
@@ -54,9 +87,7 @@ class AgentClient {
   const std::string node_;
   const std::string address_;
   std::unique_ptr<v1::Agent::Stub> stub_;
-  std::mutex mutex_;
-  grpc::ClientContext* launch_context_ = nullptr;
-  bool cancelled_ = false;
+  CallCanceller launch_canceller_;
 };
 
 }  // namespace poplar

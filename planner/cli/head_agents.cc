@@ -1,7 +1,12 @@
 #include "planner/cli/head_agents.h"
 
+#include <exception>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
@@ -57,40 +62,79 @@ std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why) 
   return ReadTextFile(cluster.job->model_config);
 }
 
+namespace {
+
+// One device type's profile request, on the first node that has the type.
+struct ProfileFetch {
+  std::string type;
+  AgentClient* agent = nullptr;
+  std::string text;  // the profile file, once it arrived
+};
+
+AgentClient* FirstAgentWith(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& type) {
+  for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
+    for (const auto& group : cluster.nodes[node].devices) {
+      if (group.type == type) return agents.clients.at(node).get();
+    }
+  }
+  throw std::logic_error("no node has device type " + type);
+}
+
+}  // namespace
+
 std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
                                                    const std::string& dir, const ProfileRequestOptions& options) {
   const std::string model = ModelConfigText(cluster, "to profile the devices");
   std::filesystem::create_directories(dir);
-  std::map<std::string, DeviceProfile> profiles;
-  for (const std::string& type : cluster.DeviceTypes()) {
-    std::size_t node = 0;
-    while (node < cluster.nodes.size()) {
-      bool has = false;
-      for (const auto& group : cluster.nodes[node].devices) has = has || group.type == type;
-      if (has) break;
-      ++node;
-    }
-    AgentClient& agent = *agents.clients.at(node);
-    v1::ProfileRequest request;
-    request.set_model_config_json(model);
-    request.set_device_type(type);
-    request.set_precision(WorkerPrecisionName(cluster.precision));
-    request.set_repeats(options.repeats);
-    request.set_largest_micro_batch(options.largest_micro_batch);
-    if (cluster.stage) request.add_stages(*cluster.stage);
-    std::string text;
+  std::vector<ProfileFetch> fetches;
+  for (const std::string& type : cluster.DeviceTypes()) fetches.push_back({type, FirstAgentWith(cluster, agents, type)});
+
+  // Every type at once: a cluster of T types profiles in the time of its slowest, and
+  // devices that share a host are measured side by side, as they will train. The first
+  // failure cancels the others and is the one reported.
+  std::mutex mutex;  // guards stderr and `failure`
+  std::exception_ptr failure;
+  CallCanceller canceller;
+  std::vector<std::thread> threads;
+  for (ProfileFetch& fetch : fetches) {
+    threads.emplace_back([&, &fetch = fetch] {
+      v1::ProfileRequest request;
+      request.set_model_config_json(model);
+      request.set_device_type(fetch.type);
+      request.set_precision(WorkerPrecisionName(cluster.precision));
+      request.set_repeats(options.repeats);
+      request.set_largest_micro_batch(options.largest_micro_batch);
+      if (cluster.stage) request.add_stages(*cluster.stage);
+      try {
+        fetch.text = fetch.agent->Profile(
+            request,
+            [&](const v1::ProfileProgress& progress) {
+              if (!progress.profile_json().empty()) return;
+              std::lock_guard<std::mutex> lock(mutex);
+              std::cerr << "poplar: [" << fetch.agent->node() << " " << fetch.type << "] " << progress.line() << "\n";
+            },
+            &canceller);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();  // the others' errors follow from it
+        canceller.Cancel();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  if (failure) {
     try {
-      text = agent.Profile(request, [&](const v1::ProfileProgress& progress) {
-        if (progress.profile_json().empty()) {
-          std::cerr << "poplar: [" << agent.node() << " " << type << "] " << progress.line() << "\n";
-        }
-      });
+      std::rethrow_exception(failure);
     } catch (const AgentError& error) {
       throw CommandFailed(error.what());
     }
-    const std::string path = (std::filesystem::path(dir) / (type + ".json")).string();
-    profiles.emplace(type, ParseProfileJson(text, path));
-    WriteFileAtomically(path, text);
+  }
+
+  std::map<std::string, DeviceProfile> profiles;
+  for (const ProfileFetch& fetch : fetches) {
+    const std::string path = (std::filesystem::path(dir) / (fetch.type + ".json")).string();
+    profiles.emplace(fetch.type, ParseProfileJson(fetch.text, path));
+    WriteFileAtomically(path, fetch.text);
   }
   return profiles;
 }

@@ -34,9 +34,10 @@ struct ProfileRequestOptions {
   int largest_micro_batch = 0;  // 0: the worker's default
 };
 
-// Profiles every device type of the cluster on the first node that has it (agents
-// reuse cached stages), writes DIR/<type>.json and returns the profiles. Progress goes
-// to stderr.
+// Profiles every device type of the cluster on the first node that has it, all types at
+// once (agents reuse cached stages), writes DIR/<type>.json and returns the profiles.
+// Progress goes to stderr, each line labelled with node and type. The first failure
+// cancels the other requests; nothing is written then.
 std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
                                                    const std::string& dir, const ProfileRequestOptions& options);
 

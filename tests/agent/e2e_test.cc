@@ -355,6 +355,38 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 130);
 }
 
+TEST_F(TwoAgents, ProfilingStopsEverywhereAtTheFirstRefusal) {
+  // emu-slow trains a job of its own; emu-fast is free. Every type is profiled at once,
+  // so b's refusal must cancel a's measurement: one error (the refusal, not the
+  // cancellation it caused) and no profile written, not even emu-fast's.
+  std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
+  const auto node_a = yaml.find("  - {name: a,");
+  ASSERT_NE(node_a, std::string::npos);
+  yaml.erase(node_a, yaml.find('\n', node_a) + 1 - node_a);
+  dir_.Write("only-b.yaml", yaml);
+  dir_.Write("only-b-plan.json", R"({"stage": 2, "global_batch": 24, "policy": "poplar", "ranks": [
+      {"rank": 0, "node": "b", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-slow",
+       "micro_batches": [8, 8, 8]}], "predicted": {"step_s": 0.05, "samples_per_s": 480}})");
+  ChildOptions options;
+  options.argv = {POPLAR_BINARY, "launch", "only-b.yaml", "--plan", "only-b-plan.json", "--run-dir", "only-b",
+                  "--job-id", "job-only-b", "--steps", "100000", "--master-port",
+                  std::to_string(poplar::testing::FreeLoopbackPort())};
+  options.cwd = dir_.path();
+  options.stdout_path = dir_.path() + "/only-b.out";
+  options.stderr_path = dir_.path() + "/only-b.err";
+  ChildProcess launch(options);
+  ASSERT_GT(WaitForSteps("only-b", 0, 1), 0);
+
+  const auto profile = Poplar({"profile", "cluster.yaml", "-o", "profiles-now"});
+  EXPECT_EQ(profile.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(profile.err, {"node 'b'", "in use", "(job 'job-only-b')"})) << profile.err;
+  EXPECT_FALSE(Contains(profile.err, "cancelled")) << profile.err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/profiles-now/emu-fast.json"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/profiles-now/emu-slow.json"));
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(std::chrono::seconds(60)), 130);
+}
+
 // Signals the head once both ranks train; the head must stop every worker, exit with
 // 128 + the signal and name how it was stopped.
 void TwoAgents::StopTheHeadWith(int signal_number, const std::string& how) {
