@@ -5,13 +5,13 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <thread>
 
 #include <unistd.h>
 
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
 #include "launcher/device.h"
+#include "launcher/emulated_slowdown.h"
 #include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/training_engine.h"
@@ -57,11 +57,7 @@ class StageProfiler {
         // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
         // MicroBatch returns the loss as a number, so the device is done when it returns.
         engine_->MicroBatch(inputs, inputs, /*last=*/false);
-        sample.seconds = SecondsSince(start);
-        if (options_.slowdown > 1.0) {
-          std::this_thread::sleep_for(std::chrono::duration<double>(sample.seconds * (options_.slowdown - 1.0)));
-          sample.seconds *= options_.slowdown;
-        }
+        sample.seconds = StretchCompute(SecondsSince(start), options_.slowdown);
         engine_->EndRound(true);
         sample.peak_bytes = std::max(sample.peak_bytes, MemoryPeak(device_));
       }
@@ -100,7 +96,7 @@ class StageProfiler {
       const auto start = Clock::now();
       engine_->Step(static_cast<double>(config_.block_size));
       Synchronize(device_);
-      seconds = SecondsSince(start) * std::max(1.0, options_.slowdown);
+      seconds = StretchCompute(SecondsSince(start), options_.slowdown);
     }
     return seconds;
   }

@@ -9,7 +9,6 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +16,7 @@
 #include "launcher/communicator.h"
 #include "launcher/counting_allocator.h"
 #include "launcher/device.h"
+#include "launcher/emulated_slowdown.h"
 #include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/metrics_writer.h"
@@ -37,9 +37,7 @@ double RunMicroBatch(TrainingEngine& engine, const TokenData& data, std::int64_t
   const auto start = Clock::now();
   auto [inputs, targets] = data.Batch(first, size);
   const double value = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  if (slowdown > 1.0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(SecondsSince(start) * (slowdown - 1.0)));
-  }
+  StretchCompute(SecondsSince(start), slowdown);
   return value;
 }
 
@@ -224,6 +222,10 @@ void Train(const TrainOptions& options) {
       engine.EndRound(size > 0);
     }
     const double grad_norm = engine.Step(tokens_per_step);
+    // The update is compute too: an emulated slower device is slower at it, as its
+    // profile says. (It waits after the step's all-gather rather than before; the
+    // loss's all-reduce below makes every rank wait for it all the same.)
+    const double optimizer_s = StretchCompute(engine.optimizer_seconds() - optimizer_before, options.slowdown);
     auto loss = torch::tensor({loss_sum}, torch::kFloat64).to(device);
     communicator.AllReduceSum(loss);
     const double mean_loss = loss.item<double>() / tokens_per_step;  // waits for the device
@@ -242,7 +244,7 @@ void Train(const TrainOptions& options) {
                    {"all_reduced_bytes", volume.all_reduced},
                    {"reduce_scattered_bytes", volume.reduce_scattered},
                    {"all_gathered_bytes", volume.all_gathered},
-                   {"optimizer_s", engine.optimizer_seconds() - optimizer_before},
+                   {"optimizer_s", optimizer_s},
                    {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
                    {"samples_per_s", plan.global_batch / step_s},
                    {"tokens_per_s", tokens_per_step / step_s},
