@@ -1,7 +1,7 @@
 // The speed of an emulated device (DESIGN 7: "extra wall time in proportion to measured
-// compute, documented as emulation"). Every piece of compute such a device does, in
-// training and in profiles alike (micro-batches and the optimizer step), goes through
-// StretchCompute, so a profile and the training it predicts see the same device.
+// compute, documented as emulation"). Training and profiles stretch the same spans:
+// each micro-batch's forward and backward, and the optimizer step less its waits in
+// collectives, so a profile and the training it predicts see the same device.
 #pragma once
 
 #include <chrono>
@@ -11,7 +11,7 @@ namespace poplar {
 
 // After compute that took `measured_s` of CPU wall time, waits (slowdown - 1) times as
 // long again, so that the device is `slowdown` times slower; returns the stretched time,
-// slowdown x measured_s. A slowdown of 1 (any real device) waits nothing.
+// slowdown x measured_s. A slowdown of 1 or less (any real device) waits nothing.
 inline double StretchCompute(double measured_s, double slowdown) {
   if (slowdown <= 1.0) return measured_s;
   std::this_thread::sleep_for(std::chrono::duration<double>(measured_s * (slowdown - 1.0)));

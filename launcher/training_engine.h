@@ -59,8 +59,6 @@ class TrainingEngine {
   // empty unless `keep`, as for GatherMoments).
   virtual StateDict FullState(bool keep) = 0;
 
-  virtual double optimizer_seconds() const = 0;
-
   // What this engine hands to its collectives per step and per reduce round, call by call
   // (buckets, and at stage 3 the visits' gathers): what a profile records for the cost
   // model. The scalar all-reduces of the loss and the gradient norm are not here: the
@@ -88,7 +86,6 @@ class ShardedAdamW : public TrainingEngine {
  public:
   std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
-  double optimizer_seconds() const override { return optimizer_seconds_; }
 
  protected:
   ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
@@ -128,7 +125,6 @@ class ShardedAdamW : public TrainingEngine {
   torch::Tensor exp_avg_;     // shard layout
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;
-  double optimizer_seconds_ = 0;
 };
 
 }  // namespace poplar

@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -142,25 +145,33 @@ Json PlanningTimes() {
   return rows;
 }
 
-// The cluster files, read before anything is timed so that a wrong one fails at once.
-std::vector<ClusterSpec> LoadClustersWithProfiles(const std::vector<std::string>& files) {
-  std::vector<ClusterSpec> clusters;
+// A cluster file and the stored profiles it names.
+struct ExampleCluster {
+  ClusterSpec spec;
+  std::map<std::string, DeviceProfile> profiles;
+};
+
+// The cluster files and their profiles, read before anything is timed so that a wrong
+// one fails at once.
+std::vector<ExampleCluster> LoadClustersWithProfiles(const std::vector<std::string>& files) {
+  std::vector<ExampleCluster> clusters;
   for (const auto& file : files) {
-    clusters.push_back(LoadClusterFile(file));
-    if (clusters.back().profiles_dir.empty()) {
+    ExampleCluster cluster{LoadClusterFile(file), {}};
+    if (cluster.spec.profiles_dir.empty()) {
       throw InputError(file, "profiles", "is required here: the benchmark plans from stored profiles");
     }
+    cluster.profiles = LoadClusterProfiles(cluster.spec, cluster.spec.profiles_dir);
+    clusters.push_back(std::move(cluster));
   }
   return clusters;
 }
 
-Json PolicyComparison(const std::vector<ClusterSpec>& clusters) {
+Json PolicyComparison(const std::vector<ExampleCluster>& clusters) {
   TextTable table({"cluster", "poplar", "stage", "uniform", "stage", "proportional", "stage",
                    "vs uniform", "vs proportional"},
                   {false, true, true, true, true, true, true, true, true});
   Json rows = Json::array();
-  for (const ClusterSpec& cluster : clusters) {
-    const auto profiles = LoadClusterProfiles(cluster, cluster.profiles_dir);
+  for (const auto& [cluster, profiles] : clusters) {
     Json row = {{"cluster", cluster.name}, {"global_batch", cluster.global_batch}};
     std::vector<std::string> cells = {cluster.name};
     std::map<Policy, double> throughput;
@@ -196,6 +207,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> clusters;
   std::string json_path;
   app.add_option("clusters", clusters, "Cluster files with stored profiles (`profiles:`) to compare policies on")
+      ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--json", json_path, "Write the results as JSON here");
   CLI11_PARSE(app, argc, argv);

@@ -1,11 +1,13 @@
 #include "planner/cli/head_agents.h"
 
 #include <exception>
+#include <functional>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "agent/tls.h"
@@ -68,6 +70,7 @@ namespace {
 struct ProfileFetch {
   std::string type;
   AgentClient* agent = nullptr;
+  v1::ProfileRequest request;
   std::string text;  // the profile file, once it arrived
 };
 
@@ -85,9 +88,17 @@ AgentClient* FirstAgentWith(const ClusterSpec& cluster, ClusterAgents& agents, c
 std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
                                                    const std::string& dir, const ProfileRequestOptions& options) {
   const std::string model = ModelConfigText(cluster, "to profile the devices");
-  std::filesystem::create_directories(dir);
   std::vector<ProfileFetch> fetches;
-  for (const std::string& type : cluster.DeviceTypes()) fetches.push_back({type, FirstAgentWith(cluster, agents, type)});
+  for (const std::string& type : cluster.DeviceTypes()) {
+    ProfileFetch fetch{type, FirstAgentWith(cluster, agents, type)};
+    fetch.request.set_model_config_json(model);
+    fetch.request.set_device_type(type);
+    fetch.request.set_precision(WorkerPrecisionName(cluster.precision));
+    fetch.request.set_repeats(options.repeats);
+    fetch.request.set_largest_micro_batch(options.largest_micro_batch);
+    if (cluster.stage) fetch.request.add_stages(*cluster.stage);
+    fetches.push_back(std::move(fetch));
+  }
 
   // Every type at once: a cluster of T types profiles in the time of its slowest, and
   // devices that share a host are measured side by side, as they will train. The first
@@ -96,30 +107,28 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
   std::exception_ptr failure;
   CallCanceller canceller;
   std::vector<std::thread> threads;
-  for (ProfileFetch& fetch : fetches) {
-    threads.emplace_back([&, &fetch = fetch] {
-      v1::ProfileRequest request;
-      request.set_model_config_json(model);
-      request.set_device_type(fetch.type);
-      request.set_precision(WorkerPrecisionName(cluster.precision));
-      request.set_repeats(options.repeats);
-      request.set_largest_micro_batch(options.largest_micro_batch);
-      if (cluster.stage) request.add_stages(*cluster.stage);
-      try {
-        fetch.text = fetch.agent->Profile(
-            request,
-            [&](const v1::ProfileProgress& progress) {
-              if (!progress.profile_json().empty()) return;
-              std::lock_guard<std::mutex> lock(mutex);
-              std::cerr << "poplar: [" << fetch.agent->node() << " " << fetch.type << "] " << progress.line() << "\n";
-            },
-            &canceller);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();  // the others' errors follow from it
-        canceller.Cancel();
-      }
-    });
+  auto fetch_one = [&](ProfileFetch& fetch) {
+    try {
+      fetch.text = fetch.agent->Profile(
+          fetch.request,
+          [&](const v1::ProfileProgress& progress) {
+            if (!progress.profile_json().empty()) return;
+            std::lock_guard<std::mutex> lock(mutex);
+            std::cerr << "poplar: [" << fetch.agent->node() << " " << fetch.type << "] " << progress.line() << "\n";
+          },
+          &canceller);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure) failure = std::current_exception();  // the others' errors follow from it
+      canceller.Cancel();
+    }
+  };
+  try {
+    for (ProfileFetch& fetch : fetches) threads.emplace_back(fetch_one, std::ref(fetch));
+  } catch (...) {  // no thread to be had: stop those started
+    canceller.Cancel();
+    for (std::thread& thread : threads) thread.join();
+    throw;
   }
   for (std::thread& thread : threads) thread.join();
   if (failure) {
@@ -130,12 +139,16 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
     }
   }
 
+  // All or nothing: every profile is checked before any is written.
   std::map<std::string, DeviceProfile> profiles;
+  std::vector<std::pair<std::string, const std::string*>> files;
   for (const ProfileFetch& fetch : fetches) {
     const std::string path = (std::filesystem::path(dir) / (fetch.type + ".json")).string();
     profiles.emplace(fetch.type, ParseProfileJson(fetch.text, path));
-    WriteFileAtomically(path, fetch.text);
+    files.emplace_back(path, &fetch.text);
   }
+  std::filesystem::create_directories(dir);
+  for (const auto& [path, text] : files) WriteFileAtomically(path, *text);
   return profiles;
 }
 

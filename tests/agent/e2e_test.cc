@@ -383,6 +383,13 @@ TEST_F(TwoAgents, ProfilingStopsEverywhereAtTheFirstRefusal) {
   EXPECT_FALSE(Contains(profile.err, "cancelled")) << profile.err;
   EXPECT_FALSE(fs::exists(dir_.path() + "/profiles-now/emu-fast.json"));
   EXPECT_FALSE(fs::exists(dir_.path() + "/profiles-now/emu-slow.json"));
+  // Cancelled, not waited for: a's measurement (seconds long) never reached its cache.
+  const fs::path cache = dir_.path() + "/a/cache/profiles";
+  if (fs::exists(cache)) {
+    for (const auto& entry : fs::directory_iterator(cache)) {
+      EXPECT_NE(entry.path().extension(), ".json") << entry.path() << ": emu-fast was profiled to the end";
+    }
+  }
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(std::chrono::seconds(60)), 130);
 }
