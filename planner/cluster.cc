@@ -150,7 +150,7 @@ CollectiveTimes ClusterSpec::Collectives() const {
     throw InputError(file, "network", "declares no link for " + std::to_string(ranks) +
                                           " devices and no measured network was given");
   }
-  return CollectiveTimes::Ring(*link, ranks);
+  return CollectiveTimes::OverLink(*link, ranks);
 }
 
 void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,

@@ -105,8 +105,13 @@ CollectiveLine& CollectiveTimes::Of(Collective collective) {
   return const_cast<CollectiveLine&>(static_cast<const CollectiveTimes&>(*this).Of(collective));
 }
 
-CollectiveTimes CollectiveTimes::Ring(const LinkSpec& link, int ranks) {
-  return {RingLine(link, ranks, 2.0), RingLine(link, ranks, 1.0), RingLine(link, ranks, 1.0)};
+CollectiveTimes CollectiveTimes::OverLink(const LinkSpec& link, int ranks) {
+  CollectiveLine all_reduce = RingLine(link, ranks, 2.0);
+  if (ranks > 1) {
+    const double tree_hops = std::ceil(std::log2(static_cast<double>(ranks)));
+    all_reduce.fixed_s = std::min(all_reduce.fixed_s, 2.0 * tree_hops * link.latency_s);
+  }
+  return {all_reduce, RingLine(link, ranks, 1.0), RingLine(link, ranks, 1.0)};
 }
 
 CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Collective collective,

@@ -1,6 +1,7 @@
 // The network as the cost model sees it: how long each collective takes for a payload
 // of B bytes. Two sources (docs/cost-model.md, "Communication"):
-//   - a link declared in the cluster file: rings over it (CollectiveTimes::Ring);
+//   - a link declared in the cluster file: rings over it, the all-reduce at a tree's
+//     latency where that is less (CollectiveTimes::OverLink);
 //   - a measurement on the cluster itself, `poplar network`: for each collective a line
 //     fitted to timed runs of the real backend (MeasuredNetwork, the network file).
 // The payload is the caller's tensor: an all-reduce's tensor, a reduce-scatter's input,
@@ -42,12 +43,14 @@ struct CollectiveTimes {
 
   const CollectiveLine& Of(Collective collective) const;
   CollectiveLine& Of(Collective collective);
-  // Rings over `link` among `ranks` ranks, for B payload bytes:
-  //   all-reduce      2 (N-1)/N * B/W + 2 (N-1) a
+  // A declared `link` among `ranks` ranks, for B payload bytes: rings, except that the
+  // all-reduce pays a tree's latency where that is less (NCCL runs small all-reduces
+  // as a double binary tree: 2 ceil(log2 N) hops instead of the ring's 2 (N-1)):
+  //   all-reduce      2 (N-1)/N * B/W + 2 min(N-1, ceil(log2 N)) a
   //   reduce-scatter    (N-1)/N * B/W +   (N-1) a
   //   all-gather        (N-1)/N * B/W +   (N-1) a
   // With one rank every collective is free.
-  static CollectiveTimes Ring(const LinkSpec& link, int ranks);
+  static CollectiveTimes OverLink(const LinkSpec& link, int ranks);
 };
 
 // One timed collective: the slowest rank's time, the median over repetitions.

@@ -42,27 +42,38 @@ DeviceProfile GpuProfile(std::int64_t params, const std::vector<int>& stages,
   return profile;
 }
 
-TEST(RingCollectives, FollowTheRingFormulas) {
-  // 4 ranks, 1 GB: reduce-scatter moves 3/4 GB and takes 3 hops.
-  const CollectiveTimes ring = CollectiveTimes::Ring(kLink, 4);
+TEST(LinkCollectives, FollowTheRingFormulas) {
+  // 4 ranks, 1 GB: reduce-scatter moves 3/4 GB and takes 3 hops; the all-reduce moves
+  // twice that, and pays a tree's 2 x 2 hops rather than the ring's 2 x 3.
+  const CollectiveTimes ring = CollectiveTimes::OverLink(kLink, 4);
   EXPECT_NEAR(ring.reduce_scatter.Seconds(1e9), 0.75 + 3e-5, 1e-12);
   EXPECT_NEAR(ring.all_gather.Seconds(1e9), 0.75 + 3e-5, 1e-12);
-  EXPECT_NEAR(ring.all_reduce.Seconds(1e9), 2 * (0.75 + 3e-5), 1e-12);
+  EXPECT_NEAR(ring.all_reduce.Seconds(1e9), 2 * 0.75 + 4e-5, 1e-12);
 }
 
-TEST(RingCollectives, OneRankCommunicatesNothing) {
-  EXPECT_EQ(CollectiveTimes::Ring(kLink, 1).all_reduce.Seconds(1e9), 0.0);
+TEST(LinkCollectives, AllReduceLatencyGrowsLikeATreeOnManyRanks) {
+  // 1,024 ranks: 2 x 10 hops, where a ring would take 2 x 1,023 (20 ms at 10 us).
+  EXPECT_NEAR(CollectiveTimes::OverLink(kLink, 1024).all_reduce.fixed_s, 20 * 1e-5, 1e-15);
+  EXPECT_NEAR(CollectiveTimes::OverLink(kLink, 1024).reduce_scatter.fixed_s, 1023 * 1e-5, 1e-15);
+  // 2 and 3 ranks: the ring is no longer (1 and 2 hops each way).
+  EXPECT_NEAR(CollectiveTimes::OverLink(kLink, 2).all_reduce.fixed_s, 2 * 1e-5, 1e-15);
+  EXPECT_NEAR(CollectiveTimes::OverLink(kLink, 3).all_reduce.fixed_s, 4 * 1e-5, 1e-15);
+}
+
+TEST(LinkCollectives, OneRankCommunicatesNothing) {
+  EXPECT_EQ(CollectiveTimes::OverLink(kLink, 1).all_reduce.Seconds(1e9), 0.0);
 }
 
 TEST(StageCommunication, EachStageHasItsCollectives) {
   const std::int64_t params = 500'000'000;  // 1 GB of bf16
-  const CollectiveTimes ring = CollectiveTimes::Ring(kLink, 4);
+  const CollectiveTimes ring = CollectiveTimes::OverLink(kLink, 4);
   const double pass = ring.reduce_scatter.Seconds(1e9);
   auto table = [&](int stage, std::int64_t p, Precision precision) {
     return CommunicationForStage(TableCollectiveParams(stage, p), precision, ring);
   };
   const auto s0 = table(0, params, Precision::kMixed);
-  EXPECT_NEAR(s0.per_step_s, 2 * pass, 1e-12);
+  EXPECT_NEAR(s0.per_step_s, ring.all_reduce.Seconds(1e9), 1e-12);  // 2 passes' bytes, a tree's latency
+  EXPECT_NEAR(s0.per_step_s, 2 * pass - 2e-5, 1e-12);
   EXPECT_EQ(s0.per_round_s, 0.0);
   const auto s1 = table(1, params, Precision::kMixed);
   EXPECT_NEAR(s1.per_step_s, 2 * pass, 1e-12);
