@@ -19,11 +19,6 @@ void CallCanceller::Cancel() {
   for (grpc::ClientContext* context : contexts_) context->TryCancel();
 }
 
-bool CallCanceller::cancelled() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return cancelled_;
-}
-
 CallCanceller::Scope::Scope(CallCanceller* canceller, grpc::ClientContext* context)
     : canceller_(canceller), context_(context) {
   if (canceller_ == nullptr) return;
@@ -115,9 +110,10 @@ std::string AgentClient::Profile(const v1::ProfileRequest& request,
   return profile;
 }
 
-void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event) {
+void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event,
+                         CallCanceller* canceller) {
   grpc::ClientContext context;
-  const CallCanceller::Scope scope(&launch_canceller_, &context);
+  const CallCanceller::Scope scope(canceller, &context);
   if (scope.refused()) return;
   auto reader = stub_->Launch(&context, request);
   v1::LaunchEvent event;
@@ -130,7 +126,5 @@ void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<v
   if (!status.ok()) throw Failure(status, "the launch");
   if (!ended) throw AgentError(node_, "the launch stream ended before the job did");
 }
-
-void AgentClient::CancelLaunch() { launch_canceller_.Cancel(); }
 
 }  // namespace poplar

@@ -36,7 +36,6 @@ class AgentError : public std::runtime_error {
 class CallCanceller {
  public:
   void Cancel();
-  bool cancelled() const;
 
   // A call's context, registered with `canceller` (which may be null) while the call
   // lasts. `refused()`: the canceller was cancelled already; do not start the call.
@@ -55,7 +54,7 @@ class CallCanceller {
   };
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   bool cancelled_ = false;
   std::vector<grpc::ClientContext*> contexts_;
 };
@@ -77,9 +76,10 @@ class AgentClient {
                       const std::function<void(const v1::ProfileProgress&)>& on_progress,
                       CallCanceller* canceller = nullptr);
   // Streams the job's events to `on_event` until the job ends there; throws AgentError
-  // if the stream breaks first. CancelLaunch() (from another thread) ends it early.
-  void Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event);
-  void CancelLaunch();
+  // if the stream breaks first. `canceller` (optional) ends it early and quietly: the
+  // agent stops the job when its stream breaks.
+  void Launch(const v1::LaunchRequest& request, const std::function<void(const v1::LaunchEvent&)>& on_event,
+              CallCanceller* canceller = nullptr);
 
  private:
   AgentError Failure(const grpc::Status& status, const std::string& what) const;
@@ -87,7 +87,6 @@ class AgentClient {
   const std::string node_;
   const std::string address_;
   std::unique_ptr<v1::Agent::Stub> stub_;
-  CallCanceller launch_canceller_;
 };
 
 }  // namespace poplar

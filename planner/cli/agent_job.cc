@@ -68,19 +68,26 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
                             LaunchMonitor& monitor, std::ostream& out,
                             const std::function<void(int rank, const std::string& line)>& on_metrics) {
   EventQueue queue;
+  CallCanceller streams_canceller;  // ends every Launch stream at once (agents then stop the job)
   std::vector<std::thread> streams;
-  for (const auto& [node, request] : requests) {
-    streams.emplace_back([&queue, &agents, node = node, request = request] {
-      NodeEvent end{node, true, "", {}};
-      try {
-        agents.clients[node]->Launch(request, [&](const v1::LaunchEvent& event) {
-          queue.Push({node, false, "", event});
-        });
-      } catch (const AgentError& error) {
-        end.stream_error = error.reason();
-      }
-      queue.Push(end);
-    });
+  try {
+    for (const auto& [node, request] : requests) {
+      streams.emplace_back([&queue, &agents, &streams_canceller, node = node, request = request] {
+        NodeEvent end{node, true, "", {}};
+        try {
+          agents.clients[node]->Launch(
+              request, [&](const v1::LaunchEvent& event) { queue.Push({node, false, "", event}); },
+              &streams_canceller);
+        } catch (const AgentError& error) {
+          end.stream_error = error.reason();
+        }
+        queue.Push(end);
+      });
+    }
+  } catch (...) {  // no thread to be had: end the streams already open
+    streams_canceller.Cancel();
+    for (auto& stream : streams) stream.join();
+    throw;
   }
 
   g_interrupted = 0;
@@ -119,7 +126,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }
       if (std::chrono::steady_clock::now() > stop_deadline) {
-        for (const auto& request : requests) agents.clients[request.first]->CancelLaunch();
+        streams_canceller.Cancel();
         stop_deadline = std::chrono::steady_clock::time_point::max();
       }
       NodeEvent item;
@@ -159,7 +166,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     }
   } catch (...) {
     stop_everywhere("the head node failed");
-    for (const auto& request : requests) agents.clients[request.first]->CancelLaunch();
+    streams_canceller.Cancel();
     cleanup();
     throw;
   }
