@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 
@@ -46,34 +47,33 @@ std::string PlacementPlan(const std::vector<RankSlot>& slots) {
   return plan.dump(2) + "\n";
 }
 
-// A fitted line as a ring link would give it (docs/cost-model.md): bandwidth per
-// direction and latency per hop, to compare with the cluster file's declared links.
-std::string AsRing(const CollectiveLine& line, int ranks, double passes) {
-  const double hops = ranks - 1;
-  const double gbps = line.payload_bytes_per_s * passes * hops / ranks * 8 / 1e9;
-  return Fixed(gbps, 2) + " Gb/s, " + Seconds(line.fixed_s / (passes * hops)) + "/hop";
+// A fitted line as the declared link that the cost model would turn into it
+// (CollectiveTimes::OverLink): bandwidth per direction and latency per hop, to compare
+// with the cluster file's `network` section.
+std::string AsDeclaredLink(const CollectiveLine& line, Collective collective, int ranks) {
+  const CollectiveLine unit = CollectiveTimes::OverLink(LinkSpec{1.0, 1.0}, ranks).Of(collective);
+  const double bytes_per_s = line.payload_bytes_per_s / unit.payload_bytes_per_s;
+  return Fixed(bytes_per_s * 8 / 1e9, 2) + " Gb/s, " + Seconds(line.fixed_s / unit.fixed_s) + "/hop";
 }
 
 void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, const std::string& output) {
-  TextTable table({"collective", "fixed", "payload rate", "as a ring link", "worst fit error"},
+  TextTable table({"collective", "fixed", "payload rate", "as a declared link", "worst fit error"},
                   {false, true, true, true, true});
   for (Collective collective : kCollectives) {
     const CollectiveLine& line = network.times.Of(collective);
     table.AddRow({CollectiveName(collective), Seconds(line.fixed_s),
                   Fixed(line.payload_bytes_per_s * 8 / 1e9, 2) + " Gb/s",
-                  AsRing(line, network.world_size(), collective == Collective::kAllReduce ? 2.0 : 1.0),
+                  AsDeclaredLink(line, collective, network.world_size()),
                   Fixed(100 * network.WorstRelativeError(collective), 1) + "%"});
   }
   std::cout << "network of " << cluster.name << ": " << network.world_size() << " ranks on " << network.nodes()
             << " node(s) over " << network.backend << ", " << network.precision << " payloads, "
-            << network.points.size() / 3 << " sizes\n"
+            << network.points.size() / std::size(kCollectives) << " sizes\n"
             << table.Render() << "network written to " << output << "\n";
   const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).lexically_normal(); };
   if (cluster.measured_network_file.empty() || absolute(cluster.measured_network_file) != absolute(output)) {
     std::cout << "to plan with it, add to " << cluster.file << ":\n  network:\n    measured: "
-              << std::filesystem::relative(std::filesystem::absolute(output),
-                                           std::filesystem::absolute(ParentFolder(cluster.file)))
-                     .string()
+              << std::filesystem::relative(absolute(output), absolute(ParentFolder(cluster.file))).string()
               << "\n";
   }
 }
