@@ -28,15 +28,6 @@ ProfilePoint ParsePoint(JsonFields fields) {
   return point;
 }
 
-// The five keys of CollectiveParams, in file order, with their fields.
-const std::pair<const char*, CollectiveUse CollectiveParams::*> kCollectiveKeys[] = {
-    {"all_reduce_per_step", &CollectiveParams::all_reduce_per_step},
-    {"reduce_scatter_per_step", &CollectiveParams::reduce_scatter_per_step},
-    {"all_gather_per_step", &CollectiveParams::all_gather_per_step},
-    {"reduce_scatter_per_round", &CollectiveParams::reduce_scatter_per_round},
-    {"all_gather_per_round", &CollectiveParams::all_gather_per_round},
-};
-
 CollectiveUse ParseCollectiveUse(JsonFields fields) {
   CollectiveUse use;
   use.params = fields.Integer("params");
@@ -51,7 +42,7 @@ CollectiveUse ParseCollectiveUse(JsonFields fields) {
 
 CollectiveParams ParseCollectiveParams(JsonFields fields) {
   CollectiveParams params;
-  for (const auto& [key, field] : kCollectiveKeys) params.*field = ParseCollectiveUse(fields.Map(key));
+  for (const auto& [key, field] : kCollectiveParamsFields) params.*field = ParseCollectiveUse(fields.Map(key));
   fields.Finish();
   return params;
 }
@@ -175,7 +166,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     entry["optimizer_step_s"] = stage.optimizer_step_s;
     if (stage.collectives) {
       nlohmann::ordered_json collectives;
-      for (const auto& [key, field] : kCollectiveKeys) {
+      for (const auto& [key, field] : kCollectiveParamsFields) {
         const CollectiveUse& use = (*stage.collectives).*field;
         collectives[key] = {{"params", use.params}, {"calls", use.calls}};
       }

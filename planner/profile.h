@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/precision.h"
@@ -53,6 +54,15 @@ struct CollectiveParams {
   CollectiveUse all_gather_per_step;
   CollectiveUse reduce_scatter_per_round;
   CollectiveUse all_gather_per_round;
+};
+
+// Every field of CollectiveParams with its key in profile files, in file order.
+inline constexpr std::pair<const char*, CollectiveUse CollectiveParams::*> kCollectiveParamsFields[] = {
+    {"all_reduce_per_step", &CollectiveParams::all_reduce_per_step},
+    {"reduce_scatter_per_step", &CollectiveParams::reduce_scatter_per_step},
+    {"all_gather_per_step", &CollectiveParams::all_gather_per_step},
+    {"reduce_scatter_per_round", &CollectiveParams::reduce_scatter_per_round},
+    {"all_gather_per_round", &CollectiveParams::all_gather_per_round},
 };
 
 struct StageProfile {

@@ -33,9 +33,7 @@ CollectiveParams MovedByStage(const ClusterSpec& cluster, const std::map<std::st
       recorded = measured->collectives;
       continue;
     }
-    for (auto field : {&CollectiveParams::all_reduce_per_step, &CollectiveParams::reduce_scatter_per_step,
-                       &CollectiveParams::all_gather_per_step, &CollectiveParams::reduce_scatter_per_round,
-                       &CollectiveParams::all_gather_per_round}) {
+    for (const auto& [key, field] : kCollectiveParamsFields) {
       CollectiveUse& mine = (*recorded).*field;
       const CollectiveUse& theirs = (*measured->collectives).*field;
       mine = {std::max(mine.params, theirs.params), std::max(mine.calls, theirs.calls)};
