@@ -250,4 +250,11 @@ ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read) {
   return ParseClusterYaml(ReadTextFile(path), path, read);
 }
 
+ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::string& network_flag) {
+  if (network_flag.empty()) return LoadClusterFile(path);
+  ClusterSpec cluster = LoadClusterFile(path, ClusterRead::kNetworkElsewhere);
+  AttachMeasuredNetwork(cluster, network_flag, "--network", "");
+  return cluster;
+}
+
 }  // namespace poplar

@@ -119,5 +119,9 @@ void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const 
                            const std::string& key);
 // Reads and parses a file. Throws InputError (also when it cannot be read).
 ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read = ClusterRead::kComplete);
+// The cluster file as `plan`, `simulate` and `launch` read it: with `network_flag` (the
+// --network FILE they take) empty, as it is; else with that network file in place of
+// the file's `network` section (errors name --network).
+ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::string& network_flag);
 
 }  // namespace poplar

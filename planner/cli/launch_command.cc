@@ -84,9 +84,7 @@ PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluste
 }
 
 void RunLaunch(const LaunchOptions& options) {
-  ClusterSpec cluster = LoadClusterFile(
-      options.cluster_file, options.network_file.empty() ? ClusterRead::kComplete : ClusterRead::kNetworkElsewhere);
-  if (!options.network_file.empty()) AttachMeasuredNetwork(cluster, options.network_file, "--network", "");
+  const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
   const std::string model = ModelConfigText(cluster, "by poplar launch");
   JobSpec job = *cluster.job;
   if (options.steps > 0) job.steps = options.steps;

@@ -37,12 +37,7 @@ struct LoadedCluster {
 // profiles are written next to the plan, in <plan folder>/profiles/.
 LoadedCluster Load(const PlanOptions& options) {
   LoadedCluster loaded;
-  if (options.network.empty()) {
-    loaded.cluster = LoadClusterFile(options.cluster_file);
-  } else {
-    loaded.cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
-    AttachMeasuredNetwork(loaded.cluster, options.network, "--network", "");
-  }
+  loaded.cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network);
   const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
   if (!dir.empty()) {
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
