@@ -151,8 +151,8 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
   const fs::path job_dir = fs::path(config.work_dir) / "jobs" / settings.job_id;
   const bool has_checkpoint = fs::exists(job_dir / "checkpoints" / "latest");
   if (has_checkpoint && !settings.resume) {
-    throw InputError("job_id", "", "job '" + settings.job_id +
-                                       "' already has checkpoints on this node; resume it or choose another job id");
+    throw InputError("job_id", "", "job '" + settings.job_id + "' already has checkpoints on this node; " +
+                                       (train ? "resume it or choose another job id" : "choose another job id"));
   }
   fs::create_directories(job_dir / "logs");
   fs::create_directories(job_dir / "metrics");

@@ -79,11 +79,11 @@ class StageProfiler {
     return sample;
   }
 
-  // The optimizer step as training takes it: after a last micro-batch (here of one
-  // sample) has left real gradients. One untimed step, then one timed.
   // What the stage's engine hands to its collectives (recorded for the cost model).
   CollectiveParams CollectivePlan() const { return engine_->CollectivePlan(); }
 
+  // The optimizer step as training takes it: after a last micro-batch (here of one
+  // sample) has left real gradients. One untimed step, then one timed.
   double OptimizerStepSeconds() {
     engine_->Step(1.0);  // clears what the measurements accumulated
     double seconds = 0;

@@ -30,15 +30,19 @@
 namespace poplar {
 namespace {
 
+struct MicroBatchResult {
+  double loss_sum = 0;   // the loss summed over the micro-batch's tokens
+  double seconds = 0;    // its compute, stretched on an emulated slower device
+};
+
 // Compute of one micro-batch: forward, backward, and for an emulated slower device the
-// extra wall time. Returns the loss summed over its tokens.
-double RunMicroBatch(TrainingEngine& engine, const TokenData& data, std::int64_t first, int size,
-                     bool last, double slowdown, torch::Device device) {
+// extra wall time.
+MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, std::int64_t first, int size,
+                               bool last, double slowdown, torch::Device device) {
   const auto start = Clock::now();
   auto [inputs, targets] = data.Batch(first, size);
-  const double value = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  StretchCompute(SecondsSince(start), slowdown);
-  return value;
+  const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
+  return {loss_sum, StretchCompute(SecondsSince(start), slowdown)};
 }
 
 // Output paths are checked before the rendezvous, so a typo fails at once on its own
@@ -212,10 +216,10 @@ void Train(const TrainOptions& options) {
     for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
       const int size = micro_batches[entry];
       if (size > 0) {
-        const auto compute_start = Clock::now();
-        loss_sum += RunMicroBatch(engine, data, first, size, entry == last_computing_entry,
-                                  options.slowdown, device);
-        compute_s += SecondsSince(compute_start);
+        const MicroBatchResult result =
+            RunMicroBatch(engine, data, first, size, entry == last_computing_entry, options.slowdown, device);
+        loss_sum += result.loss_sum;
+        compute_s += result.seconds;
         first += size;
       }
       engine.EndRound(size > 0);

@@ -241,11 +241,10 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   // The same cluster planning with the measured network: its communication is the
   // measured lines' (stage 2: a reduce-scatter per round, an all-gather per step, and
   // the loop's two scalar all-reduces: loss and gradient norm).
-  std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
-  const std::string declared =
-      "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n";
-  ASSERT_NE(yaml.find(declared), std::string::npos);
-  yaml.replace(yaml.find(declared), declared.size(), "network: {measured: net.json}\n");
+  const std::string yaml = ReplaceOnce(ReadTextFile(dir_.path() + "/cluster.yaml"),
+                                       "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n"
+                                       "  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n",
+                                       "network: {measured: net.json}\n");
   dir_.Write("measured.yaml", yaml);
   const auto plan = Poplar({"plan", "measured.yaml", "-o", "measured-plan.json", "--json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
