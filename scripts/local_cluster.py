@@ -24,6 +24,19 @@ def run(args, **kwargs):
     return subprocess.run(args, check=True, **kwargs)
 
 
+def poplar(args, caller):
+    """Runs `poplar ARGS`; returns its stdout, or exits naming `caller` and poplar's error."""
+    result = subprocess.run([POPLAR, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.exit(f"{caller}: poplar {args[0]} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def cache_dir(agent):
+    """The profile cache of agent `agent` (configs/local-agent-<agent>.yaml's cache_dir)."""
+    return os.path.join(OUT, "agents", agent, "cache")
+
+
 def corpus():
     """WikiText-2 from ../shared when present, else poplar's own docs."""
     shared = os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "valid.txt")
