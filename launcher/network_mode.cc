@@ -153,11 +153,8 @@ void MeasureNetwork(const NetworkOptions& options) {
     const std::int64_t bytes = elements * element;
     for (Collective collective : kCollectives) {
       const double seconds = TimeCollective(communicator, collective, buffers, options.repeats, device);
-      lines.Write({{"collective", CollectiveName(collective)},
-                   {"bytes", bytes},
-                   {"seconds", seconds},
-                   {"world_size", communicator.world_size()},
-                   {"backend", communicator.backend_name()}});
+      lines.Write(MeasurementLineToJson({{collective, static_cast<double>(bytes), seconds},
+                                         communicator.world_size(), communicator.backend_name()}));
       if (env.rank == 0) {
         std::cout << CollectiveName(collective) << " " << Size(bytes) << ": " << seconds * 1e6 << " us, "
                   << bytes / seconds / 1e9 << " GB/s payload" << std::endl;

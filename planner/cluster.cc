@@ -176,8 +176,8 @@ void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const 
                                         here[r].device_type + " on node '" + here[r].node + "'" + again);
     }
   }
-  if (network.precision != WorkerPrecisionName(cluster.precision)) {
-    throw InputError(source, key, path + " was measured with " + network.precision +
+  if (network.precision != cluster.precision) {
+    throw InputError(source, key, path + " was measured with " + WorkerPrecisionName(network.precision) +
                                       " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) +
                                       again);
   }

@@ -38,6 +38,19 @@ CollectivePoint ReadPoint(JsonFields& fields) {
   return point;
 }
 
+// "fp32" or "bf16" (the worker's names).
+Precision RequireWorkerPrecision(JsonFields& fields, const std::string& key) {
+  const std::string name = fields.String(key);
+  for (Precision precision : {Precision::kFp32, Precision::kMixed}) {
+    if (name == WorkerPrecisionName(precision)) return precision;
+  }
+  fields.Fail(key, "must be fp32 or bf16, got '" + name + "'");
+}
+
+nlohmann::ordered_json PointToJson(const CollectivePoint& point) {
+  return {{"collective", CollectiveName(point.collective)}, {"bytes", point.bytes}, {"seconds", point.seconds}};
+}
+
 CollectivePoint ParsePoint(JsonFields fields) {
   const CollectivePoint point = ReadPoint(fields);
   fields.Finish();
@@ -170,8 +183,7 @@ double MeasuredNetwork::WorstRelativeError() const {
 }
 
 MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, std::vector<NetworkRank> ranks,
-                           const std::string& backend, const std::string& precision,
-                           const std::string& file) {
+                           const std::string& backend, Precision precision, const std::string& file) {
   MeasuredNetwork network;
   network.file = file;
   network.ranks = std::move(ranks);
@@ -193,14 +205,14 @@ nlohmann::ordered_json NetworkToJson(const MeasuredNetwork& network) {
   }
   nlohmann::ordered_json points = nlohmann::ordered_json::array();
   for (const CollectivePoint& point : network.points) {
-    points.push_back({{"collective", CollectiveName(point.collective)}, {"bytes", point.bytes}, {"seconds", point.seconds}});
+    points.push_back(PointToJson(point));
   }
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const NetworkRank& rank : network.ranks) ranks.push_back({{"node", rank.node}, {"device_type", rank.device_type}});
   return {{"format", kFormat},
           {"ranks", ranks},
           {"backend", network.backend},
-          {"precision", network.precision},
+          {"precision", WorkerPrecisionName(network.precision)},
           {"collectives", lines},
           {"worst_relative_error", network.WorstRelativeError()},
           {"points", points}};
@@ -220,10 +232,7 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
     rank.Finish();
   }
   network.backend = RequireBackend(fields);
-  network.precision = fields.String("precision");
-  if (network.precision != "fp32" && network.precision != "bf16") {
-    fields.Fail("precision", "must be fp32 or bf16, got '" + network.precision + "'");
-  }
+  network.precision = RequireWorkerPrecision(fields, "precision");
   JsonFields lines = fields.Map("collectives");
   for (Collective collective : kCollectives) {
     network.times.Of(collective) = ParseLine(lines.Map(CollectiveName(collective)));
@@ -240,6 +249,13 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
 }
 
 MeasuredNetwork LoadNetworkFile(const std::string& path) { return ParseNetworkJson(ReadTextFile(path), path); }
+
+nlohmann::ordered_json MeasurementLineToJson(const MeasurementLine& line) {
+  nlohmann::ordered_json json = PointToJson(line.point);
+  json["world_size"] = line.world_size;
+  json["backend"] = line.backend;
+  return json;
+}
 
 MeasurementLine ParseMeasurementLine(const std::string& json_line, const std::string& source) {
   const nlohmann::json root = ParseJsonObject(json_line, source);

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/precision.h"
+
 namespace poplar {
 
 // One link class of the network, as the cluster file declares it.
@@ -80,7 +82,7 @@ struct MeasuredNetwork {
   std::string file;                // where it was read from, for error messages
   std::vector<NetworkRank> ranks;  // every device of the cluster, in rank order
   std::string backend;             // "gloo" or "nccl"
-  std::string precision;           // the worker precision of the payload: "fp32" or "bf16"
+  Precision precision = Precision::kFp32;  // of the payload ("fp32" or "bf16" in the file)
   CollectiveTimes times;           // the fitted lines
   std::vector<CollectivePoint> points;
 
@@ -93,8 +95,7 @@ struct MeasuredNetwork {
 
 // Fits every collective's line. Throws InputError(file) like FitCollectiveLine.
 MeasuredNetwork FitNetwork(std::vector<CollectivePoint> points, std::vector<NetworkRank> ranks,
-                           const std::string& backend, const std::string& precision,
-                           const std::string& file);
+                           const std::string& backend, Precision precision, const std::string& file);
 
 // The network file (docs/formats.md): {"format": "poplar-network/1", "ranks": [{"node",
 // "device_type"}], "backend", "precision", "collectives": {name: {"fixed_us",
@@ -106,12 +107,15 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
 MeasuredNetwork LoadNetworkFile(const std::string& path);
 
 // One measurement line of `poplar-worker network` (docs/worker.md):
-// {"collective", "bytes", "seconds", "world_size", "backend"}. Throws InputError.
+// {"collective", "bytes", "seconds", "world_size", "backend"}. The worker writes it with
+// MeasurementLineToJson; the head reads it back with ParseMeasurementLine, which throws
+// InputError.
 struct MeasurementLine {
   CollectivePoint point;
   int world_size = 0;
   std::string backend;
 };
+nlohmann::ordered_json MeasurementLineToJson(const MeasurementLine& line);
 MeasurementLine ParseMeasurementLine(const std::string& json_line, const std::string& source);
 
 }  // namespace poplar

@@ -90,7 +90,9 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
   const std::string model = ModelConfigText(cluster, "to profile the devices");
   std::vector<ProfileFetch> fetches;
   for (const std::string& type : cluster.DeviceTypes()) {
-    ProfileFetch fetch{type, FirstAgentWith(cluster, agents, type)};
+    ProfileFetch fetch;
+    fetch.type = type;
+    fetch.agent = FirstAgentWith(cluster, agents, type);
     fetch.request.set_model_config_json(model);
     fetch.request.set_device_type(type);
     fetch.request.set_precision(WorkerPrecisionName(cluster.precision));

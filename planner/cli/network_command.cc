@@ -67,7 +67,7 @@ void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, con
                   Fixed(100 * network.WorstRelativeError(collective), 1) + "%"});
   }
   std::cout << "network of " << cluster.name << ": " << network.world_size() << " ranks on " << network.nodes()
-            << " node(s) over " << network.backend << ", " << network.precision << " payloads, "
+            << " node(s) over " << network.backend << ", " << WorkerPrecisionName(network.precision) << " payloads, "
             << network.points.size() / std::size(kCollectives) << " sizes\n"
             << table.Render() << "network written to " << output << "\n";
   const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).lexically_normal(); };
@@ -144,7 +144,7 @@ void RunNetwork(const NetworkOptions& options) {
   if (!bad_line.empty()) throw CommandFailed("measuring the network failed: " + bad_line + "; nothing was written");
   MeasuredNetwork network;
   try {
-    network = FitNetwork(points, measured_ranks, backend, precision, output);
+    network = FitNetwork(points, measured_ranks, backend, cluster.precision, output);
   } catch (const InputError& error) {  // too few points: the worker stopped short
     throw CommandFailed("measuring the network failed: rank 0 reported " + std::to_string(points.size()) +
                         " measurements, and " + error.reason() + "; nothing was written");

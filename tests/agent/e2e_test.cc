@@ -235,7 +235,7 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   EXPECT_EQ(network.nodes(), 2);
   EXPECT_EQ(network.ranks[1].device_type, "emu-slow");
   EXPECT_EQ(network.backend, "gloo");
-  EXPECT_EQ(network.precision, "fp32");
+  EXPECT_EQ(network.precision, Precision::kFp32);
   EXPECT_EQ(network.points.size(), 3u * 5);  // 4, 16, 64, 256 KiB and 1 MiB
 
   // The same cluster planning with the measured network: its communication is the

@@ -46,7 +46,7 @@ TEST(NetworkMode, TimesEveryCollectiveAtEverySize) {
   EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/net-1.jsonl"));
   std::vector<CollectivePoint> points;
   for (const auto& line : lines) points.push_back(line.point);
-  const MeasuredNetwork network = FitNetwork(points, {{"n", "cpu"}, {"n", "cpu"}, {"n", "cpu"}}, "gloo", "bf16", "net");
+  const MeasuredNetwork network = FitNetwork(points, {{"n", "cpu"}, {"n", "cpu"}, {"n", "cpu"}}, "gloo", Precision::kMixed, "net");
   for (Collective collective : kCollectives) EXPECT_GT(network.times.Of(collective).Seconds(1e6), 0);
 }
 

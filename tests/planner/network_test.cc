@@ -77,14 +77,14 @@ TEST(FitCollectiveLine, NeedsTwoSizes) {
 }
 
 TEST(NetworkFile, RoundTripsAndKeepsTheLines) {
-  const MeasuredNetwork fitted = FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "bf16", "net.json");
+  const MeasuredNetwork fitted = FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "net.json");
   EXPECT_LT(fitted.WorstRelativeError(), 1e-9);
   const MeasuredNetwork read = ParseNetworkJson(NetworkToJson(fitted).dump(), "net.json");
   EXPECT_EQ(read.world_size(), 3);
   EXPECT_EQ(read.nodes(), 2);
   EXPECT_TRUE(read.ranks == ThreeRanks());
   EXPECT_EQ(read.backend, "gloo");
-  EXPECT_EQ(read.precision, "bf16");
+  EXPECT_EQ(read.precision, Precision::kMixed);
   ASSERT_EQ(read.points.size(), fitted.points.size());
   for (Collective collective : kCollectives) {
     EXPECT_NEAR(read.times.Of(collective).fixed_s, fitted.times.Of(collective).fixed_s, 1e-12);
@@ -95,7 +95,7 @@ TEST(NetworkFile, RoundTripsAndKeepsTheLines) {
 
 void ExpectNetworkRejected(const std::string& from, const std::string& to, const std::string& key,
                            const std::string& reason_part) {
-  std::string text = NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "bf16", "net.json")).dump();
+  std::string text = NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "net.json")).dump();
   const auto at = text.find(from);
   ASSERT_NE(at, std::string::npos) << from;
   text.replace(at, from.size(), to);
@@ -131,6 +131,13 @@ TEST(MeasurementLine, IsWhatTheWorkerWrites) {
   EXPECT_EQ(line.point.seconds, 0.0012);
   EXPECT_EQ(line.world_size, 4);
   EXPECT_EQ(line.backend, "nccl");
+  // What the worker writes reads back as itself.
+  const MeasurementLine again = ParseMeasurementLine(MeasurementLineToJson(line).dump(), "rank 0");
+  EXPECT_EQ(again.point.collective, line.point.collective);
+  EXPECT_EQ(again.point.bytes, line.point.bytes);
+  EXPECT_EQ(again.point.seconds, line.point.seconds);
+  EXPECT_EQ(again.world_size, line.world_size);
+  EXPECT_EQ(again.backend, line.backend);
   EXPECT_THROW(ParseMeasurementLine(R"({"collective":"all_reduce","bytes":-1,"seconds":1,"world_size":1,"backend":"gloo"})",
                                     "rank 0"),
                InputError);
@@ -153,7 +160,7 @@ nodes:
 
 TEST(ClusterMeasuredNetwork, ReplacesTheDeclaredLinks) {
   ScratchDir dir("measured");
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "bf16", "x")).dump());
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "x")).dump());
   const ClusterSpec cluster = LoadClusterFile(dir.Write("cluster.yaml", kMeasuredCluster));
   ASSERT_TRUE(cluster.measured_network.has_value());
   const CollectiveTimes times = cluster.Collectives();
@@ -177,13 +184,13 @@ TEST(ClusterMeasuredNetwork, MustComeFromThisCluster) {
   expect_rejected("does not exist; make it with `poplar network");
   std::vector<NetworkRank> four = ThreeRanks();
   four.push_back({"b", "slow"});
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), four, "gloo", "bf16", "x")).dump());
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), four, "gloo", Precision::kMixed, "x")).dump());
   expect_rejected("measured on 4 ranks; this cluster has 3");
   // The same count, other devices: the ranks were on other nodes or of other types.
   dir.Write("net.json",
-            NetworkToJson(FitNetwork(ThreeLines(), {{"b", "slow"}, {"a", "fast"}, {"a", "fast"}}, "gloo", "bf16", "x")).dump());
+            NetworkToJson(FitNetwork(ThreeLines(), {{"b", "slow"}, {"a", "fast"}, {"a", "fast"}}, "gloo", Precision::kMixed, "x")).dump());
   expect_rejected("measured rank 0 as slow on node 'b'; in this cluster it is fast on node 'a'");
-  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", "fp32", "x")).dump());
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kFp32, "x")).dump());
   expect_rejected("measured with fp32 payloads; this cluster trains in bf16");
   // `poplar network` itself reads the cluster file before the network file exists.
   dir.Write("net.json", "not json");
@@ -207,7 +214,7 @@ TEST(ClusterMeasuredNetwork, AFlagCanStandInForTheClusterFilesNetwork) {
   } catch (const InputError& error) {
     EXPECT_EQ(error.key(), "network");
   }
-  const std::string network = dir.Write("other.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "nccl", "bf16", "x")).dump());
+  const std::string network = dir.Write("other.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "nccl", Precision::kMixed, "x")).dump());
   AttachMeasuredNetwork(cluster, network, "--network", "");
   EXPECT_NEAR(cluster.Collectives().reduce_scatter.Seconds(3e9), 60e-6 + 1.0, 1e-9);
   EXPECT_EQ(cluster.measured_network_file, network);
