@@ -119,6 +119,18 @@ void KeepFreedMemory() {
 
 }  // namespace
 
+torch::Device SetUpDevice(const DeviceFlags& flags, int local_rank) {
+  CountingAllocator::Install();
+  const torch::Device device = SelectDevice(flags.kind, local_rank);
+  if (device.is_cuda() && (flags.memory_bytes > 0 || flags.slowdown > 1.0)) {
+    throw InputError(flags.memory_bytes > 0 ? "--memory-bytes" : "--slowdown", "",
+                     "emulates a device on the CPU; a GPU is used as it is");
+  }
+  CountingAllocator::SetCapacity(flags.memory_bytes);
+  if (flags.threads > 0) torch::set_num_threads(flags.threads);
+  return device;
+}
+
 torch::Device SelectDevice(const std::string& kind, int local_rank) {
   if (kind != "cuda") {
     KeepFreedMemory();

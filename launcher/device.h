@@ -11,10 +11,17 @@
 #include <cstdint>
 #include <string>
 
+#include "launcher/device_flags.h"
+
 namespace poplar {
 
 // True when this worker was built against a CUDA libtorch.
 bool BuiltWithCuda();
+
+// Readies the process's device: the counting allocator with the emulated cap, the
+// thread count, and the device (SelectDevice). Throws InputError when a GPU is given
+// emulation flags, or cannot be used.
+torch::Device SetUpDevice(const DeviceFlags& flags, int local_rank);
 
 // "cpu", or "cuda": GPU `local_rank` modulo the visible GPUs (the agent narrows them
 // with CUDA_VISIBLE_DEVICES). Throws InputError when no GPU can be used, with the reason.

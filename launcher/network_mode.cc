@@ -109,17 +109,14 @@ std::string Size(std::int64_t bytes) {
 }  // namespace
 
 void MeasureNetwork(const NetworkOptions& options) {
-  CountingAllocator::Install();
-  CountingAllocator::SetCapacity(options.memory_bytes);
   const DistributedEnv env = DistributedEnv::FromEnvironment();
   if (env.world_size < 2) {
     throw InputError("WORLD_SIZE", "", "is " + std::to_string(env.world_size) +
                                            ": measuring the network needs two or more ranks");
   }
-  const torch::Device device = SelectDevice(options.device, env.local_rank);
+  const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
-  if (options.threads > 0) torch::set_num_threads(options.threads);
 
   // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
   MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
@@ -130,7 +127,7 @@ void MeasureNetwork(const NetworkOptions& options) {
   // run, which Gloo's threads may not have released yet, must fit every rank's emulated
   // memory (an eighth each leaves room): the largest payload is the smallest rank's.
   std::int64_t mine = options.max_bytes;
-  if (options.memory_bytes > 0) mine = std::min(mine, options.memory_bytes / 8);
+  if (options.device.memory_bytes > 0) mine = std::min(mine, options.device.memory_bytes / 8);
   const std::int64_t element = torch::elementSize(type);
   const std::int64_t granule = element * env.world_size;  // whole elements in every shard
   const std::int64_t largest = SmallestOverRanks(communicator, mine, device) / granule * granule;

@@ -19,18 +19,18 @@
 #include <cstdint>
 #include <string>
 
+#include "launcher/device_flags.h"
+
 namespace poplar {
 
 struct NetworkOptions {
-  std::string device = "cpu";      // or cuda
+  DeviceFlags device;              // memory_bytes: payloads stay below an eighth of it;
+                                   // slowdown: unused (nothing is computed)
   std::string backend = "auto";    // as `train --backend`
   std::string precision = "fp32";  // payload type: fp32, or bf16
   std::string metrics;             // rank 0's lines ({rank} allowed, as for train)
   std::int64_t max_bytes = 64 << 20;
   int repeats = 5;
-  int threads = 0;
-  double slowdown = 1.0;          // accepted for the emulated-device flags; unused
-  std::int64_t memory_bytes = 0;  // emulated memory: payloads stay below an eighth of it
   int timeout_s = 120;
 };
 

@@ -57,7 +57,7 @@ class StageProfiler {
         // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
         // MicroBatch returns the loss as a number, so the device is done when it returns.
         engine_->MicroBatch(inputs, inputs, /*last=*/false);
-        sample.seconds = StretchCompute(SecondsSince(start), options_.slowdown);
+        sample.seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
         engine_->EndRound(true);
         sample.peak_bytes = std::max(sample.peak_bytes, MemoryPeak(device_));
       }
@@ -96,7 +96,7 @@ class StageProfiler {
       const auto start = Clock::now();
       engine_->Step(static_cast<double>(config_.block_size));
       Synchronize(device_);
-      seconds = StretchCompute(SecondsSince(start), options_.slowdown);
+      seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
     }
     return seconds;
   }
@@ -188,15 +188,8 @@ StageProfile Summarize(const StageSamples& samples) {
 }  // namespace
 
 void Profile(const ProfileOptions& options) {
-  CountingAllocator::Install();
-  if (options.threads > 0) torch::set_num_threads(options.threads);
   const GptConfig config = LoadModelConfig(options.model_config);
-  const torch::Device device = SelectDevice(options.device, 0);
-  if (device.is_cuda() && (options.memory_bytes > 0 || options.slowdown > 1.0)) {
-    throw InputError(options.memory_bytes > 0 ? "--memory-bytes" : "--slowdown", "",
-                     "emulates a device on the CPU; a GPU is measured as it is");
-  }
-  CountingAllocator::SetCapacity(options.memory_bytes);
+  const torch::Device device = SetUpDevice(options.device, 0);
   std::int64_t capacity = MemoryCapacity(device);
   if (capacity == 0) capacity = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);
 
@@ -208,9 +201,9 @@ void Profile(const ProfileOptions& options) {
                        ? "measured by poplar-worker profile on " + DeviceDescription(device) +
                              "; libtorch " + TORCH_VERSION
                        : "measured by poplar-worker profile on CPU, emulated device: " +
-                             std::to_string(options.threads > 0 ? options.threads : torch::get_num_threads()) +
-                             " threads, slowdown " + std::to_string(options.slowdown) + ", memory cap " +
-                             std::to_string(options.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
+                             std::to_string(torch::get_num_threads()) + " threads, slowdown " +
+                             std::to_string(options.device.slowdown) + ", memory cap " +
+                             std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
                    config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision")};
   DistributedEnv alone;

@@ -24,18 +24,18 @@
 #include <string>
 #include <vector>
 
+#include "launcher/device_flags.h"
+
 namespace poplar {
 
 struct ProfileOptions {
   std::string model_config;
   std::string output;              // profile file to write
   std::string device_type;         // the profile's device_type
-  std::string device = "cpu";      // or cuda (GPU 0 of those visible)
+  DeviceFlags device;              // cuda: GPU 0 of those visible; memory_bytes 0: the
+                                   // machine's memory, uncapped
   std::vector<int> stages = {0, 1, 2, 3};
   std::string precision = "fp32";  // or bf16
-  std::int64_t memory_bytes = 0;   // emulated capacity; 0: the machine's memory, no cap
-  int threads = 0;
-  double slowdown = 1.0;
   int repeats = 3;
   int largest_micro_batch = 4096;  // search limit when memory never runs out
   std::uint64_t seed = 1337;

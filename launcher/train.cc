@@ -84,7 +84,7 @@ std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, 
                         {"save", !options.save.empty()},
                         {"checkpoint_dir", !options.checkpoint_dir.empty()},
                         {"checkpoint_every", options.checkpoint_every},
-                        {"device", options.device},
+                        {"device", options.device.kind},
                         {"backend", options.backend},
                         {"precision", options.precision},
                         {"initial_parameters_sum", checksum}}
@@ -141,12 +141,9 @@ std::optional<Resumed> ShareResumedState(Communicator& communicator, Gpt& model,
 }  // namespace
 
 void Train(const TrainOptions& options) {
-  CountingAllocator::Install();
-  CountingAllocator::SetCapacity(options.memory_bytes);
   const DistributedEnv env = DistributedEnv::FromEnvironment();
-  const torch::Device device = SelectDevice(options.device, env.local_rank);
+  const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-  if (options.threads > 0) torch::set_num_threads(options.threads);
 
   const WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
@@ -217,7 +214,7 @@ void Train(const TrainOptions& options) {
       const int size = micro_batches[entry];
       if (size > 0) {
         const MicroBatchResult result =
-            RunMicroBatch(engine, data, first, size, entry == last_computing_entry, options.slowdown, device);
+            RunMicroBatch(engine, data, first, size, entry == last_computing_entry, options.device.slowdown, device);
         loss_sum += result.loss_sum;
         compute_s += result.seconds;
         first += size;
@@ -233,7 +230,7 @@ void Train(const TrainOptions& options) {
     const double waited_before_step = communicator.communication_seconds();
     const double grad_norm = engine.Step(tokens_per_step);
     const double optimizer_s = StretchCompute(
-        SecondsSince(step_phase_start) - (communicator.communication_seconds() - waited_before_step), options.slowdown);
+        SecondsSince(step_phase_start) - (communicator.communication_seconds() - waited_before_step), options.device.slowdown);
     auto loss = torch::tensor({loss_sum}, torch::kFloat64).to(device);
     communicator.AllReduceSum(loss);
     const double mean_loss = loss.item<double>() / tokens_per_step;  // waits for the device

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "launcher/adamw.h"
+#include "launcher/device_flags.h"
 
 namespace poplar {
 
@@ -17,7 +18,7 @@ struct TrainOptions {
   std::string init;          // optional initial state dict (torch.save(dict))
   std::string save;          // optional final state dict, written by rank 0
   AdamWOptions adamw;
-  std::string device = "cpu";
+  DeviceFlags device;
   std::string backend = "auto";  // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
   std::string precision = "fp32";  // fp32, or bf16: bf16 compute and communication,
                                    // fp32 master weights and Adam state
@@ -26,9 +27,6 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set
   std::string resume;           // checkpoint (step folder or checkpoint folder) to start from
   std::uint64_t seed = 1337;    // model initialisation when there is no --init
-  int threads = 0;              // intra-op threads; 0: libtorch's default
-  double slowdown = 1.0;        // emulated device: stretch compute wall time by this factor
-  std::int64_t memory_bytes = 0;  // emulated device: bytes of CPU memory; 0: unlimited
   int timeout_s = 120;          // rendezvous and every collective
   double bucket_mb = 0;         // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),
                                 // 25 MiB on CUDA (NCCL), where big buckets pay off

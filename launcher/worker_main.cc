@@ -34,6 +34,16 @@ const CLI::Validator kBelowOne(
     },
     "[0, 1)");
 
+// The device flags, alike in every mode (launcher/device_flags.h). `cuda` says what a
+// GPU means to the mode.
+void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::string& cuda) {
+  command->add_option("--device", flags.kind, "cpu (emulated devices too) or cuda (" + cuda + ")")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  command->add_option("--threads", flags.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
+  command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
+  // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
+  command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(CLI::NonNegativeNumber);
+}
+
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
@@ -48,7 +58,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(CLI::PositiveNumber)->capture_default_str();
   train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
   train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  train->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  AddDeviceFlags(train, o.device, "GPU LOCAL_RANK of those visible");
   train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
@@ -56,10 +66,6 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(CLI::NonNegativeNumber);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
-  train->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
-  train->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
-  // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
-  train->add_option("--memory-bytes,--memory-limit", o.memory_bytes, "Emulated device memory in bytes (0: unlimited)")->check(CLI::NonNegativeNumber);
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
   train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(CLI::Range(0.0, 4096.0))->capture_default_str();
   train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -71,12 +77,9 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
   profile->add_option("-o,--output", o.output, "Profile file to write")->required();
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
-  profile->add_option("--device", o.device, "cpu (an emulated device) or cuda (the first visible GPU)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  AddDeviceFlags(profile, o.device, "the first visible GPU");
   profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 3))->capture_default_str();
   profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  profile->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes (0: machine memory, no cap)")->check(CLI::NonNegativeNumber);
-  profile->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
-  profile->add_option("--slowdown", o.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
   profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(CLI::Range(1, 100))->capture_default_str();
   profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   profile->callback([&o] { poplar::Profile(o); });
@@ -85,15 +88,12 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
 void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   CLI::App* network = app.add_subcommand(
       "network", "Time all-reduce, reduce-scatter and all-gather among all ranks (torchrun environment)");
-  network->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  AddDeviceFlags(network, o.device, "GPU LOCAL_RANK of those visible");
   network->add_option("--backend", o.backend, "Collectives, as for train: auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   network->add_option("--metrics", o.metrics, "Rank 0 writes one JSON line per measured collective and size here");
   network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")->check(CLI::Range(std::int64_t{8192}, std::int64_t{1} << 40))->capture_default_str();
   network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")->check(CLI::Range(1, 1000))->capture_default_str();
-  network->add_option("--threads", o.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
-  network->add_option("--slowdown", o.slowdown, "Emulated device: stretches compute only, so unused here (accepted like train's)")->check(CLI::Range(1.0, 1000.0));
-  network->add_option("--memory-bytes", o.memory_bytes, "Emulated device memory in bytes: payloads stay below an eighth")->check(CLI::NonNegativeNumber);
   network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
   network->callback([&o] { poplar::MeasureNetwork(o); });
 }
