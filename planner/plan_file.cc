@@ -44,7 +44,22 @@ class AssignmentQueue {
   std::map<int, std::deque<std::pair<int, const Assignment*>>> queues_;
 };
 
+// One entry of a plan's "ranks"; `device` ("cuda:1", "cpu:0") is left out when empty.
+Json RankJson(int rank, const RankSlot& slot, const std::string& device, const std::vector<int>& micro_batches) {
+  Json entry = {{"rank", rank}, {"host", slot.host}, {"node", slot.node}};
+  if (!device.empty()) entry["device"] = device;
+  entry["device_type"] = slot.device_type;
+  entry["micro_batches"] = micro_batches;
+  return entry;
+}
+
 }  // namespace
+
+Json PlacementPlanJson(const std::vector<RankSlot>& slots) {
+  Json ranks = Json::array();
+  for (const RankSlot& slot : slots) ranks.push_back(RankJson(static_cast<int>(ranks.size()), slot, "", {1}));
+  return {{"stage", 0}, {"global_batch", ranks.size()}, {"ranks", std::move(ranks)}};
+}
 
 nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
                                   const std::map<std::string, DeviceProfile>& profiles,
@@ -58,12 +73,8 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
   int rank = 0;
   for (const RankSlot& slot : cluster.Ranks()) {
     const std::string kind = profiles.at(slot.device_type).emulated ? "cpu:" : "cuda:";
-    ranks.push_back({{"rank", rank++},
-                     {"host", slot.host},
-                     {"node", slot.node},
-                     {"device", kind + std::to_string(slot.local_index)},
-                     {"device_type", slot.device_type},
-                     {"micro_batches", queue.Next(class_of.at(slot.device_type)).micro_batches}});
+    ranks.push_back(RankJson(rank++, slot, kind + std::to_string(slot.local_index),
+                             queue.Next(class_of.at(slot.device_type)).micro_batches));
   }
 
   Json device_types = Json::array();

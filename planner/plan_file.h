@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,10 @@ namespace poplar {
 nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
                                   const std::map<std::string, DeviceProfile>& profiles,
                                   const PlanResult& result);
+
+// A plan that places one rank on every device and trains nothing to speak of (stage 0,
+// one sample each), for jobs that need only the ranks: `poplar network`.
+nlohmann::ordered_json PlacementPlanJson(const std::vector<RankSlot>& slots);
 
 // {"step_s", "samples_per_s", "compute_s", "communication_s", "optimizer_s"}, as plan
 // files give the prediction.

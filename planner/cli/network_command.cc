@@ -17,6 +17,7 @@
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
 #include "planner/network.h"
+#include "planner/plan_file.h"
 #include "planner/precision.h"
 #include "planner/text_file.h"
 
@@ -34,19 +35,6 @@ struct NetworkOptions {
 
 // A plan file that only places the ranks: one per device, in rank order (as `poplar
 // plan` numbers them), each with one sample so that it is a valid plan.
-std::string PlacementPlan(const std::vector<RankSlot>& slots) {
-  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  for (const RankSlot& slot : slots) {
-    ranks.push_back({{"rank", ranks.size()},
-                     {"node", slot.node},
-                     {"host", slot.host},
-                     {"device_type", slot.device_type},
-                     {"micro_batches", {1}}});
-  }
-  const nlohmann::ordered_json plan = {{"stage", 0}, {"global_batch", ranks.size()}, {"ranks", ranks}};
-  return plan.dump(2) + "\n";
-}
-
 // A fitted line as the declared link that the cost model would turn into it
 // (CollectiveTimes::OverLink): bandwidth per direction and latency per hop, to compare
 // with the cluster file's `network` section.
@@ -90,7 +78,7 @@ void RunNetwork(const NetworkOptions& options) {
   ClusterAgents agents = ConnectAgents(cluster);
   const std::string job_id = DefaultJobId(cluster.name, "network");
   const std::vector<RankSlot> slots = cluster.Ranks();
-  const std::string plan = PlacementPlan(slots);
+  const std::string plan = PlacementPlanJson(slots).dump(2) + "\n";
   const std::string precision = WorkerPrecisionName(cluster.precision);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
