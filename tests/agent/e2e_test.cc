@@ -97,9 +97,10 @@ class TwoAgents : public ::testing::Test {
     return 0;
   }
 
-  // `extra_node` adds a node whose agent address nobody serves.
+  // `extra_node` adds a node whose agent address nobody serves; node a has `fast_count`
+  // emu-fast devices, and is left out without `with_node_a`.
   std::string WriteCluster(const std::string& name, const std::string& token, const std::string& extra_node,
-                           int fast_count = 1) {
+                           int fast_count = 1, bool with_node_a = true) {
     std::string yaml =
         "name: e2e\n"
         "training: {global_batch: 24, precision: fp32, stage: 2}\n"
@@ -108,7 +109,7 @@ class TwoAgents : public ::testing::Test {
         "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 12, lr: 3e-3, "
         "checkpoint_every: 5}\n"
         "nodes:\n";
-    for (std::size_t i = 0; i < 2; ++i) {
+    for (std::size_t i = with_node_a ? 0 : 1; i < 2; ++i) {
       yaml += "  - {name: " + kAgents[i].node + ", host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(ports_[i]) +
               "\", devices: [{type: " + kAgents[i].type + ", count: " + std::to_string(i == 0 ? fast_count : 1) + "}]}\n";
     }
@@ -132,10 +133,13 @@ class TwoAgents : public ::testing::Test {
     return RunProcess(options, dir_.path(), limit);
   }
 
-  // Starts `poplar launch` in the background.
-  std::unique_ptr<ChildProcess> StartLaunch(const std::string& run_dir, int steps) {
+  // Starts `poplar launch` in the background: of `cluster` with `plan`, by default the
+  // fixture's cluster.yaml and WritePlan().
+  std::unique_ptr<ChildProcess> StartLaunch(const std::string& run_dir, int steps,
+                                            const std::string& cluster = "cluster.yaml", std::string plan = "") {
+    if (plan.empty()) plan = WritePlan();
     ChildOptions options;
-    options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", run_dir,
+    options.argv = {POPLAR_BINARY, "launch", cluster, "--plan", plan, "--run-dir", run_dir,
                     "--job-id", "job-" + run_dir, "--steps", std::to_string(steps), "--master-port",
                     std::to_string(poplar::testing::FreeLoopbackPort()), "--timeout", "20"};
     options.cwd = dir_.path();
@@ -358,22 +362,11 @@ TEST_F(TwoAgents, ProfilingStopsEverywhereAtTheFirstRefusal) {
   // emu-slow trains a job of its own; emu-fast is free. Every type is profiled at once,
   // so b's refusal must cancel a's measurement: one error (the refusal, not the
   // cancellation it caused) and no profile written, not even emu-fast's.
-  std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
-  const auto node_a = yaml.find("  - {name: a,");
-  ASSERT_NE(node_a, std::string::npos);
-  yaml.erase(node_a, yaml.find('\n', node_a) + 1 - node_a);
-  dir_.Write("only-b.yaml", yaml);
-  dir_.Write("only-b-plan.json", R"({"stage": 2, "global_batch": 24, "policy": "poplar", "ranks": [
-      {"rank": 0, "node": "b", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-slow",
-       "micro_batches": [8, 8, 8]}], "predicted": {"step_s": 0.05, "samples_per_s": 480}})");
-  ChildOptions options;
-  options.argv = {POPLAR_BINARY, "launch", "only-b.yaml", "--plan", "only-b-plan.json", "--run-dir", "only-b",
-                  "--job-id", "job-only-b", "--steps", "100000", "--master-port",
-                  std::to_string(poplar::testing::FreeLoopbackPort())};
-  options.cwd = dir_.path();
-  options.stdout_path = dir_.path() + "/only-b.out";
-  options.stderr_path = dir_.path() + "/only-b.err";
-  ChildProcess launch(options);
+  WriteCluster("only-b.yaml", "creds/token", "", 1, /*with_node_a=*/false);
+  const std::string plan = dir_.Write("only-b-plan.json", R"({"stage": 2, "global_batch": 24, "policy": "poplar",
+      "ranks": [{"rank": 0, "node": "b", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-slow",
+                 "micro_batches": [8, 8, 8]}], "predicted": {"step_s": 0.05, "samples_per_s": 480}})");
+  const std::unique_ptr<ChildProcess> launch = StartLaunch("only-b", 100000, "only-b.yaml", plan);
   ASSERT_GT(WaitForSteps("only-b", 0, 1), 0);
 
   const auto profile = Poplar({"profile", "cluster.yaml", "-o", "profiles-now"});
@@ -393,8 +386,8 @@ TEST_F(TwoAgents, ProfilingStopsEverywhereAtTheFirstRefusal) {
           << name << ": emu-fast was profiled to the end";
     }
   }
-  launch.Signal(SIGINT);
-  EXPECT_EQ(launch.Wait(std::chrono::seconds(60)), 130);
+  launch->Signal(SIGINT);
+  EXPECT_EQ(launch->Wait(std::chrono::seconds(60)), 130);
 }
 
 // Signals the head once both ranks train; the head must stop every worker, exit with
