@@ -102,8 +102,10 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
       const int stage = entry.at("stage").get<int>();
       nlohmann::json part = measured;
       part["stages"] = nlohmann::json::array({entry});
-      WriteFileAtomically(CachePath(settings, device, stage).string(), part.dump(2) + "\n");
+      const fs::path cache = CachePath(settings, device, stage);
+      WriteFileAtomically(cache.string(), part.dump(2) + "\n");
       parts[stage] = std::move(part);
+      progress("stage " + std::to_string(stage) + ": measured, cached (" + cache.filename().string() + ")", false);
     }
   }
   nlohmann::json merged;
@@ -172,7 +174,10 @@ std::string Profiler::MeasureStages(const ProfileSettings& settings, const Devic
       if (!progress("", false)) job.Stop("profiling cancelled by the caller");  // liveness check
       continue;
     }
-    if (event.kind == JobEvent::Kind::kOutput && !progress(event.text, false)) {
+    // The worker's line naming its private output file ("wrote ...partial.json") is left
+    // out: that file is read and removed here; Run reports the cache files instead.
+    const bool private_file = event.text.find(output.filename().string()) != std::string::npos;
+    if (event.kind == JobEvent::Kind::kOutput && !private_file && !progress(event.text, false)) {
       job.Stop("profiling cancelled by the caller");
     }
     if (event.kind == JobEvent::Kind::kFailed) failure = event.text;

@@ -35,6 +35,8 @@ for arg in "$@"; do
   fi
   previous=$arg
 done
+echo "fake-worker: measuring stages $stages"
+echo "fake-worker: wrote $out"
 echo "$* | CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset} CUDA_DEVICE_ORDER=${CUDA_DEVICE_ORDER:-unset}" >> "$(dirname "$0")/calls.log"
 cat > "$out" <<EOF
 {"format": "poplar-profile/1", "device_type": "T", "memory_bytes": 1000, "emulated": false,
@@ -152,6 +154,17 @@ TEST_F(ProfilerTest, OnlyTheStagesMissingFromTheCacheAreMeasuredAndMergedInOrder
   EXPECT_FALSE(Contains(calls[1], "--stage 3")) << calls[1];
   ASSERT_FALSE(progress.empty());
   EXPECT_TRUE(Contains(progress.front(), "cached: stage 1")) << progress.front();
+  // The worker's lines reach the caller, except the one naming its private output file,
+  // which the profiler removes; each measured stage is reported with its cache file.
+  int worker_lines = 0;
+  int newly_cached = 0;
+  for (const auto& line : progress) {
+    EXPECT_FALSE(Contains(line, ".partial.json")) << line;
+    if (Contains(line, "fake-worker: measuring")) ++worker_lines;
+    if (Contains(line, ": measured, cached (NVIDIA-H200-stage")) ++newly_cached;
+  }
+  EXPECT_EQ(worker_lines, 1);
+  EXPECT_EQ(newly_cached, 2);
   ASSERT_EQ(merged["stages"].size(), 4u);
   for (int stage = 0; stage < 4; ++stage) {
     EXPECT_EQ(merged["stages"][stage]["stage"], stage);
