@@ -92,6 +92,8 @@ void RegisterProfileCommand(CLI::App& app) {
   command->add_option("--largest-micro-batch", options->request.largest_micro_batch,
                       "Stop growing micro-batches here (0: worker default)")
       ->check(CLI::Range(0, 1 << 20));
+  command->add_option("--type", options->request.types,
+                      "Profile only this device type (repeatable; default: every type of the cluster)");
   command->callback([options] { RunProfile(*options); });
 }
 

@@ -1,5 +1,6 @@
 #include "planner/cli/head_agents.h"
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <filesystem>
@@ -88,8 +89,20 @@ AgentClient* FirstAgentWith(const ClusterSpec& cluster, ClusterAgents& agents, c
 std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
                                                    const std::string& dir, const ProfileRequestOptions& options) {
   const std::string model = ModelConfigText(cluster, "to profile the devices");
+  const std::vector<std::string> all_types = cluster.DeviceTypes();
+  std::vector<std::string> types;  // those asked for, each once, or all
+  for (const std::string& type : options.types) {
+    if (std::find(all_types.begin(), all_types.end(), type) == all_types.end()) {
+      std::string known;
+      for (const std::string& name : all_types) known += (known.empty() ? "" : ", ") + name;
+      throw InputError("--type", "", "'" + type + "' is not a device type of " + cluster.file + " (it has " +
+                                         known + ")");
+    }
+    if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
+  }
+  if (types.empty()) types = all_types;
   std::vector<ProfileFetch> fetches;
-  for (const std::string& type : cluster.DeviceTypes()) {
+  for (const std::string& type : types) {
     ProfileFetch fetch;
     fetch.type = type;
     fetch.agent = FirstAgentWith(cluster, agents, type);

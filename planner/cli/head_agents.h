@@ -32,9 +32,11 @@ std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
 struct ProfileRequestOptions {
   int repeats = 0;              // 0: the worker's default
   int largest_micro_batch = 0;  // 0: the worker's default
+  std::vector<std::string> types;  // device types to profile; empty: every type
 };
 
-// Profiles every device type of the cluster on the first node that has it, all types at
+// Profiles every device type of the cluster (or those options.types names: an
+// InputError unless the cluster has them) on the first node that has it, all types at
 // once (agents reuse cached stages), writes DIR/<type>.json and returns the profiles.
 // Progress goes to stderr, each line labelled with node and type. The first failure
 // cancels the other requests; nothing is written then.

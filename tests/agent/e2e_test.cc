@@ -214,6 +214,18 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_TRUE(Contains(again.err, "stage 2: cached"));
   EXPECT_FALSE(Contains(again.err, "measuring"));
 
+  // --type profiles only the types named (from the cache here), and names a type the
+  // cluster lacks.
+  const auto one_type = Poplar({"profile", "cluster.yaml", "-o", "only-slow", "--type", "emu-slow"});
+  EXPECT_EQ(one_type.exit_code, 0) << one_type.err;
+  EXPECT_TRUE(fs::exists(dir_.path() + "/only-slow/emu-slow.json"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/only-slow/emu-fast.json"));
+  EXPECT_FALSE(Contains(one_type.err, "emu-fast")) << one_type.err;
+  const auto unknown = Poplar({"profile", "cluster.yaml", "-o", "none", "--type", "emu-fats"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(unknown.err, {"--type", "'emu-fats' is not a device type", "emu-fast, emu-slow"}))
+      << unknown.err;
+
   const auto launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run", "--job-id",
                               "train1", "--master-port", std::to_string(poplar::testing::FreeLoopbackPort())});
   ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
