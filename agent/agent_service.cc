@@ -89,26 +89,26 @@ grpc::Status AgentService::Profile(grpc::ServerContext* context, const v1::Profi
     settings.repeats = request->repeats();
     settings.largest_micro_batch = request->largest_micro_batch();
     const auto devices = ListDevices(config_);
+    const DeviceInfo device = FindDevice(devices, settings.device_type);  // the type exists
+    // Measuring needs a device no job uses, held until the profile is done; a profile
+    // read from the cache needs none.
     std::shared_ptr<void> held;
-    DeviceInfo device;
-    {
+    auto claim = [&] {
       std::lock_guard<std::mutex> lock(mutex_);
-      device = FindDevice(devices, settings.device_type);  // the type exists
-      // Measuring needs a device no job uses; a profile read from the cache needs none.
-      if (!profiler_.AllCached(settings, device)) {
-        device = FindDevice(devices, settings.device_type, busy_);
-        held = Hold({DeviceKey(device)}, "a profile");
-      }
-    }
+      const DeviceInfo free = FindDevice(devices, settings.device_type, busy_);
+      held = Hold({DeviceKey(free)}, "a profile");
+      return free;
+    };
     std::fprintf(stderr, "poplar-agent: profiling %s for %s\n", device.type.c_str(), context->peer().c_str());
-    const std::string profile = profiler_.Run(settings, device, [&](const std::string& line, bool cached) {
+    const auto progress = [&](const std::string& line, bool cached) {
       if (context->IsCancelled()) return false;
       if (line.empty()) return true;
-      v1::ProfileProgress progress;
-      progress.set_line(line);
-      progress.set_cached(cached);
-      return writer->Write(progress);
-    });
+      v1::ProfileProgress message;
+      message.set_line(line);
+      message.set_cached(cached);
+      return writer->Write(message);
+    };
+    const std::string profile = profiler_.Run(settings, device, progress, claim);
     v1::ProfileProgress last;
     last.set_line("profile of " + device.type + " done");
     last.set_profile_json(profile);

@@ -68,15 +68,8 @@ std::string StableHash(const std::string& text) {
 Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawner& spawner)
     : config_(config), worker_version_(std::move(worker_version)), spawner_(spawner) {}
 
-bool Profiler::AllCached(const ProfileSettings& settings, const DeviceInfo& device) const {
-  CheckSettings(settings);
-  for (int stage : RequestedStages(settings)) {
-    if (!fs::exists(CachePath(settings, device, stage))) return false;
-  }
-  return true;
-}
-
-std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress) {
+std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress,
+                          const ClaimDeviceFn& claim) {
   CheckSettings(settings);
   const std::vector<int> stages = RequestedStages(settings);
 
@@ -97,7 +90,8 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
   if (!missing.empty()) {
     // One worker measures every missing stage, interleaving them (launcher/profile_mode.h);
     // each stage is then cached on its own, whole or not at all.
-    const nlohmann::json measured = nlohmann::json::parse(MeasureStages(settings, device, missing, progress));
+    const DeviceInfo measured_on = claim ? claim() : device;
+    const nlohmann::json measured = nlohmann::json::parse(MeasureStages(settings, measured_on, missing, progress));
     for (const nlohmann::json& entry : measured.at("stages")) {
       const int stage = entry.at("stage").get<int>();
       nlohmann::json part = measured;

@@ -29,17 +29,21 @@ struct ProfileSettings {
 // Called with each progress line and whether the stage came from the cache; returns
 // false to cancel (the running worker is stopped).
 using ProgressFn = std::function<bool(const std::string& line, bool cached)>;
+// Called once, only when some stage must be measured: returns the device of the type to
+// measure on, which the caller holds until Run returns (or throws DeviceUnavailable).
+using ClaimDeviceFn = std::function<DeviceInfo()>;
 
 class Profiler {
  public:
   Profiler(const AgentConfig& config, std::string worker_version, Spawner& spawner);
 
-  // The merged profile file (JSON text) of every requested stage. Throws InputError for
-  // a bad request, DeviceUnavailable, or std::runtime_error when a worker fails or the
-  // caller cancels.
-  std::string Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress);
-  // Whether Run would read every requested stage from the cache (and need no device).
-  bool AllCached(const ProfileSettings& settings, const DeviceInfo& device) const;
+  // The merged profile file (JSON text) of every requested stage. `device` is any device
+  // of the type (it keys the cache); the stages not cached are measured on the one
+  // `claim` returns (default: `device`), so a profile read from the cache needs no free
+  // device. Throws InputError for a bad request, DeviceUnavailable, or
+  // std::runtime_error when a worker fails or the caller cancels.
+  std::string Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress,
+                  const ClaimDeviceFn& claim = {});
 
  private:
   std::filesystem::path CacheFolder() const;  // <cache_dir>/profiles

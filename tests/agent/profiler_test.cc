@@ -74,12 +74,16 @@ class ProfilerTest : public ::testing::Test {
     return lines;
   }
 
-  std::string Run(const DeviceInfo& device, std::vector<std::string>* progress = nullptr) {
+  std::string Run(const DeviceInfo& device, std::vector<std::string>* progress = nullptr,
+                  const ClaimDeviceFn& claim = {}) {
     Profiler profiler(config_, "poplar-worker 0.1.0 (libtorch 2.x, CUDA)", spawner_);
-    return profiler.Run(settings_, device, [progress](const std::string& line, bool cached) {
-      if (progress && !line.empty()) progress->push_back((cached ? "cached: " : "") + line);
-      return true;
-    });
+    return profiler.Run(
+        settings_, device,
+        [progress](const std::string& line, bool cached) {
+          if (progress && !line.empty()) progress->push_back((cached ? "cached: " : "") + line);
+          return true;
+        },
+        claim);
   }
 
   ScratchDir dir_{"profiler"};
@@ -137,6 +141,28 @@ TEST_F(ProfilerTest, AStageMeasuredBeforeComesFromTheCache) {
   settings_.precision = "fp32";  // another setting: measured anew
   Run(gpu);
   EXPECT_EQ(Calls().size(), 2u);
+}
+
+TEST_F(ProfilerTest, OnlyAMeasurementClaimsADeviceAndRunsOnTheOneClaimed) {
+  settings_.stages = {0};
+  int claims = 0;
+  const auto claim = [&claims] {
+    ++claims;
+    return H200(/*index=*/5);  // the free one; the request named the type by GPU 0
+  };
+  Run(H200(0), nullptr, claim);
+  EXPECT_EQ(claims, 1);
+  ASSERT_EQ(Calls().size(), 1u);
+  EXPECT_TRUE(Contains(Calls()[0], "CUDA_VISIBLE_DEVICES=5 ")) << Calls()[0];
+
+  Run(H200(0), nullptr, claim);  // cached: no device needed
+  EXPECT_EQ(claims, 1);
+  EXPECT_EQ(Calls().size(), 1u);
+
+  const auto busy = [] () -> DeviceInfo { throw DeviceUnavailable("NVIDIA-H200 is in use"); };
+  settings_.stages = {0, 1};  // stage 1 is not cached
+  EXPECT_THROW(Run(H200(0), nullptr, busy), DeviceUnavailable);
+  EXPECT_EQ(Calls().size(), 1u) << "nothing was started";
 }
 
 TEST_F(ProfilerTest, OnlyTheStagesMissingFromTheCacheAreMeasuredAndMergedInOrder) {
