@@ -13,10 +13,37 @@
 
 namespace poplar {
 
+namespace {
+
+// The file a write replaces: `path`, or the file its symbolic link names, so that the
+// link stays a link. Anything that exists but is not a regular file (a folder, a device
+// such as /dev/null, a pipe) is refused: renaming over it would replace it.
+std::string WriteTarget(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);  // through links
+  const bool link = fs::is_symlink(fs::symlink_status(path, error));
+  if (!fs::exists(status)) {
+    if (link) throw InputError(path, "", "cannot write: a symbolic link to nothing");
+    return path;
+  }
+  if (fs::is_directory(status)) throw InputError(path, "", "cannot write: is a folder; name a file in it");
+  if (!fs::is_regular_file(status)) {
+    throw InputError(path, "", "cannot write: not a regular file (a device or a pipe); name a file");
+  }
+  return link ? fs::canonical(path, error).string() : path;
+}
+
+}  // namespace
+
 std::string ReadTextFile(const std::string& path) {
+  namespace fs = std::filesystem;
   std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) {
-    throw InputError(path, "", "cannot read: is a folder, not a file");
+  const fs::file_status status = fs::status(path, ignored);
+  if (fs::is_directory(status)) throw InputError(path, "", "cannot read: is a folder, not a file");
+  // Pipes are read (process substitution: <(...)); a device such as /dev/zero never ends.
+  if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status)) {
+    throw InputError(path, "", "cannot read: not a regular file (a device or a socket)");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
@@ -26,7 +53,8 @@ std::string ReadTextFile(const std::string& path) {
   return contents.str();
 }
 
-void WriteFileAtomically(const std::string& path, const std::string& contents) {
+void WriteFileAtomically(const std::string& named, const std::string& contents) {
+  const std::string path = WriteTarget(named);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);

@@ -8,6 +8,8 @@
 namespace poplar {
 
 std::string ReadTextFile(const std::string& path);
+// Writes through a symbolic link (the link stays); refuses a path that is a folder, a
+// device or a pipe, rather than replacing it.
 void WriteFileAtomically(const std::string& path, const std::string& contents);
 // The folder part of a path ("a/b/c.yaml" -> "a/b", "c.yaml" -> ".").
 std::string ParentFolder(const std::string& path);

@@ -1,0 +1,60 @@
+#include "planner/text_file.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "planner/input_error.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Contains;
+using testing::ScratchDir;
+
+TEST(WriteFileAtomically, WritesThroughASymbolicLinkAndKeepsTheLink) {
+  ScratchDir dir("text-file");
+  const std::string target = dir.Write("target.json", "old");
+  const std::string link = dir.path() + "/link.json";
+  fs::create_symlink(target, link);
+  WriteFileAtomically(link, "new");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(ReadTextFile(target), "new");
+}
+
+TEST(WriteFileAtomically, RefusesWhatIsNotARegularFileAndLeavesItAlone) {
+  ScratchDir dir("text-file");
+  const std::string fifo = dir.path() + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    WriteFileAtomically(fifo, "text");
+    ADD_FAILURE() << "a pipe was written over";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "not a regular file")) << error.what();
+  }
+  EXPECT_TRUE(fs::is_fifo(fifo)) << "the pipe is still a pipe";
+  fs::create_directory(dir.path() + "/folder");
+  EXPECT_THROW(WriteFileAtomically(dir.path() + "/folder", "text"), InputError);
+  EXPECT_TRUE(fs::is_directory(dir.path() + "/folder"));
+  fs::create_symlink(dir.path() + "/missing", dir.path() + "/dangling");
+  EXPECT_THROW(WriteFileAtomically(dir.path() + "/dangling", "text"), InputError);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 3)
+      << "no temporary file is left";
+}
+
+TEST(ReadTextFile, RefusesDevices) {
+  // /dev/null would read as empty, /dev/zero forever: neither is a file of poplar's.
+  try {
+    ReadTextFile("/dev/null");
+    ADD_FAILURE() << "a device was read";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "/dev/null")) << error.what();
+    EXPECT_TRUE(Contains(error.what(), "not a regular file")) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace poplar
