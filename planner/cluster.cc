@@ -26,9 +26,9 @@ LinkSpec ParseLink(YamlFields fields) {
 
 void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
   cluster.global_batch = fields.Integer("global_batch");
-  if (cluster.global_batch <= 0) {
-    fields.Fail("global_batch", "must be a positive number of samples, got " +
-                                    std::to_string(cluster.global_batch));
+  if (cluster.global_batch <= 0 || cluster.global_batch > kMostGlobalBatch) {
+    fields.Fail("global_batch", "must be a number of samples from 1 to " + std::to_string(kMostGlobalBatch) +
+                                    ", got " + std::to_string(cluster.global_batch));
   }
   if (auto text = fields.OptionalString("precision")) {
     auto precision = ParsePrecision(*text);

@@ -35,6 +35,7 @@
 #include "planner/credentials.h"
 #include "planner/network.h"
 #include "planner/precision.h"
+#include "planner/worker_plan.h"
 
 namespace poplar {
 
@@ -74,7 +75,7 @@ struct ClusterSpec {
   std::string file;  // the path it was read from, for error messages
   std::string name;
   std::string profiles_dir;  // resolved against the file's folder; empty if not given
-  std::int64_t global_batch = 0;
+  std::int64_t global_batch = 0;  // 1..kMostGlobalBatch
   Precision precision = Precision::kMixed;
   std::optional<int> stage;  // nullopt: choose automatically
   std::optional<LinkSpec> intra_node;

@@ -38,7 +38,9 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   if (stage < 0 || stage > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
   plan.stage = static_cast<int>(stage);
   plan.global_batch = fields.Integer("global_batch");
-  if (plan.global_batch <= 0) fields.Fail("global_batch", "must be a positive number of samples");
+  if (plan.global_batch <= 0 || plan.global_batch > kMostGlobalBatch) {
+    fields.Fail("global_batch", "must be a number of samples from 1 to " + std::to_string(kMostGlobalBatch));
+  }
 
   const nlohmann::json& ranks = fields.Child("ranks");
   if (!ranks.is_array() || ranks.empty()) {

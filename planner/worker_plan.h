@@ -9,6 +9,12 @@
 
 namespace poplar {
 
+// The largest global batch a cluster file or a plan may ask for, far above any real
+// step (GPT-3 took 1.6 thousand samples): a plan lists every micro-batch of the step,
+// so its size and the planner's time grow with the batch (1 million: half a second,
+// 0.7 MB).
+inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
+
 // Where a rank runs, as `poplar plan` writes it beside the micro-batches (empty when the
 // plan file does not say; the worker itself needs none of it).
 struct RankPlacement {

@@ -378,12 +378,22 @@ TEST(ClusterFile, RejectsMissingGlobalBatch) {
 
 TEST(ClusterFile, RejectsZeroGlobalBatch) {
   ExpectRejected(ValidWith("global_batch: 512", "global_batch: 0"), "training.global_batch",
-                 "must be a positive number of samples, got 0");
+                 "must be a number of samples from 1 to 1000000, got 0");
 }
 
 TEST(ClusterFile, RejectsNegativeGlobalBatch) {
   ExpectRejected(ValidWith("global_batch: 512", "global_batch: -16"), "training.global_batch",
-                 "must be a positive number of samples, got -16");
+                 "from 1 to 1000000, got -16");
+}
+
+// A plan lists every micro-batch: a global batch of 2^63-1 once crashed the search, and
+// 2^31 ran it out of memory.
+TEST(ClusterFile, RejectsGlobalBatchBeyondAnyPlan) {
+  EXPECT_EQ(ParseClusterYaml(ValidWith("global_batch: 512", "global_batch: 1000000"), kFile).global_batch, 1000000);
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: 1000001"), "training.global_batch",
+                 "from 1 to 1000000, got 1000001");
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: 9223372036854775807"), "training.global_batch",
+                 "from 1 to 1000000");
 }
 
 TEST(ClusterFile, RejectsGlobalBatchThatIsNotAnInteger) {
