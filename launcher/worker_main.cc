@@ -22,26 +22,22 @@ std::string Who() {
   return std::string("poplar-worker[rank ") + (rank ? rank : "0") + "]";
 }
 
+using poplar::NumberWhere;
 // Adam's betas, like PyTorch's: 0 <= beta < 1.
-const CLI::Validator kBelowOne(
-    [](std::string& text) {
-      try {
-        const double value = std::stod(text);
-        if (value >= 0.0 && value < 1.0) return std::string();
-      } catch (const std::exception&) {
-      }
-      return "must be a number in [0, 1), got " + text;
-    },
-    "[0, 1)");
+const CLI::Validator kBelowOne = NumberWhere([](double v) { return v >= 0 && v < 1; }, "a number in [0, 1)");
+const CLI::Validator kPositive = NumberWhere([](double v) { return v > 0; }, "a positive number");
+const CLI::Validator kZeroOrMore = NumberWhere([](double v) { return v >= 0; }, "zero or a positive number");
+const CLI::Validator kCount = NumberWhere([](double v) { return v >= 0; }, "a whole number, 0 or more", true);
+const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <= 1000; }, "a factor from 1 to 1000");
 
 // The device flags, alike in every mode (launcher/device_flags.h). `cuda` says what a
 // GPU means to the mode.
 void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::string& cuda) {
   command->add_option("--device", flags.kind, "cpu (emulated devices too) or cuda (" + cuda + ")")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  command->add_option("--threads", flags.threads, "Intra-op CPU threads (0: libtorch default)")->check(CLI::NonNegativeNumber);
-  command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(CLI::Range(1.0, 1000.0));
+  command->add_option("--threads", flags.threads, "Intra-op CPU threads (0: libtorch default)")->check(kCount);
+  command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(kSlowdown);
   // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
-  command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(CLI::NonNegativeNumber);
+  command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kCount);
 }
 
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
@@ -52,23 +48,23 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)");
-  train->add_option("--lr", o.adamw.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  train->add_option("--lr", o.adamw.lr, "AdamW learning rate")->check(kPositive)->capture_default_str();
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
-  train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(CLI::PositiveNumber)->capture_default_str();
-  train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(kPositive)->capture_default_str();
+  train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(kZeroOrMore)->capture_default_str();
+  train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(kZeroOrMore)->capture_default_str();
   AddDeviceFlags(train, o.device, "GPU LOCAL_RANK of those visible");
   train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
   train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");
-  train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(CLI::NonNegativeNumber);
+  train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(kCount);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
-  train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(CLI::Range(0.0, 4096.0))->capture_default_str();
-  train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(NumberWhere([](double v) { return v >= 0 && v <= 4096; }, "a number of MiB from 0 to 4096"))->capture_default_str();
+  train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(kCount)->capture_default_str();
   train->callback([&o] { poplar::Train(o); });
 }
 

@@ -158,7 +158,7 @@ void RegisterNetworkCommand(CLI::App& app) {
   command->add_option("-o,--output", options->output,
                       "Network file to write (default: the cluster file's network.measured, else network.json)");
   command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
-      ->check(CLI::Range(0.0078125, 1048576.0));
+      ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; }, "a number of MiB from 1/128 to 1048576"));
   command->add_option("--master-port", options->master_port, "Rendezvous port on rank 0's host")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();

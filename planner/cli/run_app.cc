@@ -1,5 +1,7 @@
 #include "planner/cli/run_app.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 
 #include "planner/input_error.h"
@@ -11,6 +13,18 @@ namespace {
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
+
+CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& what, bool whole) {
+  return CLI::Validator(
+      [ok = std::move(ok), what, whole](std::string& text) {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        const bool number = !text.empty() && *end == '\0' && std::isfinite(value);
+        if (number && (!whole || value == std::floor(value)) && ok(value)) return std::string();
+        return "must be " + what + ", got '" + text + "'";
+      },
+      what);
+}
 
 int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
            const std::string& speaker, const std::string& commands, bool runtime_errors_fail) {

@@ -6,6 +6,7 @@
 //   peer, out of memory); 2 bad usage (flags, a missing command); 70 internal error.
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,11 @@ class CommandFailed : public std::runtime_error {
  private:
   int exit_code_;
 };
+
+// A flag's check: the value is a finite number (a whole one when `whole`) that `ok`
+// accepts; otherwise "must be <what>, got <text>". Unlike CLI::PositiveNumber and
+// CLI::Range, it refuses nan and inf and names the bound in words.
+CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& what, bool whole = false);
 
 // `program` starts usage messages ("poplar plan: ..."); `speaker` starts error lines
 // ("poplar-worker[rank 1]: error: ..."); `commands` lists the subcommands for the

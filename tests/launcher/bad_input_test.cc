@@ -79,6 +79,18 @@ TEST_F(WorkerBadInput, CudaOnAWorkerWithoutIt) {
   ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--device", "cuda"})), {"--device", "cuda"});
 }
 
+// A nan learning rate once trained to a nan loss and exited 0.
+TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--lr", "nan"}, {"--eps", "inf"}, {"--weight-decay", "nan"}, {"--grad-clip", "-1"},
+           {"--slowdown", "nan"}, {"--bucket-mb", "nan"}, {"--threads", "1.5"}}) {
+    const JobOutcome job = RunJob(scratch_, 1, Args(plan, {flag, value}));
+    EXPECT_EQ(job.exit_codes[0], 2) << flag << " " << value << ": " << job.Describe();
+    EXPECT_TRUE(ContainsAll(job.errors[0], {flag + ": must be", "got '" + value + "'"})) << job.errors[0];
+  }
+}
+
 TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   scratch_.Write("tokens.bin", "abc");
