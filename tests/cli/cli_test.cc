@@ -573,4 +573,27 @@ TEST_F(Cli, EstimateMemoryRejectsUnknownPrecision) {
   EXPECT_TRUE(ContainsAll(run.err, {"--precision", "fp8"}));
 }
 
+// ---------------------------------------------------------------------------
+// poplar prepare-data.
+
+TEST_F(Cli, PrepareDataWritesOneLittleEndianTokenPerByte) {
+  const std::string text = Write("text.txt", "Ab\xff");
+  const Outcome run = Poplar({"prepare-data", text, "-o", "tokens.bin"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(Contains(run.out, "wrote 3 tokens"));
+  EXPECT_EQ(ReadFile(work_ + "/tokens.bin"), std::string("A\0b\0\xff\0", 6));
+}
+
+TEST_F(Cli, PrepareDataRefusesToWriteOverItsOwnText) {
+  const std::string text = Write("text.txt", "some text");
+  const Outcome run = Poplar({"prepare-data", text, "-o", "./text.txt"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+  EXPECT_TRUE(ContainsAll(run.err, {"--output", "is the text file itself"})) << run.err;
+  EXPECT_EQ(ReadFile(text), "some text");
+  const Outcome tiny = Poplar({"prepare-data", Write("tiny.txt", "a"), "-o", "tokens.bin"});
+  EXPECT_EQ(tiny.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(tiny.err, {"tiny.txt", "at least 2 bytes"})) << tiny.err;
+}
+
 }  // namespace
