@@ -67,6 +67,10 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
   if (colon == std::string::npos || colon == 0 || colon + 1 == config.listen.size()) {
     fields.Fail("listen", "must be host:port, got '" + config.listen + "'");
   }
+  const std::string port = config.listen.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
+    fields.Fail("listen", "port must be a number from 0 (any free port) to 65535, got '" + port + "'");
+  }
   config.credentials = ParseCredentials(fields.Map("credentials"), base);
   config.work_dir = AbsoluteFolder(fields, "work_dir", fields.String("work_dir"), base);
   const std::string cache = fields.OptionalString("cache_dir").value_or(

@@ -95,6 +95,18 @@ void Serve(const AgentOptions& options) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
+    // gRPC says why only in its log. If the credentials fail on a free loopback port
+    // too, they are the cause, not the address.
+    grpc::ServerBuilder probe;
+    int probe_port = 0;
+    probe.AddListeningPort("127.0.0.1:0", credentials, &probe_port);
+    std::unique_ptr<grpc::Server> probe_server = probe.BuildAndStart();
+    if (!probe_server || probe_port == 0) {
+      throw InputError(config.file, "credentials",
+                       "gRPC cannot serve TLS with these files (ca, cert, key): is the key the "
+                       "certificate's, and are both PEM? (gRPC's reason is above)");
+    }
+    probe_server->Shutdown();
     throw InputError(config.file, "listen", "cannot listen on " + config.listen + " (in use, or not an address of this machine)");
   }
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);

@@ -555,5 +555,30 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/escape"));
 }
 
+// An agent that cannot serve says which key of its file is at fault: a port out of range
+// (gRPC once listened on it modulo 65536), or credentials whose key is not the
+// certificate's (once blamed on `listen`).
+TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
+  ScratchDir dir("agent-start");
+  const auto made =
+      RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir.path() + "/creds"}), dir.path());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  fs::create_directories(dir.path() + "/work");
+  auto start = [&](const std::string& listen, const std::string& key) {
+    const std::string config = dir.Write(
+        "agent.yaml", "listen: " + listen + "\ncredentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: " + key +
+                          ", token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
+                          "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, memory_mib: 16}\n");
+    return RunProcess(Command({POPLAR_AGENT_BINARY, "--config", config}), dir.path(), std::chrono::seconds(60));
+  };
+  const auto port = start("127.0.0.1:99999", "creds/agent.key");
+  EXPECT_EQ(port.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(port.err, {"agent.yaml", "listen", "port must be a number from 0", "'99999'"})) << port.err;
+  const auto key = start("127.0.0.1:0", "creds/head.key");  // another certificate's key
+  EXPECT_EQ(key.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(key.err, {"agent.yaml: credentials", "cannot serve TLS"})) << key.err;
+  EXPECT_FALSE(Contains(key.err, "cannot listen")) << key.err;
+}
+
 }  // namespace
 }  // namespace poplar
