@@ -136,6 +136,14 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
     if (profile.Stage(stage.stage)) {
       fields.Fail(key + ".stage", "stage " + std::to_string(stage.stage) + " appears twice");
     }
+    // A measured peak above the capacity would have run out of memory.
+    for (std::size_t p = 0; p < stage.points.size(); ++p) {
+      if (stage.points[p].peak_bytes > profile.memory_bytes) {
+        fields.Fail(key + ".points[" + std::to_string(p) + "].peak_bytes",
+                    "is " + std::to_string(stage.points[p].peak_bytes) + ", above memory_bytes (" +
+                        std::to_string(profile.memory_bytes) + "): no measurement can use more than the device has");
+      }
+    }
     profile.stages.push_back(std::move(stage));
   }
   fields.Finish();

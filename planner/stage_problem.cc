@@ -83,9 +83,13 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster,
     device_class.optimizer_s = OptimizerSeconds(measured->optimizer_step_s, stage,
                                                 profile.model.params, measured->world_size, ranks);
     if (!device_class.memory.states_fit && reason.empty()) {
-      reason = "model states (" + Gibibytes(device_class.memory.model_state_bytes) +
-               " per rank) do not fit on " + type + " (" +
-               Gibibytes(device_class.memory.capacity_bytes) + ")";
+      const MemoryFit& memory = device_class.memory;
+      reason = "model states (" + Gibibytes(memory.model_state_bytes) + " per rank)";
+      if (memory.fixed_bytes > 0) {  // the rest of what the profile's peaks say is always in use
+        reason += " and the fixed overhead the peak_bytes of " + profile.file + " imply (" +
+                  Gibibytes(memory.fixed_bytes) + ")";
+      }
+      reason += " do not fit on " + type + " (" + Gibibytes(memory.capacity_bytes) + ")";
     }
     any_sample_fits = any_sample_fits || device_class.max_micro_batch > 0;
     problem.optimizer_s = std::max(problem.optimizer_s, device_class.optimizer_s);

@@ -407,6 +407,8 @@ TEST(ProfileFile, RejectsNonPositiveComputeTime) {
 TEST(ProfileFile, RejectsNonPositivePeakBytes) {
   ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 0; },
                  "stages[1].points[0].peak_bytes", "must be a positive number of bytes");
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = j["memory_bytes"].get<double>() + 1; },
+                 "stages[1].points[0].peak_bytes", "above memory_bytes");
 }
 
 TEST(ProfileFile, RejectsNonPositiveMicroBatch) {
