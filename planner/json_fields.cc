@@ -38,7 +38,13 @@ nlohmann::json ParseJsonObject(const std::string& text, const std::string& file)
   try {
     document = nlohmann::json::parse(text, note_keys);
   } catch (const nlohmann::json::exception& error) {
-    throw InputError(file, "", std::string("not valid JSON: ") + error.what());
+    // "[json.exception.parse_error.101] parse error at line 3, column 19: ...": the
+    // library's tag means nothing to a user.
+    std::string what = error.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what = what.substr(what.find("] ") + 2);
+    }
+    throw InputError(file, "", "not valid JSON: " + what);
   }
   if (!repeated_key.empty()) throw InputError(file, repeated_key, "is given more than once in one object");
   if (!document.is_object()) throw InputError(file, "", "must be a JSON object");

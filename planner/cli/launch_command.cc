@@ -49,6 +49,31 @@ struct PreparedPlan {
   double predicted_step_s = 0;
 };
 
+// The run directory, made if missing; if this launch fails before Keep() (before its
+// plan is written), the folders it made go again (runs/ too when it made that), so a
+// refused launch leaves nothing behind.
+class RunDirectory {
+ public:
+  explicit RunDirectory(const std::string& path) {
+    for (fs::path folder = fs::absolute(path); !folder.empty() && !fs::exists(folder); folder = folder.parent_path()) {
+      made_ = folder;  // the outermost folder that is missing
+      if (folder == folder.parent_path()) break;
+    }
+    fs::create_directories(path);
+  }
+  ~RunDirectory() {
+    std::error_code ignored;
+    if (!made_.empty() && !kept_) fs::remove_all(made_, ignored);
+  }
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+  void Keep() { kept_ = true; }
+
+ private:
+  fs::path made_;  // empty: the directory was there already
+  bool kept_ = false;
+};
+
 PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
                          const std::string& run_dir) {
   PreparedPlan prepared;
@@ -60,6 +85,9 @@ PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluste
       bool known = false;
       for (const auto& spec : cluster.nodes) known = known || spec.name == placement.node;
       const std::string key = "ranks[" + std::to_string(rank) + "]";
+      if (placement.node.empty()) {
+        throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
+      }
       if (!known) {
         throw InputError(options.plan_file, key + ".node", "'" + placement.node + "' is not a node of " + cluster.file);
       }
@@ -98,12 +126,13 @@ void RunLaunch(const LaunchOptions& options) {
   if (!options.resume && fs::exists(fs::path(run_dir) / "plan.json")) {
     throw InputError("--run-dir", "", run_dir + " already holds a run; choose another --run-dir or --job-id, or --resume");
   }
-  fs::create_directories(run_dir);
+  RunDirectory directory(run_dir);
 
   ClusterAgents agents = ConnectAgents(cluster);
   const PreparedPlan prepared = PreparePlan(options, cluster, agents, run_dir);
   const std::string& plan_text = prepared.text;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
+  directory.Keep();
 
   std::vector<RankInfo> ranks;
   for (const RankPlacement& placement : prepared.plan.placement) ranks.push_back({placement.node, placement.device_type});

@@ -454,6 +454,15 @@ TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
   const auto run = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "nohost"});
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_TRUE(ContainsAll(run.err, {plan, "ranks[0].host", "is required"})) << run.err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/nohost")) << "a refused launch leaves no run directory";
+
+  text = ReadWholeFile(WritePlan());
+  const std::string node_b = "\"node\": \"b\", ";
+  text.replace(text.find(node_b), node_b.size(), "");  // rank 1's node
+  const auto no_node = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("no-node.json", text)});
+  EXPECT_EQ(no_node.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(no_node.err, {"ranks[1].node", "is required"})) << no_node.err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/runs")) << "a refused launch leaves no run directory";
 }
 
 TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
