@@ -1,8 +1,7 @@
 // `poplar plan` and `poplar simulate`: planning from profile files, or from the agents.
+#include <filesystem>
 #include <iostream>
 #include <memory>
-
-#include <filesystem>
 
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
@@ -40,6 +39,11 @@ LoadedCluster Load(const PlanOptions& options) {
   loaded.cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network);
   const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
   if (!dir.empty()) {
+    if (!std::filesystem::is_directory(dir)) {
+      throw InputError(options.profiles_dir.empty() ? options.cluster_file : "--profiles",
+                       options.profiles_dir.empty() ? "profiles" : "",
+                       "folder " + dir + " does not exist (poplar profile writes one)");
+    }
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
     return loaded;
   }

@@ -573,6 +573,15 @@ TEST_F(Cli, EstimateMemoryRejectsUnknownPrecision) {
   EXPECT_TRUE(ContainsAll(run.err, {"--precision", "fp8"}));
 }
 
+TEST_F(Cli, PlanNamesAMissingProfilesFolderByItsKey) {
+  std::string text = ReadFile(ExampleCluster("v100-and-t4"));
+  text.replace(text.find("profiles: profiles/gpt2-medium"), 30, "profiles: nowhere");
+  const Outcome run = Poplar({"plan", Write("cluster.yaml", text)});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+  EXPECT_TRUE(ContainsAll(run.err, {"cluster.yaml: profiles: folder", "nowhere does not exist"})) << run.err;
+}
+
 // ---------------------------------------------------------------------------
 // poplar prepare-data.
 
