@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -188,6 +189,15 @@ StageProfile Summarize(const StageSamples& samples) {
 }  // namespace
 
 void Profile(const ProfileOptions& options) {
+  // Checked before measuring, which takes minutes: where the file goes, and its name.
+  const std::filesystem::path folder = std::filesystem::path(options.output).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder)) {
+    throw InputError("--output", "", "folder " + folder.string() + " does not exist");
+  }
+  if (!IsPlainFileName(options.device_type)) {
+    throw InputError("--device-type", "", "must be a plain name (a cluster file's profiles folder holds it as "
+                                          "<type>.json), got '" + options.device_type + "'");
+  }
   const GptConfig config = LoadModelConfig(options.model_config);
   const torch::Device device = SetUpDevice(options.device, 0);
   std::int64_t capacity = MemoryCapacity(device);

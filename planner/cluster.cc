@@ -47,7 +47,7 @@ void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
 DeviceGroupSpec ParseDeviceGroup(YamlFields fields) {
   DeviceGroupSpec group;
   group.type = fields.String("type");
-  if (group.type.find('/') != std::string::npos || group.type == "." || group.type == "..") {
+  if (!IsPlainFileName(group.type)) {
     fields.Fail("type", "must be a plain name (it names the profile file <type>.json)");
   }
   const std::int64_t count = fields.Integer("count");

@@ -73,6 +73,10 @@ void WriteFileAtomically(const std::string& named, const std::string& contents) 
   }
 }
 
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
 std::string ParentFolder(const std::string& path) {
   const auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";

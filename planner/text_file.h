@@ -11,6 +11,9 @@ std::string ReadTextFile(const std::string& path);
 // Writes through a symbolic link (the link stays); refuses a path that is a folder, a
 // device or a pipe, rather than replacing it.
 void WriteFileAtomically(const std::string& path, const std::string& contents);
+// A name that can be a file's name in a folder, as a device type names its profile
+// <type>.json: not empty, no '/', not "." or "..".
+bool IsPlainFileName(const std::string& name);
 // The folder part of a path ("a/b/c.yaml" -> "a/b", "c.yaml" -> ".").
 std::string ParentFolder(const std::string& path);
 // `path` if absolute, else `base_folder`/`path`.

@@ -57,6 +57,22 @@ TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
             profile.stages[0].max_micro_batch);
 }
 
+// Refused before minutes of measuring, not after them.
+TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
+  ScratchDir scratch("poplar_profile");
+  WriteModelConfig(scratch, 32, 64);
+  const ProcessOutcome folder = RunProfile(scratch, kCap, scratch.path() + "/missing/tiny-cpu.json");
+  EXPECT_EQ(folder.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(folder.err, {"--output", "missing does not exist"})) << folder.err;
+  EXPECT_FALSE(Contains(folder.err, "pass 1")) << "nothing was measured";
+  ChildOptions options;
+  options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json", "-o",
+                  scratch.path() + "/p.json", "--device-type", "../up"};
+  const ProcessOutcome type = RunProcess(options, scratch.path());
+  EXPECT_EQ(type.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(type.err, {"--device-type", "plain name", "'../up'"})) << type.err;
+}
+
 TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
   ScratchDir scratch("poplar_profile_passes");
   WriteModelConfig(scratch, 32, 64);
