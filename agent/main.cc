@@ -141,8 +141,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "poplar-agent " POPLAR_VERSION);
   app.footer("Configuration: docs/operations.md. Credentials: scripts/make-cluster-credentials.");
   poplar::AgentOptions options;
-  app.add_option("--config", options.config, "Agent file (YAML)")->required()->check(CLI::ExistingFile);
+  // Required, but checked in the callback: CLI11 checks requirements before it names an
+  // unknown flag, so `poplar-agent --bogus` would only hear that --config is required.
+  app.add_option("--config", options.config, "Agent file (YAML; required)")->check(CLI::ExistingFile);
   app.add_option("--port-file", options.port_file, "Write the port it listens on here (for listen: host:0)");
-  app.callback([&] { poplar::Serve(options); });
+  app.callback([&] {
+    if (options.config.empty()) throw CLI::RequiredError("--config");
+    poplar::Serve(options);
+  });
   return poplar::RunApp(app, argc, argv, "poplar-agent", "poplar-agent", "", /*runtime_errors_fail=*/true);
 }

@@ -47,7 +47,13 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
   } catch (const CLI::ParseError& error) {
     std::string command = program;
     for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
-    std::cerr << command << ": " << error.what() << " (see '" << command << " --help')\n";
+    std::string what = error.what();
+    // A first word that is not a command ("poplar plna", "poplar help"): say so.
+    const std::vector<std::string> extras = app.remaining();
+    if (!commands.empty() && app.get_subcommands().empty() && !extras.empty() && extras.front().rfind("-", 0) != 0) {
+      what = "unknown command '" + extras.front() + "'; the commands are " + commands;
+    }
+    std::cerr << command << ": " << what << " (see '" << command << " --help')\n";
     return 2;
   } catch (const InputError& error) {
     std::cerr << speaker << ": error: " << error.what() << "\n";

@@ -587,6 +587,10 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   EXPECT_EQ(key.exit_code, 1);
   EXPECT_TRUE(ContainsAll(key.err, {"agent.yaml: credentials", "cannot serve TLS"})) << key.err;
   EXPECT_FALSE(Contains(key.err, "cannot listen")) << key.err;
+  // An unknown flag is named (CLI11 would name only the missing --config).
+  const auto flag = RunProcess(Command({POPLAR_AGENT_BINARY, "--bogus"}), dir.path());
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_TRUE(Contains(flag.err, "--bogus")) << flag.err;
 }
 
 }  // namespace
