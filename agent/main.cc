@@ -61,8 +61,10 @@ std::string WorkerVersion(Spawner& spawner, const std::string& worker) {
   int status = 0;
   waitpid(spawned.pid, &status, 0);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) {
-    throw InputError(worker, "", "does not answer --version like poplar-worker (status " + std::to_string(status) + ")");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
+    throw InputError(worker, "", "does not answer --version like poplar-worker (it said '" +
+                                     text.substr(0, text.find('\n')).substr(0, 80) + "', status " +
+                                     std::to_string(status) + ")");
   }
   return text;
 }

@@ -54,7 +54,7 @@ StageProfile ParseStage(JsonFields fields) {
   stage.stage = static_cast<int>(number);
   if (fields.Has("world_size")) {
     const std::int64_t world = fields.Integer("world_size");
-    if (world <= 0) fields.Fail("world_size", "must be a positive number of ranks");
+    if (world <= 0 || world > 1'000'000) fields.Fail("world_size", "must be a number of ranks from 1 to 1000000");
     stage.world_size = static_cast<int>(world);
   } else {
     fields.Child("world_size");

@@ -587,6 +587,15 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   EXPECT_EQ(key.exit_code, 1);
   EXPECT_TRUE(ContainsAll(key.err, {"agent.yaml: credentials", "cannot serve TLS"})) << key.err;
   EXPECT_FALSE(Contains(key.err, "cannot listen")) << key.err;
+  // A worker that is not poplar-worker is refused (coreutils' true answers --version too).
+  std::string config = ReadTextFile(dir.path() + "/agent.yaml");
+  config.replace(config.find("worker: "), config.find('\n', config.find("worker: ")) - config.find("worker: "),
+                 "worker: /bin/true");
+  const auto not_worker =
+      RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("true.yaml", config)}), dir.path());
+  EXPECT_EQ(not_worker.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(not_worker.err, {"/bin/true", "does not answer --version like poplar-worker"}))
+      << not_worker.err;
   // An unknown flag is named (CLI11 would name only the missing --config).
   const auto flag = RunProcess(Command({POPLAR_AGENT_BINARY, "--bogus"}), dir.path());
   EXPECT_EQ(flag.exit_code, 2);

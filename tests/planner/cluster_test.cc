@@ -547,6 +547,13 @@ TEST(ClusterFile, RejectsNegativeBandwidth) {
                  "network.inter_node.bandwidth_gbps", "must be a positive number");
 }
 
+TEST(ClusterFile, RejectsInfiniteBandwidthAndLatency) {
+  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: .inf"),
+                 "network.intra_node.bandwidth_gbps", "must be a positive number");
+  ExpectRejected(ValidWith("latency_us: 5", "latency_us: .inf"),
+                 "network.intra_node.latency_us", "must be zero or more");
+}
+
 TEST(ClusterFile, RejectsZeroBandwidth) {
   ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 0"),
                  "network.intra_node.bandwidth_gbps", "must be a positive number");

@@ -366,9 +366,11 @@ TEST(ProfileFile, RejectsDuplicateStage) {
                  "stage 0 appears twice");
 }
 
-TEST(ProfileFile, RejectsNonPositiveWorldSize) {
+TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
   ExpectRejected([](Json& j) { j["stages"][1]["world_size"] = 0; }, "stages[1].world_size",
-                 "must be a positive number of ranks");
+                 "must be a number of ranks from 1 to 1000000");
+  ExpectRejected([](Json& j) { j["stages"][1]["world_size"] = std::int64_t{1} << 40; }, "stages[1].world_size",
+                 "from 1 to 1000000");  // once cast to int unchecked
 }
 
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
