@@ -1,6 +1,5 @@
 #include "planner/cluster.h"
 
-#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -16,12 +15,10 @@ constexpr double kBitsPerByte = 8.0;
 LinkSpec ParseLink(YamlFields fields) {
   LinkSpec link;
   const double gbps = fields.Number("bandwidth_gbps");
-  if (!(gbps > 0) || !std::isfinite(gbps)) {
-    fields.Fail("bandwidth_gbps", "must be a positive number of gigabits per second");
-  }
+  if (!(gbps > 0)) fields.Fail("bandwidth_gbps", "must be a positive number of gigabits per second");
   link.bandwidth_bytes_per_s = gbps * 1e9 / kBitsPerByte;
   const double latency_us = fields.Number("latency_us");
-  if (!(latency_us >= 0) || !std::isfinite(latency_us)) fields.Fail("latency_us", "must be zero or more microseconds");
+  if (!(latency_us >= 0)) fields.Fail("latency_us", "must be zero or more microseconds");
   link.latency_s = latency_us * 1e-6;
   fields.Finish();
   return link;

@@ -1,5 +1,7 @@
 #include "planner/yaml_fields.h"
 
+#include <cmath>
+
 #include "planner/input_error.h"
 
 namespace poplar {
@@ -99,6 +101,8 @@ double YamlFields::Number(const std::string& key) {
   if (!IsPlainScalar(child) || !YAML::convert<double>::decode(child, value)) {
     Fail(key, "must be a number, got " + Shown(child) + LineOf(child));
   }
+  // YAML spells infinity and nan (.inf, .nan); no setting of poplar's means either.
+  if (!std::isfinite(value)) Fail(key, "must be a finite number, got " + Shown(child) + LineOf(child));
   return value;
 }
 

@@ -31,7 +31,7 @@ class YamlFields {
   std::string String(const std::string& key);
   std::optional<std::string> OptionalString(const std::string& key);
   std::int64_t Integer(const std::string& key);
-  double Number(const std::string& key);
+  double Number(const std::string& key);  // finite: .inf and .nan are refused
   // Optional true/false; `fallback` when absent.
   bool Boolean(const std::string& key, bool fallback);
   // A nested mapping; throws if absent.

@@ -547,11 +547,15 @@ TEST(ClusterFile, RejectsNegativeBandwidth) {
                  "network.inter_node.bandwidth_gbps", "must be a positive number");
 }
 
-TEST(ClusterFile, RejectsInfiniteBandwidthAndLatency) {
+// YAML's .inf and .nan are numbers to yaml-cpp; every number of a cluster file must be
+// finite (the job's learning rate took .inf before the parser refused it for all).
+TEST(ClusterFile, RejectsInfiniteOrNanNumbersAnywhere) {
   ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: .inf"),
-                 "network.intra_node.bandwidth_gbps", "must be a positive number");
+                 "network.intra_node.bandwidth_gbps", "must be a finite number, got '.inf'");
   ExpectRejected(ValidWith("latency_us: 5", "latency_us: .inf"),
-                 "network.intra_node.latency_us", "must be zero or more");
+                 "network.intra_node.latency_us", "must be a finite number");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: .nan"), "job.lr",
+                 "must be a finite number, got '.nan'");
 }
 
 TEST(ClusterFile, RejectsZeroBandwidth) {
