@@ -38,15 +38,6 @@ CollectivePoint ReadPoint(JsonFields& fields) {
   return point;
 }
 
-// "fp32" or "bf16" (the worker's names).
-Precision RequireWorkerPrecision(JsonFields& fields, const std::string& key) {
-  const std::string name = fields.String(key);
-  for (Precision precision : {Precision::kFp32, Precision::kMixed}) {
-    if (name == WorkerPrecisionName(precision)) return precision;
-  }
-  fields.Fail(key, "must be fp32 or bf16, got '" + name + "'");
-}
-
 nlohmann::ordered_json PointToJson(const CollectivePoint& point) {
   return {{"collective", CollectiveName(point.collective)}, {"bytes", point.bytes}, {"seconds", point.seconds}};
 }
@@ -232,7 +223,10 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
     rank.Finish();
   }
   network.backend = RequireBackend(fields);
-  network.precision = RequireWorkerPrecision(fields, "precision");
+  const std::string precision = fields.String("precision");
+  const std::optional<Precision> named = WorkerPrecisionNamed(precision);
+  if (!named) fields.Fail("precision", "must be fp32 or bf16, got '" + precision + "'");
+  network.precision = *named;
   JsonFields lines = fields.Map("collectives");
   for (Collective collective : kCollectives) {
     network.times.Of(collective) = ParseLine(lines.Map(CollectiveName(collective)));

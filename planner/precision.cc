@@ -16,9 +16,15 @@ std::string PrecisionName(Precision precision) {
 
 std::string WorkerPrecisionName(Precision precision) { return precision == Precision::kFp32 ? "fp32" : "bf16"; }
 
+std::optional<Precision> WorkerPrecisionNamed(const std::string& text) {
+  for (Precision precision : {Precision::kFp32, Precision::kMixed}) {
+    if (text == WorkerPrecisionName(precision)) return precision;
+  }
+  return std::nullopt;
+}
+
 Precision ParseWorkerPrecision(const std::string& text, const std::string& key) {
-  if (text == "fp32") return Precision::kFp32;
-  if (text == "bf16") return Precision::kMixed;
+  if (auto precision = WorkerPrecisionNamed(text)) return *precision;
   throw InputError(key, "", "must be fp32 or bf16, got '" + text + "'");
 }
 

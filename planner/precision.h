@@ -18,7 +18,9 @@ std::string PrecisionName(Precision precision);
 // The worker's names of the precisions (poplar-worker --precision, the agents'
 // requests): "fp32", and "bf16" for mixed precision.
 std::string WorkerPrecisionName(Precision precision);
-// A worker precision name; anything else is an InputError naming `key`.
+// A worker precision name ("fp32" or "bf16"); nullopt for anything else.
+std::optional<Precision> WorkerPrecisionNamed(const std::string& text);
+// The same, where anything else is an InputError naming `key`.
 Precision ParseWorkerPrecision(const std::string& text, const std::string& key);
 
 // Bytes of one parameter (and of one gradient) as computed on and communicated.
