@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "launcher/communicator.h"
-#include "launcher/counting_allocator.h"
 #include "launcher/device.h"
 #include "launcher/metrics_writer.h"
 #include "launcher/stopwatch.h"

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -10,7 +9,6 @@
 #include <unistd.h>
 
 #include "launcher/communicator.h"
-#include "launcher/counting_allocator.h"
 #include "launcher/device.h"
 #include "launcher/emulated_slowdown.h"
 #include "launcher/stopwatch.h"
@@ -190,10 +188,7 @@ StageProfile Summarize(const StageSamples& samples) {
 
 void Profile(const ProfileOptions& options) {
   // Checked before measuring, which takes minutes: where the file goes, and its name.
-  const std::filesystem::path folder = std::filesystem::path(options.output).parent_path();
-  if (!folder.empty() && !std::filesystem::is_directory(folder)) {
-    throw InputError("--output", "", "folder " + folder.string() + " does not exist");
-  }
+  RequireFolderFor(options.output, "--output");
   if (!IsPlainFileName(options.device_type)) {
     throw InputError("--device-type", "", "must be a plain name (a cluster file's profiles folder holds it as "
                                           "<type>.json), got '" + options.device_type + "'");

@@ -14,7 +14,6 @@
 
 #include "launcher/checkpoint.h"
 #include "launcher/communicator.h"
-#include "launcher/counting_allocator.h"
 #include "launcher/device.h"
 #include "launcher/emulated_slowdown.h"
 #include "launcher/stopwatch.h"
@@ -25,6 +24,7 @@
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"
 #include "planner/input_error.h"
+#include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
 namespace poplar {
@@ -57,12 +57,7 @@ void RequireWritableOutputs(const TrainOptions& options) {
                                                    (error ? error.message() : "a file is in the way"));
     }
   }
-  if (!options.save.empty()) {
-    const fs::path parent = fs::path(options.save).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent)) {
-      throw InputError("--save", "", "folder " + parent.string() + " does not exist");
-    }
-  }
+  if (!options.save.empty()) RequireFolderFor(options.save, "--save");
 }
 
 // What every rank must agree on: anything that decides which collectives run, or what

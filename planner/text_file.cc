@@ -73,6 +73,13 @@ void WriteFileAtomically(const std::string& named, const std::string& contents) 
   }
 }
 
+void RequireFolderFor(const std::string& path, const std::string& flag) {
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder)) {
+    throw InputError(flag, "", "folder " + folder.string() + " does not exist");
+  }
+}
+
 bool IsPlainFileName(const std::string& name) {
   return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
 }

@@ -55,10 +55,8 @@ struct PreparedPlan {
 class RunDirectory {
  public:
   explicit RunDirectory(const std::string& path) {
-    for (fs::path folder = fs::absolute(path); !folder.empty() && !fs::exists(folder); folder = folder.parent_path()) {
-      made_ = folder;  // the outermost folder that is missing
-      if (folder == folder.parent_path()) break;
-    }
+    // The outermost folder that is missing (the walk ends at the root, which exists).
+    for (fs::path folder = fs::absolute(path); !fs::exists(folder); folder = folder.parent_path()) made_ = folder;
     fs::create_directories(path);
   }
   ~RunDirectory() {
