@@ -91,6 +91,12 @@ TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   }
 }
 
+TEST_F(WorkerBadInput, SaveIntoAFolderThatDoesNotExist) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--save", scratch_.path() + "/missing/model.pt"})),
+                 {"--save", "missing does not exist"});
+}
+
 TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   scratch_.Write("tokens.bin", "abc");
