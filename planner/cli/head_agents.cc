@@ -84,25 +84,30 @@ AgentClient* FirstAgentWith(const ClusterSpec& cluster, ClusterAgents& agents, c
   throw std::logic_error("no node has device type " + type);
 }
 
+// The types `asked` names, each once, in the order given; all the cluster's when none.
+// Throws InputError naming --type for a type the cluster lacks.
+std::vector<std::string> TypesToProfile(const ClusterSpec& cluster, const std::vector<std::string>& asked) {
+  const std::vector<std::string> all = cluster.DeviceTypes();
+  if (asked.empty()) return all;
+  std::vector<std::string> types;
+  for (const std::string& type : asked) {
+    if (std::find(all.begin(), all.end(), type) == all.end()) {
+      std::string known;
+      for (const std::string& name : all) known += (known.empty() ? "" : ", ") + name;
+      throw InputError("--type", "", "'" + type + "' is not a device type of " + cluster.file + " (it has " + known + ")");
+    }
+    if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
+  }
+  return types;
+}
+
 }  // namespace
 
 std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
                                                    const std::string& dir, const ProfileRequestOptions& options) {
   const std::string model = ModelConfigText(cluster, "to profile the devices");
-  const std::vector<std::string> all_types = cluster.DeviceTypes();
-  std::vector<std::string> types;  // those asked for, each once, or all
-  for (const std::string& type : options.types) {
-    if (std::find(all_types.begin(), all_types.end(), type) == all_types.end()) {
-      std::string known;
-      for (const std::string& name : all_types) known += (known.empty() ? "" : ", ") + name;
-      throw InputError("--type", "", "'" + type + "' is not a device type of " + cluster.file + " (it has " +
-                                         known + ")");
-    }
-    if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
-  }
-  if (types.empty()) types = all_types;
   std::vector<ProfileFetch> fetches;
-  for (const std::string& type : types) {
+  for (const std::string& type : TypesToProfile(cluster, options.types)) {
     ProfileFetch fetch;
     fetch.type = type;
     fetch.agent = FirstAgentWith(cluster, agents, type);
