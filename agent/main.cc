@@ -15,6 +15,7 @@
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/devices.h"
+#include "agent/grpc_log.h"
 #include "agent/keepalive.h"
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
@@ -95,21 +96,18 @@ void Serve(const AgentOptions& options) {
   builder.AddListeningPort(config.listen, credentials, &port);
   AddAgentKeepalive(builder);
   builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server;
+  std::string grpc_reason;
+  {
+    GrpcLogCapture log;
+    server = builder.BuildAndStart();
+    if (!server || port == 0) grpc_reason = log.Take();
+  }
   if (!server || port == 0) {
-    // gRPC says why only in its log. If the credentials fail on a free loopback port
-    // too, they are the cause, not the address.
-    grpc::ServerBuilder probe;
-    int probe_port = 0;
-    probe.AddListeningPort("127.0.0.1:0", credentials, &probe_port);
-    std::unique_ptr<grpc::Server> probe_server = probe.BuildAndStart();
-    if (!probe_server || probe_port == 0) {
-      throw InputError(config.file, "credentials",
-                       "gRPC cannot serve TLS with these files (ca, cert, key): is the key the "
-                       "certificate's, and are both PEM? (gRPC's reason is above)");
-    }
-    probe_server->Shutdown();
-    throw InputError(config.file, "listen", "cannot listen on " + config.listen + " (in use, or not an address of this machine)");
+    // The credentials were checked on a loopback port (AgentServerCredentials).
+    throw InputError(config.file, "listen", "cannot listen on " + config.listen +
+                                                " (in use, or not an address of this machine; gRPC: " +
+                                                (grpc_reason.empty() ? "no reason given" : grpc_reason) + ")");
   }
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
   if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");

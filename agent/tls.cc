@@ -1,10 +1,14 @@
 #include "agent/tls.h"
 
+#include "agent/grpc_log.h"
+
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/server_builder.h>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
+#include "poplar/v1/agent.grpc.pb.h"
 
 namespace poplar {
 namespace {
@@ -74,21 +78,48 @@ class TokenPlugin : public grpc::MetadataCredentialsPlugin {
   const std::string value_;
 };
 
-}  // namespace
-
-std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
-                                                                const std::string& source) {
+std::shared_ptr<grpc::ServerCredentials> ServerTls(const CredentialPaths& paths, const std::string& source) {
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
   options.pem_key_cert_pairs.push_back(
       {ReadCredential(paths.key, source, "key"), ReadCredential(paths.cert, source, "cert")});
-  auto credentials = grpc::SslServerCredentials(options);
+  return grpc::SslServerCredentials(options);
+}
+
+// gRPC accepts any text as PEM when credentials are made and says what is wrong only in
+// its log, when a server starts or a connection is made: the head then saw "empty
+// address list" and the agent a failure to listen. A throwaway TLS server on a free
+// loopback port, with the same three files, starts only if they are usable together.
+void CheckTlsFilesServe(const CredentialPaths& paths, const std::string& source) {
+  GrpcLogCapture log;
+  grpc::ServerBuilder probe;
+  int port = 0;
+  probe.AddListeningPort("127.0.0.1:0", ServerTls(paths, source), &port);
+  v1::Agent::Service unimplemented;  // a server starts only with a service to serve
+  probe.RegisterService(&unimplemented);
+  std::unique_ptr<grpc::Server> server = probe.BuildAndStart();
+  if (!server || port == 0) {
+    throw InputError(source, "credentials",
+                     "gRPC cannot use these files for TLS (ca " + paths.ca + ", cert " + paths.cert + ", key " +
+                         paths.key + "): is the key the certificate's, and are all three PEM? (gRPC: " +
+                         log.Take() + ")");
+  }
+  server->Shutdown();
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
+                                                                const std::string& source) {
+  CheckTlsFilesServe(paths, source);
+  auto credentials = ServerTls(paths, source);
   credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
   return credentials;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
                                                                  const std::string& source) {
+  CheckTlsFilesServe(paths, source);  // the head's certificate serves too: same CA, same checks
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
   options.pem_private_key = ReadCredential(paths.key, source, "key");

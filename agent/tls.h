@@ -17,7 +17,8 @@
 namespace poplar {
 
 // Both throw InputError naming `source` (the agent or cluster file) and the key when a
-// credential file cannot be read.
+// credential file cannot be read, and naming `credentials` when the files cannot be
+// used together (a key that is not the certificate's, a file that is not PEM).
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
                                                                 const std::string& source);
 std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,

@@ -528,6 +528,18 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   const auto refused = Poplar({"status", "wrong.yaml"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(ContainsAll(refused.out, {"refused our credentials", "cluster token is wrong"})) << refused.out;
+
+  // A head key that is not its certificate's is named as such (it read "agent
+  // unreachable ... empty address list").
+  std::string yaml = ReadTextFile(WriteCluster("cluster.yaml", "creds/token", ""));
+  yaml.replace(yaml.find("creds/head.key"), 14, "creds/agent.key");
+  const auto wrong_key = Poplar({"status", dir_.Write("wrong-key.yaml", yaml)});
+  EXPECT_EQ(wrong_key.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(wrong_key.err, {"wrong-key.yaml: credentials", "is the key the certificate's",
+                                          "gRPC: Invalid private key;"}))
+      << wrong_key.err;
+  EXPECT_TRUE(poplar::testing::IsOneLine(wrong_key.err)) << wrong_key.err;
+  EXPECT_FALSE(Contains(wrong_key.out + wrong_key.err, "unreachable")) << wrong_key.out;
 }
 
 TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
@@ -573,11 +585,14 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
       RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir.path() + "/creds"}), dir.path());
   ASSERT_EQ(made.exit_code, 0) << made.err;
   fs::create_directories(dir.path() + "/work");
+  auto write = [&](const std::string& listen, const std::string& key) {
+    return dir.Write("agent.yaml", "listen: " + listen +
+                                       "\ncredentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: " + key +
+                                       ", token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
+                                       "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, memory_mib: 16}\n");
+  };
   auto start = [&](const std::string& listen, const std::string& key) {
-    const std::string config = dir.Write(
-        "agent.yaml", "listen: " + listen + "\ncredentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: " + key +
-                          ", token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
-                          "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, memory_mib: 16}\n");
+    const std::string config = write(listen, key);
     return RunProcess(Command({POPLAR_AGENT_BINARY, "--config", config}), dir.path(), std::chrono::seconds(60));
   };
   const auto port = start("127.0.0.1:99999", "creds/agent.key");
@@ -585,10 +600,14 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   EXPECT_TRUE(ContainsAll(port.err, {"agent.yaml", "listen", "port must be a number from 0", "'99999'"})) << port.err;
   const auto key = start("127.0.0.1:0", "creds/head.key");  // another certificate's key
   EXPECT_EQ(key.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(key.err, {"agent.yaml: credentials", "cannot serve TLS"})) << key.err;
+  EXPECT_TRUE(ContainsAll(key.err, {"agent.yaml: credentials", "cannot use these files for TLS",
+                                    "(gRPC: Invalid private key;"}))
+      << key.err;
   EXPECT_FALSE(Contains(key.err, "cannot listen")) << key.err;
+  // gRPC's reason is in the one line, not in log lines before it.
+  EXPECT_TRUE(poplar::testing::IsOneLine(key.err)) << key.err;
   // A worker that is not poplar-worker is refused (coreutils' true answers --version too).
-  std::string config = ReadTextFile(dir.path() + "/agent.yaml");
+  std::string config = ReadTextFile(write("127.0.0.1:0", "creds/agent.key"));
   config.replace(config.find("worker: "), config.find('\n', config.find("worker: ")) - config.find("worker: "),
                  "worker: /bin/true");
   const auto not_worker =

@@ -31,6 +31,13 @@ std::vector<std::string> ReadLines(const std::string& path) {
   return ContainsAll(text, {part});
 }
 
+::testing::AssertionResult IsOneLine(const std::string& text) {
+  if (text.empty() || text.back() != '\n' || text.find('\n') != text.size() - 1) {
+    return ::testing::AssertionFailure() << "not exactly one line: '" << text << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 ScratchDir::ScratchDir(const std::string& prefix) {
   std::string pattern = ::testing::TempDir() + prefix + "_XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + pattern);

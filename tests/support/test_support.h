@@ -14,6 +14,9 @@ namespace poplar::testing {
                                        std::initializer_list<std::string> parts);
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part);
 
+// Errors are one line a user can act on: non-empty, ending in a newline, no other newline.
+::testing::AssertionResult IsOneLine(const std::string& text);
+
 // The non-empty lines of a file (a metrics file's JSON records); none if it is missing.
 std::vector<std::string> ReadLines(const std::string& path);
 
