@@ -1,6 +1,7 @@
 #include "planner/yaml_fields.h"
 
 #include <cmath>
+#include <vector>
 
 #include "planner/input_error.h"
 
@@ -34,14 +35,25 @@ std::string Shown(const YAML::Node& node) {
 }  // namespace
 
 YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& error) {
     throw InputError(file, "", "not valid YAML: " + error.msg + " (line " + std::to_string(error.mark.line + 1) + ")");
   }
-  if (!root || root.IsNull()) throw InputError(file, "", "is empty");
-  return root;
+  // A second document (after `---`) would be ignored; two files pasted into one are a
+  // mistake to point out, not to half-read. Empty documents (a trailing `---`) are none.
+  std::vector<YAML::Node> given;
+  for (const auto& document : documents) {
+    if (document && !document.IsNull()) given.push_back(document);
+  }
+  if (given.empty()) throw InputError(file, "", "is empty");
+  if (given.size() > 1) {
+    throw InputError(file, "", "holds " + std::to_string(given.size()) +
+                                   " YAML documents (separated by ---); it must hold one (the second begins on line " +
+                                   std::to_string(given[1].Mark().line + 1) + ")");
+  }
+  return given.front();
 }
 
 std::string YamlFields::LineOf(const YAML::Node& node) {
@@ -124,6 +136,10 @@ void YamlFields::Finish() const {
   for (const auto& entry : node_) {
     const std::string key = entry.first.as<std::string>();
     if (used_.count(key)) continue;
+    if (key == "<<") {
+      throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
+                                                "; write the keys out in full");
+    }
     std::string known;
     for (const auto& name : used_) known += (known.empty() ? "" : ", ") + name;
     throw InputError(file_, KeyPath(key),

@@ -17,7 +17,7 @@
 namespace poplar {
 
 // Parses `text` as one YAML document. Throws InputError naming `file`: not valid YAML
-// (with the line), or empty.
+// (with the line), empty, or more than one document.
 YAML::Node ParseYamlDocument(const std::string& text, const std::string& file);
 
 class YamlFields {

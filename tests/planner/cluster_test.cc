@@ -286,6 +286,25 @@ TEST(ClusterFile, RejectsEmptyFile) {
   }
 }
 
+// yaml-cpp's Load reads the first document only: a second cluster pasted after `---`
+// was silently ignored.
+TEST(ClusterFile, RejectsASecondDocumentButNotMarkersAroundOne) {
+  const InputError error = ParseError(std::string(kValidCluster) + "---\n" + kSingleDeviceCluster);
+  EXPECT_EQ(error.file(), kFile);
+  EXPECT_EQ(error.key(), "");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"holds 2 YAML documents", "must hold one", "begins on line 21"}))
+      << error.reason();
+  EXPECT_EQ(ParseClusterYaml(std::string("---\n") + kValidCluster + "---\n", kFile).global_batch, 512);
+}
+
+// yaml-cpp does not expand `<<: *anchor`; the key is named for what it is.
+TEST(ClusterFile, RejectsMergeKeysByName) {
+  const std::string text = ValidWith("nodes:\n  - name: node-a\n", "nodes:\n  - name: node-a\n    <<: {x: 1}\n");
+  const InputError error = ParseError(text);
+  EXPECT_EQ(error.key(), "nodes[0].<<");
+  EXPECT_TRUE(Contains(error.reason(), "YAML merge keys are not supported")) << error.reason();
+}
+
 TEST(ClusterFile, RejectsTopLevelThatIsNotAMapping) {
   for (const std::string text : {"- a\n- b\n", "just a string\n", "42\n"}) {
     SCOPED_TRACE(text);
@@ -544,7 +563,19 @@ TEST(ClusterFile, RequiresIntraNodeLinkWithTwoGroupsOnANode) {
 
 TEST(ClusterFile, RejectsNegativeBandwidth) {
   ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: -100"),
-                 "network.inter_node.bandwidth_gbps", "must be a positive number");
+                 "network.inter_node.bandwidth_gbps", "from 0.001 to 1000000, got -100");
+}
+
+// 1e308 Gb/s is finite, but infinite in bytes per second: every transfer took no time.
+TEST(ClusterFile, RejectsLinksBeyondAnyNetwork) {
+  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e308"),
+                 "network.inter_node.bandwidth_gbps", "gigabits per second from 0.001 to 1000000, got 1e+308");
+  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e-9"),
+                 "network.inter_node.bandwidth_gbps", "from 0.001 to 1000000");
+  ExpectRejected(ValidWith("latency_us: 20", "latency_us: 1e12"), "network.inter_node.latency_us",
+                 "microseconds from 0 to 10000000, got 1000000000000");
+  const ClusterSpec fastest = ParseClusterYaml(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 1000000"), kFile);
+  EXPECT_DOUBLE_EQ(fastest.intra_node->bandwidth_bytes_per_s, 1e6 * kGbps);
 }
 
 // YAML's .inf and .nan are numbers to yaml-cpp; every number of a cluster file must be
@@ -560,7 +591,7 @@ TEST(ClusterFile, RejectsInfiniteOrNanNumbersAnywhere) {
 
 TEST(ClusterFile, RejectsZeroBandwidth) {
   ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 0"),
-                 "network.intra_node.bandwidth_gbps", "must be a positive number");
+                 "network.intra_node.bandwidth_gbps", "from 0.001 to 1000000, got 0");
 }
 
 TEST(ClusterFile, RejectsBandwidthThatIsNotANumber) {
@@ -570,9 +601,9 @@ TEST(ClusterFile, RejectsBandwidthThatIsNotANumber) {
 
 TEST(ClusterFile, RejectsNegativeLatency) {
   ExpectRejected(ValidWith("latency_us: 5", "latency_us: -5"), "network.intra_node.latency_us",
-                 "must be zero or more microseconds");
+                 "microseconds from 0 to 10000000, got -5");
   ExpectRejected(ValidWith("latency_us: 20", "latency_us: -0.5"), "network.inter_node.latency_us",
-                 "must be zero or more microseconds");
+                 "microseconds from 0 to 10000000, got -0.5");
 }
 
 TEST(ClusterFile, RejectsMissingLatency) {
