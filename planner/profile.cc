@@ -21,9 +21,8 @@ ProfilePoint ParsePoint(JsonFields fields) {
   point.micro_batch = static_cast<int>(micro_batch);
   point.compute_s = fields.Number("compute_s");
   if (!(point.compute_s > 0)) fields.Fail("compute_s", "must be a positive number of seconds");
-  const double peak = fields.Number("peak_bytes");
-  if (!(peak > 0)) fields.Fail("peak_bytes", "must be a positive number of bytes");
-  point.peak_bytes = static_cast<std::int64_t>(peak);
+  point.peak_bytes = fields.Integer("peak_bytes");  // a float was cast unchecked (1e300 is undefined)
+  if (point.peak_bytes <= 0) fields.Fail("peak_bytes", "must be a positive number of bytes");
   fields.Finish();
   return point;
 }
@@ -120,9 +119,8 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
     fields.Fail("format", "must be \"" + std::string(kFormat) + "\", got \"" + format + "\"");
   }
   profile.device_type = fields.String("device_type");
-  const double memory = fields.Number("memory_bytes");
-  if (!(memory > 0)) fields.Fail("memory_bytes", "must be a positive number of bytes");
-  profile.memory_bytes = static_cast<std::int64_t>(memory);
+  profile.memory_bytes = fields.Integer("memory_bytes");
+  if (profile.memory_bytes <= 0) fields.Fail("memory_bytes", "must be a positive number of bytes");
   profile.emulated = fields.Boolean("emulated", false);
   profile.source = fields.OptionalString("source").value_or("");
   profile.model = ParseModel(fields.Map("model"));

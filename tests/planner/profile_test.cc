@@ -313,6 +313,14 @@ TEST(ProfileFile, RejectsZeroMemory) {
                  "must be a positive number of bytes");
 }
 
+// Byte counts are integers: a float was cast to int64 unchecked, and 1e300 has no value.
+TEST(ProfileFile, RejectsByteCountsThatAreNotIntegers) {
+  ExpectRejected([](Json& j) { j["memory_bytes"] = 1e300; }, "memory_bytes", "must be an integer");
+  ExpectRejected([](Json& j) { j["memory_bytes"] = 8.5e9; }, "memory_bytes", "must be an integer");
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 1.5e9; },
+                 "stages[1].points[0].peak_bytes", "must be an integer");
+}
+
 TEST(ProfileFile, RejectsEmulatedThatIsNotBoolean) {
   ExpectRejected([](Json& j) { j["emulated"] = "yes"; }, "emulated", "must be true or false");
   ExpectRejected([](Json& j) { j["emulated"] = 1; }, "emulated", "must be true or false");
@@ -409,7 +417,7 @@ TEST(ProfileFile, RejectsNonPositiveComputeTime) {
 TEST(ProfileFile, RejectsNonPositivePeakBytes) {
   ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 0; },
                  "stages[1].points[0].peak_bytes", "must be a positive number of bytes");
-  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = j["memory_bytes"].get<double>() + 1; },
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = j["memory_bytes"].get<std::int64_t>() + 1; },
                  "stages[1].points[0].peak_bytes", "above memory_bytes");
 }
 
