@@ -101,7 +101,7 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
     stages.push_back(std::move(entry));
   }
 
-  return {{"format", "poplar-plan/1"},
+  return {{"format", kPlanFormat},
           {"stage", problem.stage},
           {"global_batch", problem.global_batch},
           {"policy", PolicyName(result.policy)},
@@ -128,6 +128,14 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   schedule.stage = plan.stage;
   int rank = 0;
   for (const RankSlot& slot : cluster.Ranks()) {
+    // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
+    // another cluster, and its prediction here would be for devices it never meant.
+    const std::string& planned = plan.placement[rank].device_type;
+    if (!planned.empty() && planned != slot.device_type) {
+      throw InputError(plan.file, "ranks[" + std::to_string(rank) + "].device_type",
+                       "is " + planned + " but rank " + std::to_string(rank) + " of " + cluster.file + " is a " +
+                           slot.device_type + " (ranks follow the cluster file's order)");
+    }
     schedule.assignments.push_back({class_of.at(slot.device_type), 1, plan.micro_batches[rank++]});
   }
   if (const std::string reason = ValidateSchedule(problem, schedule); !reason.empty()) {

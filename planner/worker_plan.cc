@@ -34,6 +34,9 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   JsonFields fields(document, file, "");
   WorkerPlan plan;
   plan.file = file;
+  if (const auto format = fields.OptionalString("format"); format && *format != kPlanFormat) {
+    fields.Fail("format", "must be \"" + std::string(kPlanFormat) + "\", got \"" + *format + "\"");
+  }
   const std::int64_t stage = fields.Integer("stage");
   if (stage < 0 || stage > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
   plan.stage = static_cast<int>(stage);

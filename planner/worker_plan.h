@@ -15,6 +15,10 @@ namespace poplar {
 // 0.7 MB).
 inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
 
+// The plan file's `format`. Optional when reading (a hand-written plan may leave it out);
+// any other value is refused.
+inline constexpr char kPlanFormat[] = "poplar-plan/1";
+
 // Where a rank runs, as `poplar plan` writes it beside the micro-batches (empty when the
 // plan file does not say; the worker itself needs none of it).
 struct RankPlacement {
@@ -38,7 +42,7 @@ struct WorkerPlan {
   int Rounds() const;  // stages 2-3: entries per rank
 };
 
-// Parses and validates: stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
+// Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
 // micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch;
 // at stages 2-3 every rank has the same number of entries. Throws InputError naming the
 // file and the key.

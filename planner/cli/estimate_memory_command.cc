@@ -35,11 +35,14 @@ std::int64_t ParseCount(const std::string& text) {
   else if (suffix == "M" || suffix == "m") scale = 1e6;
   else if (suffix == "B" || suffix == "b" || suffix == "G") scale = 1e9;
   else if (!suffix.empty()) used = 0;
-  if (used == 0 || !(value * scale >= 1) || value * scale > 1e15) {
-    throw InputError("--params", "", "expected a positive parameter count like 354823168, 355M or 1.5B, got '" +
+  const double count = value * scale;
+  // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
+  // to the last bit of a double, hence the tolerance).
+  if (used == 0 || !(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) {
+    throw InputError("--params", "", "expected a whole, positive parameter count like 354823168, 355M or 1.5B, got '" +
                                          text + "'");
   }
-  return std::llround(value * scale);
+  return std::llround(count);
 }
 
 void Run(const EstimateOptions& options) {

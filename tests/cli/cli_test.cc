@@ -54,14 +54,7 @@ const std::string& ExampleProfiles() {
 
 using ::poplar::testing::Contains;
 using ::poplar::testing::ContainsAll;
-
-// Errors are one line a user can act on: non-empty, ending in a newline, no other newline.
-::testing::AssertionResult IsOneLine(const std::string& text) {
-  if (text.empty() || text.back() != '\n' || text.find('\n') != text.size() - 1) {
-    return ::testing::AssertionFailure() << "not exactly one line: '" << text << "'";
-  }
-  return ::testing::AssertionSuccess();
-}
+using ::poplar::testing::IsOneLine;
 
 // Parses stdout as exactly one JSON document (nothing else but trailing whitespace).
 Json ParseOneDocument(const std::string& out) {
@@ -474,6 +467,14 @@ TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
   EXPECT_TRUE(IsOneLine(run.err)) << run.err;
   EXPECT_TRUE(ContainsAll(run.err, {plan_file, "global_batch", "512"})) << run.err;
   EXPECT_EQ(run.out, "");
+  // Same ranks and batch, but rank 0 and rank 7 trade device types: the plan was made
+  // for another order of devices, and was once simulated as if it were not.
+  Json swapped = Json::parse(ReadFile(plan_file));
+  std::swap(swapped["ranks"][0]["device_type"], swapped["ranks"][7]["device_type"]);
+  const Outcome order =
+      Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", Write("swapped.json", swapped.dump())});
+  EXPECT_EQ(order.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(order.err, {"swapped.json: ranks[0].device_type", "is T4-16GB", "is a V100-16GB"})) << order.err;
 }
 
 TEST_F(Cli, SimulateRejectsUnknownPolicy) {
@@ -548,7 +549,7 @@ TEST_F(Cli, EstimateMemoryPrintsATable) {
 }
 
 TEST_F(Cli, EstimateMemoryRejectsParamsThatAreNotACount) {
-  for (const std::string params : {"abc", "-5", "0", "12Q"}) {
+  for (const std::string params : {"abc", "-5", "0", "12Q", "2.5", "1.0000005M"}) {
     SCOPED_TRACE(params);
     const Outcome run = Poplar({"estimate-memory", "--params", params, "--gpus", "4", "--json"});
     EXPECT_EQ(run.exit_code, 1);

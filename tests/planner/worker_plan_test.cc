@@ -3,6 +3,8 @@
 
 #include "planner/worker_plan.h"
 
+#include "planner/input_error.h"
+
 namespace poplar {
 namespace {
 
@@ -24,6 +26,19 @@ TEST(WorkerPlan, APlanWithoutPlacementHasEmptyOnes) {
   ASSERT_EQ(plan.placement.size(), 1u);
   EXPECT_TRUE(plan.placement[0].node.empty() && plan.placement[0].host.empty() &&
               plan.placement[0].device_type.empty());
+}
+
+// The format is optional (hand-written plans leave it out) but never wrong.
+TEST(WorkerPlan, ReadsOnlyItsOwnFormat) {
+  const std::string ranks = R"("stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [4]}])";
+  EXPECT_EQ(ParseWorkerPlan("{\"format\": \"poplar-plan/1\", " + ranks + "}", "p.json").global_batch, 4);
+  try {
+    ParseWorkerPlan("{\"format\": \"poplar-profile/1\", " + ranks + "}", "p.json");
+    ADD_FAILURE() << "a profile's format was read as a plan's";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.key(), "format");
+    EXPECT_EQ(error.reason(), "must be \"poplar-plan/1\", got \"poplar-profile/1\"");
+  }
 }
 
 }  // namespace
