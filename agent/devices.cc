@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include "planner/join.h"
+
 namespace poplar {
 namespace {
 
@@ -117,8 +119,7 @@ const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::
   if (!note.empty()) {
     throw DeviceUnavailable("every device of type '" + type + "' on this node is in use" + note);
   }
-  std::string have;
-  for (const auto& device : devices) have += (have.empty() ? "" : ", ") + device.type;
+  const std::string have = Join(devices, ", ", [](const DeviceInfo& device) { return device.type; });
   throw DeviceUnavailable("this node has no device of type '" + type + "' (it has: " +
                           (have.empty() ? "none" : have) + ")");
 }

@@ -2,6 +2,7 @@
 // address its config names, over TLS with the cluster's credentials, until SIGTERM or
 // SIGINT; then it stops every job it runs and exits. Its workers die with it even if it
 // is killed (agent/spawner.h).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/text_file.h"
 
 namespace poplar {
@@ -111,13 +113,13 @@ void Serve(const AgentOptions& options) {
   }
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
   if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
-  std::string device_list;
-  bool has_gpu = false;
   std::string why_no_gpu;
-  for (const auto& device : ListDevices(config, &why_no_gpu)) {
-    device_list += (device_list.empty() ? "" : ", ") + device.type + (device.emulated ? " (emulated)" : "");
-    has_gpu = has_gpu || !device.emulated;
-  }
+  const std::vector<DeviceInfo> devices = ListDevices(config, &why_no_gpu);
+  const std::string device_list = Join(devices, ", ", [](const DeviceInfo& device) {
+    return device.type + (device.emulated ? " (emulated)" : "");
+  });
+  const bool has_gpu =
+      std::any_of(devices.begin(), devices.end(), [](const DeviceInfo& device) { return !device.emulated; });
   std::fprintf(stderr, "poplar-agent: listening on %s (TLS, client certificate and token required); devices: %s; %s\n",
                address.c_str(), device_list.empty() ? "none" : device_list.c_str(), worker_version.c_str());
   ReportGpuReadiness(config, has_gpu, why_no_gpu, worker_version);

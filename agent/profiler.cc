@@ -15,6 +15,7 @@
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/precision.h"
 #include "planner/text_file.h"
 
@@ -129,8 +130,7 @@ std::filesystem::path Profiler::CachePath(const ProfileSettings& settings, const
 
 std::string Profiler::MeasureStages(const ProfileSettings& settings, const DeviceInfo& device,
                                     const std::vector<int>& stages, const ProgressFn& progress) {
-  std::string names;
-  for (int stage : stages) names += (names.empty() ? "" : ",") + std::to_string(stage);
+  const std::string names = Join(stages, ",", [](int stage) { return std::to_string(stage); });
   const std::string what = (stages.size() == 1 ? "stage " : "stages ") + names;
   if (!progress(what + ": measuring on " + device.type, false)) {
     throw std::runtime_error("profiling cancelled by the caller");

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "planner/input_error.h"
+#include "planner/join.h"
 
 namespace poplar {
 namespace {
@@ -126,9 +127,7 @@ JsonFields JsonFields::Map(const std::string& key) {
 void JsonFields::Finish() const {
   for (const auto& [key, value] : node_.items()) {
     if (used_.count(key)) continue;
-    std::string known;
-    for (const auto& name : used_) known += (known.empty() ? "" : ", ") + name;
-    throw InputError(file_, KeyPath(key), "unknown key; known keys here: " + known);
+    throw InputError(file_, KeyPath(key), "unknown key; known keys here: " + Join(used_, ", "));
   }
 }
 

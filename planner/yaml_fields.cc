@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "planner/input_error.h"
+#include "planner/join.h"
 
 namespace poplar {
 
@@ -140,10 +141,8 @@ void YamlFields::Finish() const {
       throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
                                                 "; write the keys out in full");
     }
-    std::string known;
-    for (const auto& name : used_) known += (known.empty() ? "" : ", ") + name;
     throw InputError(file_, KeyPath(key),
-                     "unknown key" + LineOf(entry.first) + "; known keys here: " + known);
+                     "unknown key" + LineOf(entry.first) + "; known keys here: " + Join(used_, ", "));
   }
 }
 

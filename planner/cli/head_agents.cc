@@ -14,6 +14,7 @@
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/precision.h"
 #include "planner/text_file.h"
 
@@ -47,8 +48,7 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
       int have = 0;
       for (const auto& device : description.devices()) have += device.type() == group.type;
       if (have < group.count) {
-        std::string list;
-        for (const auto& device : description.devices()) list += (list.empty() ? "" : ", ") + device.type();
+        const std::string list = Join(description.devices(), ", ", [](const auto& device) { return device.type(); });
         throw CommandFailed("node '" + node.name + "': the cluster file lists " + std::to_string(group.count) +
                             " x " + group.type + " but its agent has " + std::to_string(have) +
                             " (it has: " + (list.empty() ? "no devices" : list) + ")");
@@ -92,9 +92,8 @@ std::vector<std::string> TypesToProfile(const ClusterSpec& cluster, const std::v
   std::vector<std::string> types;
   for (const std::string& type : asked) {
     if (std::find(all.begin(), all.end(), type) == all.end()) {
-      std::string known;
-      for (const std::string& name : all) known += (known.empty() ? "" : ", ") + name;
-      throw InputError("--type", "", "'" + type + "' is not a device type of " + cluster.file + " (it has " + known + ")");
+      throw InputError("--type", "", "'" + type + "' is not a device type of " + cluster.file + " (it has " +
+                                         Join(all, ", ") + ")");
     }
     if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
   }
