@@ -1,12 +1,16 @@
 // `poplar profile` and `poplar status`: the head node asking the cluster's agents.
 #include <iostream>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
 #include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 
 namespace poplar {
 namespace {
@@ -44,7 +48,7 @@ void RunStatus(const StatusOptions& options) {
   const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
   ClusterAgents agents = ClientsFor(cluster);
   TextTable table({"node", "agent", "state", "devices", "jobs"}, {false, false, false, false, false});
-  int unreachable = 0;
+  std::vector<std::string> reasons;  // why each DOWN node is down, under the table
   for (auto& client : agents.clients) {
     try {
       const auto description = client->Describe(std::chrono::seconds(5));
@@ -53,27 +57,25 @@ void RunStatus(const StatusOptions& options) {
       for (const auto& device : description.devices()) {
         counts[device.type() + (device.emulated() ? " (emulated)" : "")] += 1;
       }
-      std::string devices;
-      for (const auto& [type, count] : counts) devices += (devices.empty() ? "" : ", ") + std::to_string(count) + " x " + type;
-      std::string jobs;
-      for (const auto& job : status.jobs()) {
-        std::string held;
-        for (const auto& device : job.devices()) held += (held.empty() ? "" : ", ") + device;
-        jobs += (jobs.empty() ? "" : "; ") + job.job_id() + " (" + std::to_string(job.ranks_size()) +
-                (job.ranks_size() == 1 ? " rank" : " ranks") + " on " + (held.empty() ? "-" : held) + ", step " +
-                std::to_string(job.step()) + ")";
-      }
+      const std::string devices =
+          Join(counts, ", ", [](const auto& entry) { return std::to_string(entry.second) + " x " + entry.first; });
+      const std::string jobs = Join(status.jobs(), "; ", [](const v1::JobStatus& job) {
+        const std::string held = Join(job.devices(), ", ");
+        return job.job_id() + " (" + std::to_string(job.ranks_size()) + (job.ranks_size() == 1 ? " rank" : " ranks") +
+               " on " + (held.empty() ? "-" : held) + ", step " + std::to_string(job.step()) + ")";
+      });
       table.AddRow({client->node(), client->address(), "up", devices.empty() ? "none" : devices,
                     jobs.empty() ? "-" : jobs});
     } catch (const AgentError& error) {
-      ++unreachable;
-      table.AddRow({client->node(), client->address(), "DOWN: " + error.reason(), "-", "-"});
+      reasons.push_back(error.what());
+      table.AddRow({client->node(), client->address(), "DOWN", "-", "-"});
     }
   }
   std::cout << table.Render();
-  if (unreachable > 0) {
-    throw CommandFailed(std::to_string(unreachable) + " of " + std::to_string(agents.clients.size()) +
-                        " agents did not answer");
+  for (const std::string& reason : reasons) std::cout << reason << "\n";
+  if (!reasons.empty()) {
+    throw CommandFailed(std::to_string(reasons.size()) + " of " + std::to_string(agents.clients.size()) +
+                        " agents did not answer (why: above)");
   }
 }
 
