@@ -1,8 +1,10 @@
 #include "planner/cli/run_app.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <vector>
 
 #include "planner/input_error.h"
 
@@ -11,6 +13,69 @@ namespace {
 
 // The first line of a message (libtorch appends a C++ backtrace to its own).
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// Edits (insert, delete, replace) that turn `a` into `b`.
+std::size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The program's command named `word`, or null (CLI11 2.3 has no get_subcommand_no_throw).
+CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->check_name(word)) return sub;
+  }
+  return nullptr;
+}
+
+// The first long option (--name or --name=value) of the command line that neither the
+// chosen command nor the program knows, as a usage message; "" if there is none.
+// CLI11 names unknown options only after every other check, so `poplar plan --bogus x`
+// heard that file x does not exist, and `--stepz 3` read "arguments were not expected:
+// 3 --stepz"; a misspelt flag is the likelier mistake, so it is named first, with the
+// nearest known option.
+std::string UnknownLongOption(CLI::App& app, int argc, char** argv) {
+  CLI::App* command = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (word.rfind("-", 0) != 0) {
+      if (command == &app && !app.get_subcommands([](const CLI::App*) { return true; }).empty()) {
+        command = CommandNamed(app, word);
+        if (command == nullptr) return "";  // an unknown command comes first (RunApp names it)
+      }
+      continue;
+    }
+    if (word.rfind("--", 0) != 0 || word.size() == 2) continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (command->get_option_no_throw(name) != nullptr || app.get_option_no_throw(name) != nullptr) continue;
+    std::string nearest;
+    std::size_t best = 3;  // suggest only a near miss: at most two edits
+    for (const CLI::App* owner : {static_cast<const CLI::App*>(command), static_cast<const CLI::App*>(&app)}) {
+      for (const CLI::Option* option : owner->get_options()) {
+        for (const std::string& known : option->get_lnames()) {
+          const std::size_t distance = EditDistance(name, "--" + known);
+          if (distance < best) {
+            best = distance;
+            nearest = "--" + known;
+          }
+        }
+      }
+    }
+    return "unknown option '" + name + "'" + (nearest.empty() ? "" : "; did you mean " + nearest + "?");
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -32,6 +97,16 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
   // an unknown flag or command (require_subcommand(1) would hide it).
   if (!commands.empty()) app.require_subcommand(0, 1);
   try {
+    if (const std::string unknown = UnknownLongOption(app, argc, argv); !unknown.empty()) {
+      std::string command = program;
+      for (int i = 1; i < argc; ++i) {
+        if (argv[i][0] == '-') continue;
+        if (CommandNamed(app, argv[i]) != nullptr) command += " " + std::string(argv[i]);
+        break;
+      }
+      std::cerr << command << ": " << unknown << " (see '" << command << " --help')\n";
+      return 2;
+    }
     app.parse(argc, argv);
     if (!commands.empty() && app.get_subcommands().empty()) {
       std::cerr << program << ": a command is required: " << commands << " (see '" << program

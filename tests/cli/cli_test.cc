@@ -211,6 +211,30 @@ TEST_F(Cli, RejectsUnknownFlagOfCommandInOneLine) {
   EXPECT_FALSE(Exists(work_ + "/plan.json"));
 }
 
+// A misspelt flag is named before anything else CLI11 would check first (a missing file,
+// a value "not expected"), with the nearest known option.
+TEST_F(Cli, NamesAMisspeltFlagFirstAndSuggestsTheNearest) {
+  const Outcome missing = Poplar({"plan", "--bogus", work_ + "/no-such.yaml"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(missing.err)) << missing.err;
+  EXPECT_TRUE(ContainsAll(missing.err, {"poplar plan: unknown option '--bogus'", "see 'poplar plan --help'"}))
+      << missing.err;
+  EXPECT_FALSE(Contains(missing.err, "did you mean")) << missing.err;
+  const Outcome steps = Poplar({"launch", ExampleCluster("v100-and-t4"), "--stepz", "3"});
+  EXPECT_EQ(steps.exit_code, 2);
+  EXPECT_TRUE(Contains(steps.err, "unknown option '--stepz'; did you mean --steps?")) << steps.err;
+  const Outcome equals = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--polcy=uniform"});
+  EXPECT_TRUE(Contains(equals.err, "unknown option '--polcy'; did you mean --policy?")) << equals.err;
+  const Outcome top = Poplar({"--verison"});
+  EXPECT_TRUE(Contains(top.err, "poplar: unknown option '--verison'; did you mean --version?")) << top.err;
+  // An unknown command is named before the flags that follow it.
+  const Outcome command = Poplar({"plna", "--bogus"});
+  EXPECT_TRUE(Contains(command.err, "unknown command 'plna'")) << command.err;
+  // Known flags, in either spelling, and values after them are left alone.
+  const Outcome fine = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--policy=uniform", "--json"});
+  EXPECT_EQ(fine.exit_code, 0) << fine.err;
+}
+
 TEST_F(Cli, RejectsUnknownTopLevelFlagByName) {
   const Outcome run = Poplar({"--bogus-flag"});
   EXPECT_EQ(run.exit_code, 2);
