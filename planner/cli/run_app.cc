@@ -30,6 +30,21 @@ std::size_t EditDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// "; did you mean X?" for the one of `known` nearest to `word`, if at most two edits
+// away (a near miss, not a guess); "" otherwise.
+std::string DidYouMean(const std::string& word, const std::vector<std::string>& known) {
+  std::string nearest;
+  std::size_t best = 3;
+  for (const std::string& name : known) {
+    const std::size_t distance = EditDistance(word, name);
+    if (distance < best) {
+      best = distance;
+      nearest = name;
+    }
+  }
+  return nearest.empty() ? "" : "; did you mean " + nearest + "?";
+}
+
 // The program's command named `word`, or null (CLI11 2.3 has no get_subcommand_no_throw).
 CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
   for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
@@ -59,20 +74,13 @@ std::string UnknownLongOption(CLI::App& app, int argc, char** argv) {
     if (word.rfind("--", 0) != 0 || word.size() == 2) continue;
     const std::string name = word.substr(0, word.find('='));
     if (command->get_option_no_throw(name) != nullptr || app.get_option_no_throw(name) != nullptr) continue;
-    std::string nearest;
-    std::size_t best = 3;  // suggest only a near miss: at most two edits
+    std::vector<std::string> known;
     for (const CLI::App* owner : {static_cast<const CLI::App*>(command), static_cast<const CLI::App*>(&app)}) {
       for (const CLI::Option* option : owner->get_options()) {
-        for (const std::string& known : option->get_lnames()) {
-          const std::size_t distance = EditDistance(name, "--" + known);
-          if (distance < best) {
-            best = distance;
-            nearest = "--" + known;
-          }
-        }
+        for (const std::string& long_name : option->get_lnames()) known.push_back("--" + long_name);
       }
     }
-    return "unknown option '" + name + "'" + (nearest.empty() ? "" : "; did you mean " + nearest + "?");
+    return "unknown option '" + name + "'" + DidYouMean(name, known);
   }
   return "";
 }
@@ -126,7 +134,13 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
     // A first word that is not a command ("poplar plna", "poplar help"): say so.
     const std::vector<std::string> extras = app.remaining();
     if (!commands.empty() && app.get_subcommands().empty() && !extras.empty() && extras.front().rfind("-", 0) != 0) {
-      what = "unknown command '" + extras.front() + "'; the commands are " + commands;
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+        names.push_back(sub->get_name());
+      }
+      const std::string suggestion = DidYouMean(extras.front(), names);
+      what = "unknown command '" + extras.front() + "'" +
+             (suggestion.empty() ? "; the commands are " + commands : suggestion);
     }
     std::cerr << command << ": " << what << " (see '" << command << " --help')\n";
     return 2;

@@ -229,7 +229,7 @@ TEST_F(Cli, NamesAMisspeltFlagFirstAndSuggestsTheNearest) {
   EXPECT_TRUE(Contains(top.err, "poplar: unknown option '--verison'; did you mean --version?")) << top.err;
   // An unknown command is named before the flags that follow it.
   const Outcome command = Poplar({"plna", "--bogus"});
-  EXPECT_TRUE(Contains(command.err, "unknown command 'plna'")) << command.err;
+  EXPECT_TRUE(Contains(command.err, "unknown command 'plna'; did you mean plan?")) << command.err;
   // Known flags, in either spelling, and values after them are left alone.
   const Outcome fine = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--policy=uniform", "--json"});
   EXPECT_EQ(fine.exit_code, 0) << fine.err;
