@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "agent/devices.h"
+#include "agent/free_port.h"
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"
@@ -226,6 +227,13 @@ grpc::Status AgentService::Status(grpc::ServerContext*, const v1::StatusRequest*
       out->set_step(job->last_step());
       out->set_seconds(job->seconds());
     }
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status AgentService::FreePort(grpc::ServerContext*, const v1::FreePortRequest*, v1::FreePortResponse* response) {
+  return Guarded("FreePort", [&] {
+    response->set_port(FindFreePort());
     return grpc::Status::OK;
   });
 }

@@ -32,6 +32,8 @@ class AgentService final : public v1::Agent::Service {
                     v1::StopResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
+  grpc::Status FreePort(grpc::ServerContext* context, const v1::FreePortRequest* request,
+                        v1::FreePortResponse* response) override;
 
   // Stops every job (the agent is shutting down).
   void StopAll(const std::string& reason);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -101,7 +102,17 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.waitWorkers = true;
   store_options.timeout = timeout;
   UseClassicStoreServer(store_options, 0);
-  store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  try {
+    store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& error) {
+    // c10d's message lists every address it tried; the cause fits in a few words.
+    const std::string what = error.what();
+    if (rank_ == 0 && what.find("Address already in use") != std::string::npos) {
+      throw std::runtime_error("rank 0 cannot host the rendezvous: port " + std::to_string(env.master_port) +
+                               " (MASTER_PORT) is in use on this node");
+    }
+    throw;
+  }
 
 #ifdef USE_C10D_NCCL
   if (backend == CollectiveBackend::kNccl) {

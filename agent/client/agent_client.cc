@@ -79,6 +79,15 @@ v1::StatusResponse AgentClient::Status(std::chrono::seconds deadline) {
   return response;
 }
 
+int AgentClient::FreePort() {
+  grpc::ClientContext context;
+  SetDeadline(context, std::chrono::seconds(10));
+  v1::FreePortResponse response;
+  const grpc::Status status = stub_->FreePort(&context, v1::FreePortRequest(), &response);
+  if (!status.ok()) throw Failure(status, "FreePort");
+  return response.port();
+}
+
 bool AgentClient::Stop(const std::string& job_id, const std::string& reason) {
   grpc::ClientContext context;
   SetDeadline(context, std::chrono::seconds(10));

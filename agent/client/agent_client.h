@@ -68,6 +68,8 @@ class AgentClient {
 
   v1::DescribeResponse Describe(std::chrono::seconds deadline = std::chrono::seconds(10));
   v1::StatusResponse Status(std::chrono::seconds deadline = std::chrono::seconds(10));
+  // A port free on the agent's node now (the rendezvous of a job whose rank 0 runs there).
+  int FreePort();
   // True if the job was running there.
   bool Stop(const std::string& job_id, const std::string& reason);
   // Streams progress to `on_progress`; returns the profile file's text. `canceller`

@@ -34,6 +34,19 @@ ClusterAgents ClientsFor(const ClusterSpec& cluster) {
   return agents;
 }
 
+int RendezvousPort(const ClusterAgents& agents, const std::string& rank0_node, int requested) {
+  if (requested > 0) return requested;
+  for (const auto& client : agents.clients) {
+    if (client->node() != rank0_node) continue;
+    try {
+      return client->FreePort();
+    } catch (const AgentError& error) {
+      throw CommandFailed(std::string(error.what()) + " (or pass --master-port)");
+    }
+  }
+  throw std::logic_error("RendezvousPort: rank 0's node '" + rank0_node + "' has no agent client");
+}
+
 ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
   ClusterAgents agents = ClientsFor(cluster);
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {

@@ -26,6 +26,11 @@ ClusterAgents ClientsFor(const ClusterSpec& cluster);
 // file lists for it. Throws CommandFailed naming the node and the reason.
 ClusterAgents ConnectAgents(const ClusterSpec& cluster);
 
+// The rendezvous port of a job whose rank 0 runs on node `rank0_node`: `requested` if
+// given (> 0), else a port that node's agent finds free. Throws CommandFailed naming
+// the node if its agent cannot say.
+int RendezvousPort(const ClusterAgents& agents, const std::string& rank0_node, int requested);
+
 // The JSON text of the cluster's job.model. Throws InputError if there is no job.
 std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
 

@@ -36,7 +36,7 @@ struct LaunchOptions {
   std::string run_dir;
   std::string job_id;
   std::int64_t steps = 0;
-  int master_port = 29500;
+  int master_port = 0;  // 0: a port rank 0's agent finds free
   int timeout_s = 0;
   int progress_every = 10;
   bool resume = false;
@@ -145,8 +145,10 @@ void RunLaunch(const LaunchOptions& options) {
     }
   }
 
+  const int master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
   std::cout << "launching job " << job_id << ": " << ranks.size() << " ranks on " << nodes_in_job.size()
-            << " node(s), " << job.steps << " steps; run directory " << run_dir << std::endl;
+            << " node(s), " << job.steps << " steps; rendezvous " << master_addr << ":" << master_port
+            << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node : nodes_in_job) {
@@ -157,7 +159,7 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_model_config_json(model);
     request.set_data_path(job.data);
     request.set_master_addr(master_addr);
-    request.set_master_port(options.master_port);
+    request.set_master_port(master_port);
     request.set_steps(job.steps);
     request.set_precision(WorkerPrecisionName(cluster.precision));
     if (job.lr) request.set_lr(*job.lr);
@@ -220,9 +222,9 @@ void RegisterLaunchCommand(CLI::App& app) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)");
   command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)");
-  command->add_option("--master-port", options->master_port, "Rendezvous port on rank 0's host")
-      ->check(CLI::Range(1, 65535))
-      ->capture_default_str();
+  command->add_option("--master-port", options->master_port,
+                      "Rendezvous port on rank 0's host (default: one its agent finds free)")
+      ->check(CLI::Range(1, 65535));
   command->add_option("--timeout", options->timeout_s, "Seconds before a rendezvous or collective gives up (0: worker default)")
       ->check(CLI::Range(0, 86400));
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")

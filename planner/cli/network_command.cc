@@ -28,7 +28,7 @@ struct NetworkOptions {
   std::string cluster_file;
   std::string output;  // default: the cluster file's network.measured, else network.json
   double max_mib = 0;  // 0: the worker's default
-  int master_port = 29500;
+  int master_port = 0;  // 0: a port rank 0's agent finds free
   int timeout_s = 0;
   bool json = false;
 };
@@ -80,6 +80,7 @@ void RunNetwork(const NetworkOptions& options) {
   const std::vector<RankSlot> slots = cluster.Ranks();
   const std::string plan = PlacementPlanJson(slots).dump(2) + "\n";
   const std::string precision = WorkerPrecisionName(cluster.precision);
+  const int master_port = RendezvousPort(agents, slots.front().node, options.master_port);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
     v1::LaunchRequest request;
@@ -88,7 +89,7 @@ void RunNetwork(const NetworkOptions& options) {
     request.set_node(cluster.nodes[node].name);
     request.set_plan_json(plan);
     request.set_master_addr(cluster.nodes.front().host);
-    request.set_master_port(options.master_port);
+    request.set_master_port(master_port);
     request.set_precision(precision);
     request.set_timeout_s(options.timeout_s);
     request.set_network_max_bytes(static_cast<std::int64_t>(options.max_mib * (1 << 20)));
@@ -159,9 +160,9 @@ void RegisterNetworkCommand(CLI::App& app) {
                       "Network file to write (default: the cluster file's network.measured, else network.json)");
   command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
       ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; }, "a number of MiB from 1/128 to 1048576"));
-  command->add_option("--master-port", options->master_port, "Rendezvous port on rank 0's host")
-      ->check(CLI::Range(1, 65535))
-      ->capture_default_str();
+  command->add_option("--master-port", options->master_port,
+                      "Rendezvous port on rank 0's host (default: one its agent finds free)")
+      ->check(CLI::Range(1, 65535));
   command->add_option("--timeout", options->timeout_s, "Seconds before the rendezvous or a collective gives up (0: worker default)")
       ->check(CLI::Range(0, 86400));
   command->add_flag("--json", options->json, "Print the network file on stdout and nothing else there");

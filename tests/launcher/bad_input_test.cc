@@ -133,6 +133,26 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
   }
 }
 
+// c10d lists every address it failed to bind; rank 0 says which port, in a few words.
+TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
+  const int port = FreeLoopbackPort();
+  const HeldPort taken(port);
+  ASSERT_TRUE(taken.held());
+  ChildOptions options;
+  options.argv = {POPLAR_WORKER_BINARY};
+  for (const std::string& arg : Args(WritePlan(scratch_, "plan.json", 0, {{4}}), {"--backend", "gloo"})) {
+    options.argv.push_back(arg);
+  }
+  options.env = {{"RANK", "0"},           {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
+  options.cwd = scratch_.path();
+  const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
+  EXPECT_TRUE(Contains(outcome.err, "poplar-worker[rank 0]: error: rank 0 cannot host the rendezvous: port " +
+                                        std::to_string(port) + " (MASTER_PORT) is in use on this node"))
+      << outcome.err;
+}
+
 TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const auto args = Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000);

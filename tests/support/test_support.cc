@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstdint>
 #include <stdexcept>
 
 namespace poplar::testing {
@@ -74,6 +75,22 @@ int FreeLoopbackPort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   ::close(fd);
   return ntohs(address.sin_port);
+}
+
+HeldPort::HeldPort(int port) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (fd_ >= 0 && (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || ::listen(fd_, 1) != 0)) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+HeldPort::~HeldPort() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace poplar::testing

@@ -44,4 +44,18 @@ namespace poplar::testing {
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreeLoopbackPort();
 
+// Listens on every address at `port` while it lives, if the port is free (held());
+// a test that needs a port taken holds it so.
+class HeldPort {
+ public:
+  explicit HeldPort(int port);
+  ~HeldPort();
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace poplar::testing
