@@ -83,6 +83,11 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
   const std::string gpus = fields.OptionalString("gpus").value_or("auto");
   if (gpus != "auto" && gpus != "none") fields.Fail("gpus", "must be auto or none, got '" + gpus + "'");
   config.discover_gpus = gpus == "auto";
+  if (auto library = fields.OptionalString("nvml_library")) {
+    // A bare file name is the loader's to find (as the driver's own is); a path is the
+    // file's, relative to this file.
+    config.nvml_library = library->find('/') == std::string::npos ? *library : ResolveAgainst(base, *library);
+  }
 
   if (fields.Has("emulated")) {
     YAML::Node list = fields.Child("emulated");

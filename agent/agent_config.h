@@ -7,6 +7,7 @@
 //   cache_dir: /var/lib/poplar/cache  # optional; default <work_dir>/../cache
 //   worker: /usr/local/bin/poplar-worker  # optional; default: next to poplar-agent
 //   gpus: auto                      # auto (NVML, when present) | none
+//   nvml_library: libnvidia-ml.so.1 # optional; the NVML library gpus: auto opens
 //   emulated:                       # optional emulated CPU devices (DESIGN 7)
 //     - {type: emu-fast, count: 1, threads: 1, slowdown: 1.0, memory_mib: 48}
 //
@@ -37,6 +38,8 @@ struct AgentConfig {
   std::string cache_dir;  // absolute, created if missing
   std::string worker;     // path of poplar-worker
   bool discover_gpus = true;
+  // What dlopen is given: a file name the loader looks up, or an absolute path.
+  std::string nvml_library = "libnvidia-ml.so.1";
   std::vector<EmulatedDeviceSpec> emulated;
 };
 

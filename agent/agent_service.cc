@@ -90,7 +90,7 @@ grpc::Status AgentService::Profile(grpc::ServerContext* context, const v1::Profi
     settings.repeats = request->repeats();
     settings.largest_micro_batch = request->largest_micro_batch();
     const auto devices = ListDevices(config_);
-    const DeviceInfo device = FindDevice(devices, settings.device_type);  // the type exists
+    const DeviceInfo device = DeviceOfType(devices, settings.device_type);
     // Measuring needs a device no job uses, held until the profile is done; a profile
     // read from the cache needs none.
     std::shared_ptr<void> held;

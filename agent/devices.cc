@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+#include <utility>
+
 #include "planner/join.h"
 
 namespace poplar {
@@ -19,18 +22,65 @@ using HandleFn = int (*)(unsigned int, NvmlDevice*);
 using NameFn = int (*)(NvmlDevice, char*, unsigned int);
 using MemoryFn = int (*)(NvmlDevice, NvmlMemory*);
 using CapabilityFn = int (*)(NvmlDevice, int*, int*);
+// nvmlDeviceGetComputeRunningProcesses*: fills up to *count records of the version's
+// nvmlProcessInfo layout, each beginning with the pid (unsigned int).
+using ProcessesFn = int (*)(NvmlDevice, unsigned int*, void*);
+constexpr int kNvmlSuccess = 0;
+constexpr int kNvmlInsufficientSize = 7;
 
 template <typename Fn>
 Fn Symbol(void* library, const char* name) {
   return reinterpret_cast<Fn>(dlsym(library, name));
 }
 
+// The newest process query the library has, with its record size: v3 (pid, used
+// memory, GPU and compute instance, protected memory: 32 bytes), v2 (24), v1 (16).
+struct ProcessQuery {
+  ProcessesFn call = nullptr;
+  std::size_t record_bytes = 0;
+};
+
+ProcessQuery FindProcessQuery(void* library) {
+  const std::pair<const char*, std::size_t> versions[] = {
+      {"nvmlDeviceGetComputeRunningProcesses_v3", 32},
+      {"nvmlDeviceGetComputeRunningProcesses_v2", 24},
+      {"nvmlDeviceGetComputeRunningProcesses", 16}};
+  for (const auto& [name, bytes] : versions) {
+    if (auto call = Symbol<ProcessesFn>(library, name)) return {call, bytes};
+  }
+  return {};
+}
+
+// The pids computing on `device`; empty when the library cannot say.
+std::vector<unsigned int> ComputeProcesses(const ProcessQuery& query, NvmlDevice device) {
+  std::vector<unsigned int> pids;
+  if (!query.call) return pids;
+  unsigned int count = 16;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::vector<unsigned char> records(count * query.record_bytes);
+    unsigned int filled = count;
+    const int status = query.call(device, &filled, records.data());
+    if (status == kNvmlInsufficientSize) {
+      count = filled + 8;  // more appeared; ask again with room
+      continue;
+    }
+    if (status != kNvmlSuccess) break;
+    for (unsigned int i = 0; i < filled && i < count; ++i) {
+      unsigned int pid = 0;
+      std::memcpy(&pid, records.data() + i * query.record_bytes, sizeof(pid));
+      pids.push_back(pid);
+    }
+    break;
+  }
+  return pids;
+}
+
 }  // namespace
 
-std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none) {
-  void* library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std::string* why_none) {
+  void* library = dlopen(library_name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
-    *why_none = "no NVIDIA driver (libnvidia-ml.so.1 not found)";
+    *why_none = "no NVIDIA driver (" + library_name + " not found)";
     return {};
   }
   auto init = Symbol<InitFn>(library, "nvmlInit_v2");
@@ -40,10 +90,11 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none) {
   auto name_of = Symbol<NameFn>(library, "nvmlDeviceGetName");
   auto memory_of = Symbol<MemoryFn>(library, "nvmlDeviceGetMemoryInfo");
   auto capability_of = Symbol<CapabilityFn>(library, "nvmlDeviceGetCudaComputeCapability");
+  const ProcessQuery processes_query = FindProcessQuery(library);
   std::vector<DeviceInfo> gpus;
   unsigned int count = 0;
   if (!init || !shutdown || !count_devices || !handle_of || !name_of || !memory_of || !capability_of) {
-    *why_none = "libnvidia-ml.so.1 lacks the NVML functions poplar uses";
+    *why_none = library_name + " lacks the NVML functions poplar uses";
   } else if (init() != 0) {
     *why_none = "NVML failed to initialise (is the NVIDIA driver loaded?)";
   } else {
@@ -63,6 +114,7 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none) {
         gpu.index = static_cast<int>(i);
         gpu.memory_bytes = static_cast<std::int64_t>(memory.total);
         gpu.compute_capability = std::to_string(major) + "." + std::to_string(minor);
+        gpu.processes = ComputeProcesses(processes_query, device);
         gpus.push_back(gpu);
       }
     }
@@ -76,7 +128,7 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none) {
 std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_no_gpu) {
   std::vector<DeviceInfo> devices;
   std::string why_none;
-  if (config.discover_gpus) devices = DiscoverNvidiaGpus(&why_none);
+  if (config.discover_gpus) devices = DiscoverNvidiaGpus(config.nvml_library, &why_none);
   if (why_no_gpu) *why_no_gpu = why_none;
   int index = 0;
   for (const auto& spec : config.emulated) {
@@ -100,12 +152,20 @@ namespace poplar {
 
 std::string DeviceKey(const DeviceInfo& device) { return device.type + " " + std::to_string(device.index); }
 
+std::string Holder(const DeviceInfo& device, const DeviceHolders& busy) {
+  if (const auto held = busy.find(DeviceKey(device)); held != busy.end()) return held->second;
+  if (device.processes.empty()) return "";
+  return (device.processes.size() == 1 ? "process " : "processes ") +
+         Join(device.processes, ", ", [](unsigned int pid) { return std::to_string(pid); }) +
+         ", not started by this agent";
+}
+
 std::string BusyNote(const std::vector<DeviceInfo>& devices, const std::string& type, const DeviceHolders& busy) {
   std::string note;
   for (const auto& device : devices) {
-    const auto held = busy.find(DeviceKey(device));
-    if (device.type != type || held == busy.end()) continue;
-    note += (note.empty() ? "; busy: " : ", ") + held->first + " (" + held->second + ")";
+    const std::string holder = Holder(device, busy);
+    if (device.type != type || holder.empty()) continue;
+    note += (note.empty() ? "; busy: " : ", ") + DeviceKey(device) + " (" + holder + ")";
   }
   return note;
 }
@@ -113,11 +173,19 @@ std::string BusyNote(const std::vector<DeviceInfo>& devices, const std::string& 
 const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type,
                              const DeviceHolders& busy) {
   for (const auto& device : devices) {
-    if (device.type == type && !busy.count(DeviceKey(device))) return device;
+    if (device.type == type && Holder(device, busy).empty()) return device;
   }
   const std::string note = BusyNote(devices, type, busy);
   if (!note.empty()) {
     throw DeviceUnavailable("every device of type '" + type + "' on this node is in use" + note);
+  }
+  DeviceOfType(devices, type);  // throws: there is none
+  throw std::logic_error("FindDevice: a device of type '" + type + "' is neither free nor held");
+}
+
+const DeviceInfo& DeviceOfType(const std::vector<DeviceInfo>& devices, const std::string& type) {
+  for (const auto& device : devices) {
+    if (device.type == type) return device;
   }
   const std::string have = Join(devices, ", ", [](const DeviceInfo& device) { return device.type; });
   throw DeviceUnavailable("this node has no device of type '" + type + "' (it has: " +

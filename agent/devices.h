@@ -21,11 +21,14 @@ struct DeviceInfo {
   // Emulation settings (emulated devices only).
   int threads = 1;
   double slowdown = 1.0;
+  // GPU: the processes NVML sees computing on it now, whoever started them.
+  std::vector<unsigned int> processes;
 };
 
-// GPUs visible through libnvidia-ml.so.1, in CUDA index order. Empty, with `why_none`
-// set, when the library or a driver is missing.
-std::vector<DeviceInfo> DiscoverNvidiaGpus(std::string* why_none);
+// GPUs visible through NVML (`library`, normally libnvidia-ml.so.1), in CUDA index
+// order, each with the processes computing on it. Empty, with `why_none` set, when the
+// library or a driver is missing.
+std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library, std::string* why_none);
 
 // This node's devices now: GPUs (when the config asks for discovery) then emulated ones.
 // `why_no_gpu`, when given, receives why GPU discovery found none (empty otherwise).
@@ -50,12 +53,22 @@ std::string DeviceKey(const DeviceInfo& device);
 // measures the other.
 using DeviceHolders = std::map<std::string, std::string>;
 
+// What holds `device`: this agent's job or profile (`busy`), else the processes NVML sees
+// on it ("process 4242, not started by this agent"); "" when it is free.
+std::string Holder(const DeviceInfo& device, const DeviceHolders& busy);
+
 // "; busy: <key> (<holder>), ..." for the held devices of `type`; empty if none is held.
 std::string BusyNote(const std::vector<DeviceInfo>& devices, const std::string& type, const DeviceHolders& busy);
 
-// The first device of `type` not in `busy`, or throws DeviceUnavailable listing what the
-// node has, or which job holds each device of that type.
+// The first device of `type` not in `busy` and with no process on it, or throws
+// DeviceUnavailable listing what the node has, or what holds each device of that type:
+// a job or profile of this agent (`busy`), or processes it did not start (a GPU in use
+// outside poplar would run out of memory, or time two jobs at once).
 const DeviceInfo& FindDevice(const std::vector<DeviceInfo>& devices, const std::string& type,
                              const DeviceHolders& busy = {});
+
+// The first device of `type`, free or not, or throws DeviceUnavailable listing what the
+// node has.
+const DeviceInfo& DeviceOfType(const std::vector<DeviceInfo>& devices, const std::string& type);
 
 }  // namespace poplar

@@ -130,7 +130,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
   // Rank -> device: the k-th rank of a type on this node takes the k-th device of it.
   std::map<std::string, std::vector<const DeviceInfo*>> free_devices;
   for (const auto& device : devices) {
-    if (!busy.count(DeviceKey(device))) free_devices[device.type].push_back(&device);
+    if (Holder(device, busy).empty()) free_devices[device.type].push_back(&device);
   }
   std::vector<const DeviceInfo*> assigned;
   for (const auto& rank : node_ranks) {

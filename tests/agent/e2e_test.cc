@@ -585,6 +585,64 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/escape"));
 }
 
+// A GPU node, with NVML played by tests/agent/fake_nvml.cc: the agent finds the GPUs
+// (nvml_library), the head sees them, and a GPU that a process outside poplar uses is
+// refused to a launch, naming the process.
+TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
+  ScratchDir dir("gpu-node");
+  const std::string& root = dir.path();
+  ASSERT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
+                .exit_code,
+            0);
+  fs::create_directories(root + "/work");
+  dir.Write("work/tokens.bin", std::string(4000, 'a'));
+  const std::string config = dir.Write(
+      "agent.yaml", "listen: 127.0.0.1:0\n"
+                    "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
+                    "work_dir: work\nworker: " POPLAR_WORKER_BINARY "\ngpus: auto\n"
+                    "nvml_library: " FAKE_NVML_LIBRARY "\n");
+  ChildOptions options;
+  options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/agent.port"};
+  options.env = {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|4242;NVIDIA H200|150754820096|9.0|4243,4244"}};
+  options.stderr_path = root + "/agent.log";
+  ChildProcess agent(options);
+  int port = 0;
+  for (int i = 0; i < 300 && port == 0; ++i) {
+    if (fs::exists(root + "/agent.port")) port = std::stoi(ReadTextFile(root + "/agent.port"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(port, 0) << ReadWholeFile(root + "/agent.log");
+  EXPECT_TRUE(Contains(ReadWholeFile(root + "/agent.log"), "devices: NVIDIA-H200, NVIDIA-H200;"))
+      << ReadWholeFile(root + "/agent.log");
+
+  dir.Write("cluster.yaml",
+            "name: gpu\ntraining: {global_batch: 4, precision: mixed, stage: 0}\n"
+            "network: {intra_node: {bandwidth_gbps: 2400, latency_us: 5}}\n"
+            "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: creds/token}\n"
+            "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 2}\n"
+            "nodes:\n  - {name: g, host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(port) +
+                "\", devices: [{type: NVIDIA-H200, count: 2}]}\n");
+  auto poplar = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), POPLAR_BINARY);
+    ChildOptions run = Command(args);
+    run.cwd = root;
+    return RunProcess(run, root, std::chrono::seconds(120));
+  };
+  const auto status = poplar({"status", "cluster.yaml"});
+  EXPECT_EQ(status.exit_code, 0) << status.out << status.err;
+  EXPECT_TRUE(Contains(status.out, "2 x NVIDIA-H200")) << status.out;
+
+  dir.Write("plan.json", R"({"stage": 0, "global_batch": 4, "ranks": [
+      {"rank": 0, "node": "g", "host": "127.0.0.1", "device_type": "NVIDIA-H200", "micro_batches": [2]},
+      {"rank": 1, "node": "g", "host": "127.0.0.1", "device_type": "NVIDIA-H200", "micro_batches": [2]}]})");
+  const auto launch = poplar({"launch", "cluster.yaml", "--plan", "plan.json", "--job-id", "busy"});
+  EXPECT_EQ(launch.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(launch.err, {"node 'g'", "NVIDIA-H200 0 (process 4242, not started by this agent)",
+                                       "NVIDIA-H200 1 (processes 4243, 4244, not started by this agent)"}))
+      << launch.err;
+  EXPECT_FALSE(fs::exists(root + "/work/jobs/busy")) << "a refused launch starts nothing";
+}
+
 // An agent that cannot serve says which key of its file is at fault: a port out of range
 // (gRPC once listened on it modulo 65536), or credentials whose key is not the
 // certificate's (once blamed on `listen`).
