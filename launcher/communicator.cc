@@ -76,9 +76,15 @@ class Communicator::Timer {
   std::chrono::steady_clock::time_point start_;
 };
 
+GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::string& flag) {
+  if (name == "alltoall") return GlooReduceScatter::kAllToAll;
+  if (name == "allreduce") return GlooReduceScatter::kAllReduce;
+  throw InputError(flag, "", "must be alltoall or allreduce, got '" + name + "'");
+}
+
 Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
-                           torch::Device device, CollectiveBackend backend)
-    : rank_(env.rank), world_size_(env.world_size) {
+                           torch::Device device, CollectiveBackend backend, GlooReduceScatter gloo_reduce_scatter)
+    : rank_(env.rank), world_size_(env.world_size), gloo_reduce_scatter_(gloo_reduce_scatter) {
   // A backend named explicitly gets a process group even for one rank, so that a
   // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
@@ -228,6 +234,23 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   if (native_scatter_gather_) {
     auto source = input.contiguous();
     return Pending(group_->_reduce_scatter_base(output, source), nullptr);
+  }
+  if (gloo_reduce_scatter_ == GlooReduceScatter::kAllToAll) {
+    // Chunk r of every rank's input goes to rank r, which adds them up. Gloo (libtorch
+    // 1.13) has no bf16 type; the all-to-all only moves bits, so bf16 travels as fp16
+    // of the same width and is added in fp32, rounded once, as the all-reduce did.
+    const bool bf16 = input.scalar_type() == torch::kBFloat16;
+    auto source = input.contiguous();
+    auto wire = bf16 ? source.view(torch::kHalf) : source;
+    auto received = torch::empty_like(wire);
+    std::vector<std::int64_t> equal_splits;  // empty: world_size equal chunks
+    auto work = group_->alltoall_base(received, wire, equal_splits, equal_splits);
+    const int world = world_size_;
+    // `source` rides along so that the input lives until the all-to-all is done.
+    return Pending(work, [source, received, output, world, chunk, bf16]() mutable {
+      auto chunks = (bf16 ? received.view(torch::kBFloat16) : received).view({world, chunk});
+      output.copy_(bf16 ? chunks.to(torch::kFloat32).sum(0) : chunks.sum(0));
+    });
   }
   // A copy (fp32 for bf16, which Gloo cannot add) is all-reduced and the slice kept.
   const auto wide = input.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : input.scalar_type();

@@ -53,6 +53,16 @@ enum class CollectiveBackend { kAuto, kGloo, kNccl };
 // "auto", "gloo" or "nccl"; throws InputError naming `flag` otherwise.
 CollectiveBackend ParseCollectiveBackend(const std::string& name, const std::string& flag);
 
+// How a reduce-scatter runs on Gloo, which has none of its own (libtorch 1.13 refuses
+// it; libtorch 2's all-reduces a copy). kAllToAll: each rank sends input chunk r to rank
+// r and adds the chunks it receives: (N-1)/N of the input on the wire, a ring
+// reduce-scatter's volume, and bf16 travels as bf16. kAllReduce: the former emulation,
+// an all-reduce of a copy (fp32 for bf16) whose chunk is kept: twice the bytes, kept for
+// comparison (scripts/bench-reduce-scatter). NCCL always reduce-scatters natively.
+enum class GlooReduceScatter { kAllToAll, kAllReduce };
+// "alltoall" or "allreduce"; throws InputError naming `flag` otherwise.
+GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::string& flag);
+
 // A collective started without waiting (it runs on the process group's threads while
 // the caller computes). Wait() blocks until it is done, then runs its finishing step;
 // the time blocked counts as exposed communication. Destroying an unfinished one waits.
@@ -79,7 +89,8 @@ class Communicator {
   // libtorch built with it.
   Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
                torch::Device device = torch::kCPU,
-               CollectiveBackend backend = CollectiveBackend::kAuto);
+               CollectiveBackend backend = CollectiveBackend::kAuto,
+               GlooReduceScatter gloo_reduce_scatter = GlooReduceScatter::kAllToAll);
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -96,9 +107,7 @@ class Communicator {
   // In place: every rank ends with the element-wise sum.
   void AllReduceSum(torch::Tensor& tensor);
   // input: world_size * k elements; output: k elements, the sum over ranks of input's
-  // rank()-th chunk. (NCCL reduce-scatters natively; Gloo in libtorch 1.13 has no
-  // reduce-scatter, so there this all-reduces a copy and keeps the chunk, moving twice
-  // the bytes of a true reduce-scatter.)
+  // rank()-th chunk. (NCCL reduce-scatters natively; on Gloo see GlooReduceScatter.)
   void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
   // shard: k elements; output: world_size * k elements, chunk r from rank r.
   void AllGather(const torch::Tensor& shard, torch::Tensor& output);
@@ -151,6 +160,7 @@ class Communicator {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
 #endif
   bool native_scatter_gather_ = false;  // the group has _reduce_scatter_base/_allgather_base
+  GlooReduceScatter gloo_reduce_scatter_ = GlooReduceScatter::kAllToAll;
   double communication_seconds_ = 0;
   Volume volume_;
 };

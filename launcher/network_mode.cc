@@ -119,12 +119,15 @@ void MeasureNetwork(const NetworkOptions& options) {
 
   // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
   MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
+                            ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
   communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(options.max_bytes) +
-                                                        " " + std::to_string(options.repeats) + " " + options.backend);
-  // A payload, its shard, the reduce-scatter's copy (Gloo) and the copy of the previous
-  // run, which Gloo's threads may not have released yet, must fit every rank's emulated
-  // memory (an eighth each leaves room): the largest payload is the smallest rank's.
+                                                        " " + std::to_string(options.repeats) + " " + options.backend +
+                                                        " " + options.gloo_reduce_scatter);
+  // A payload, its shard, the chunks a Gloo reduce-scatter receives and those of the
+  // previous run, which Gloo's threads may not have released yet, must fit every rank's
+  // emulated memory (an eighth each leaves room): the largest payload is the smallest
+  // rank's.
   std::int64_t mine = options.max_bytes;
   if (options.device.memory_bytes > 0) mine = std::min(mine, options.device.memory_bytes / 8);
   const std::int64_t element = torch::elementSize(type);

@@ -81,6 +81,7 @@ std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, 
                         {"checkpoint_every", options.checkpoint_every},
                         {"device", options.device.kind},
                         {"backend", options.backend},
+                        {"gloo_reduce_scatter", options.gloo_reduce_scatter},
                         {"precision", options.precision},
                         {"initial_parameters_sum", checksum}}
       .dump();
@@ -165,7 +166,8 @@ void Train(const TrainOptions& options) {
   }
   model->to(device);
 
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend);
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
+                            ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
   std::optional<Resumed> resumed = ShareResumedState(communicator, model, checkpoint, options.resume, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());

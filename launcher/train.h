@@ -20,6 +20,7 @@ struct TrainOptions {
   AdamWOptions adamw;
   DeviceFlags device;
   std::string backend = "auto";  // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
+  std::string gloo_reduce_scatter = "alltoall";  // or allreduce (GlooReduceScatter)
   std::string precision = "fp32";  // fp32, or bf16: bf16 compute and communication,
                                    // fp32 master weights and Adam state
   std::string metrics;          // JSONL; "{rank}" is replaced by the rank, else rank 0 only

@@ -56,6 +56,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(kZeroOrMore)->capture_default_str();
   AddDeviceFlags(train, o.device, "GPU LOCAL_RANK of those visible");
   train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  train->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "How Gloo reduce-scatters: alltoall (a reduce-scatter's bytes) or allreduce (the former emulation, twice the bytes; for comparison)")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
   train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");
@@ -86,6 +87,7 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
       "network", "Time all-reduce, reduce-scatter and all-gather among all ranks (torchrun environment)");
   AddDeviceFlags(network, o.device, "GPU LOCAL_RANK of those visible");
   network->add_option("--backend", o.backend, "Collectives, as for train: auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
+  network->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "As for train: alltoall or allreduce")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
   network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   network->add_option("--metrics", o.metrics, "Rank 0 writes one JSON line per measured collective and size here");
   network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")->check(CLI::Range(std::int64_t{8192}, std::int64_t{1} << 40))->capture_default_str();
