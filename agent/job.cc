@@ -56,6 +56,12 @@ Job::~Job() {
 
 void Job::Start(Spawner& spawner) {
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    {
+      // Stopped before its ranks started (the head stops a job one node refused): start
+      // no more. The tailer then ends the job as failed, with the stop's reason.
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) break;
+    }
     Spawned spawned;
     try {
       spawned = spawner.Spawn(ranks_[i].process.spec);
@@ -71,6 +77,11 @@ void Job::Start(Spawner& spawner) {
       ranks_[i].alive = true;
       ++running_;
       Push({JobEvent::Kind::kStarted, ranks_[i].process.rank, command, 0});
+      // A Stop that came while this rank was being started saw nothing to signal.
+      if (stopping_) {
+        kill(-spawned.pid, SIGTERM);
+        if (!escalator_.joinable()) escalator_ = std::thread([this] { Escalate(); });
+      }
     }
     readers_.emplace_back([this, i, fd = spawned.output_fd] { ReadOutput(i, fd); });
   }

@@ -40,6 +40,11 @@ Spawned ForkExec(const SpawnSpec& spec) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid == 0) {
+    // The agent blocks SIGTERM and SIGINT in every thread (a thread sigwaits for them);
+    // a worker that inherited the mask would never see the SIGTERM that stops it.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the agent died before prctl took effect

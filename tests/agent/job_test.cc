@@ -101,6 +101,53 @@ TEST(Job, StopEscalatesToSigkillForRanksThatIgnoreSigterm) {
   EXPECT_TRUE(killed);
 }
 
+// The head stops a job on every node when one node refuses it, which can reach a node
+// before its ranks start: they must not start then (they ran unwatched, holding the
+// device, until their rendezvous timed out).
+TEST(Job, AJobStoppedBeforeItStartsStartsNothing) {
+  ScratchDir dir("job");
+  Spawner spawner;
+  Job job("early-stop", {Shell(0, "echo started; sleep 60", dir), Shell(1, "echo started; sleep 60", dir)});
+  job.Stop("node 'a' refused the job");
+  const auto start = std::chrono::steady_clock::now();
+  job.Start(spawner);
+  const auto events = Drain(job);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  ASSERT_FALSE(events.empty());
+  for (const auto& event : events) EXPECT_NE(event.kind, JobEvent::Kind::kStarted) << event.text;
+  EXPECT_EQ(events.back().kind, JobEvent::Kind::kFailed);
+  EXPECT_EQ(events.back().text, "node 'a' refused the job");
+}
+
+// The agent blocks SIGTERM in its threads for sigwait; its children must not inherit
+// that, or every stop waits out the grace period and ends in SIGKILL.
+TEST(Job, RanksStartWithNoSignalBlocked) {
+  ScratchDir dir("job");
+  sigset_t terminate, previous;
+  sigemptyset(&terminate);
+  sigaddset(&terminate, SIGTERM);
+  sigaddset(&terminate, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &terminate, &previous);
+  Spawner spawner;  // its thread inherits the mask, as the agent's does
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  Job job("mask", {Shell(0, "grep SigBlk /proc/self/status; echo ready; exec sleep 60", dir)},
+          std::chrono::seconds(20));
+  job.Start(spawner);
+  JobEvent event;
+  std::string blocked;
+  while (job.Next(&event, std::chrono::seconds(10)) && !(event.kind == JobEvent::Kind::kOutput && event.text == "ready")) {
+    if (event.kind == JobEvent::Kind::kOutput) blocked = event.text;
+  }
+  EXPECT_EQ(blocked, "SigBlk:\t0000000000000000");
+  const auto stop = std::chrono::steady_clock::now();
+  job.Stop("asked to stop");
+  const auto events = Drain(job);
+  EXPECT_LT(std::chrono::steady_clock::now() - stop, std::chrono::seconds(5)) << "SIGTERM did not end the rank";
+  bool terminated = false;
+  for (const auto& e : events) terminated = terminated || (e.kind == JobEvent::Kind::kExited && e.exit_code == 128 + SIGTERM);
+  EXPECT_TRUE(terminated);
+}
+
 TEST(Job, AProgramThatCannotStartFailsTheJob) {
   ScratchDir dir("job");
   Spawner spawner;
