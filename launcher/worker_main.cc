@@ -47,7 +47,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--data", o.data, "Token file (uint16, poplar prepare-data)")->required()->check(CLI::ExistingFile);
   train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
-  train->add_option("--save", o.save, "Write the final state dict here (rank 0)");
+  train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
   train->add_option("--lr", o.adamw.lr, "AdamW learning rate")->check(kPositive)->capture_default_str();
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
@@ -58,8 +58,8 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
   train->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "How Gloo reduce-scatters: alltoall (a reduce-scatter's bytes) or allreduce (the former emulation, twice the bytes; for comparison)")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)");
-  train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)");
+  train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)")->check(poplar::NotEmpty());
+  train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)")->check(poplar::NotEmpty());
   train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(kCount);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();

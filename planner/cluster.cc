@@ -128,6 +128,18 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
 
 }  // namespace
 
+std::vector<InputFile> ClusterSpec::InputFiles() const {
+  std::vector<InputFile> files = {{file, "the cluster file"}};
+  if (job) files.push_back({job->model_config, "the cluster's job.model"});
+  if (!measured_network_file.empty()) files.push_back({measured_network_file, "the cluster's network.measured"});
+  if (!profiles_dir.empty()) {
+    for (const std::string& type : DeviceTypes()) {
+      files.push_back({(std::filesystem::path(profiles_dir) / (type + ".json")).string(), "the profile of " + type});
+    }
+  }
+  return files;
+}
+
 int ClusterSpec::DeviceCount() const {
   int total = 0;
   for (const auto& node : nodes) {

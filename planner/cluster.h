@@ -35,6 +35,7 @@
 #include "planner/credentials.h"
 #include "planner/network.h"
 #include "planner/precision.h"
+#include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
 namespace poplar {
@@ -99,6 +100,10 @@ struct ClusterSpec {
   // the measured network when there is one, else rings over SlowestLink(); nothing with
   // one device. Throws InputError naming `network` when there is neither.
   CollectiveTimes Collectives() const;
+  // The files that reading and using the cluster involves, for commands that must not
+  // write over them: this file, job.model, network.measured, and the profiles folder's
+  // <type>.json of each type (those that exist).
+  std::vector<InputFile> InputFiles() const;
 };
 
 // kNetworkElsewhere: `network.measured` is recorded, not read, and declared links are

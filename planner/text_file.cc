@@ -80,6 +80,29 @@ void RequireFolderFor(const std::string& path, const std::string& flag) {
   }
 }
 
+void RequireOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {
+  RequireFolderFor(output, flag);
+  for (const InputFile& input : inputs) {
+    std::error_code ignored;
+    if (!input.path.empty() && std::filesystem::equivalent(output, input.path, ignored)) {
+      throw InputError(flag, "", output + " is " + input.what +
+                                     (input.path == output ? "" : " (" + input.path + ")") +
+                                     ", which this command reads; writing there would destroy it");
+    }
+  }
+}
+
+void MakeOutputFolder(const std::string& path, const std::string& flag) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error || !std::filesystem::is_directory(path)) {
+    throw InputError(flag, "", "cannot make the folder " + path + ": " +
+                                   (std::filesystem::exists(path) && !std::filesystem::is_directory(path)
+                                        ? std::string("a file is in the way")
+                                        : error.message()));
+  }
+}
+
 bool IsPlainFileName(const std::string& name) {
   return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace poplar {
 
@@ -17,6 +18,19 @@ bool IsPlainFileName(const std::string& name);
 // Throws InputError naming `flag` unless the folder `path` would be written in exists,
 // so that a mistyped output path fails before the work, not after it.
 void RequireFolderFor(const std::string& path, const std::string& flag);
+// A file a command reads, and what it is to the user ("the cluster file", "job.model").
+struct InputFile {
+  std::string path;
+  std::string what;
+};
+// Throws InputError naming `flag` if `output` is one of `inputs` (the same file by any
+// path or link): a command's output must not replace what it reads. Also checks, as
+// RequireFolderFor, that the output's folder exists.
+void RequireOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag);
+// Creates the folder `path` (and its parents) to write into, or throws InputError naming
+// `flag` when it cannot: a file is in the way, or no permission.
+void MakeOutputFolder(const std::string& path, const std::string& flag);
+
 // The folder part of a path ("a/b/c.yaml" -> "a/b", "c.yaml" -> ".").
 std::string ParentFolder(const std::string& path);
 // `path` if absolute, else `base_folder`/`path`.

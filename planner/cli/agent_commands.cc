@@ -1,4 +1,5 @@
 // `poplar profile` and `poplar status`: the head node asking the cluster's agents.
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -26,6 +27,11 @@ void RunProfile(const ProfileOptions& options) {
   const std::string dir = !options.output.empty()           ? options.output
                           : !cluster.profiles_dir.empty() ? cluster.profiles_dir
                                                           : "profiles";
+  // Checked before measuring, which takes minutes: a file where the folder should be.
+  if (std::filesystem::exists(dir) && !std::filesystem::is_directory(dir)) {
+    throw InputError(options.output.empty() ? cluster.file : "--output", options.output.empty() ? "profiles" : "",
+                     dir + " is a file, not a folder for the profiles");
+  }
   ClusterAgents agents = ConnectAgents(cluster);
   const auto profiles = FetchProfiles(cluster, agents, dir, options.request);
   TextTable table({"device type", "emulated", "memory", "stage", "largest micro-batch", "compute at largest"},
@@ -88,7 +94,8 @@ void RegisterProfileCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("-o,--output", options->output,
-                      "Folder for the profile files (default: the cluster file's 'profiles', else ./profiles)");
+                      "Folder for the profile files (default: the cluster file's 'profiles', else ./profiles)")
+      ->check(NotEmpty());
   command->add_option("--repeats", options->request.repeats, "Timed runs per micro-batch size (0: worker default)")
       ->check(CLI::Range(0, 100));
   command->add_option("--largest-micro-batch", options->request.largest_micro_batch,

@@ -179,7 +179,7 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
     profiles.emplace(fetch.type, ParseProfileJson(fetch.text, path));
     files.emplace_back(path, &fetch.text);
   }
-  std::filesystem::create_directories(dir);
+  MakeOutputFolder(dir, dir);
   for (const auto& [path, text] : files) WriteFileAtomically(path, *text);
   return profiles;
 }

@@ -57,7 +57,7 @@ class RunDirectory {
   explicit RunDirectory(const std::string& path) {
     // The outermost folder that is missing (the walk ends at the root, which exists).
     for (fs::path folder = fs::absolute(path); !fs::exists(folder); folder = folder.parent_path()) made_ = folder;
-    fs::create_directories(path);
+    MakeOutputFolder(path, "--run-dir");
   }
   ~RunDirectory() {
     std::error_code ignored;
@@ -93,9 +93,16 @@ PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluste
         throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
       }
     }
-    const auto document = nlohmann::json::parse(prepared.text);  // informational keys
-    prepared.policy = document.value("policy", "from file");
-    if (document.contains("predicted")) prepared.predicted_step_s = document["predicted"].value("step_s", 0.0);
+    // Informational keys, used when they have the type poplar plan writes (a hand-written
+    // "step_s": "x" once ended in an internal error).
+    const auto document = nlohmann::json::parse(prepared.text);
+    const auto policy = document.find("policy");
+    prepared.policy = policy != document.end() && policy->is_string() ? policy->get<std::string>() : "from file";
+    const auto predicted = document.find("predicted");
+    if (predicted != document.end() && predicted->is_object() && predicted->contains("step_s") &&
+        (*predicted)["step_s"].is_number()) {
+      prepared.predicted_step_s = (*predicted)["step_s"].get<double>();
+    }
     return prepared;
   }
   const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
@@ -220,8 +227,9 @@ void RegisterLaunchCommand(CLI::App& app) {
       ->excludes("--plan");
   command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
-  command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)");
-  command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)");
+  command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)")->check(NotEmpty());
+  auto* job_id = command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
+                     ->check(NotEmpty());
   command->add_option("--master-port", options->master_port,
                       "Rendezvous port on rank 0's host (default: one its agent finds free)")
       ->check(CLI::Range(1, 65535));
@@ -230,7 +238,9 @@ void RegisterLaunchCommand(CLI::App& app) {
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
       ->check(CLI::Range(0, 1 << 30))
       ->capture_default_str();
-  command->add_flag("--resume", options->resume, "Resume the job (same --job-id) from its last checkpoint");
+  // Without the job's id a resume would start a new job (the default id is new each time).
+  command->add_flag("--resume", options->resume, "Resume the job --job-id names from its last checkpoint")
+      ->needs(job_id);
   command->callback([options] { RunLaunch(*options); });
 }
 

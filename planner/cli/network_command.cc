@@ -71,6 +71,12 @@ void RunNetwork(const NetworkOptions& options) {
   const std::string output = !options.output.empty()                  ? options.output
                              : !cluster.measured_network_file.empty() ? cluster.measured_network_file
                                                                       : "network.json";
+  // The cluster's own network.measured is where a new measurement belongs.
+  std::vector<InputFile> inputs = cluster.InputFiles();
+  inputs.erase(std::remove_if(inputs.begin(), inputs.end(),
+                              [&](const InputFile& input) { return input.path == cluster.measured_network_file; }),
+               inputs.end());
+  RequireOutputApart(output, inputs, "--output");
   const int world_size = cluster.DeviceCount();
   if (world_size < 2) {
     throw InputError(options.cluster_file, "nodes", "has one device: there is no network to measure");
@@ -157,7 +163,8 @@ void RegisterNetworkCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("-o,--output", options->output,
-                      "Network file to write (default: the cluster file's network.measured, else network.json)");
+                      "Network file to write (default: the cluster file's network.measured, else network.json)")
+      ->check(NotEmpty());
   command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
       ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; }, "a number of MiB from 1/128 to 1048576"));
   command->add_option("--master-port", options->master_port,

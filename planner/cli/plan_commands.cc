@@ -6,6 +6,7 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
 #include "planner/cli/plan_report.h"
+#include "planner/cli/run_app.h"
 #include "planner/cluster_profiles.h"
 #include "planner/input_error.h"
 #include "planner/plan_file.h"
@@ -73,6 +74,9 @@ void AddCommonOptions(CLI::App* command, PlanOptions& options) {
 
 void RunPlan(const PlanOptions& options) {
   const LoadedCluster loaded = Load(options);
+  std::vector<InputFile> inputs = loaded.cluster.InputFiles();
+  for (const auto& [type, profile] : loaded.profiles) inputs.push_back({profile.file, "the profile of " + type});
+  RequireOutputApart(options.output, inputs, "--output");
   const PlanResult result = MakePlan(loaded.cluster, loaded.profiles, Policy::kPoplar);
   const auto plan = PlanToJson(loaded.cluster, loaded.profiles, result);
   WriteFileAtomically(options.output, plan.dump(2) + "\n");
@@ -134,6 +138,7 @@ void RegisterPlanCommand(CLI::App& app) {
       "plan", "Choose the ZeRO stage and per-GPU micro-batches that train fastest");
   AddCommonOptions(command, *options);
   command->add_option("-o,--output", options->output, "Plan file to write")
+      ->check(NotEmpty())
       ->capture_default_str();
   command->callback([options] { RunPlan(*options); });
 }

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "planner/cli/commands.h"
+#include "planner/cli/run_app.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 
@@ -46,6 +47,7 @@ void RegisterPrepareDataCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("-o,--output", options->output, "Token file to write (uint16 little-endian)")
+      ->check(NotEmpty())
       ->required();
   command->callback([options] { Run(*options); });
 }

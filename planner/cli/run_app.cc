@@ -99,6 +99,11 @@ CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& wh
       what);
 }
 
+CLI::Validator NotEmpty() {
+  return CLI::Validator([](std::string& text) { return text.empty() ? std::string("must not be empty") : ""; },
+                        "");
+}
+
 int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
            const std::string& speaker, const std::string& commands, bool runtime_errors_fail) {
   // At most one command; "none" is reported here, after CLI11 has had the chance to name

@@ -32,6 +32,10 @@ class CommandFailed : public std::runtime_error {
 // CLI::Range, it refuses nan and inf and names the bound in words.
 CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& what, bool whole = false);
 
+// A flag's check: the value is not empty. An empty path or name given on purpose
+// (`-o ''`) is a mistake; it must not quietly mean the default.
+CLI::Validator NotEmpty();
+
 // `program` starts usage messages ("poplar plan: ..."); `speaker` starts error lines
 // ("poplar-worker[rank 1]: error: ..."); `commands` lists the subcommands for the
 // message when none is given (empty: the program has no subcommands, its app's own

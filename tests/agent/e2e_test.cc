@@ -245,6 +245,17 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
 }
 
 TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
+  // Outputs that would replace an input, or stand where a file is, are refused first.
+  const std::string before = ReadTextFile(dir_.path() + "/cluster.yaml");
+  const auto over_cluster = Poplar({"network", "cluster.yaml", "-o", "cluster.yaml"});
+  EXPECT_EQ(over_cluster.exit_code, 1);
+  EXPECT_TRUE(Contains(over_cluster.err, "--output: cluster.yaml is the cluster file")) << over_cluster.err;
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/cluster.yaml"), before);
+  dir_.Write("a-file", "x");
+  const auto profile_into_file = Poplar({"profile", "cluster.yaml", "-o", "a-file"});
+  EXPECT_EQ(profile_into_file.exit_code, 1);
+  EXPECT_TRUE(Contains(profile_into_file.err, "a-file is a file, not a folder for the profiles"))
+      << profile_into_file.err;
   // No --master-port: rank 0's agent finds one.
   const auto measured = Poplar({"network", "cluster.yaml", "-o", "net.json", "--max-mib", "1", "--timeout", "30"});
   ASSERT_EQ(measured.exit_code, 0) << measured.out << measured.err;

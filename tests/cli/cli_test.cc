@@ -370,6 +370,44 @@ TEST_F(Cli, PlanReplacesAnExistingPlan) {
   EXPECT_EQ(Json::parse(ReadFile(output)), ParseOneDocument(run.out));
 }
 
+// An output path that is one of the command's inputs is refused before anything is
+// written: `plan -o cluster.yaml` replaced the cluster file with the plan.
+TEST_F(Cli, PlanRefusesToWriteOverWhatItReads) {
+  const std::string cluster = WriteExampleVariant("v100-and-t4", "", "");
+  const std::string before = ReadFile(cluster);
+  const Outcome itself = Poplar({"plan", cluster, "-o", cluster});
+  EXPECT_EQ(itself.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(itself.err)) << itself.err;
+  EXPECT_TRUE(ContainsAll(itself.err, {"--output", "is the cluster file", "would destroy it"})) << itself.err;
+  EXPECT_EQ(ReadFile(cluster), before);
+  const std::string profile = ExampleProfiles() + "/T4-16GB.json";
+  const Outcome over_profile = Poplar({"plan", cluster, "-o", profile});
+  EXPECT_EQ(over_profile.exit_code, 1);
+  EXPECT_TRUE(Contains(over_profile.err, "is the profile of T4-16GB")) << over_profile.err;
+  // An empty path is a mistake, not the default.
+  const Outcome empty = Poplar({"plan", cluster, "-o", ""});
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_TRUE(Contains(empty.err, "--output: must not be empty")) << empty.err;
+}
+
+// Launch refusals that need no agent: a resume without the job's id (it trained a new
+// job from step 0), and a run directory where a file is (an internal error).
+TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {
+  const Outcome resume = Poplar({"launch", ExampleCluster("v100-and-t4"), "--resume"});
+  EXPECT_EQ(resume.exit_code, 2);
+  EXPECT_TRUE(Contains(resume.err, "--resume requires --job-id")) << resume.err;
+  const std::string cluster = WriteExampleVariant(
+      "v100-and-t4", "nodes:",
+      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+      "job: {model: " + std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt-tiny.json, data: t.bin, steps: 2}\n"
+      "nodes:");
+  const std::string file = Write("a-file", "x");
+  const Outcome run_dir = Poplar({"launch", cluster, "--run-dir", file, "--plan", Write("p.json", "{}")});
+  EXPECT_EQ(run_dir.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run_dir.err)) << run_dir.err;
+  EXPECT_TRUE(ContainsAll(run_dir.err, {"--run-dir", "a file is in the way"})) << run_dir.err;
+}
+
 TEST_F(Cli, BrokenClusterFileFailsInOneLineAndWritesNothing) {
   const std::string cluster = WriteExampleVariant("v100-and-t4", "count: 4", "count: -2");
   const std::string output = work_ + "/plan.json";
