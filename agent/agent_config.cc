@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "planner/host_port.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 #include "planner/yaml_fields.h"
@@ -63,14 +64,7 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
   AgentConfig config;
   config.file = path;
   config.listen = fields.String("listen");
-  const auto colon = config.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == config.listen.size()) {
-    fields.Fail("listen", "must be host:port, got '" + config.listen + "'");
-  }
-  const std::string port = config.listen.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
-    fields.Fail("listen", "port must be a number from 0 (any free port) to 65535, got '" + port + "'");
-  }
+  if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
   config.credentials = ParseCredentials(fields.Map("credentials"), base);
   config.work_dir = AbsoluteFolder(fields, "work_dir", fields.String("work_dir"), base);
   const std::string cache = fields.OptionalString("cache_dir").value_or(

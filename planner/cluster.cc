@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "planner/host_port.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 #include "planner/yaml_fields.h"
@@ -85,9 +86,7 @@ NodeSpec ParseNode(YamlFields fields) {
   node.name = fields.String("name");
   node.host = fields.OptionalString("host").value_or(node.name);
   node.agent = fields.OptionalString("agent").value_or(node.host + ":" + std::to_string(kDefaultAgentPort));
-  if (node.agent.find(':') == std::string::npos) {
-    fields.Fail("agent", "must be host:port, got '" + node.agent + "'");
-  }
+  if (const std::string problem = HostPortProblem(node.agent, 1); !problem.empty()) fields.Fail("agent", problem);
   YAML::Node devices = fields.Child("devices");
   if (!devices || !devices.IsSequence() || devices.size() == 0) {
     fields.Fail("devices", "must be a non-empty list of {type, count}" + YamlFields::LineOf(devices));

@@ -4,6 +4,7 @@
 
 #include "planner/input_error.h"
 #include "planner/join.h"
+#include "planner/spelling.h"
 
 namespace poplar {
 namespace {
@@ -66,6 +67,7 @@ void JsonFields::Fail(const std::string& key, const std::string& reason) const {
 }
 
 bool JsonFields::Has(const std::string& key) const {
+  asked_.insert(key);
   const auto found = node_.find(key);
   return found != node_.end() && !found->is_null();
 }
@@ -127,7 +129,11 @@ JsonFields JsonFields::Map(const std::string& key) {
 void JsonFields::Finish() const {
   for (const auto& [key, value] : node_.items()) {
     if (used_.count(key)) continue;
-    throw InputError(file_, KeyPath(key), "unknown key; known keys here: " + Join(used_, ", "));
+    std::set<std::string> known = used_;
+    known.insert(asked_.begin(), asked_.end());
+    const std::string nearest = NearestName(key, {known.begin(), known.end()});
+    throw InputError(file_, KeyPath(key), "unknown key" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
+                                              "; known keys here: " + Join(known, ", "));
   }
 }
 

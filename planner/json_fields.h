@@ -53,6 +53,7 @@ class JsonFields {
   std::string file_;
   std::string path_;
   std::set<std::string> used_;
+  mutable std::set<std::string> asked_;  // keys Has() looked for: known, though absent
 };
 
 }  // namespace poplar

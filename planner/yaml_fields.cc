@@ -5,6 +5,7 @@
 
 #include "planner/input_error.h"
 #include "planner/join.h"
+#include "planner/spelling.h"
 
 namespace poplar {
 
@@ -70,7 +71,10 @@ void YamlFields::Fail(const std::string& key, const std::string& reason) const {
   throw InputError(file_, KeyPath(key), reason);
 }
 
-bool YamlFields::Has(const std::string& key) const { return static_cast<bool>(node_[key]); }
+bool YamlFields::Has(const std::string& key) const {
+  asked_.insert(key);
+  return static_cast<bool>(node_[key]);
+}
 
 YAML::Node YamlFields::Child(const std::string& key) {
   used_.insert(key);
@@ -141,8 +145,12 @@ void YamlFields::Finish() const {
       throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
                                                 "; write the keys out in full");
     }
-    throw InputError(file_, KeyPath(key),
-                     "unknown key" + LineOf(entry.first) + "; known keys here: " + Join(used_, ", "));
+    std::set<std::string> known = used_;
+    known.insert(asked_.begin(), asked_.end());
+    const std::string nearest = NearestName(key, {known.begin(), known.end()});
+    throw InputError(file_, KeyPath(key), "unknown key" + LineOf(entry.first) +
+                                              (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
+                                              "; known keys here: " + Join(known, ", "));
   }
 }
 

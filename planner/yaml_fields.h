@@ -37,7 +37,8 @@ class YamlFields {
   // A nested mapping; throws if absent.
   YamlFields Map(const std::string& key);
 
-  // Throws InputError naming the first key that was never read.
+  // Throws InputError naming the first key that was never read, with the nearest key
+  // the parser knows ("did you mean credentials?") and all of them.
   void Finish() const;
 
   std::string KeyPath(const std::string& key) const;
@@ -55,6 +56,7 @@ class YamlFields {
   std::string file_;
   std::string path_;
   std::set<std::string> used_;
+  mutable std::set<std::string> asked_;  // keys Has() looked for: known, though absent
 };
 
 }  // namespace poplar

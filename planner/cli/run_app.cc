@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "planner/input_error.h"
+#include "planner/spelling.h"
 
 namespace poplar {
 namespace {
@@ -14,34 +15,9 @@ namespace {
 // The first line of a message (libtorch appends a C++ backtrace to its own).
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-// Edits (insert, delete, replace) that turn `a` into `b`.
-std::size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// "; did you mean X?" for the one of `known` nearest to `word`, if at most two edits
-// away (a near miss, not a guess); "" otherwise.
+// "; did you mean X?" for the one of `known` nearest to `word` (planner/spelling.h), or "".
 std::string DidYouMean(const std::string& word, const std::vector<std::string>& known) {
-  std::string nearest;
-  std::size_t best = 3;
-  for (const std::string& name : known) {
-    const std::size_t distance = EditDistance(word, name);
-    if (distance < best) {
-      best = distance;
-      nearest = name;
-    }
-  }
+  const std::string nearest = NearestName(word, known);
   return nearest.empty() ? "" : "; did you mean " + nearest + "?";
 }
 

@@ -250,6 +250,13 @@ constexpr char kJob[] = "job: {model: gpt.json, data: tokens.bin, steps: 10}\n";
 TEST(ClusterFile, RejectsAnAgentWithoutAPort) {
   ExpectRejected(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    agent: 10.0.0.1\n"), "nodes[0].agent",
                  "must be host:port");
+  // gRPC dialled 99999 as 34463, "host:" as 443 and -1 as 65535.
+  for (const std::string port : {"99999", "-1", "0", "abc"}) {
+    ExpectRejected(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    agent: \"10.0.0.1:" + port + "\"\n"),
+                   "nodes[0].agent", "port must be a number from 1 to 65535, got '" + port + "'");
+  }
+  ExpectRejected(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    agent: \"10.0.0.1:\"\n"), "nodes[0].agent",
+                 "must be host:port");
 }
 
 TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
@@ -331,6 +338,20 @@ TEST(ClusterFile, RejectsUnknownTopLevelKeyAndListsKnownKeys) {
   EXPECT_EQ(error.key(), "colour");
   EXPECT_TRUE(ContainsAll(error.reason(),
                           {"unknown key", "name", "profiles", "training", "network", "nodes"}));
+}
+
+// Keys the parser only looks for when present (credentials, job, checkpoint_every) are
+// known too, and a near miss is named: `credentails:` once listed every key but the one meant.
+TEST(ClusterFile, AMisspeltKeyIsMatchedToTheOneMeant) {
+  const InputError top = ParseError(std::string(kValidCluster) + "credentails: {}\n");
+  EXPECT_EQ(top.key(), "credentails");
+  EXPECT_TRUE(ContainsAll(top.reason(), {"did you mean credentials?", "known keys here:", "credentials", "job"}))
+      << top.reason();
+  const InputError nested = ParseError(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, checkpoint_evry: 2"));
+  EXPECT_EQ(nested.key(), "job.checkpoint_evry");
+  EXPECT_TRUE(Contains(nested.reason(), "did you mean checkpoint_every?")) << nested.reason();
+  const InputError far = ParseError(std::string(kValidCluster) + "colour: red\n");
+  EXPECT_FALSE(Contains(far.reason(), "did you mean")) << far.reason();
 }
 
 TEST(ClusterFile, RejectsUnknownTrainingKeyAndListsKnownKeys) {
