@@ -30,8 +30,10 @@ std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std
 EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
   EmulatedDeviceSpec device;
   device.type = fields.String("type");
-  if (device.type.empty() || device.type.find_first_of("/ \t") != std::string::npos) {
-    fields.Fail("type", "must be a plain name without '/' or spaces");
+  // The rule cluster files apply to a device type (it names the profile <type>.json):
+  // a type the head refuses could never be used.
+  if (!IsPlainFileName(device.type) || device.type.find_first_of(" \t") != std::string::npos) {
+    fields.Fail("type", "must be a plain name without '/' or spaces, and not . or .., got '" + device.type + "'");
   }
   if (fields.Has("count")) {
     const auto count = fields.Integer("count");

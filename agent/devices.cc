@@ -1,6 +1,7 @@
 #include "agent/devices.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <utility>
@@ -80,7 +81,14 @@ std::vector<unsigned int> ComputeProcesses(const ProcessQuery& query, NvmlDevice
 std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std::string* why_none) {
   void* library = dlopen(library_name.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
-    *why_none = "no NVIDIA driver (" + library_name + " not found)";
+    // A name the loader cannot find is the usual case (no driver); a file that exists
+    // but does not load (not a library, wrong architecture) says why.
+    const char* reason = dlerror();
+    const bool missing = library_name.find('/') == std::string::npos
+                             ? reason == nullptr || std::string(reason).find("No such file") != std::string::npos
+                             : access(library_name.c_str(), F_OK) != 0;
+    *why_none = missing ? "no NVIDIA driver (" + library_name + " not found)"
+                        : "cannot load " + library_name + ": " + (reason ? reason : "unknown reason");
     return {};
   }
   auto init = Symbol<InitFn>(library, "nvmlInit_v2");

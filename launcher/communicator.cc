@@ -135,7 +135,19 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
   options->devices.push_back(GlooDevice(env.master_addr));
-  group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, options);
+  try {
+    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, options);
+  } catch (const std::exception& error) {
+    // c10d says only "Socket Timeout" when a rank never joins.
+    const std::string what = error.what();
+    if (what.find("imeout") != std::string::npos || what.find("timed out") != std::string::npos) {
+      throw std::runtime_error("the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                               " did not complete within --timeout: not all " + std::to_string(world_size_) +
+                               " ranks (WORLD_SIZE) joined; is every rank started, with the same MASTER_ADDR "
+                               "and MASTER_PORT? (" + what.substr(0, what.find('\n')) + ")");
+    }
+    throw;
+  }
 }
 
 std::string Communicator::backend_name() const { return group_ ? group_->getBackendName() : "none"; }

@@ -1,6 +1,7 @@
 // Lists in messages and tables: "1 x A100-80GB, 2 x T4-16GB".
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,11 @@ std::string Join(const Items& items, std::string_view separator, Name&& name) {
 template <typename Items>
 std::string Join(const Items& items, std::string_view separator) {
   return Join(items, separator, [](const auto& item) -> const auto& { return item; });
+}
+
+// "1 rank", "3 ranks": `count` with `noun`, plural with an s.
+inline std::string Count(std::int64_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
 }
 
 }  // namespace poplar

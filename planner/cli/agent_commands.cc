@@ -23,7 +23,7 @@ struct ProfileOptions {
 };
 
 void RunProfile(const ProfileOptions& options) {
-  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
   const std::string dir = !options.output.empty()           ? options.output
                           : !cluster.profiles_dir.empty() ? cluster.profiles_dir
                                                           : "profiles";
@@ -51,7 +51,8 @@ struct StatusOptions {
 };
 
 void RunStatus(const StatusOptions& options) {
-  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
+  // Status asks the agents only: the network (declared links) is not needed.
+  const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
   ClusterAgents agents = ClientsFor(cluster);
   TextTable table({"node", "agent", "state", "devices", "jobs"}, {false, false, false, false, false});
   std::vector<std::string> reasons;  // why each DOWN node is down, under the table

@@ -17,6 +17,7 @@
 #include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/precision.h"
 #include "planner/plan_file.h"
 #include "planner/planner.h"
@@ -153,8 +154,8 @@ void RunLaunch(const LaunchOptions& options) {
   }
 
   const int master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
-  std::cout << "launching job " << job_id << ": " << ranks.size() << " ranks on " << nodes_in_job.size()
-            << " node(s), " << job.steps << " steps; rendezvous " << master_addr << ":" << master_port
+  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
+            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr << ":" << master_port
             << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
@@ -201,7 +202,7 @@ void RunLaunch(const LaunchOptions& options) {
               << "\n";
     return;
   }
-  std::cout << "trained " << summary["steps"] << " steps: loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
+  std::cout << "trained " << Count(summary["steps"].get<std::int64_t>(), "step") << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
             << Fixed(summary["last_loss"].get<double>(), 3) << "; step " << Seconds(summary["measured_step_s"].get<double>())
             << " measured (median) vs " << Seconds(prepared.predicted_step_s) << " predicted; "
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"

@@ -16,6 +16,7 @@
 #include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/network.h"
 #include "planner/plan_file.h"
 #include "planner/precision.h"
@@ -54,8 +55,8 @@ void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, con
                   AsDeclaredLink(line, collective, network.world_size()),
                   Fixed(100 * network.WorstRelativeError(collective), 1) + "%"});
   }
-  std::cout << "network of " << cluster.name << ": " << network.world_size() << " ranks on " << network.nodes()
-            << " node(s) over " << network.backend << ", " << WorkerPrecisionName(network.precision) << " payloads, "
+  std::cout << "network of " << cluster.name << ": " << Count(network.world_size(), "rank") << " on "
+            << Count(network.nodes(), "node") << " over " << network.backend << ", " << WorkerPrecisionName(network.precision) << " payloads, "
             << network.points.size() / std::size(kCollectives) << " sizes\n"
             << table.Render() << "network written to " << output << "\n";
   const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).lexically_normal(); };
@@ -102,8 +103,8 @@ void RunNetwork(const NetworkOptions& options) {
     requests.emplace_back(node, std::move(request));
   }
   if (!options.json) {
-    std::cerr << "measuring the collectives among " << world_size << " ranks on " << cluster.nodes.size()
-              << " node(s), " << precision << " payloads (job " << job_id << ")" << std::endl;
+    std::cerr << "measuring the collectives among " << Count(world_size, "rank") << " on "
+              << Count(static_cast<std::int64_t>(cluster.nodes.size()), "node") << ", " << precision << " payloads (job " << job_id << ")" << std::endl;
   }
 
   std::vector<RankInfo> rank_infos;

@@ -63,6 +63,12 @@ TEST(Devices, SaysWhyThereIsNoGpu) {
   const FakeGpus none("");
   ListDevices(config, &why);
   EXPECT_EQ(why, "NVML reports no GPU");
+
+  // A file that exists but is no library is not "no driver": the loader's reason is given.
+  poplar::testing::ScratchDir dir("devices");
+  config.nvml_library = dir.Write("not-a-library.so", "just text\n");
+  ListDevices(config, &why);
+  EXPECT_TRUE(ContainsAll(why, {"cannot load " + config.nvml_library + ": "})) << why;
 }
 
 // A GPU that a process outside poplar computes on is not handed to a job or a profile:

@@ -259,7 +259,7 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   // No --master-port: rank 0's agent finds one.
   const auto measured = Poplar({"network", "cluster.yaml", "-o", "net.json", "--max-mib", "1", "--timeout", "30"});
   ASSERT_EQ(measured.exit_code, 0) << measured.out << measured.err;
-  EXPECT_TRUE(ContainsAll(measured.out, {"2 ranks on 2 node(s) over gloo, fp32 payloads", "all_reduce",
+  EXPECT_TRUE(ContainsAll(measured.out, {"2 ranks on 2 nodes over gloo, fp32 payloads", "all_reduce",
                                          "reduce_scatter", "all_gather", "network written to net.json",
                                          "measured: net.json"}));
   const MeasuredNetwork network = LoadNetworkFile(dir_.path() + "/net.json");
@@ -639,7 +639,12 @@ TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
     run.cwd = root;
     return RunProcess(run, root, std::chrono::seconds(120));
   };
-  const auto status = poplar({"status", "cluster.yaml"});
+  // Status needs no network section, though the node has two devices.
+  std::string no_network = ReadTextFile(root + "/cluster.yaml");
+  no_network.erase(no_network.find("network:"), no_network.find('\n', no_network.find("network:")) -
+                                                    no_network.find("network:") + 1);
+  dir.Write("no-network.yaml", no_network);
+  const auto status = poplar({"status", "no-network.yaml"});
   EXPECT_EQ(status.exit_code, 0) << status.out << status.err;
   EXPECT_TRUE(Contains(status.out, "2 x NVIDIA-H200")) << status.out;
 
@@ -684,6 +689,12 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   EXPECT_FALSE(Contains(key.err, "cannot listen")) << key.err;
   // gRPC's reason is in the one line, not in log lines before it.
   EXPECT_TRUE(poplar::testing::IsOneLine(key.err)) << key.err;
+  // An emulated type the cluster files refuse could never be used: refused here too.
+  std::string dots = ReadTextFile(write("127.0.0.1:0", "creds/agent.key"));
+  dots.replace(dots.find("type: emu"), 9, "type: ..");
+  const auto bad_type = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("dots.yaml", dots)}), dir.path());
+  EXPECT_EQ(bad_type.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(bad_type.err, {"emulated[0].type", "must be a plain name", "got '..'"})) << bad_type.err;
   // A worker that is not poplar-worker is refused (coreutils' true answers --version too).
   std::string config = ReadTextFile(write("127.0.0.1:0", "creds/agent.key"));
   config.replace(config.find("worker: "), config.find('\n', config.find("worker: ")) - config.find("worker: "),

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -150,6 +151,29 @@ TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
   EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
   EXPECT_TRUE(Contains(outcome.err, "poplar-worker[rank 0]: error: rank 0 cannot host the rendezvous: port " +
                                         std::to_string(port) + " (MASTER_PORT) is in use on this node"))
+      << outcome.err;
+}
+
+// A rank that never comes: rank 0 says which rendezvous did not complete, not c10d's
+// bare "Socket Timeout".
+TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
+  std::vector<std::string> args = Args(plan);
+  const auto timeout = std::find(args.begin(), args.end(), "--timeout");
+  ASSERT_NE(timeout, args.end());
+  *(timeout + 1) = "2";
+  ChildOptions options;
+  options.argv = {POPLAR_WORKER_BINARY};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  const int port = FreeLoopbackPort();
+  options.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
+  options.cwd = scratch_.path();
+  const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
+  EXPECT_TRUE(ContainsAll(outcome.err, {"poplar-worker[rank 0]: error: the rendezvous at 127.0.0.1:" +
+                                            std::to_string(port) + " did not complete within --timeout",
+                                        "not all 2 ranks (WORLD_SIZE) joined"}))
       << outcome.err;
 }
 
