@@ -113,29 +113,43 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
           {"stages", std::move(stages)}};
 }
 
-Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
+void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
   if (plan.WorldSize() != cluster.DeviceCount()) {
     throw InputError(plan.file, "ranks", "has " + std::to_string(plan.WorldSize()) + " ranks but " + cluster.file +
                                              " has " + std::to_string(cluster.DeviceCount()) + " devices");
   }
-  if (plan.global_batch != problem.global_batch) {
+  if (plan.global_batch != cluster.global_batch) {
     throw InputError(plan.file, "global_batch", "is " + std::to_string(plan.global_batch) + " but " +
                                                     cluster.file + " trains with " +
-                                                    std::to_string(problem.global_batch));
+                                                    std::to_string(cluster.global_batch));
   }
+  // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
+  // another cluster, and would run (or be predicted) on devices it never meant.
+  const std::vector<RankSlot> slots = cluster.Ranks();
+  for (int rank = 0; rank < plan.WorldSize(); ++rank) {
+    const RankPlacement& planned = plan.placement[rank];
+    const RankSlot& slot = slots[rank];
+    const std::string key = "ranks[" + std::to_string(rank) + "]";
+    if (!planned.device_type.empty() && planned.device_type != slot.device_type) {
+      throw InputError(plan.file, key + ".device_type",
+                       "is " + planned.device_type + " but rank " + std::to_string(rank) + " of " + cluster.file +
+                           " is a " + slot.device_type + " (ranks follow the cluster file's order)");
+    }
+    if (!planned.node.empty() && planned.node != slot.node) {
+      throw InputError(plan.file, key + ".node",
+                       "is '" + planned.node + "' but rank " + std::to_string(rank) + " of " + cluster.file +
+                           " is on node '" + slot.node + "' (ranks follow the cluster file's order)");
+    }
+  }
+}
+
+Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
+  RequirePlanForCluster(cluster, plan);
   const std::map<std::string, int> class_of = ClassIndex(problem);
   Schedule schedule;
   schedule.stage = plan.stage;
   int rank = 0;
   for (const RankSlot& slot : cluster.Ranks()) {
-    // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
-    // another cluster, and its prediction here would be for devices it never meant.
-    const std::string& planned = plan.placement[rank].device_type;
-    if (!planned.empty() && planned != slot.device_type) {
-      throw InputError(plan.file, "ranks[" + std::to_string(rank) + "].device_type",
-                       "is " + planned + " but rank " + std::to_string(rank) + " of " + cluster.file + " is a " +
-                           slot.device_type + " (ranks follow the cluster file's order)");
-    }
     schedule.assignments.push_back({class_of.at(slot.device_type), 1, plan.micro_batches[rank++]});
   }
   if (const std::string reason = ValidateSchedule(problem, schedule); !reason.empty()) {

@@ -33,10 +33,16 @@ nlohmann::ordered_json PlacementPlanJson(const std::vector<RankSlot>& slots);
 // files give the prediction.
 nlohmann::ordered_json PredictionJson(const StepPrediction& prediction);
 
+// Throws InputError naming the plan file unless it was made for `cluster`: as many
+// ranks as devices, the cluster's global batch, and each rank's device_type and node,
+// where the plan gives them, those of the device in cluster-file order (the contract
+// of docs/formats.md). `poplar launch --plan` and `simulate --plan` check this first.
+void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
+
 // The schedule a plan file gives `problem`, which must be built for plan.stage on
 // `cluster`: rank r is the r-th device in cluster-file order, one assignment each.
-// Throws InputError naming the plan file when it does not fit: another rank count or
-// global batch, or a micro-batch the device cannot hold.
+// Throws InputError naming the plan file when it does not fit: RequirePlanForCluster,
+// or a micro-batch the device cannot hold.
 Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan);
 
 }  // namespace poplar

@@ -79,6 +79,7 @@ PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluste
   if (!options.plan_file.empty()) {
     prepared.text = ReadTextFile(options.plan_file);
     prepared.plan = ParseWorkerPlan(prepared.text, options.plan_file);
+    RequirePlanForCluster(cluster, prepared.plan);
     for (int rank = 0; rank < prepared.plan.WorldSize(); ++rank) {
       const RankPlacement& placement = prepared.plan.placement[rank];
       bool known = false;
