@@ -161,6 +161,7 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       // jobs/<id>/ (hence under the lock).
       job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_));
       jobs_[settings.job_id] = job;
+      launch_ids_[settings.job_id] = request->launch_id();
       held = Hold(job->devices(), "job '" + settings.job_id + "'");
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
@@ -192,6 +193,7 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     }
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.erase(settings.job_id);
+    launch_ids_.erase(settings.job_id);
     return grpc::Status::OK;
   });
 }
@@ -207,7 +209,10 @@ std::shared_ptr<void> AgentService::Hold(const std::vector<std::string>& keys, c
 grpc::Status AgentService::Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopResponse* response) {
   return Guarded("Stop", [&] {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto found = jobs_.find(request->job_id());
+    auto found = jobs_.find(request->job_id());
+    if (found != jobs_.end() && !request->launch_id().empty() && launch_ids_[request->job_id()] != request->launch_id()) {
+      found = jobs_.end();  // another launch's job of the same id
+    }
     response->set_stopped(found != jobs_.end());
     if (found != jobs_.end()) {
       found->second->Stop(request->reason().empty() ? "stopped by the head node" : request->reason());

@@ -48,6 +48,7 @@ class AgentService final : public v1::Agent::Service {
 
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;
+  std::map<std::string, std::string> launch_ids_;  // job id -> the launch that started it
   DeviceHolders busy_;  // devices in use by a job or a profile
 };
 

@@ -88,12 +88,13 @@ int AgentClient::FreePort() {
   return response.port();
 }
 
-bool AgentClient::Stop(const std::string& job_id, const std::string& reason) {
+bool AgentClient::Stop(const std::string& job_id, const std::string& reason, const std::string& launch_id) {
   grpc::ClientContext context;
   SetDeadline(context, std::chrono::seconds(10));
   v1::StopRequest request;
   request.set_job_id(job_id);
   request.set_reason(reason);
+  request.set_launch_id(launch_id);
   v1::StopResponse response;
   const grpc::Status status = stub_->Stop(&context, request, &response);
   if (!status.ok()) throw Failure(status, "Stop");

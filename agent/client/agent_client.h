@@ -71,7 +71,8 @@ class AgentClient {
   // A port free on the agent's node now (the rendezvous of a job whose rank 0 runs there).
   int FreePort();
   // True if the job was running there.
-  bool Stop(const std::string& job_id, const std::string& reason);
+  // `launch_id` (optional): stop the job only if that launch started it.
+  bool Stop(const std::string& job_id, const std::string& reason, const std::string& launch_id = "");
   // Streams progress to `on_progress`; returns the profile file's text. `canceller`
   // (optional) ends it early: the agent stops the measurement and this throws.
   std::string Profile(const v1::ProfileRequest& request,

@@ -8,7 +8,9 @@
 #include <csignal>
 #include <ctime>
 #include <deque>
+#include <cstdio>
 #include <mutex>
+#include <random>
 #include <thread>
 
 namespace poplar {
@@ -48,6 +50,15 @@ class EventQueue {
   std::deque<NodeEvent> events_;
 };
 
+// 16 hex digits, new for every launch.
+std::string LaunchId() {
+  std::random_device random;
+  std::uniform_int_distribution<unsigned long long> digits;
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", digits(random));
+  return text;
+}
+
 }  // namespace
 
 std::string DefaultJobId(const std::string& cluster_name, const std::string& what) {
@@ -70,9 +81,14 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
   EventQueue queue;
   CallCanceller streams_canceller;  // ends every Launch stream at once (agents then stop the job)
   std::vector<std::thread> streams;
+  // Names this launch on every agent, so that stopping it cannot stop another launch's
+  // job of the same id (which the agents refused this one for).
+  const std::string launch_id = LaunchId();
   try {
-    for (const auto& [node, request] : requests) {
-      streams.emplace_back([&queue, &agents, &streams_canceller, node = node, request = request] {
+    for (const auto& [node, node_request] : requests) {
+      v1::LaunchRequest request = node_request;
+      request.set_launch_id(launch_id);
+      streams.emplace_back([&queue, &agents, &streams_canceller, node = node, request = std::move(request)] {
         NodeEvent end{node, true, "", {}};
         try {
           agents.clients[node]->Launch(
@@ -100,7 +116,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     stopping = true;
     for (const auto& request : requests) {
       try {
-        agents.clients[request.first]->Stop(job_id, reason);
+        agents.clients[request.first]->Stop(job_id, reason, launch_id);
       } catch (const AgentError&) {
         // That node's stream reports its own failure; its agent stops the job when the
         // stream breaks.

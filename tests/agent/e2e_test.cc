@@ -375,10 +375,17 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')", "no worker was started"}))
       << second.err;
+  // The same job id again: refused as running, and the refused launch's stop (sent to
+  // every node) must not stop the running job it collided with.
+  const auto same_id = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "same-id", "--job-id",
+                               "job-busy"});
+  EXPECT_EQ(same_id.exit_code, 1);
+  EXPECT_TRUE(Contains(same_id.err, "job 'job-busy' is already running")) << same_id.err;
   const auto profile = Poplar({"profile", "cluster.yaml", "-o", "busy-profiles"});
   EXPECT_EQ(profile.exit_code, 1);
   EXPECT_TRUE(ContainsAll(profile.err, {"in use", "(job 'job-busy')"})) << profile.err;
   EXPECT_TRUE(Alive(training.rank0)) << "the running job was left alone";
+  EXPECT_TRUE(Alive(training.rank1)) << "the running job was left alone";
   const auto status = Poplar({"status", "cluster.yaml"});
   EXPECT_TRUE(ContainsAll(status.out, {"job-busy (1 rank on emu-fast 0, step", "job-busy (1 rank on emu-slow 0, step"}))
       << status.out;
@@ -495,6 +502,28 @@ TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   const std::string rows = status.out.substr(0, status.out.find("\nnode 'c'"));
   EXPECT_FALSE(Contains(rows, "unreachable")) << status.out;
   EXPECT_TRUE(ContainsAll(status.err, {"1 of 3 agents did not answer"})) << status.err;
+
+  // A plan made for another cluster is refused before any agent starts a rank (the
+  // agents once started it and failed later, or left it waiting for its peers).
+  std::string other_batch = ReadTextFile(WritePlan());
+  other_batch = ReplaceOnce(other_batch, "\"global_batch\": 24", "\"global_batch\": 20");
+  other_batch = ReplaceOnce(other_batch, "\"micro_batches\": [16]", "\"micro_batches\": [12]");
+  const auto foreign = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("other-batch.json", other_batch),
+                               "--job-id", "foreign"});
+  EXPECT_EQ(foreign.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(foreign.err, {"other-batch.json: global_batch", "is 20 but cluster.yaml trains with 24"}))
+      << foreign.err;
+  std::string swapped = ReadTextFile(WritePlan());
+  swapped = ReplaceOnce(swapped, "\"node\": \"a\"", "\"node\": \"x\"");
+  swapped = ReplaceOnce(swapped, "\"node\": \"b\"", "\"node\": \"a\"");
+  swapped = ReplaceOnce(swapped, "\"node\": \"x\"", "\"node\": \"b\"");
+  const auto moved = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("swapped.json", swapped),
+                             "--job-id", "moved"});
+  EXPECT_EQ(moved.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(moved.err, {"swapped.json: ranks[0].node", "is 'b' but rank 0", "is on node 'a'"}))
+      << moved.err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/foreign"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/b/work/jobs/moved"));
 
   WriteCluster("two-fast.yaml", "creds/token", "", 2);
   const auto missing = Poplar({"launch", "two-fast.yaml"});
