@@ -14,12 +14,6 @@ namespace poplar {
 namespace {
 
 constexpr double kBitsPerByte = 8.0;
-// Links slower than a megabit or faster than a petabit per second, or with more than
-// ten seconds' latency, are typing mistakes; outside this range the cost model's times
-// lose meaning (1e308 Gb/s is infinite bytes per second).
-constexpr double kLeastGbps = 0.001;
-constexpr double kMostGbps = 1e6;
-constexpr double kMostLatencyUs = 1e7;
 
 // The number as written in the file, without trailing zeros ("0.001", "1000000").
 std::string Written(double value) {
@@ -31,14 +25,14 @@ std::string Written(double value) {
 LinkSpec ParseLink(YamlFields fields) {
   LinkSpec link;
   const double gbps = fields.Number("bandwidth_gbps");
-  if (!(gbps >= kLeastGbps && gbps <= kMostGbps)) {
-    fields.Fail("bandwidth_gbps", "must be a number of gigabits per second from " + Written(kLeastGbps) + " to " +
-                                      Written(kMostGbps) + ", got " + Written(gbps));
+  if (!(gbps >= kLeastLinkGbps && gbps <= kMostLinkGbps)) {
+    fields.Fail("bandwidth_gbps", "must be a number of gigabits per second from " + Written(kLeastLinkGbps) + " to " +
+                                      Written(kMostLinkGbps) + ", got " + Written(gbps));
   }
   link.bandwidth_bytes_per_s = gbps * 1e9 / kBitsPerByte;
   const double latency_us = fields.Number("latency_us");
-  if (!(latency_us >= 0 && latency_us <= kMostLatencyUs)) {
-    fields.Fail("latency_us", "must be a number of microseconds from 0 to " + Written(kMostLatencyUs) + ", got " +
+  if (!(latency_us >= 0 && latency_us <= kMostLinkLatencyUs)) {
+    fields.Fail("latency_us", "must be a number of microseconds from 0 to " + Written(kMostLinkLatencyUs) + ", got " +
                                   Written(latency_us));
   }
   link.latency_s = latency_us * 1e-6;

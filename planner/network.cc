@@ -51,10 +51,14 @@ CollectivePoint ParsePoint(JsonFields fields) {
 CollectiveLine ParseLine(JsonFields fields) {
   CollectiveLine line;
   const double fixed_us = fields.Number("fixed_us");
-  if (!(fixed_us >= 0)) fields.Fail("fixed_us", "must be zero or more microseconds");
+  if (!(fixed_us >= 0 && fixed_us <= kMostLinkLatencyUs)) {
+    fields.Fail("fixed_us", "must be a number of microseconds from 0 to 10000000");
+  }
   line.fixed_s = fixed_us * 1e-6;
   const double gbps = fields.Number("payload_gbps");
-  if (!(gbps > 0) || !std::isfinite(gbps)) fields.Fail("payload_gbps", "must be a positive number of gigabits per second");
+  if (!(gbps >= kLeastLinkGbps && gbps <= kMostLinkGbps)) {
+    fields.Fail("payload_gbps", "must be a number of gigabits per second from 0.001 to 1000000");
+  }
   line.payload_bytes_per_s = gbps * 1e9 / kBitsPerByte;
   fields.Finish();
   return line;

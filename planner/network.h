@@ -19,6 +19,14 @@
 
 namespace poplar {
 
+// Bounds on a link's rate and fixed cost, declared (cluster file) or fitted (network
+// file): slower than a megabit or faster than a petabit per second, or more than ten
+// seconds per collective, is a typing mistake, and beyond them the cost model's times
+// lose meaning (1e308 Gb/s is infinite bytes per second).
+inline constexpr double kLeastLinkGbps = 0.001;
+inline constexpr double kMostLinkGbps = 1e6;
+inline constexpr double kMostLinkLatencyUs = 1e7;
+
 // One link class of the network, as the cluster file declares it.
 struct LinkSpec {
   double bandwidth_bytes_per_s = 0;  // one direction, per device

@@ -10,6 +10,9 @@
 namespace poplar {
 namespace {
 
+// The most a measured time (a micro-batch, an optimizer step) may take: a day.
+constexpr double kMostMeasuredSeconds = 86400;
+
 constexpr const char* kFormat = "poplar-profile/1";
 
 ProfilePoint ParsePoint(JsonFields fields) {
@@ -20,7 +23,10 @@ ProfilePoint ParsePoint(JsonFields fields) {
   }
   point.micro_batch = static_cast<int>(micro_batch);
   point.compute_s = fields.Number("compute_s");
-  if (!(point.compute_s > 0)) fields.Fail("compute_s", "must be a positive number of seconds");
+  // A micro-batch of more than a day is a typing mistake (1e308 s made steps of 1e308 s).
+  if (!(point.compute_s > 0 && point.compute_s <= kMostMeasuredSeconds)) {
+    fields.Fail("compute_s", "must be a positive number of seconds, at most 86400");
+  }
   point.peak_bytes = fields.Integer("peak_bytes");  // a float was cast unchecked (1e300 is undefined)
   if (point.peak_bytes <= 0) fields.Fail("peak_bytes", "must be a positive number of bytes");
   fields.Finish();
@@ -64,8 +70,8 @@ StageProfile ParseStage(JsonFields fields) {
   }
   stage.max_micro_batch = static_cast<int>(max_micro_batch);
   stage.optimizer_step_s = fields.Number("optimizer_step_s");
-  if (!(stage.optimizer_step_s >= 0)) {
-    fields.Fail("optimizer_step_s", "must be zero or more seconds");
+  if (!(stage.optimizer_step_s >= 0 && stage.optimizer_step_s <= kMostMeasuredSeconds)) {
+    fields.Fail("optimizer_step_s", "must be a number of seconds from 0 to 86400");
   }
   if (fields.Has("collectives")) {
     stage.collectives = ParseCollectiveParams(fields.Map("collectives"));

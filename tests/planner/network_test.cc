@@ -123,6 +123,24 @@ TEST(NetworkFile, RejectsBadValuesNamingTheKey) {
                         "all_reduce, reduce_scatter or all_gather");
 }
 
+// Lines beyond any network are refused, with the cluster file's bounds for a link
+// (1e308 Gb/s was infinitely fast; 1e300 us made every step take 1e294 s).
+TEST(NetworkFile, RejectsLinesBeyondAnyNetwork) {
+  const auto fitted = NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "net.json"));
+  const std::pair<const char*, double> cases[] = {{"fixed_us", 1e300}, {"payload_gbps", 1e308}, {"payload_gbps", 1e-9}};
+  for (const auto& [key, value] : cases) {
+    auto text = fitted;
+    text["collectives"]["all_gather"][key] = value;
+    try {
+      ParseNetworkJson(text.dump(), "net.json");
+      ADD_FAILURE() << "accepted " << key << " = " << value;
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.key(), std::string("collectives.all_gather.") + key);
+      EXPECT_TRUE(Contains(error.reason(), "from 0")) << error.reason();
+    }
+  }
+}
+
 TEST(MeasurementLine, IsWhatTheWorkerWrites) {
   const MeasurementLine line = ParseMeasurementLine(
       R"({"collective":"reduce_scatter","bytes":65536,"seconds":0.0012,"world_size":4,"backend":"nccl"})", "rank 0");

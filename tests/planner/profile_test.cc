@@ -388,7 +388,15 @@ TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
 
 TEST(ProfileFile, RejectsNegativeOptimizerStep) {
   ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = -0.5; },
-                 "stages[0].optimizer_step_s", "must be zero or more seconds");
+                 "stages[0].optimizer_step_s", "must be a number of seconds from 0 to 86400");
+}
+
+// Times beyond a day are typing mistakes: 1e308 s printed steps of 1e308 s.
+TEST(ProfileFile, RejectsTimesBeyondADay) {
+  ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = 1e300; }, "stages[0].optimizer_step_s",
+                 "from 0 to 86400");
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["compute_s"] = 1e308; },
+                 "stages[1].points[0].compute_s", "at most 86400");
 }
 
 TEST(ProfileFile, RejectsEmptyPoints) {
@@ -502,7 +510,7 @@ TEST_F(ProfileFiles, ErrorsNameTheLoadedPath) {
     EXPECT_EQ(error.file(), path);
     EXPECT_EQ(error.key(), "stages[0].points[1].compute_s");
     EXPECT_EQ(std::string(error.what()),
-              path + ": stages[0].points[1].compute_s: must be a positive number of seconds");
+              path + ": stages[0].points[1].compute_s: must be a positive number of seconds, at most 86400");
   }
 }
 
