@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <exception>
 #include <stdexcept>
 
@@ -29,10 +30,12 @@ void UseClassicStoreServer(Options& /*options*/, long) {}
 
 int IntegerVariable(const char* name, int fallback, int low, int high) {
   const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
+  if (text == nullptr) return fallback;
+  // Set but empty (RANK=) or padded (' 1') is a mistake in a script, not the default.
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
-  if (*end != '\0' || value < low || value > high) {
+  const bool digits = *text != '\0' && (std::isdigit(static_cast<unsigned char>(*text)) || *text == '-');
+  if (!digits || *end != '\0' || value < low || value > high) {
     throw InputError(std::string("environment ") + name, "",
                      "must be an integer from " + std::to_string(low) + " to " +
                          std::to_string(high) + ", got '" + text + "'");
@@ -55,7 +58,8 @@ DistributedEnv DistributedEnv::FromEnvironment() {
   env.rank = IntegerVariable("RANK", 0, 0, env.world_size - 1);
   env.local_rank = IntegerVariable("LOCAL_RANK", 0, 0, 1 << 20);
   env.master_port = IntegerVariable("MASTER_PORT", 29500, 1, 65535);
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
+    if (*addr == '\0') throw InputError("environment MASTER_ADDR", "", "is set but empty");
     env.master_addr = addr;
   }
   if (env.world_size > 1 && std::getenv("MASTER_PORT") == nullptr) {

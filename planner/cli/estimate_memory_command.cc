@@ -8,6 +8,7 @@
 #include "planner/cli/commands.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/memory_model.h"
 
 namespace poplar {
@@ -39,7 +40,7 @@ std::int64_t ParseCount(const std::string& text) {
   // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
   // to the last bit of a double, hence the tolerance).
   if (used == 0 || !(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) {
-    throw InputError("--params", "", "expected a whole, positive parameter count like 354823168, 355M or 1.5B, got '" +
+    throw InputError("--params", "", "expected a whole parameter count from 1 to 1e15 like 354823168, 355M or 1.5B, got '" +
                                          text + "'");
   }
   return std::llround(count);
@@ -72,8 +73,8 @@ void Run(const EstimateOptions& options) {
     table.AddRow({std::to_string(stage), GiB(bytes.parameters), GiB(bytes.gradients),
                   GiB(bytes.optimizer), GiB(bytes.Total())});
   }
-  std::cout << "model states per GPU for " << params << " parameters on " << options.gpus
-            << " GPUs (" << PrecisionName(precision) << " Adam; activations not included)\n\n"
+  std::cout << "model states per GPU for " << params << " parameters on " << Count(options.gpus, "GPU") << " ("
+            << PrecisionName(precision) << " Adam; activations not included)\n\n"
             << table.Render();
 }
 

@@ -223,7 +223,8 @@ void RegisterLaunchCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   command->add_option("--policy", options->policy, "When planning: poplar, uniform (DeepSpeed) or proportional")
       ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->excludes("--plan");  // a plan given is followed; its policy is the plan's
   command->add_option("--network", options->network_file,
                       "When planning: a network file measured by `poplar network`, instead of the cluster file's 'network'")
       ->excludes("--plan");

@@ -396,6 +396,11 @@ TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {
   const Outcome resume = Poplar({"launch", ExampleCluster("v100-and-t4"), "--resume"});
   EXPECT_EQ(resume.exit_code, 2);
   EXPECT_TRUE(Contains(resume.err, "--resume requires --job-id")) << resume.err;
+  // A policy with a plan to follow would be ignored.
+  const Outcome policy =
+      Poplar({"launch", ExampleCluster("v100-and-t4"), "--plan", Write("any.json", "{}"), "--policy", "uniform"});
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_TRUE(ContainsAll(policy.err, {"--policy", "--plan"})) << policy.err;
   const std::string cluster = WriteExampleVariant(
       "v100-and-t4", "nodes:",
       "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
@@ -608,6 +613,8 @@ TEST_F(Cli, EstimateMemoryPrintsATable) {
   const Outcome run = Poplar({"estimate-memory", "--params", "355M", "--gpus", "8"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(ContainsAll(run.out, {"355000000", "8 GPUs", "stage", "total per GPU"}));
+  const Outcome one = Poplar({"estimate-memory", "--params", "355M", "--gpus", "1"});
+  EXPECT_TRUE(Contains(one.out, "on 1 GPU (")) << one.out;
 }
 
 TEST_F(Cli, EstimateMemoryRejectsParamsThatAreNotACount) {

@@ -154,6 +154,24 @@ TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
       << outcome.err;
 }
 
+// The torchrun variables are read strictly: set but empty or padded is a mistake in a
+// script, not the default (RANK= ran as rank 0).
+TEST_F(WorkerBadInput, TorchrunVariablesThatAreSetButNotNumbersAreNamed) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const std::pair<std::string, std::string> cases[] = {
+      {"RANK", ""}, {"RANK", " 0"}, {"WORLD_SIZE", "1x"}, {"MASTER_PORT", "99999"}, {"MASTER_ADDR", ""}};
+  for (const auto& [name, value] : cases) {
+    ChildOptions options;
+    options.argv = {POPLAR_WORKER_BINARY};
+    for (const std::string& arg : Args(plan)) options.argv.push_back(arg);
+    options.env = {{"OMP_NUM_THREADS", "1"}, {name, value}};
+    options.cwd = scratch_.path();
+    const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+    EXPECT_EQ(outcome.exit_code, 1) << name << "='" << value << "': " << outcome.err;
+    EXPECT_TRUE(Contains(outcome.err, "environment " + name + ": ")) << outcome.err;
+  }
+}
+
 // A rank that never comes: rank 0 says which rendezvous did not complete, not c10d's
 // bare "Socket Timeout".
 TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
