@@ -58,7 +58,7 @@ AgentService::~AgentService() { StopAll("the agent is shutting down"); }
 
 void AgentService::StopAll(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [id, job] : jobs_) job->Stop(reason);
+  for (auto& [id, running] : jobs_) running.job->Stop(reason);
 }
 
 grpc::Status AgentService::Describe(grpc::ServerContext*, const v1::DescribeRequest*,
@@ -160,8 +160,7 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       // Checks the job id, the paths and the plan, and picks free devices; writes
       // jobs/<id>/ (hence under the lock).
       job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_));
-      jobs_[settings.job_id] = job;
-      launch_ids_[settings.job_id] = request->launch_id();
+      jobs_[settings.job_id] = {job, request->launch_id()};
       held = Hold(job->devices(), "job '" + settings.job_id + "'");
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
@@ -193,7 +192,6 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     }
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.erase(settings.job_id);
-    launch_ids_.erase(settings.job_id);
     return grpc::Status::OK;
   });
 }
@@ -209,14 +207,12 @@ std::shared_ptr<void> AgentService::Hold(const std::vector<std::string>& keys, c
 grpc::Status AgentService::Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopResponse* response) {
   return Guarded("Stop", [&] {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto found = jobs_.find(request->job_id());
-    if (found != jobs_.end() && !request->launch_id().empty() && launch_ids_[request->job_id()] != request->launch_id()) {
-      found = jobs_.end();  // another launch's job of the same id
-    }
-    response->set_stopped(found != jobs_.end());
-    if (found != jobs_.end()) {
-      found->second->Stop(request->reason().empty() ? "stopped by the head node" : request->reason());
-    }
+    const auto found = jobs_.find(request->job_id());
+    // A launch id given must be the job's: another launch's job of the same id stays.
+    const bool ours = found != jobs_.end() &&
+                      (request->launch_id().empty() || found->second.launch_id == request->launch_id());
+    response->set_stopped(ours);
+    if (ours) found->second.job->Stop(request->reason().empty() ? "stopped by the head node" : request->reason());
     return grpc::Status::OK;
   });
 }
@@ -224,7 +220,8 @@ grpc::Status AgentService::Stop(grpc::ServerContext*, const v1::StopRequest* req
 grpc::Status AgentService::Status(grpc::ServerContext*, const v1::StatusRequest*, v1::StatusResponse* response) {
   return Guarded("Status", [&] {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [id, job] : jobs_) {
+    for (const auto& [id, running] : jobs_) {
+      const std::shared_ptr<Job>& job = running.job;
       v1::JobStatus* out = response->add_jobs();
       out->set_job_id(id);
       for (int rank : job->ranks()) out->add_ranks(rank);

@@ -47,8 +47,11 @@ class AgentService final : public v1::Agent::Service {
   std::shared_ptr<void> Hold(const std::vector<std::string>& keys, const std::string& holder);
 
   std::mutex mutex_;
-  std::map<std::string, std::shared_ptr<Job>> jobs_;
-  std::map<std::string, std::string> launch_ids_;  // job id -> the launch that started it
+  struct RunningJob {
+    std::shared_ptr<Job> job;
+    std::string launch_id;  // the launch that started it (LaunchRequest.launch_id)
+  };
+  std::map<std::string, RunningJob> jobs_;  // by job id
   DeviceHolders busy_;  // devices in use by a job or a profile
 };
 

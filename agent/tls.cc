@@ -90,11 +90,12 @@ std::shared_ptr<grpc::ServerCredentials> ServerTls(const CredentialPaths& paths,
 // its log, when a server starts or a connection is made: the head then saw "empty
 // address list" and the agent a failure to listen. A throwaway TLS server on a free
 // loopback port, with the same three files, starts only if they are usable together.
-void CheckTlsFilesServe(const CredentialPaths& paths, const std::string& source) {
+void CheckTlsFilesServe(const std::shared_ptr<grpc::ServerCredentials>& tls, const CredentialPaths& paths,
+                        const std::string& source) {
   GrpcLogCapture log;
   grpc::ServerBuilder probe;
   int port = 0;
-  probe.AddListeningPort("127.0.0.1:0", ServerTls(paths, source), &port);
+  probe.AddListeningPort("127.0.0.1:0", tls, &port);
   v1::Agent::Service unimplemented;  // a server starts only with a service to serve
   probe.RegisterService(&unimplemented);
   std::unique_ptr<grpc::Server> server = probe.BuildAndStart();
@@ -111,15 +112,16 @@ void CheckTlsFilesServe(const CredentialPaths& paths, const std::string& source)
 
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
                                                                 const std::string& source) {
-  CheckTlsFilesServe(paths, source);
   auto credentials = ServerTls(paths, source);
+  CheckTlsFilesServe(credentials, paths, source);
   credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
   return credentials;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
                                                                  const std::string& source) {
-  CheckTlsFilesServe(paths, source);  // the head's certificate serves too: same CA, same checks
+  // The head's certificate serves too: same CA, same checks.
+  CheckTlsFilesServe(ServerTls(paths, source), paths, source);
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
   options.pem_private_key = ReadCredential(paths.key, source, "key");

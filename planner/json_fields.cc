@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "planner/input_error.h"
-#include "planner/join.h"
 #include "planner/spelling.h"
 
 namespace poplar {
@@ -129,11 +128,7 @@ JsonFields JsonFields::Map(const std::string& key) {
 void JsonFields::Finish() const {
   for (const auto& [key, value] : node_.items()) {
     if (used_.count(key)) continue;
-    std::set<std::string> known = used_;
-    known.insert(asked_.begin(), asked_.end());
-    const std::string nearest = NearestName(key, {known.begin(), known.end()});
-    throw InputError(file_, KeyPath(key), "unknown key" + (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
-                                              "; known keys here: " + Join(known, ", "));
+    throw InputError(file_, KeyPath(key), "unknown key" + UnknownKeyHint(key, used_, asked_));
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "planner/join.h"
+
 namespace poplar {
 
 std::size_t EditDistance(const std::string& a, const std::string& b) {
@@ -30,6 +32,18 @@ std::string NearestName(const std::string& word, const std::vector<std::string>&
     }
   }
   return nearest;
+}
+
+std::string DidYouMean(const std::string& word, const std::vector<std::string>& known) {
+  const std::string nearest = NearestName(word, known);
+  return nearest.empty() ? "" : "; did you mean " + nearest + "?";
+}
+
+std::string UnknownKeyHint(const std::string& key, const std::set<std::string>& read,
+                           const std::set<std::string>& asked) {
+  std::set<std::string> known = read;
+  known.insert(asked.begin(), asked.end());
+  return DidYouMean(key, {known.begin(), known.end()}) + "; known keys here: " + Join(known, ", ");
 }
 
 }  // namespace poplar

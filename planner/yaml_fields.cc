@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "planner/input_error.h"
-#include "planner/join.h"
 #include "planner/spelling.h"
 
 namespace poplar {
@@ -145,12 +144,7 @@ void YamlFields::Finish() const {
       throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
                                                 "; write the keys out in full");
     }
-    std::set<std::string> known = used_;
-    known.insert(asked_.begin(), asked_.end());
-    const std::string nearest = NearestName(key, {known.begin(), known.end()});
-    throw InputError(file_, KeyPath(key), "unknown key" + LineOf(entry.first) +
-                                              (nearest.empty() ? "" : "; did you mean " + nearest + "?") +
-                                              "; known keys here: " + Join(known, ", "));
+    throw InputError(file_, KeyPath(key), "unknown key" + LineOf(entry.first) + UnknownKeyHint(key, used_, asked_));
   }
 }
 

@@ -15,15 +15,14 @@ namespace {
 // The first line of a message (libtorch appends a C++ backtrace to its own).
 std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-// "; did you mean X?" for the one of `known` nearest to `word` (planner/spelling.h), or "".
-std::string DidYouMean(const std::string& word, const std::vector<std::string>& known) {
-  const std::string nearest = NearestName(word, known);
-  return nearest.empty() ? "" : "; did you mean " + nearest + "?";
+// Every command the program declares (get_subcommands() alone gives the parsed ones).
+std::vector<CLI::App*> Commands(CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
 }
 
 // The program's command named `word`, or null (CLI11 2.3 has no get_subcommand_no_throw).
 CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
-  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+  for (CLI::App* sub : Commands(app)) {
     if (sub->check_name(word)) return sub;
   }
   return nullptr;
@@ -41,7 +40,7 @@ std::string UnknownLongOption(CLI::App& app, int argc, char** argv) {
     const std::string word = argv[i];
     if (word == "--") break;
     if (word.rfind("-", 0) != 0) {
-      if (command == &app && !app.get_subcommands([](const CLI::App*) { return true; }).empty()) {
+      if (command == &app && !Commands(app).empty()) {
         command = CommandNamed(app, word);
         if (command == nullptr) return "";  // an unknown command comes first (RunApp names it)
       }
@@ -116,7 +115,7 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
     const std::vector<std::string> extras = app.remaining();
     if (!commands.empty() && app.get_subcommands().empty() && !extras.empty() && extras.front().rfind("-", 0) != 0) {
       std::vector<std::string> names;
-      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      for (const CLI::App* sub : Commands(app)) {
         names.push_back(sub->get_name());
       }
       const std::string suggestion = DidYouMean(extras.front(), names);
