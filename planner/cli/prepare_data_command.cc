@@ -1,7 +1,6 @@
 // `poplar prepare-data TEXT -o TOKENS.bin`: byte-level tokenisation of a text file into
 // the worker's token format (little-endian uint16, one token per byte, vocabulary 256).
 #include <cstdint>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -19,11 +18,7 @@ struct PrepareOptions {
 };
 
 void Run(const PrepareOptions& options) {
-  std::error_code ignored;
-  if (std::filesystem::equivalent(options.text_file, options.output, ignored)) {
-    throw InputError("--output", "", options.output + " is the text file itself; writing the tokens there "
-                                     "would destroy the text");
-  }
+  RequireOutputApart(options.output, {{options.text_file, "the text file itself"}}, "--output");
   const std::string text = ReadTextFile(options.text_file);
   if (text.size() < 2) throw InputError(options.text_file, "", "needs at least 2 bytes of text");
   std::string tokens;
