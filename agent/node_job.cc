@@ -60,7 +60,7 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
   if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
-  RequireModelConfigObject(s.model_config_json);
+  RequireModelConfig(s.model_config_json);
 }
 
 // The shortest text that reads back as exactly `value`.

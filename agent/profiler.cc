@@ -25,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 void CheckSettings(const ProfileSettings& settings) {
-  RequireModelConfigObject(settings.model_config_json);
+  RequireModelConfig(settings.model_config_json);
   for (int stage : settings.stages) {
     if (stage < 0 || stage > 3) throw InputError("stages", "", "each stage must be 0 to 3, got " + std::to_string(stage));
   }

@@ -9,7 +9,9 @@ namespace poplar {
 
 // A request's precision: empty means "fp32"; otherwise it is returned as given.
 std::string PrecisionOrDefault(const std::string& requested);
-// Throws InputError("model_config_json") unless `json_text` is a JSON object.
-void RequireModelConfigObject(const std::string& json_text);
+// Throws InputError naming "model_config_json" and the key unless `json_text` is a
+// model configuration poplar-worker accepts (planner/model_config.h), so that a bad
+// model is refused by the agent, not by workers it has already started.
+void RequireModelConfig(const std::string& json_text);
 
 }  // namespace poplar

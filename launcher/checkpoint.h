@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 
-#include "launcher/model_config.h"
+#include "planner/model_config.h"
 #include "launcher/state_dict.h"
 #include "launcher/training_engine.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/model_config.h"
+#include "planner/model_config.h"
 
 namespace poplar {
 

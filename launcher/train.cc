@@ -19,7 +19,7 @@
 #include "launcher/stopwatch.h"
 #include "launcher/gpt.h"
 #include "launcher/metrics_writer.h"
-#include "launcher/model_config.h"
+#include "planner/model_config.h"
 #include "launcher/state_dict.h"
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "planner/input_error.h"
+#include "planner/model_config.h"
 
 namespace poplar {
 
@@ -34,6 +35,18 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
                            " parameters; profile every device with the same model");
     }
     if (!first) first = &stored;
+  }
+  // The memory model sizes every stage from the profiles' parameter count: profiles of
+  // another model would plan micro-batches that do not fit, or leave memory unused.
+  if (first && cluster.job) {
+    const std::string& model_file = cluster.job->model_config;
+    const std::int64_t params = LoadModelConfig(model_file).ParameterCount();
+    if (first->model.params != params) {
+      throw InputError(first->file, "model.params",
+                       "is " + std::to_string(first->model.params) + " but the cluster's job.model (" +
+                           model_file + ") has " + std::to_string(params) +
+                           " parameters; profile the devices with that model (poplar profile)");
+    }
   }
   return profiles;
 }

@@ -11,8 +11,9 @@
 namespace poplar {
 
 // The profile of every device type of `cluster`, read from `dir`/<type>.json, checked
-// against each other (same model, same precision as the cluster). Throws InputError
-// naming the cluster file when a type has no profile.
+// against each other (same model, same precision as the cluster) and, when the cluster
+// has a job, against its job.model's parameter count. Throws InputError naming the
+// cluster file when a type has no profile.
 std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
                                                          const std::string& dir);
 

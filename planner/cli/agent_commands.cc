@@ -32,6 +32,7 @@ void RunProfile(const ProfileOptions& options) {
     throw InputError(options.output.empty() ? cluster.file : "--output", options.output.empty() ? "profiles" : "",
                      dir + " is a file, not a folder for the profiles");
   }
+  ModelConfigText(cluster, "to profile the devices");  // a bad model is named before agents are asked
   ClusterAgents agents = ConnectAgents(cluster);
   const auto profiles = FetchProfiles(cluster, agents, dir, options.request);
   TextTable table({"device type", "emulated", "memory", "stage", "largest micro-batch", "compute at largest"},

@@ -15,6 +15,7 @@
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
+#include "planner/model_config.h"
 #include "planner/precision.h"
 #include "planner/text_file.h"
 
@@ -75,7 +76,10 @@ std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why) 
   if (!cluster.job) {
     throw InputError(cluster.file, "job", "is required " + why + ": {model, data, steps}");
   }
-  return ReadTextFile(cluster.job->model_config);
+  const std::string& file = cluster.job->model_config;
+  std::string text = ReadTextFile(file);
+  ParseModelConfig(text, file);
+  return text;
 }
 
 namespace {

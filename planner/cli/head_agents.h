@@ -31,7 +31,9 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster);
 // the node if its agent cannot say.
 int RendezvousPort(const ClusterAgents& agents, const std::string& rank0_node, int requested);
 
-// The JSON text of the cluster's job.model. Throws InputError if there is no job.
+// The JSON text of the cluster's job.model, checked as the worker will check it
+// (planner/model_config.h). Throws InputError naming the model file and key, or the
+// cluster file if there is no job.
 std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
 
 struct ProfileRequestOptions {

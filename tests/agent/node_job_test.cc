@@ -40,7 +40,7 @@ struct Fixture {
     settings.job_id = "j1";
     settings.node = "b";
     settings.plan_json = kPlan;
-    settings.model_config_json = R"({"arch": "gpt"})";
+    settings.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
     settings.data_path = "tokens.bin";
     settings.master_addr = "10.0.0.1";
     settings.master_port = 29500;
@@ -146,6 +146,10 @@ TEST(NodeJob, RefusesBadFields) {
   refused([](LaunchSettings& s) { s.master_port = 0; });
   refused([](LaunchSettings& s) { s.precision = "fp8"; });
   refused([](LaunchSettings& s) { s.model_config_json = "not json"; });
+  // A model the worker would refuse is refused before any worker starts.
+  refused([](LaunchSettings& s) {
+    s.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 3, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
+  });
   refused([](LaunchSettings& s) { s.plan_json = R"({"stage": 2, "global_batch": 5, "ranks": []})"; });
 }
 

@@ -63,7 +63,7 @@ class ProfilerTest : public ::testing::Test {
     config_.cache_dir = dir_.path() + "/cache";
     config_.worker = worker;
     std::filesystem::create_directories(config_.work_dir);
-    settings_.model_config_json = R"({"arch": "gpt", "n_layer": 1})";
+    settings_.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
     settings_.precision = "bf16";
   }
 
@@ -205,6 +205,8 @@ TEST_F(ProfilerTest, RefusesBadSettingsBeforeStartingAWorker) {
   EXPECT_THROW(Run(gpu), InputError);
   settings_.precision = "bf16";
   settings_.model_config_json = "[1, 2]";
+  EXPECT_THROW(Run(gpu), InputError);
+  settings_.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256})";
   EXPECT_THROW(Run(gpu), InputError);
   EXPECT_TRUE(Calls().empty()) << "no worker was started";
 }

@@ -413,6 +413,25 @@ TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {
   EXPECT_TRUE(ContainsAll(run_dir.err, {"--run-dir", "a file is in the way"})) << run_dir.err;
 }
 
+// The head checks job.model as the worker will, before it asks any agent: a bad model
+// used to reach the workers, and the error named the agent's copy of the file.
+TEST_F(Cli, LaunchAndProfileRefuseABadModelNamingTheHeadsFile) {
+  const std::string model = Write(
+      "model.json", R"({"arch": "gpt", "n_layer": 2, "n_head": 3, "n_embd": 64, "vocab_size": 256, "block_size": 32})");
+  const std::string cluster = WriteExampleVariant(
+      "v100-and-t4", "nodes:",
+      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+      "job: {model: model.json, data: t.bin, steps: 2}\n"
+      "nodes:");
+  for (const std::string command : {"launch", "profile"}) {
+    SCOPED_TRACE(command);
+    const Outcome run = Poplar({command, cluster});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+    EXPECT_TRUE(ContainsAll(run.err, {model, "n_embd", "divisible by n_head"})) << run.err;
+  }
+}
+
 TEST_F(Cli, BrokenClusterFileFailsInOneLineAndWritesNothing) {
   const std::string cluster = WriteExampleVariant("v100-and-t4", "count: 4", "count: -2");
   const std::string output = work_ + "/plan.json";

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
-#include "launcher/model_config.h"
+#include "planner/model_config.h"
 #include "planner/profile.h"
 #include "worker_harness.h"
 

@@ -462,8 +462,9 @@ class ProfileFiles : public ::testing::Test {
     return Write(file_type + ".json", ProfileToJson(profile));
   }
 
-  // A two-node fp32 cluster of A100-80GB and T4-16GB, read from a file in dir_.
-  ClusterSpec Cluster() {
+  // A two-node fp32 cluster of A100-80GB and T4-16GB, read from a file in dir_; `more`
+  // is appended to the file.
+  ClusterSpec Cluster(const std::string& more = "") {
     const std::string path = Write("cluster.yaml", R"(training: {global_batch: 64, precision: fp32}
 network:
   inter_node: {bandwidth_gbps: 100, latency_us: 20}
@@ -472,8 +473,16 @@ nodes:
     devices: [{type: A100-80GB, count: 1}]
   - name: b
     devices: [{type: T4-16GB, count: 1}]
-)");
+)" + more);
     return LoadClusterFile(path);
+  }
+
+  // Cluster() with a job whose model, written to dir_, has `vocab_size` tokens: 50257
+  // gives GPT-2 medium's 354823168 parameters, SampleProfile's count.
+  ClusterSpec ClusterWithJob(int vocab_size) {
+    Write("model.json", R"({"arch": "gpt", "n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": )" +
+                            std::to_string(vocab_size) + R"(, "block_size": 1024})");
+    return Cluster("job: {model: model.json, data: tokens.bin, steps: 10}\n");
   }
 
   // The InputError LoadClusterProfiles throws for `cluster`; fails the test if none.
@@ -582,6 +591,23 @@ TEST_F(ProfileFiles, RejectsProfilesOfDifferentModels) {
   EXPECT_EQ(error.file(), second);
   EXPECT_EQ(error.key(), "model.params");
   EXPECT_TRUE(ContainsAll(error.reason(), {"124439808", "354823168", first}));
+}
+
+TEST_F(ProfileFiles, AcceptsProfilesOfTheJobsModel) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  WriteProfile(SampleProfile("T4-16GB"));
+  EXPECT_EQ(LoadClusterProfiles(ClusterWithJob(50257), dir_).size(), 2u);
+}
+
+TEST_F(ProfileFiles, RejectsProfilesOfAnotherModelThanTheJobs) {
+  const std::string first = WriteProfile(SampleProfile("A100-80GB"));
+  WriteProfile(SampleProfile("T4-16GB"));
+  // GPT-2 medium padded to a vocabulary of 50304: 47 x 1024 more parameters.
+  const InputError error = LoadError(ClusterWithJob(50304));
+  EXPECT_EQ(error.file(), first);
+  EXPECT_EQ(error.key(), "model.params");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"354823168", "354871296", dir_ + "/model.json", "poplar profile"}))
+      << error.reason();
 }
 
 TEST_F(ProfileFiles, ReportsInvalidProfileByItsOwnPath) {

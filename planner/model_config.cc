@@ -1,4 +1,4 @@
-#include "launcher/model_config.h"
+#include "planner/model_config.h"
 
 #include <nlohmann/json.hpp>
 
