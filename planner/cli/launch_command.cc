@@ -2,8 +2,9 @@
 // progress, writes the run directory, and stops the job everywhere on the first
 // failure, on Ctrl-C or on SIGTERM.
 //
-// Run directory (default runs/<job id>): plan.json, profiles/ (when it planned),
-// logs/rank-N.log, metrics/rank-N.jsonl, summary.json.
+// Run directory (default runs/<job id>; run_directory.h): job_id, plan.json, profiles/
+// (when it planned), logs/rank-N.log, metrics/rank-N.jsonl, summary.json, and after a
+// resume attempts/N/ with the earlier attempts' plan, profiles and summary.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "planner/cli/head_agents.h"
 #include "planner/cli/launch_monitor.h"
 #include "planner/cli/plan_report.h"
+#include "planner/cli/run_directory.h"
 #include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
@@ -48,29 +50,6 @@ struct PreparedPlan {
   WorkerPlan plan;   // the same, parsed
   std::string policy;
   double predicted_step_s = 0;
-};
-
-// The run directory, made if missing; if this launch fails before Keep() (before its
-// plan is written), the folders it made go again (runs/ too when it made that), so a
-// refused launch leaves nothing behind.
-class RunDirectory {
- public:
-  explicit RunDirectory(const std::string& path) {
-    // The outermost folder that is missing (the walk ends at the root, which exists).
-    for (fs::path folder = fs::absolute(path); !fs::exists(folder); folder = folder.parent_path()) made_ = folder;
-    MakeOutputFolder(path, "--run-dir");
-  }
-  ~RunDirectory() {
-    std::error_code ignored;
-    if (!made_.empty() && !kept_) fs::remove_all(made_, ignored);
-  }
-  RunDirectory(const RunDirectory&) = delete;
-  RunDirectory& operator=(const RunDirectory&) = delete;
-  void Keep() { kept_ = true; }
-
- private:
-  fs::path made_;  // empty: the directory was there already
-  bool kept_ = false;
 };
 
 PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
@@ -126,12 +105,13 @@ void RunLaunch(const LaunchOptions& options) {
     throw InputError("--job-id", "", error.reason());
   }
   const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
-  if (!options.resume && fs::exists(fs::path(run_dir) / "plan.json")) {
-    throw InputError("--run-dir", "", run_dir + " already holds a run; choose another --run-dir or --job-id, or --resume");
-  }
-  RunDirectory directory(run_dir);
+  RunDirectory directory(run_dir, job_id, options.resume);
 
   ClusterAgents agents = ConnectAgents(cluster);
+  if (options.resume) {
+    const std::string kept = directory.KeepPreviousAttempt();
+    if (!kept.empty()) std::cout << "the previous attempt's plan and summary are kept in " << kept << std::endl;
+  }
   const PreparedPlan prepared = PreparePlan(options, cluster, agents, run_dir);
   const std::string& plan_text = prepared.text;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);

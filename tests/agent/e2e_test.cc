@@ -363,6 +363,17 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromRankZerosCheckpoint) {
   EXPECT_EQ(nlohmann::json::parse(lines[12])["step"], 13) << lines[12];
   const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/resumable/summary.json"));
   EXPECT_TRUE(summary["ok"].get<bool>()) << summary.dump();
+  // The first attempt's plan and summary are kept, not replaced.
+  EXPECT_TRUE(Contains(resumed.out, "kept in resumable/attempts/1")) << resumed.out;
+  const auto first_summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/resumable/attempts/1/summary.json"));
+  EXPECT_EQ(first_summary["steps"], 12) << first_summary.dump();
+  EXPECT_TRUE(fs::exists(dir_.path() + "/resumable/attempts/1/plan.json"));
+
+  // Another job cannot resume into this run directory.
+  const auto other = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id", "other",
+                             "--master-port", port, "--resume"});
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(other.err, {"--run-dir", "job 'resumable'", "not of job 'other'"})) << other.err;
 }
 
 // A device runs one job or one profile at a time: a second job, or a measurement, on

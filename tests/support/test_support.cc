@@ -52,6 +52,7 @@ ScratchDir::~ScratchDir() {
 
 std::string ScratchDir::Write(const std::string& name, const std::string& text) const {
   const std::string path = path_ + "/" + name;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream(path) << text;
   return path;
 }

@@ -30,7 +30,7 @@ class ScratchDir {
   ScratchDir& operator=(const ScratchDir&) = delete;
 
   const std::string& path() const { return path_; }
-  // Writes `text` to path()/name and returns that path.
+  // Writes `text` to path()/name (making its folders) and returns that path.
   std::string Write(const std::string& name, const std::string& text) const;
 
  private:

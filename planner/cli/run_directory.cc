@@ -1,0 +1,78 @@
+#include "planner/cli/run_directory.h"
+
+#include <nlohmann/json.hpp>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a resume moves out of the way: everything a launch writes anew.
+constexpr const char* kReplacedByEachAttempt[] = {"plan.json", "summary.json", "profiles"};
+
+// The job whose run `dir` holds: its job_id file, else its summary.json's job_id; empty
+// when neither says.
+std::string RecordedJobId(const fs::path& dir) {
+  if (fs::exists(dir / "job_id")) {
+    std::string text = ReadTextFile((dir / "job_id").string());
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    return text;
+  }
+  if (fs::exists(dir / "summary.json")) {
+    const auto summary = nlohmann::json::parse(ReadTextFile((dir / "summary.json").string()), nullptr, false);
+    if (summary.is_object() && summary.contains("job_id") && summary["job_id"].is_string()) {
+      return summary["job_id"].get<std::string>();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, bool resume)
+    : path_(path), job_id_(job_id) {
+  const fs::path dir(path);
+  if (!resume && (fs::exists(dir / "plan.json") || fs::exists(dir / "job_id"))) {
+    throw InputError("--run-dir", "", path + " already holds a run; choose another --run-dir or --job-id, or --resume");
+  }
+  if (resume) {
+    const std::string recorded = RecordedJobId(dir);
+    if (!recorded.empty() && recorded != job_id) {
+      throw InputError("--run-dir", "", path + " holds the run of job '" + recorded + "', not of job '" + job_id +
+                                            "'; resume job '" + job_id + "' with its own run directory");
+    }
+  }
+  // The outermost folder that is missing (the walk ends at the root, which exists).
+  for (fs::path folder = fs::absolute(path); !fs::exists(folder); folder = folder.parent_path()) made_ = folder;
+  MakeOutputFolder(path, "--run-dir");
+}
+
+RunDirectory::~RunDirectory() {
+  std::error_code ignored;
+  if (!made_.empty() && !kept_) fs::remove_all(made_, ignored);
+}
+
+std::string RunDirectory::KeepPreviousAttempt() {
+  const fs::path dir(path_);
+  bool any = false;
+  for (const char* name : kReplacedByEachAttempt) any = any || fs::exists(dir / name);
+  if (!any) return "";
+  int n = 1;
+  while (fs::exists(dir / "attempts" / std::to_string(n))) ++n;
+  const fs::path kept = dir / "attempts" / std::to_string(n);
+  MakeOutputFolder(kept.string(), "--run-dir");
+  for (const char* name : kReplacedByEachAttempt) {
+    if (fs::exists(dir / name)) fs::rename(dir / name, kept / name);  // same file system: never a copy
+  }
+  return kept.string();
+}
+
+void RunDirectory::Keep() {
+  WriteFileAtomically((fs::path(path_) / "job_id").string(), job_id_ + "\n");
+  kept_ = true;
+}
+
+}  // namespace poplar

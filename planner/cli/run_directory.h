@@ -1,0 +1,42 @@
+// The run directory of `poplar launch` (docs/formats.md, "Run directory"): which job it
+// belongs to, what a resume keeps of the attempts before it, and cleaning up after a
+// launch refused before it started.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace poplar {
+
+class RunDirectory {
+ public:
+  // Opens `path` for job `job_id`, making it if missing. Throws InputError naming
+  // --run-dir, before anything is made or changed:
+  //  - without `resume`, if it already holds a run (a plan.json or a job_id file);
+  //  - with `resume`, if it holds the run of another job (its job_id file, or for a
+  //    directory written before that file existed, its summary.json's job_id).
+  RunDirectory(const std::string& path, const std::string& job_id, bool resume);
+  // If this launch fails before Keep(), the folders it made go again (runs/ too when it
+  // made that), so a refused launch leaves nothing behind.
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+
+  // On resume: moves the previous attempt's plan.json, summary.json and profiles/ into
+  // attempts/N/ (N = 1, 2, ...: the first free), so that the new attempt's files never
+  // replace them. Logs and metrics stay where they are and are appended to. Returns the
+  // folder they went to, empty when there was nothing to keep.
+  std::string KeepPreviousAttempt();
+  // The launch has started: writes the job_id file and keeps the directory.
+  void Keep();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string job_id_;
+  std::filesystem::path made_;  // empty: the directory was there already
+  bool kept_ = false;
+};
+
+}  // namespace poplar

@@ -1,0 +1,94 @@
+// The run directory of `poplar launch` (planner/cli/run_directory.h): which job it holds,
+// and that a resume keeps what the attempts before it wrote.
+#include "planner/cli/run_directory.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+using poplar::testing::ContainsAll;
+using poplar::testing::ScratchDir;
+
+// The InputError opening `path` throws; fails the test if none.
+InputError OpenError(const std::string& path, const std::string& job_id, bool resume) {
+  try {
+    RunDirectory directory(path, job_id, resume);
+    ADD_FAILURE() << "opened without error";
+  } catch (const InputError& error) {
+    return error;
+  }
+  return InputError("<none>", "<none>", "<no error was thrown>");
+}
+
+TEST(RunDirectory, ALaunchRefusedBeforeKeepLeavesNothingBehind) {
+  ScratchDir scratch("run-dir");
+  const std::string path = scratch.path() + "/runs/j1";
+  { RunDirectory directory(path, "j1", false); }
+  EXPECT_FALSE(fs::exists(scratch.path() + "/runs"));
+  {
+    RunDirectory directory(path, "j1", false);
+    directory.Keep();
+  }
+  EXPECT_EQ(ReadTextFile(path + "/job_id"), "j1\n");
+}
+
+TEST(RunDirectory, RefusesADirectoryHoldingARunUnlessResuming) {
+  ScratchDir scratch("run-dir");
+  scratch.Write("old/job_id", "j1\n");
+  const InputError error = OpenError(scratch.path() + "/old", "j1", false);
+  EXPECT_EQ(error.file(), "--run-dir");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"already holds a run", "--resume"})) << error.reason();
+  RunDirectory resumed(scratch.path() + "/old", "j1", true);
+}
+
+TEST(RunDirectory, RefusesToResumeAnotherJobsRun) {
+  ScratchDir scratch("run-dir");
+  scratch.Write("mine/job_id", "j1\n");
+  scratch.Write("mine/summary.json", "{\"job_id\": \"j1\", \"ok\": true}\n");
+  const InputError error = OpenError(scratch.path() + "/mine", "j2", true);
+  EXPECT_EQ(error.file(), "--run-dir");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"job 'j1'", "not of job 'j2'"})) << error.reason();
+  // A directory from before the job_id file: its summary says whose it is.
+  scratch.Write("older/plan.json", "{}");
+  scratch.Write("older/summary.json", "{\"job_id\": \"j1\", \"ok\": true}\n");
+  EXPECT_TRUE(ContainsAll(OpenError(scratch.path() + "/older", "j2", true).reason(), {"job 'j1'"}));
+  EXPECT_EQ(ReadTextFile(scratch.path() + "/mine/summary.json"), "{\"job_id\": \"j1\", \"ok\": true}\n");
+}
+
+TEST(RunDirectory, AResumeKeepsEachEarlierAttemptsPlanProfilesAndSummary) {
+  ScratchDir scratch("run-dir");
+  const std::string path = scratch.path() + "/run";
+  scratch.Write("run/job_id", "j1\n");
+  scratch.Write("run/plan.json", "plan 1");
+  scratch.Write("run/summary.json", "{\"job_id\": \"j1\", \"ok\": true}");
+  scratch.Write("run/profiles/fast.json", "profile 1");
+  scratch.Write("run/logs/rank-0.log", "log");
+  RunDirectory first(path, "j1", true);
+  EXPECT_EQ(first.KeepPreviousAttempt(), path + "/attempts/1");
+  EXPECT_EQ(ReadTextFile(path + "/attempts/1/plan.json"), "plan 1");
+  EXPECT_EQ(ReadTextFile(path + "/attempts/1/summary.json"), "{\"job_id\": \"j1\", \"ok\": true}");
+  EXPECT_EQ(ReadTextFile(path + "/attempts/1/profiles/fast.json"), "profile 1");
+  EXPECT_FALSE(fs::exists(path + "/plan.json"));
+  EXPECT_EQ(ReadTextFile(path + "/logs/rank-0.log"), "log") << "logs stay, to be appended to";
+
+  // The second resume of a failed first one: a plan but no summary.
+  scratch.Write("run/plan.json", "plan 2");
+  RunDirectory second(path, "j1", true);
+  EXPECT_EQ(second.KeepPreviousAttempt(), path + "/attempts/2");
+  EXPECT_EQ(ReadTextFile(path + "/attempts/2/plan.json"), "plan 2");
+  EXPECT_EQ(ReadTextFile(path + "/attempts/1/plan.json"), "plan 1");
+  // Nothing written since: nothing to keep.
+  EXPECT_EQ(second.KeepPreviousAttempt(), "");
+  EXPECT_FALSE(fs::exists(path + "/attempts/3"));
+}
+
+}  // namespace
+}  // namespace poplar
