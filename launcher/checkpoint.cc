@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include <unistd.h>
 
@@ -27,6 +28,18 @@ std::string StepFolderName(std::int64_t step) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
   return name;
+}
+
+// The step a step folder's name says ("step-00000012" -> 12); nullopt for any other name.
+std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
+  constexpr std::size_t kDigits = 8;
+  if (name.size() != 5 + kDigits || name.compare(0, 5, "step-") != 0) return std::nullopt;
+  std::int64_t step = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
 }
 
 }  // namespace
@@ -61,8 +74,13 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
 Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config) {
   fs::path folder = path;
   if (fs::exists(folder / "latest")) {
-    std::string name = ReadTextFile((folder / "latest").string());
+    const std::string latest = (folder / "latest").string();
+    std::string name = ReadTextFile(latest);
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    // Only a step folder beside it: never a path that leads out of the checkpoint folder.
+    if (!StepOfFolderName(name)) {
+      throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + name + "'");
+    }
     folder /= name;
   }
   const std::string meta_path = (folder / "meta.json").string();
@@ -82,6 +100,14 @@ Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config) {
   }
   Checkpoint checkpoint;
   checkpoint.step = meta["step"].get<std::int64_t>();
+  // A step folder's name and its meta.json agree (a copied or edited folder may not).
+  fs::path named = folder.lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "step-00000002/"
+  const auto named_step = StepOfFolderName(named.filename().string());
+  if (named_step && *named_step != checkpoint.step) {
+    throw InputError(meta_path, "step", "is " + std::to_string(checkpoint.step) + " but its folder is named for step " +
+                                            std::to_string(*named_step));
+  }
   checkpoint.model = ReadStateDict((folder / "model.pt").string());
   const std::string optimizer_path = (folder / "optimizer.pt").string();
   const StateDict optimizer = ReadStateDict(optimizer_path);

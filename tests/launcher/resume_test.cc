@@ -95,6 +95,34 @@ TEST(Resume, ACheckpointOnAnotherRankThanZeroIsAnErrorNotAFreshStart) {
   // (Rank 0 would wait out --timeout for its lost peer; the agent stops it sooner.)
 }
 
+// A checkpoint folder whose `latest` leads out of it, or whose step folder disagrees
+// with its meta.json, is refused by name rather than followed or trusted.
+TEST(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFolder) {
+  ScratchDir scratch("poplar_resume_tampered");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+
+  // A copy of the checkpoint outside, and `latest` pointing at it.
+  std::filesystem::copy(checkpoints + "/step-00000002", scratch.path() + "/outside",
+                        std::filesystem::copy_options::recursive);
+  scratch.Write("checkpoints/latest", "../outside\n");
+  const JobOutcome outside = RunJob(scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints}));
+  EXPECT_FALSE(outside.AllSucceeded());
+  EXPECT_TRUE(ContainsAll(outside.Describe(), {checkpoints + "/latest", "must name a step folder", "../outside"}))
+      << outside.Describe();
+
+  // A step folder renamed: its meta.json still says step 2.
+  std::filesystem::rename(checkpoints + "/step-00000002", checkpoints + "/step-00000005");
+  scratch.Write("checkpoints/latest", "step-00000005\n");
+  const JobOutcome renamed = RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints}));
+  EXPECT_FALSE(renamed.AllSucceeded());
+  EXPECT_TRUE(ContainsAll(renamed.Describe(), {"step-00000005/meta.json: step: is 2", "named for step 5"}))
+      << renamed.Describe();
+}
+
 TEST(Resume, FromStageThreeOnOneRank) {
   ScratchDir scratch("poplar_resume_one");
   WriteModelConfig(scratch);
