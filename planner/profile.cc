@@ -89,6 +89,14 @@ StageProfile ParseStage(JsonFields fields) {
       fields.Fail(key + ".micro_batch", "points must be in increasing micro_batch order");
     }
   }
+  // A measured point ran, so it fitted; beyond the last point the compute line is
+  // extrapolated up to max_micro_batch.
+  const int largest_measured = stage.points.back().micro_batch;
+  if (stage.max_micro_batch < largest_measured) {
+    fields.Fail("max_micro_batch", "is " + std::to_string(stage.max_micro_batch) + " but micro-batch " +
+                                       std::to_string(largest_measured) +
+                                       " was measured (points), so it fits: it must be at least that");
+  }
   fields.Finish();
   return stage;
 }

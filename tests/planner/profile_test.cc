@@ -49,7 +49,7 @@ DeviceProfile SampleProfile(const std::string& type = "A100-80GB") {
   StageProfile three;
   three.stage = 3;
   three.world_size = 4;
-  three.max_micro_batch = 0;
+  three.max_micro_batch = 1;
   three.optimizer_step_s = 0;
   three.points = {{1, 1.0 / 3.0, 4000000000}};
   profile.stages = {zero, three};
@@ -384,6 +384,19 @@ TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
   ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; },
                  "stages[0].max_micro_batch", "must be zero or a positive number");
+}
+
+TEST(ProfileFile, RejectsAMaxMicroBatchBelowAMeasuredPoint) {
+  // Stage 0's last point is micro-batch 8: it ran, so at least 8 fits.
+  ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = 7; }, "stages[0].max_micro_batch",
+                 "is 7 but micro-batch 8 was measured");
+  ExpectRejected([](Json& j) { j["stages"][1]["max_micro_batch"] = 0; }, "stages[1].max_micro_batch",
+                 "is 0 but micro-batch 1 was measured");
+  EXPECT_EQ(ParseProfileJson([] { Json j = SampleJson(); j["stages"][0]["max_micro_batch"] = 8; return j.dump(); }(),
+                             kFile)
+                .Stage(0)
+                ->max_micro_batch,
+            8);
 }
 
 TEST(ProfileFile, RejectsNegativeOptimizerStep) {
