@@ -21,7 +21,7 @@ struct EstimateOptions {
   bool json = false;
 };
 
-// "354823168", "355M", "1.5B", "7e9" -> parameter count.
+// "354823168", "355M", "1.5B", "1T", "7e9" -> parameter count.
 std::int64_t ParseCount(const std::string& text) {
   std::size_t used = 0;
   double value = 0;
@@ -35,12 +35,13 @@ std::int64_t ParseCount(const std::string& text) {
   if (suffix == "K" || suffix == "k") scale = 1e3;
   else if (suffix == "M" || suffix == "m") scale = 1e6;
   else if (suffix == "B" || suffix == "b" || suffix == "G") scale = 1e9;
+  else if (suffix == "T" || suffix == "t") scale = 1e12;
   else if (!suffix.empty()) used = 0;
   const double count = value * scale;
   // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
   // to the last bit of a double, hence the tolerance).
   if (used == 0 || !(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) {
-    throw InputError("--params", "", "expected a whole parameter count from 1 to 1e15 like 354823168, 355M or 1.5B, got '" +
+    throw InputError("--params", "", "expected a whole parameter count from 1 to 1e15 like 354823168, 355M, 1.5B or 1T, got '" +
                                          text + "'");
   }
   return std::llround(count);
@@ -84,13 +85,14 @@ void RegisterEstimateMemoryCommand(CLI::App& app) {
   auto options = std::make_shared<EstimateOptions>();
   CLI::App* command = app.add_subcommand(
       "estimate-memory", "Model-state memory per GPU for each ZeRO stage (ZeRO paper accounting)");
-  command->add_option("--params", options->params, "Parameter count, e.g. 354823168, 355M or 1.5B")
+  command->add_option("--params", options->params, "Parameter count, e.g. 354823168, 355M, 1.5B or 1T")
       ->required();
   command->add_option("--gpus", options->gpus, "Number of GPUs (data-parallel ranks)")
       ->required()
       ->check(CLI::Range(1, 10'000'000));
-  command->add_option("--precision", options->precision, "fp32 or mixed")
-      ->check(CLI::IsMember({"fp32", "mixed"}))
+  // The cluster file's names: bf16 and fp16 are mixed precision, as there.
+  command->add_option("--precision", options->precision, "fp32, or mixed (also: bf16, fp16)")
+      ->check(CLI::IsMember({"fp32", "mixed", "bf16", "fp16"}))
       ->capture_default_str();
   command->add_flag("--json", options->json, "Print one JSON document on stdout and nothing else");
   command->callback([options] { Run(*options); });

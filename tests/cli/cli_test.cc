@@ -626,6 +626,21 @@ TEST_F(Cli, EstimateMemoryAcceptsSuffixedParameterCounts) {
   const Outcome run = Poplar({"estimate-memory", "--params", "1.5B", "--gpus", "8", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(ParseOneDocument(run.out)["params"], 1500000000);
+  const Outcome trillion = Poplar({"estimate-memory", "--params", "1T", "--gpus", "1024", "--json"});
+  ASSERT_EQ(trillion.exit_code, 0) << trillion.err;
+  EXPECT_EQ(ParseOneDocument(trillion.out)["params"], 1000000000000);
+}
+
+// The cluster file's precision names mean the same here: bf16 and fp16 are mixed.
+TEST_F(Cli, EstimateMemoryTakesTheClusterFilesPrecisionNames) {
+  for (const std::string name : {"bf16", "fp16"}) {
+    SCOPED_TRACE(name);
+    const Outcome run = Poplar({"estimate-memory", "--params", "1001", "--gpus", "4", "--precision", name, "--json"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const Json estimate = ParseOneDocument(run.out);
+    EXPECT_EQ(estimate["precision"], "mixed");
+    EXPECT_EQ(StageEntries(estimate)[0]["total_bytes"], 16 * 1001);
+  }
 }
 
 TEST_F(Cli, EstimateMemoryPrintsATable) {
