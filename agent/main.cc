@@ -78,14 +78,16 @@ struct AgentOptions {
 };
 
 void Serve(const AgentOptions& options) {
-  const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
-  auto credentials = AgentServerCredentials(config.credentials, config.file);
-  // SIGINT and SIGTERM are taken by a waiting thread; block them in every thread first.
+  // SIGINT and SIGTERM are taken by a waiting thread; block them in every thread first,
+  // before any other thread exists: gRPC's threads (the credentials check below starts
+  // some) would otherwise take SIGTERM and die of it, without stopping the jobs.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
+  auto credentials = AgentServerCredentials(config.credentials, config.file);
 
   std::string worker_version;
   {
@@ -128,7 +130,7 @@ void Serve(const AgentOptions& options) {
     int received = 0;
     sigwait(&stop_signals, &received);
     std::fprintf(stderr, "poplar-agent: %s: stopping every job and exiting\n", strsignal(received));
-    service.StopAll("the agent is shutting down");
+    service.StopAll(std::string("its poplar-agent was stopped (") + strsignal(received) + ")");
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
   });
   server->Wait();

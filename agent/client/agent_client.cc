@@ -128,11 +128,18 @@ void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<v
   auto reader = stub_->Launch(&context, request);
   v1::LaunchEvent event;
   bool ended = false;
+  bool any_event = false;
   while (reader->Read(&event)) {
+    any_event = true;
     on_event(event);
     ended = ended || event.kind() == v1::LaunchEvent::JOB_FINISHED || event.kind() == v1::LaunchEvent::JOB_FAILED;
   }
   const grpc::Status status = reader->Finish();
+  // Events arrived, so the connection and credentials worked: the agent went away.
+  if (!status.ok() && any_event && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    throw AgentError(node_, "lost its agent at " + address_ + " during the job (did poplar-agent stop, or its node "
+                            "go down?): " + status.error_message());
+  }
   if (!status.ok()) throw Failure(status, "the launch");
   if (!ended) throw AgentError(node_, "the launch stream ended before the job did");
 }

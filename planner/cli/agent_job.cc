@@ -150,7 +150,12 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       const std::string& node_name = cluster.nodes[item.node].name;
       if (item.stream_ended) {
         --open_streams;
-        if (!item.stream_error.empty()) monitor.Stopped(node_name, item.stream_error);
+        if (!item.stream_error.empty()) {
+          // A stream the head ended (or whose agent it had asked to stop) is a stop; one
+          // that broke while the job ran lost its agent.
+          if (stopping) monitor.Stopped(node_name, item.stream_error);
+          else monitor.AgentLost(node_name, item.stream_error);
+        }
       } else {
         const v1::LaunchEvent& event = item.event;
         switch (event.kind()) {
@@ -167,6 +172,10 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
             break;
           case v1::LaunchEvent::EXITED:
             monitor.Output(event.rank(), "[poplar] " + event.text());
+            // Every rank that failed is a candidate cause, not only the first one its
+            // agent saw: on one node, rank 0 failing to host the rendezvous may exit
+            // after rank 1, which lost it.
+            if (event.exit_code() != 0) monitor.Failure(node_name, event.text());
             break;
           case v1::LaunchEvent::JOB_FAILED:
             monitor.Failure(node_name, event.text());

@@ -10,14 +10,16 @@ namespace poplar {
 namespace {
 
 // How likely an agent's job-failure text is the root cause: 0 most likely.
+constexpr int kOnItsOwn = 1;
 constexpr int kStopped = 3;
 
 int Severity(const std::string& reason) {
   auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
-  if (has("stopped by") || has("head node went away") || has("signal 15")) return kStopped;
+  // "failed elsewhere": the head's own stop, echoed back by a node it stopped.
+  if (has("stopped by") || has("head node went away") || has("signal 15") || has("failed elsewhere")) return kStopped;
   if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Broken pipe")) return 2;
   if (has("killed by signal")) return 0;
-  return 1;
+  return kOnItsOwn;
 }
 
 }  // namespace
@@ -88,6 +90,10 @@ void LaunchMonitor::Failure(const std::string& node, const std::string& reason) 
 
 void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {
   failures_.push_back({kStopped, node, reason});
+}
+
+void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason) {
+  failures_.push_back({kOnItsOwn, node, reason});
 }
 
 std::string LaunchMonitor::RootCause() const {

@@ -38,6 +38,10 @@ class LaunchMonitor {
   // The head stopped the job or lost a node's stream (Ctrl-C, a broken or cancelled
   // stream): a failure that outranks no job failure, whatever its text.
   void Stopped(const std::string& node, const std::string& reason);
+  // A node's agent went away while the job ran and the head was not stopping it: a
+  // cause (ranked with a rank failing on its own), which the peers' lost connections
+  // and the other nodes' "failed elsewhere" stops never outrank.
+  void AgentLost(const std::string& node, const std::string& reason);
 
   bool failed() const { return !failures_.empty(); }
   // "node 'b': rank 1 was killed by signal 9 (Killed)".

@@ -48,6 +48,18 @@ TEST_F(LaunchMonitorTest, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
   EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 was killed by signal 9 (Killed)");
 }
 
+// An agent killed mid-job: the head stops the other nodes, which echo its reason back
+// ("the job failed elsewhere: ..."), and their ranks lose their peers. The lost agent is
+// the cause, whatever arrives first.
+TEST_F(LaunchMonitorTest, ALostAgentOutranksTheStopsAndResetsItCaused) {
+  LaunchMonitor monitor = Monitor();
+  monitor.Failure("a", "the job failed elsewhere: node 'b': lost its agent at b:7150 during the job");
+  monitor.Failure("a", "rank 0 exited with status 1: Connection reset by peer");
+  monitor.AgentLost("b", "lost its agent at b:7150 during the job (did poplar-agent stop, or its node go down?)");
+  EXPECT_EQ(monitor.RootCause(),
+            "node 'b': lost its agent at b:7150 during the job (did poplar-agent stop, or its node go down?)");
+}
+
 TEST_F(LaunchMonitorTest, AFailingRankOutranksPeersThatLostIt) {
   LaunchMonitor monitor = Monitor();
   monitor.Failure("a", "rank 0 exited with status 1: Connection closed by peer");
