@@ -42,10 +42,19 @@ AgentClient::AgentClient(std::string node, std::string address,
 AgentError AgentClient::Failure(const grpc::Status& status, const std::string& what) const {
   std::string reason;
   switch (status.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-      reason = "agent unreachable at " + address_ + " (is poplar-agent running there, and do its "
-               "certificate and the cluster's CA match?): " + status.error_message();
+    case grpc::StatusCode::UNAVAILABLE: {
+      const std::string& message = status.error_message();
+      const auto handshake = message.find("andshake failed");
+      if (handshake != std::string::npos) {
+        // It answered, but the agent's certificate is not signed by our CA (or ours by its).
+        reason = "the TLS handshake with the agent at " + address_ + " failed: are its certificate and the "
+                 "cluster's credentials from one CA (scripts/make-cluster-credentials)? gRPC: H" +
+                 message.substr(handshake);
+      } else {
+        reason = "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message;
+      }
       break;
+    }
     case grpc::StatusCode::UNAUTHENTICATED:
       reason = "the agent at " + address_ + " refused our credentials: " + status.error_message();
       break;

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/grpc_log.h"
 #include "agent/tls.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
@@ -54,7 +55,13 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
     const NodeSpec& node = cluster.nodes[i];
     v1::DescribeResponse description;
     try {
-      description = agents.clients[i]->Describe();
+      GrpcLogCapture log;  // a failed handshake's log line says what the error below quotes
+      try {
+        description = agents.clients[i]->Describe();
+      } catch (const AgentError&) {
+        log.Take();
+        throw;
+      }
     } catch (const AgentError& error) {
       throw CommandFailed(error.what());
     }

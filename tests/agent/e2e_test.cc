@@ -615,6 +615,24 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
       << wrong_key.err;
   EXPECT_TRUE(poplar::testing::IsOneLine(wrong_key.err)) << wrong_key.err;
   EXPECT_FALSE(Contains(wrong_key.out + wrong_key.err, "unreachable")) << wrong_key.out;
+
+  // A head whose credentials come from another CA: the agents' certificate fails its
+  // check. Said in poplar's one line, quoting gRPC, with no raw gRPC log lines.
+  std::string other_yaml = ReadTextFile(WriteCluster("cluster.yaml", "creds/token", ""));
+  for (const char* file : {"ca.pem", "head.pem", "head.key"}) {
+    const std::string from = std::string("creds/") + file;
+    other_yaml.replace(other_yaml.find(from), from.size(), std::string("other/") + file);
+  }
+  const auto other_ca = Poplar({"launch", dir_.Write("other-ca.yaml", other_yaml), "--plan", WritePlan()});
+  EXPECT_EQ(other_ca.exit_code, 1);
+  EXPECT_TRUE(poplar::testing::IsOneLine(other_ca.err)) << other_ca.err;
+  EXPECT_TRUE(ContainsAll(other_ca.err, {"node 'a': the TLS handshake with the agent at 127.0.0.1:", "one CA",
+                                         "certificate verify failed"}))
+      << other_ca.err;
+  const auto other_status = Poplar({"status", "other-ca.yaml"});
+  EXPECT_EQ(other_status.exit_code, 1);
+  EXPECT_TRUE(poplar::testing::IsOneLine(other_status.err)) << other_status.err;
+  EXPECT_TRUE(ContainsAll(other_status.out, {"DOWN", "the TLS handshake"})) << other_status.out;
 }
 
 TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
