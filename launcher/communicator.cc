@@ -109,7 +109,9 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = rank_ == 0;
   store_options.numWorkers = world_size_;
-  store_options.waitWorkers = true;
+  // The store's own wait for its workers gives up silently in libtorch 1.13, after which
+  // Gloo waited a second --timeout; WaitForEveryRank waits once, and names who is missing.
+  store_options.waitWorkers = false;
   store_options.timeout = timeout;
   UseClassicStoreServer(store_options, 0);
   try {
@@ -123,6 +125,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     }
     throw;
   }
+  WaitForEveryRank(env, timeout);
 
 #ifdef USE_C10D_NCCL
   if (backend == CollectiveBackend::kNccl) {
@@ -151,6 +154,37 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
                                "and MASTER_PORT? (" + what.substr(0, what.find('\n')) + ")");
     }
     throw;
+  }
+}
+
+void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout) {
+  auto key = [](int rank) { return "poplar/joined/" + std::to_string(rank); };
+  store_->set(key(rank_), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < world_size_; ++rank) keys.push_back(key(rank));
+  try {
+    store_->wait(keys, timeout);
+  } catch (const std::exception& error) {
+    std::vector<int> missing;
+    for (int rank = 0; rank < world_size_; ++rank) {
+      try {
+        if (!store_->check({key(rank)})) missing.push_back(rank);
+      } catch (const std::exception&) {  // the store itself is gone: say what wait said
+      }
+    }
+    std::string who;
+    for (std::size_t i = 0; i < missing.size(); ++i) {
+      who += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + std::to_string(missing[i]);
+    }
+    const std::string what = error.what();
+    throw std::runtime_error(
+        "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+        " did not complete within --timeout: " +
+        (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
+                         : std::string(missing.size() == 1 ? "rank " : "ranks ") + who + " of " +
+                               std::to_string(world_size_) + " (WORLD_SIZE) never joined") +
+        "; is every rank started, with the same MASTER_ADDR and MASTER_PORT? (" + what.substr(0, what.find('\n')) +
+        ")");
   }
 }
 

@@ -144,6 +144,10 @@ class Communicator {
   class Timer;
   friend class PendingCollective;
   static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
+  // Every rank announces itself in the store and waits, at most `timeout` in all, until
+  // every rank has; then the process group's own rendezvous does not wait. Throws naming
+  // the ranks that never joined.
+  void WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout);
   // A started collective (`work` null when nothing travels, with one rank) and what to
   // do once it is done.
   std::unique_ptr<PendingCollective> Pending(c10::intrusive_ptr<c10d::Work> work,

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -172,14 +173,15 @@ TEST_F(WorkerBadInput, TorchrunVariablesThatAreSetButNotNumbersAreNamed) {
   }
 }
 
-// A rank that never comes: rank 0 says which rendezvous did not complete, not c10d's
-// bare "Socket Timeout".
+// A rank that never comes: rank 0 says which rendezvous did not complete and which rank
+// is missing, not c10d's bare "Socket Timeout", and gives up after one --timeout (it
+// once waited the store's timeout, then Gloo's: two).
 TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
   std::vector<std::string> args = Args(plan);
   const auto timeout = std::find(args.begin(), args.end(), "--timeout");
   ASSERT_NE(timeout, args.end());
-  *(timeout + 1) = "2";
+  *(timeout + 1) = "4";
   ChildOptions options;
   options.argv = {POPLAR_WORKER_BINARY};
   options.argv.insert(options.argv.end(), args.begin(), args.end());
@@ -187,12 +189,15 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   options.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
   options.cwd = scratch_.path();
+  const auto start = std::chrono::steady_clock::now();
   const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
   EXPECT_TRUE(ContainsAll(outcome.err, {"poplar-worker[rank 0]: error: the rendezvous at 127.0.0.1:" +
                                             std::to_string(port) + " did not complete within --timeout",
-                                        "not all 2 ranks (WORLD_SIZE) joined"}))
+                                        "rank 1 of 2 (WORLD_SIZE) never joined"}))
       << outcome.err;
+  EXPECT_LT(waited, 8.0) << "two --timeout waits, one after the other";
 }
 
 TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
