@@ -28,6 +28,12 @@ auto UseClassicStoreServer(Options& options, int) -> decltype(options.useLibUV =
 template <typename Options>
 void UseClassicStoreServer(Options& /*options*/, long) {}
 
+// Gloo (libtorch 1.13) has no bf16 type. Collectives that only move bits (all-gather,
+// all-to-all) send bf16 as fp16 of the same width; other types go as they are.
+torch::Tensor AsGlooBits(const torch::Tensor& tensor) {
+  return tensor.scalar_type() == torch::kBFloat16 ? tensor.view(torch::kHalf) : tensor;
+}
+
 int IntegerVariable(const char* name, int fallback, int low, int high) {
   const char* text = std::getenv(name);
   if (text == nullptr) return fallback;
@@ -286,12 +292,11 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
     return Pending(group_->_reduce_scatter_base(output, source), nullptr);
   }
   if (gloo_reduce_scatter_ == GlooReduceScatter::kAllToAll) {
-    // Chunk r of every rank's input goes to rank r, which adds them up. Gloo (libtorch
-    // 1.13) has no bf16 type; the all-to-all only moves bits, so bf16 travels as fp16
-    // of the same width and is added in fp32, rounded once, as the all-reduce did.
+    // Chunk r of every rank's input goes to rank r, which adds them up; bf16 travels as
+    // its bits (AsGlooBits) and is added in fp32, rounded once, as the all-reduce did.
     const bool bf16 = input.scalar_type() == torch::kBFloat16;
     auto source = input.contiguous();
-    auto wire = bf16 ? source.view(torch::kHalf) : source;
+    auto wire = AsGlooBits(source);
     auto received = torch::empty_like(wire);
     std::vector<std::int64_t> equal_splits;  // empty: world_size equal chunks
     auto work = group_->alltoall_base(received, wire, equal_splits, equal_splits);
@@ -320,13 +325,8 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
   volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
   auto source = shard.contiguous();
   if (native_scatter_gather_) return Pending(group_->_allgather_base(output, source), nullptr);
-  // Gloo (libtorch 1.13) has no bf16 type; gathering only moves bits, so send them as
-  // fp16 of the same width.
-  auto target = output;
-  if (source.scalar_type() == torch::kBFloat16) {
-    source = source.view(torch::kHalf);
-    target = output.view(torch::kHalf);
-  }
+  source = AsGlooBits(source);
+  auto target = AsGlooBits(output);
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(target.narrow(0, r * chunk, chunk));
   std::vector<torch::Tensor> inputs = {source};
