@@ -42,6 +42,51 @@ std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
   return step;
 }
 
+// The step folder `path` names: itself, or the one its `latest` names.
+fs::path StepFolder(const std::string& path) {
+  fs::path folder = path;
+  if (fs::exists(folder / "latest")) {
+    const std::string latest = (folder / "latest").string();
+    std::string name = ReadTextFile(latest);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    // Only a step folder beside it: never a path that leads out of the checkpoint folder.
+    if (!StepOfFolderName(name)) {
+      throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + name + "'");
+    }
+    folder /= name;
+  }
+  return folder;
+}
+
+// The step `folder`'s meta.json records, checked against `config` and the folder's name.
+std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
+  const std::string meta_path = (folder / "meta.json").string();
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(ReadTextFile(meta_path));
+  } catch (const nlohmann::json::exception& error) {
+    throw InputError(meta_path, "", std::string("not valid JSON: ") + error.what());
+  }
+  if (!meta.is_object() || meta.value("format", "") != kFormat || !meta.contains("step") ||
+      !meta["step"].is_number_integer() || meta["step"].get<std::int64_t>() < 0) {
+    throw InputError(meta_path, "", std::string("not a ") + kFormat + " checkpoint description");
+  }
+  if (meta["model"] != ConfigJson(config)) {
+    throw InputError(meta_path, "model", "was trained with " + meta["model"].dump() +
+                                             ", not the --model-config " + ConfigJson(config).dump());
+  }
+  const std::int64_t step = meta["step"].get<std::int64_t>();
+  // A step folder's name and its meta.json agree (a copied or edited folder may not).
+  fs::path named = folder.lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "step-00000002/"
+  const auto named_step = StepOfFolderName(named.filename().string());
+  if (named_step && *named_step != step) {
+    throw InputError(meta_path, "step", "is " + std::to_string(step) + " but its folder is named for step " +
+                                            std::to_string(*named_step));
+  }
+  return step;
+}
+
 }  // namespace
 
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config) {
@@ -71,43 +116,14 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
   if (replacing) fs::remove_all(old_path);
 }
 
+std::int64_t CheckpointStep(const std::string& path, const GptConfig& config) {
+  return ReadMetaStep(StepFolder(path), config);
+}
+
 Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config) {
-  fs::path folder = path;
-  if (fs::exists(folder / "latest")) {
-    const std::string latest = (folder / "latest").string();
-    std::string name = ReadTextFile(latest);
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    // Only a step folder beside it: never a path that leads out of the checkpoint folder.
-    if (!StepOfFolderName(name)) {
-      throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + name + "'");
-    }
-    folder /= name;
-  }
-  const std::string meta_path = (folder / "meta.json").string();
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(ReadTextFile(meta_path));
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(meta_path, "", std::string("not valid JSON: ") + error.what());
-  }
-  if (!meta.is_object() || meta.value("format", "") != kFormat || !meta.contains("step") ||
-      !meta["step"].is_number_integer() || meta["step"].get<std::int64_t>() < 0) {
-    throw InputError(meta_path, "", std::string("not a ") + kFormat + " checkpoint description");
-  }
-  if (meta["model"] != ConfigJson(config)) {
-    throw InputError(meta_path, "model", "was trained with " + meta["model"].dump() +
-                                             ", not the --model-config " + ConfigJson(config).dump());
-  }
+  const fs::path folder = StepFolder(path);
   Checkpoint checkpoint;
-  checkpoint.step = meta["step"].get<std::int64_t>();
-  // A step folder's name and its meta.json agree (a copied or edited folder may not).
-  fs::path named = folder.lexically_normal();
-  if (named.filename().empty()) named = named.parent_path();  // "step-00000002/"
-  const auto named_step = StepOfFolderName(named.filename().string());
-  if (named_step && *named_step != checkpoint.step) {
-    throw InputError(meta_path, "step", "is " + std::to_string(checkpoint.step) + " but its folder is named for step " +
-                                            std::to_string(*named_step));
-  }
+  checkpoint.step = ReadMetaStep(folder, config);
   checkpoint.model = ReadStateDict((folder / "model.pt").string());
   const std::string optimizer_path = (folder / "optimizer.pt").string();
   const StateDict optimizer = ReadStateDict(optimizer_path);

@@ -31,5 +31,8 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
 // `path` is a step folder or a checkpoint folder with `latest`. Checks the model
 // configuration against `config`. Throws InputError naming the file and the reason.
 Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config);
+// The step of the checkpoint ReadCheckpoint would read, from its meta.json alone (the
+// same checks, none of the tensors).
+std::int64_t CheckpointStep(const std::string& path, const GptConfig& config);
 
 }  // namespace poplar

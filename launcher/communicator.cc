@@ -343,11 +343,13 @@ void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) 
   StartAllGather(shard, output)->Wait();
 }
 
-void Communicator::Broadcast(torch::Tensor& tensor) {
+void Communicator::Broadcast(torch::Tensor& tensor, int root) {
   if (!group_) return;
   Timer timer(communication_seconds_);
   std::vector<torch::Tensor> tensors = {tensor};
-  group_->broadcast(tensors)->wait();
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  group_->broadcast(tensors, options)->wait();
 }
 
 void Communicator::Barrier() {

@@ -111,8 +111,8 @@ class Communicator {
   void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
   // shard: k elements; output: world_size * k elements, chunk r from rank r.
   void AllGather(const torch::Tensor& shard, torch::Tensor& output);
-  // In place: every rank ends with rank 0's values.
-  void Broadcast(torch::Tensor& tensor);
+  // In place: every rank ends with rank `root`'s values.
+  void Broadcast(torch::Tensor& tensor, int root = 0);
   void Barrier();
   // Throws InputError on every rank unless all ranks pass the same `value` for `what`
   // (for example the plan, the model, the flags that decide which collectives run).

@@ -93,33 +93,43 @@ struct Resumed {
   std::map<std::string, AdamMoments> moments;  // on the rank's device
 };
 
-// Resuming needs the checkpoint on rank 0 only: rank 0 tells every rank whether it
-// resumes and from which step, then sends the model state and the Adam moments over the
-// collectives, in the model's parameter order. nullopt when the job starts afresh.
-// `checkpoint` is rank 0's, read from --resume (and dropped here); `resume` is this
-// rank's --resume.
-std::optional<Resumed> ShareResumedState(Communicator& communicator, Gpt& model,
-                                         std::optional<Checkpoint>& checkpoint, const std::string& resume,
-                                         torch::Device device) {
+// Resuming needs the checkpoint on one rank only, whichever: the nodes share no file
+// system, and only rank 0 writes checkpoints, so after a re-plan rank 0 may run where
+// none are. Every rank given --resume reads its checkpoint's step; the newest wins (the
+// lowest rank holding it, when several do), and that rank sends the model state and the
+// Adam moments over the collectives, in the model's parameter order. nullopt when no
+// rank resumes. Throws on every rank alike when the newest step is beyond --steps.
+std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const TrainOptions& options,
+                                                  const GptConfig& config, int rank, int world_size,
+                                                  torch::Device device) {
   torch::NoGradGuard no_grad;
-  auto header = torch::tensor({checkpoint ? std::int64_t{1} : 0, checkpoint ? checkpoint->step : 0},
-                              torch::TensorOptions(torch::kLong)).to(device);
-  communicator.Broadcast(header);
-  header = header.cpu();
-  if (header[0].item<std::int64_t>() == 0) {
-    // This rank's node holds checkpoints that rank 0's does not: starting over would
-    // silently discard them.
-    if (!resume.empty()) {
-      throw InputError("--resume", "", "rank 0 has no checkpoint to resume from, but this rank was given " + resume +
-                                           "; run rank 0 on the node that holds the job's checkpoints");
-    }
-    return std::nullopt;
+  const std::int64_t own_step = options.resume.empty() ? -1 : CheckpointStep(options.resume, config);
+  auto own = torch::tensor({own_step}, torch::TensorOptions(torch::kLong)).to(device);
+  auto steps = torch::empty({world_size}, torch::TensorOptions(torch::kLong)).to(device);
+  communicator.AllGather(own, steps);
+  steps = steps.cpu();
+  int source = 0;
+  for (int r = 1; r < world_size; ++r) {
+    if (steps[r].item<std::int64_t>() > steps[source].item<std::int64_t>()) source = r;
+  }
+  const std::int64_t step = steps[source].item<std::int64_t>();
+  if (step < 0) return std::nullopt;
+  if (step > options.steps) {
+    throw InputError("--steps", "", std::to_string(options.steps) + " is below the step of the newest checkpoint (" +
+                                        std::to_string(step) + ", rank " + std::to_string(source) + "'s)");
+  }
+
+  std::optional<Checkpoint> checkpoint;
+  if (rank == source) {
+    checkpoint = ReadCheckpoint(options.resume, config);
+    LoadModelState(model, checkpoint->model, options.resume);
+    checkpoint->model.clear();
   }
   Resumed resumed;
-  resumed.step = header[1].item<std::int64_t>();
+  resumed.step = step;
   for (auto& [name, parameter] : model->NamedParameters()) {
-    auto value = parameter.detach();  // rank 0's holds the checkpoint's already
-    communicator.Broadcast(value);
+    auto value = parameter.detach();  // the source's holds the checkpoint's already
+    communicator.Broadcast(value, source);
     AdamMoments& moment = resumed.moments[name];
     if (checkpoint) {
       const AdamMoments& loaded = checkpoint->moments.at(name);
@@ -127,10 +137,9 @@ std::optional<Resumed> ShareResumedState(Communicator& communicator, Gpt& model,
     } else {
       moment = {torch::zeros_like(value, torch::kFloat32), torch::zeros_like(value, torch::kFloat32)};
     }
-    communicator.Broadcast(moment.exp_avg);
-    communicator.Broadcast(moment.exp_avg_sq);
+    communicator.Broadcast(moment.exp_avg, source);
+    communicator.Broadcast(moment.exp_avg_sq, source);
   }
-  checkpoint.reset();
   return resumed;
 }
 
@@ -147,28 +156,18 @@ void Train(const TrainOptions& options) {
   const TokenData data(options.data, config.block_size, config.vocab_size);
   RequireWritableOutputs(options);
 
-  // Model, from --init or, on rank 0, --resume (ShareResumedState gives it to the
-  // others); the loaded files are dropped once copied in.
-  std::optional<Checkpoint> checkpoint;
+  // Model, from --init, or from the newest checkpoint any rank was given with --resume
+  // (ResumeFromNewestCheckpoint); the loaded files are dropped once copied in.
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
-  if (!options.resume.empty() && env.rank == 0) {
-    checkpoint = ReadCheckpoint(options.resume, config);
-    if (checkpoint->step > options.steps) {
-      throw InputError("--steps", "", std::to_string(options.steps) + " is below the step of the "
-                                      "checkpoint in " + options.resume + " (" +
-                                      std::to_string(checkpoint->step) + ")");
-    }
-    LoadModelState(model, checkpoint->model, options.resume);
-    checkpoint->model.clear();
-  }
   model->to(device);
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
-  std::optional<Resumed> resumed = ShareResumedState(communicator, model, checkpoint, options.resume, device);
+  std::optional<Resumed> resumed =
+      ResumeFromNewestCheckpoint(communicator, model, options, config, env.rank, env.world_size, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));

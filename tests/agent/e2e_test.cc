@@ -358,8 +358,9 @@ TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
 }
 
 // The nodes share no file system: the checkpoints are on rank 0's node only, and the
-// other node's rank receives the state from rank 0 when the job resumes.
-TEST_F(TwoAgents, AJobResumesAcrossNodesFromRankZerosCheckpoint) {
+// other node's rank receives the state from the rank that has them when the job
+// resumes, rank 0 or, after a re-plan that moved rank 0, another.
+TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   const std::string plan = WritePlan();
   const std::string port = std::to_string(poplar::testing::FreeLoopbackPort());
   const auto first = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id",
@@ -389,6 +390,28 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromRankZerosCheckpoint) {
                              "--master-port", port, "--resume"});
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_TRUE(ContainsAll(other.err, {"--run-dir", "job 'resumable'", "not of job 'other'"})) << other.err;
+
+  // Re-planned with node b first: rank 0 now runs where no checkpoint is, and rank 1,
+  // on node a, sends the state of step 16.
+  std::string swapped = ReadTextFile(dir_.path() + "/cluster.yaml");
+  const auto a_line = swapped.find("  - {name: a,");
+  const auto b_line = swapped.find("  - {name: b,");
+  ASSERT_LT(a_line, b_line);
+  const std::string a_node = swapped.substr(a_line, b_line - a_line);
+  swapped.erase(a_line, a_node.size());
+  swapped += a_node;
+  dir_.Write("b-first.yaml", swapped);
+  const std::string b_first_plan = dir_.Write("b-first-plan.json", R"({"stage": 2, "global_batch": 24, "ranks": [
+      {"rank": 0, "node": "b", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-slow", "micro_batches": [8]},
+      {"rank": 1, "node": "a", "host": "127.0.0.1", "device": "cpu:0", "device_type": "emu-fast", "micro_batches": [16]}]})");
+  const auto moved = Poplar({"launch", "b-first.yaml", "--plan", b_first_plan, "--run-dir", "resumable", "--job-id",
+                             "resumable", "--resume", "--steps", "18"});
+  ASSERT_EQ(moved.exit_code, 0) << moved.out << moved.err;
+  const auto moved_lines = ReadLines(dir_.path() + "/resumable/metrics/rank-0.jsonl");
+  ASSERT_EQ(moved_lines.size(), 18u);
+  EXPECT_EQ(nlohmann::json::parse(moved_lines[16])["step"], 17) << moved_lines[16];
+  // Rank 0 now writes the checkpoints, on node b.
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/b/work/jobs/resumable/checkpoints/latest"), "step-00000018\n");
 }
 
 // A device runs one job or one profile at a time: a second job, or a measurement, on

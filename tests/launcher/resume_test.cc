@@ -78,21 +78,57 @@ TEST(Resume, NeedsTheCheckpointOnRankZeroOnly) {
   }
 }
 
-TEST(Resume, ACheckpointOnAnotherRankThanZeroIsAnErrorNotAFreshStart) {
+// After a re-plan rank 0 may run on a node without the checkpoints: the rank that has
+// them sends the state, with the same result as the uninterrupted run.
+TEST(Resume, FromACheckpointOnAnotherRankThanZero) {
   ScratchDir scratch("poplar_resume_elsewhere");
   WriteModelConfig(scratch);
   WriteTokens(scratch, 6000);
-  const std::string two = WritePlan(scratch, "two.json", 1, {{2}, {2}});
+  const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 1, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"})).AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
 
-  std::vector<std::string> rank1 = Args(scratch, two, 2, {});
+  const std::vector<std::string> rank0 = Args(scratch, two, 4, {"--metrics", "m{rank}.jsonl", "--save", "resumed.pt"});
+  std::vector<std::string> rank1 = rank0;
   rank1.insert(rank1.end(), {"--resume", checkpoints});
-  auto ranks = StartJob(scratch, {Args(scratch, two, 2, {}), rank1});
-  EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(60)), 1);
-  const std::string error = ReadWholeFile(scratch.path() + "/rank1.err");
-  EXPECT_TRUE(Contains(error, "rank 0 has no checkpoint to resume from")) << error;
-  // (Rank 0 would wait out --timeout for its lost peer; the agent stops it sooner.)
+  const JobOutcome resumed = RunJob(scratch, {rank0, rank1});
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+  EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
+                             ReadStateDict(scratch.path() + "/resumed.pt")),
+            1e-5);
+  const auto lines = ReadLines(scratch.path() + "/m0.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(Contains(lines[0], "\"step\":3")) << lines[0];
+}
+
+// Two nodes hold checkpoints of the job, one older (rank 0 wrote it before a re-plan
+// moved rank 0 elsewhere): the newest is the one resumed from, whichever rank has it.
+TEST(Resume, FromTheNewestCheckpointAnyRankHolds) {
+  ScratchDir scratch("poplar_resume_newest");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
+  const std::string newer = scratch.path() + "/newer";
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--checkpoint-dir", newer, "--checkpoint-every", "1"}))
+                  .AllSucceeded());
+  const std::string older = scratch.path() + "/older";
+  std::filesystem::create_directories(older);
+  std::filesystem::copy(newer + "/step-00000001", older + "/step-00000001", std::filesystem::copy_options::recursive);
+  scratch.Write("older/latest", "step-00000001\n");
+
+  const std::vector<std::string> common = Args(scratch, two, 5, {"--metrics", "m{rank}.jsonl"});
+  std::vector<std::string> rank0 = common;
+  rank0.insert(rank0.end(), {"--resume", older});
+  std::vector<std::string> rank1 = common;
+  rank1.insert(rank1.end(), {"--resume", newer});
+  const JobOutcome resumed = RunJob(scratch, {rank0, rank1});
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto lines = ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl");
+    ASSERT_EQ(lines.size(), 2u) << "rank " << rank << " went on from step 3, not 1";
+    EXPECT_TRUE(Contains(lines[0], "\"step\":4")) << lines[0];
+  }
 }
 
 // A checkpoint folder whose `latest` leads out of it, or whose step folder disagrees
