@@ -179,7 +179,17 @@ void RunLaunch(const LaunchOptions& options) {
               << "\n";
     return;
   }
-  std::cout << "trained " << Count(summary["steps"].get<std::int64_t>(), "step") << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
+  const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
+  const std::int64_t last_step = summary["steps"].get<std::int64_t>();
+  if (options.resume) {
+    // Said either way: a resume that found no checkpoint on any node started over.
+    std::cout << (first_step > 1 ? "resumed from the checkpoint of step " + std::to_string(first_step - 1)
+                                 : "no node held a checkpoint of job " + job_id + ": it trained from step 0")
+              << "\n";
+  }
+  std::cout << "trained " << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
+                                             : Count(last_step, "step"))
+            << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
             << Fixed(summary["last_loss"].get<double>(), 3) << "; step " << Seconds(summary["measured_step_s"].get<double>())
             << " measured (median) vs " << Seconds(prepared.predicted_step_s) << " predicted; "
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"

@@ -115,6 +115,7 @@ nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   }
   const double measured = Median(step_times);
   const double global_batch = rank0_steps_.back().value("samples_per_s", 0.0) * rank0_steps_.back().value("step_s", 0.0);
+  summary["first_step"] = rank0_steps_.front().value("step", 0);
   summary["first_loss"] = rank0_steps_.front().value("loss", 0.0);
   summary["last_loss"] = rank0_steps_.back().value("loss", 0.0);
   summary["measured_step_s"] = measured;

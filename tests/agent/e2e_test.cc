@@ -372,6 +372,7 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   const auto resumed = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id",
                                "resumable", "--master-port", port, "--resume", "--steps", "16"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_TRUE(ContainsAll(resumed.out, {"resumed from the checkpoint of step 12", "trained steps 13-16:"})) << resumed.out;
   // Rank 1, on the node without checkpoints, went on from step 12, not from scratch.
   const auto lines = ReadLines(dir_.path() + "/resumable/metrics/rank-1.jsonl");
   // The run directory's metrics: 12 lines from the first launch, 4 from the second.
@@ -379,6 +380,7 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   EXPECT_EQ(nlohmann::json::parse(lines[12])["step"], 13) << lines[12];
   const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/resumable/summary.json"));
   EXPECT_TRUE(summary["ok"].get<bool>()) << summary.dump();
+  EXPECT_EQ(summary["first_step"], 13) << summary.dump();
   // The first attempt's plan and summary are kept, not replaced.
   EXPECT_TRUE(Contains(resumed.out, "kept in resumable/attempts/1")) << resumed.out;
   const auto first_summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/resumable/attempts/1/summary.json"));
@@ -412,6 +414,12 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   EXPECT_EQ(nlohmann::json::parse(moved_lines[16])["step"], 17) << moved_lines[16];
   // Rank 0 now writes the checkpoints, on node b.
   EXPECT_EQ(ReadTextFile(dir_.path() + "/b/work/jobs/resumable/checkpoints/latest"), "step-00000018\n");
+
+  // A resume with no checkpoint anywhere starts over, and says so.
+  const auto fresh = Poplar({"launch", "cluster.yaml", "--plan", plan, "--job-id", "fresh", "--resume", "--steps", "2"});
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
+  EXPECT_TRUE(ContainsAll(fresh.out, {"no node held a checkpoint of job fresh: it trained from step 0", "trained 2 steps"}))
+      << fresh.out;
 }
 
 // A device runs one job or one profile at a time: a second job, or a measurement, on

@@ -82,6 +82,7 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
   EXPECT_DOUBLE_EQ(summary["measured_step_s"].get<double>(), 0.2);  // the slow first step is warm-up
   EXPECT_NEAR(summary["prediction_error"].get<double>(), 0.25, 1e-9);
   EXPECT_NEAR(summary["samples_per_s"].get<double>(), 120.0, 1e-6);
+  EXPECT_EQ(summary["first_step"], 1);
   EXPECT_GT(summary["first_loss"].get<double>(), summary["last_loss"].get<double>());
   std::ifstream metrics(dir_.path() + "/metrics/rank-1.jsonl");
   int lines = 0;
