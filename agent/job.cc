@@ -128,7 +128,10 @@ void Job::ReadOutput(std::size_t index, int fd) {
   waitpid(rank.pid, &status, 0);
   rank.alive = false;
   const int code = ExitCode(status);
-  const std::string exit = DescribeExit(rank.process.rank, code, rank.last_line);
+  std::string exit = DescribeExit(rank.process.rank, code, rank.last_line);
+  // The agent's own SIGKILL is a consequence of the stop, not a cause (the head ranks
+  // causes by these words: planner/cli/launch_monitor.cc).
+  if (escalated_ && code == 128 + SIGKILL) exit += " (by its agent, the stop's grace over)";
   Push({JobEvent::Kind::kExited, rank.process.rank, exit, code});
   if (code != 0 && !stopping_) {
     stopping_ = true;
@@ -211,7 +214,10 @@ void Job::SignalAlive(int signal_number) {
 
 void Job::Escalate() {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!changed_.wait_for(lock, stop_grace_, [this] { return running_ == 0; })) SignalAlive(SIGKILL);
+  if (!changed_.wait_for(lock, stop_grace_, [this] { return running_ == 0; })) {
+    escalated_ = true;
+    SignalAlive(SIGKILL);
+  }
 }
 
 std::vector<std::string> Job::devices() const {

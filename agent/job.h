@@ -85,6 +85,7 @@ class Job {
   std::deque<JobEvent> events_;
   std::string stop_reason_;
   bool stopping_ = false;
+  bool escalated_ = false;   // the stop's grace ran out: the ranks left got SIGKILL
   int running_ = 0;
   bool ended_ = false;       // final event queued
   bool final_taken_ = false; // final event handed out

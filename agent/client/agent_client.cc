@@ -1,6 +1,7 @@
 #include "agent/client/agent_client.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "agent/keepalive.h"
 
@@ -44,15 +45,19 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE: {
       const std::string& message = status.error_message();
-      const auto handshake = message.find("andshake failed");
+      std::string lower = message;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+      const auto handshake = lower.find("handshake failed");
       if (handshake != std::string::npos) {
-        // It answered, but the agent's certificate is not signed by our CA (or ours by its).
-        reason = "the TLS handshake with the agent at " + address_ + " failed: are its certificate and the "
-                 "cluster's credentials from one CA (scripts/make-cluster-credentials)? gRPC: H" +
-                 message.substr(handshake);
-      } else {
-        reason = "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message;
+        // Something answered with TLS, but its certificate is not signed by our CA (or
+        // ours by its): another CA's agent, or another TLS service on that port.
+        return AgentError(node_,
+                          "the TLS handshake with the agent at " + address_ + " failed: are its certificate and the "
+                          "cluster's credentials from one CA (scripts/make-cluster-credentials)? gRPC: " +
+                              message.substr(handshake),
+                          AgentError::Kind::kTlsHandshake);
       }
+      reason = "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message;
       break;
     }
     case grpc::StatusCode::UNAUTHENTICATED:
@@ -144,10 +149,13 @@ void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<v
     ended = ended || event.kind() == v1::LaunchEvent::JOB_FINISHED || event.kind() == v1::LaunchEvent::JOB_FAILED;
   }
   const grpc::Status status = reader->Finish();
+  if (!status.ok() && ended) return;  // the job's end arrived: nothing is lost
   // Events arrived, so the connection and credentials worked: the agent went away.
   if (!status.ok() && any_event && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    throw AgentError(node_, "lost its agent at " + address_ + " during the job (did poplar-agent stop, or its node "
-                            "go down?): " + status.error_message());
+    throw AgentError(node_,
+                     "lost its agent at " + address_ + " during the job (did poplar-agent stop, or its node go down?): " +
+                         status.error_message(),
+                     AgentError::Kind::kLostAgent);
   }
   if (!status.ok()) throw Failure(status, "the launch");
   if (!ended) throw AgentError(node_, "the launch stream ended before the job did");

@@ -22,12 +22,19 @@ namespace poplar {
 // what(): "node 'b': <reason>".
 class AgentError : public std::runtime_error {
  public:
-  AgentError(const std::string& node, std::string reason)
-      : std::runtime_error("node '" + node + "': " + reason), reason_(std::move(reason)) {}
+  enum class Kind {
+    kOther,
+    kLostAgent,     // a launch stream broke after events had arrived: the agent went away
+    kTlsHandshake,  // the agent answered but its certificate and ours are not one CA's
+  };
+  AgentError(const std::string& node, std::string reason, Kind kind = Kind::kOther)
+      : std::runtime_error("node '" + node + "': " + reason), reason_(std::move(reason)), kind_(kind) {}
   const std::string& reason() const { return reason_; }
+  Kind kind() const { return kind_; }
 
  private:
   std::string reason_;
+  Kind kind_;
 };
 
 // Ends streaming calls early from another thread. Cancel() reaches the calls under way

@@ -77,7 +77,7 @@ void RunStatus(const StatusOptions& options) {
       table.AddRow({client->node(), client->address(), "up", devices.empty() ? "none" : devices,
                     jobs.empty() ? "-" : jobs});
     } catch (const AgentError& error) {
-      log.Take();
+      if (error.kind() == AgentError::Kind::kTlsHandshake) log.Take();  // the rest is written out
       reasons.push_back(error.what());
       table.AddRow({client->node(), client->address(), "DOWN", "-", "-"});
     }

@@ -27,6 +27,7 @@ struct NodeEvent {
   bool stream_ended = false;
   std::string stream_error;  // set when the stream broke
   v1::LaunchEvent event;
+  bool lost_agent = false;   // the stream broke mid-job because its agent went away
 };
 
 class EventQueue {
@@ -96,6 +97,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
               &streams_canceller);
         } catch (const AgentError& error) {
           end.stream_error = error.reason();
+          end.lost_agent = error.kind() == AgentError::Kind::kLostAgent;
         }
         queue.Push(end);
       });
@@ -151,10 +153,10 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       if (item.stream_ended) {
         --open_streams;
         if (!item.stream_error.empty()) {
-          // A stream the head ended (or whose agent it had asked to stop) is a stop; one
-          // that broke while the job ran lost its agent.
-          if (stopping) monitor.Stopped(node_name, item.stream_error);
-          else monitor.AgentLost(node_name, item.stream_error);
+          // A lost agent is a cause whenever it is noticed (its peers' resets may have
+          // started the stop first); any other broken or cancelled stream is a stop.
+          if (item.lost_agent) monitor.AgentLost(node_name, item.stream_error);
+          else monitor.Stopped(node_name, item.stream_error);
         }
       } else {
         const v1::LaunchEvent& event = item.event;

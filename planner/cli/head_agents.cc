@@ -58,8 +58,8 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
       GrpcLogCapture log;  // a failed handshake's log line says what the error below quotes
       try {
         description = agents.clients[i]->Describe();
-      } catch (const AgentError&) {
-        log.Take();
+      } catch (const AgentError& error) {
+        if (error.kind() == AgentError::Kind::kTlsHandshake) log.Take();  // the rest is written out
         throw;
       }
     } catch (const AgentError& error) {

@@ -9,17 +9,26 @@
 namespace poplar {
 namespace {
 
-// How likely an agent's job-failure text is the root cause: 0 most likely.
-constexpr int kOnItsOwn = 1;
-constexpr int kStopped = 3;
+// How likely a failure is the root cause, most likely first.
+constexpr int kKilled = 0;    // a rank killed by a signal it did not get from poplar
+constexpr int kCause = 1;     // a rank failing on its own, or a node losing its agent
+constexpr int kLostPeer = 2;  // a rank failing because a peer went away
+constexpr int kStopped = 3;   // poplar stopping the job, and what that stop led to
 
 int Severity(const std::string& reason) {
   auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
-  // "failed elsewhere": the head's own stop, echoed back by a node it stopped.
-  if (has("stopped by") || has("head node went away") || has("signal 15") || has("failed elsewhere")) return kStopped;
-  if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Broken pipe")) return 2;
-  if (has("killed by signal")) return 0;
-  return kOnItsOwn;
+  // "failed elsewhere": the head's own stop, echoed back by a node it stopped; "the
+  // stop's grace over": the agent's SIGKILL of a rank slow to stop (agent/job.cc).
+  if (has("stopped by") || has("head node went away") || has("signal 15") || has("failed elsewhere") ||
+      has("the stop's grace over")) {
+    return kStopped;
+  }
+  if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Timeout") ||
+      has("within --timeout") || has("Broken pipe")) {
+    return kLostPeer;
+  }
+  if (has("killed by signal")) return kKilled;
+  return kCause;
 }
 
 }  // namespace
@@ -93,7 +102,7 @@ void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) 
 }
 
 void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason) {
-  failures_.push_back({kOnItsOwn, node, reason});
+  failures_.push_back({kCause, node, reason});
 }
 
 std::string LaunchMonitor::RootCause() const {

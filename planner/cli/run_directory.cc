@@ -51,8 +51,21 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
 }
 
 RunDirectory::~RunDirectory() {
+  if (kept_) return;
   std::error_code ignored;
-  if (!made_.empty() && !kept_) fs::remove_all(made_, ignored);
+  if (!made_.empty()) {
+    fs::remove_all(made_, ignored);
+    return;
+  }
+  // Back as they were: what this failed attempt wrote in their place goes.
+  for (const std::string& name : moved_) {
+    fs::remove_all(fs::path(path_) / name, ignored);
+    fs::rename(attempt_ / name, fs::path(path_) / name, ignored);
+  }
+  if (!attempt_.empty()) {
+    fs::remove(attempt_, ignored);                // only if empty: all moved back
+    fs::remove(attempt_.parent_path(), ignored);  // attempts/, if this was its only one
+  }
 }
 
 std::string RunDirectory::KeepPreviousAttempt() {
@@ -62,12 +75,14 @@ std::string RunDirectory::KeepPreviousAttempt() {
   if (!any) return "";
   int n = 1;
   while (fs::exists(dir / "attempts" / std::to_string(n))) ++n;
-  const fs::path kept = dir / "attempts" / std::to_string(n);
-  MakeOutputFolder(kept.string(), "--run-dir");
+  attempt_ = dir / "attempts" / std::to_string(n);
+  MakeOutputFolder(attempt_.string(), "--run-dir");
   for (const char* name : kReplacedByEachAttempt) {
-    if (fs::exists(dir / name)) fs::rename(dir / name, kept / name);  // same file system: never a copy
+    if (!fs::exists(dir / name)) continue;
+    fs::rename(dir / name, attempt_ / name);  // same file system: never a copy
+    moved_.push_back(name);
   }
-  return kept.string();
+  return attempt_.string();
 }
 
 void RunDirectory::Keep() {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace poplar {
 
@@ -17,7 +18,8 @@ class RunDirectory {
   //    directory written before that file existed, its summary.json's job_id).
   RunDirectory(const std::string& path, const std::string& job_id, bool resume);
   // If this launch fails before Keep(), the folders it made go again (runs/ too when it
-  // made that), so a refused launch leaves nothing behind.
+  // made that) and the previous attempt's files move back, so a refused launch leaves
+  // the directory as it found it.
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
@@ -36,6 +38,8 @@ class RunDirectory {
   std::string path_;
   std::string job_id_;
   std::filesystem::path made_;  // empty: the directory was there already
+  std::filesystem::path attempt_;    // where KeepPreviousAttempt moved files to
+  std::vector<std::string> moved_;  // the names it moved there
   bool kept_ = false;
 };
 

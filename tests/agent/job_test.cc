@@ -97,7 +97,12 @@ TEST(Job, StopEscalatesToSigkillForRanksThatIgnoreSigterm) {
   EXPECT_EQ(events.back().kind, JobEvent::Kind::kFailed);
   EXPECT_EQ(events.back().text, "asked to stop");
   bool killed = false;
-  for (const auto& e : events) killed = killed || (e.kind == JobEvent::Kind::kExited && e.exit_code == 128 + SIGKILL);
+  for (const auto& e : events) {
+    if (e.kind != JobEvent::Kind::kExited || e.exit_code != 128 + SIGKILL) continue;
+    killed = true;
+    // Said as the stop's doing, so that the head never takes it for a cause.
+    EXPECT_TRUE(Contains(e.text, "by its agent, the stop's grace over")) << e.text;
+  }
   EXPECT_TRUE(killed);
 }
 

@@ -60,6 +60,16 @@ TEST_F(LaunchMonitorTest, ALostAgentOutranksTheStopsAndResetsItCaused) {
             "node 'b': lost its agent at b:7150 during the job (did poplar-agent stop, or its node go down?)");
 }
 
+// A rank the agent SIGKILLs when the stop's grace runs out was killed by poplar, not by
+// the cause; so was a rendezvous that timed out because a peer never came.
+TEST_F(LaunchMonitorTest, ThePoplarStopsOwnKillsAndRendezvousTimeOutsAreNotCauses) {
+  LaunchMonitor monitor = Monitor();
+  monitor.Failure("b", "rank 1 was killed by signal 9 (Killed) (by its agent, the stop's grace over)");
+  monitor.Failure("b", "rank 2 exited with status 1: the rendezvous at a:29500 did not complete within --timeout");
+  monitor.Failure("a", "rank 0 exited with status 1: out of memory on emulated device");
+  EXPECT_EQ(monitor.RootCause(), "node 'a': rank 0 exited with status 1: out of memory on emulated device");
+}
+
 TEST_F(LaunchMonitorTest, AFailingRankOutranksPeersThatLostIt) {
   LaunchMonitor monitor = Monitor();
   monitor.Failure("a", "rank 0 exited with status 1: Connection closed by peer");

@@ -73,6 +73,7 @@ TEST(RunDirectory, AResumeKeepsEachEarlierAttemptsPlanProfilesAndSummary) {
   scratch.Write("run/logs/rank-0.log", "log");
   RunDirectory first(path, "j1", true);
   EXPECT_EQ(first.KeepPreviousAttempt(), path + "/attempts/1");
+  first.Keep();
   EXPECT_EQ(ReadTextFile(path + "/attempts/1/plan.json"), "plan 1");
   EXPECT_EQ(ReadTextFile(path + "/attempts/1/summary.json"), "{\"job_id\": \"j1\", \"ok\": true}");
   EXPECT_EQ(ReadTextFile(path + "/attempts/1/profiles/fast.json"), "profile 1");
@@ -88,6 +89,26 @@ TEST(RunDirectory, AResumeKeepsEachEarlierAttemptsPlanProfilesAndSummary) {
   // Nothing written since: nothing to keep.
   EXPECT_EQ(second.KeepPreviousAttempt(), "");
   EXPECT_FALSE(fs::exists(path + "/attempts/3"));
+  second.Keep();
+}
+
+// A resume refused after the previous attempt's files moved (an agent unreachable, no
+// feasible plan) puts them back: the directory is as it was.
+TEST(RunDirectory, AResumeRefusedBeforeItStartsPutsThePreviousAttemptBack) {
+  ScratchDir scratch("run-dir");
+  const std::string path = scratch.path() + "/run";
+  scratch.Write("run/plan.json", "plan 1");
+  scratch.Write("run/summary.json", "{\"job_id\": \"j1\", \"ok\": true}");
+  scratch.Write("run/profiles/fast.json", "profile 1");
+  {
+    RunDirectory refused(path, "j1", true);
+    ASSERT_EQ(refused.KeepPreviousAttempt(), path + "/attempts/1");
+    scratch.Write("run/profiles/fast.json", "profile of the refused attempt");
+  }
+  EXPECT_EQ(ReadTextFile(path + "/plan.json"), "plan 1");
+  EXPECT_EQ(ReadTextFile(path + "/summary.json"), "{\"job_id\": \"j1\", \"ok\": true}");
+  EXPECT_EQ(ReadTextFile(path + "/profiles/fast.json"), "profile 1");
+  EXPECT_FALSE(fs::exists(path + "/attempts")) << "no empty attempt is left";
 }
 
 }  // namespace
