@@ -32,8 +32,8 @@ std::string StepFolderName(std::int64_t step) {
 
 // The step a step folder's name says ("step-00000012" -> 12); nullopt for any other name.
 std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
-  constexpr std::size_t kDigits = 8;
-  if (name.size() != 5 + kDigits || name.compare(0, 5, "step-") != 0) return std::nullopt;
+  constexpr std::size_t kLeastDigits = 8;  // StepFolderName pads to 8; a step from 1e8 on has more
+  if (name.size() < 5 + kLeastDigits || name.size() > 5 + 18 || name.compare(0, 5, "step-") != 0) return std::nullopt;
   std::int64_t step = 0;
   for (std::size_t i = 5; i < name.size(); ++i) {
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
@@ -48,7 +48,7 @@ fs::path StepFolder(const std::string& path) {
   if (fs::exists(folder / "latest")) {
     const std::string latest = (folder / "latest").string();
     std::string name = ReadTextFile(latest);
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
     // Only a step folder beside it: never a path that leads out of the checkpoint folder.
     if (!StepOfFolderName(name)) {
       throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + name + "'");

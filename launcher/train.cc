@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -98,32 +99,65 @@ struct Resumed {
 // none are. Every rank given --resume reads its checkpoint's step; the newest wins (the
 // lowest rank holding it, when several do), and that rank sends the model state and the
 // Adam moments over the collectives, in the model's parameter order. nullopt when no
-// rank resumes. Throws on every rank alike when the newest step is beyond --steps.
+// rank resumes. A checkpoint one rank cannot read fails every rank at once, each
+// saying whose it was, rather than leaving the others waiting out --timeout; so does a
+// newest step beyond --steps.
 std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const TrainOptions& options,
                                                   const GptConfig& config, int rank, int world_size,
                                                   torch::Device device) {
+  constexpr std::int64_t kNoCheckpoint = -1;
+  constexpr std::int64_t kUnreadable = -2;
   torch::NoGradGuard no_grad;
-  const std::int64_t own_step = options.resume.empty() ? -1 : CheckpointStep(options.resume, config);
+  std::exception_ptr own_error;
+  std::int64_t own_step = kNoCheckpoint;
+  if (!options.resume.empty()) {
+    try {
+      own_step = CheckpointStep(options.resume, config);
+    } catch (const std::exception&) {
+      own_error = std::current_exception();
+      own_step = kUnreadable;
+    }
+  }
   auto own = torch::tensor({own_step}, torch::TensorOptions(torch::kLong)).to(device);
   auto steps = torch::empty({world_size}, torch::TensorOptions(torch::kLong)).to(device);
   communicator.AllGather(own, steps);
   steps = steps.cpu();
+  if (own_error) std::rethrow_exception(own_error);
   int source = 0;
-  for (int r = 1; r < world_size; ++r) {
+  for (int r = 0; r < world_size; ++r) {
+    if (steps[r].item<std::int64_t>() == kUnreadable) {
+      throw std::runtime_error("rank " + std::to_string(r) + " cannot read its --resume checkpoint (its error says why)");
+    }
     if (steps[r].item<std::int64_t>() > steps[source].item<std::int64_t>()) source = r;
   }
   const std::int64_t step = steps[source].item<std::int64_t>();
-  if (step < 0) return std::nullopt;
+  if (step == kNoCheckpoint) return std::nullopt;
   if (step > options.steps) {
     throw InputError("--steps", "", std::to_string(options.steps) + " is below the step of the newest checkpoint (" +
                                         std::to_string(step) + ", rank " + std::to_string(source) + "'s)");
   }
 
+  // The source reads the tensors and says whether it could, before any is sent.
   std::optional<Checkpoint> checkpoint;
   if (rank == source) {
-    checkpoint = ReadCheckpoint(options.resume, config);
-    LoadModelState(model, checkpoint->model, options.resume);
-    checkpoint->model.clear();
+    try {
+      checkpoint = ReadCheckpoint(options.resume, config);
+      if (checkpoint->step != step) {
+        throw InputError(options.resume, "", "changed while the job started (step " + std::to_string(step) +
+                                                 ", now " + std::to_string(checkpoint->step) + ")");
+      }
+      LoadModelState(model, checkpoint->model, options.resume);
+      checkpoint->model.clear();
+    } catch (const std::exception&) {
+      own_error = std::current_exception();
+    }
+  }
+  auto readable = torch::tensor({own_error ? std::int64_t{0} : 1}, torch::TensorOptions(torch::kLong)).to(device);
+  communicator.Broadcast(readable, source);
+  if (own_error) std::rethrow_exception(own_error);
+  if (readable.cpu().item<std::int64_t>() == 0) {
+    throw std::runtime_error("rank " + std::to_string(source) + ", which holds the newest checkpoint (step " +
+                             std::to_string(step) + "), cannot read it (its error says why)");
   }
   Resumed resumed;
   resumed.step = step;

@@ -168,8 +168,8 @@ void RunLaunch(const LaunchOptions& options) {
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
     const std::string aftermath =
-        outcome.any_started ? "every worker was stopped; checkpoints stay in the agent's work directory under jobs/" +
-                          job_id + "/checkpoints on rank 0's node; logs in " + run_dir + "/logs"
+        outcome.any_started ? "every worker was stopped; checkpoints stay in the agents' work directories under jobs/" +
+                          job_id + "/checkpoints (rank 0's node writes them); logs in " + run_dir + "/logs"
                     : "no worker was started";
     throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; " + aftermath,
                         outcome.signal != 0 ? 128 + outcome.signal : 1);

@@ -131,6 +131,32 @@ TEST(Resume, FromTheNewestCheckpointAnyRankHolds) {
   }
 }
 
+// A checkpoint the resuming rank cannot read fails every rank at once, each saying
+// whose it was, instead of leaving the others waiting out --timeout.
+TEST(Resume, ACheckpointOneRankCannotReadFailsEveryRankSayingWhose) {
+  ScratchDir scratch("poplar_resume_unreadable");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string two = WritePlan(scratch, "two.json", 1, {{2}, {2}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 1, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  scratch.Write("checkpoints/step-00000001/model.pt", "not a state dict");
+
+  std::vector<std::string> rank1 = Args(scratch, two, 2, {});
+  rank1.insert(rank1.end(), {"--resume", checkpoints});
+  const JobOutcome torn = RunJob(scratch, {Args(scratch, two, 2, {}), rank1});
+  EXPECT_FALSE(torn.AllSucceeded());
+  EXPECT_TRUE(Contains(torn.errors[0], "rank 1, which holds the newest checkpoint (step 1), cannot read it"))
+      << torn.Describe();
+  EXPECT_TRUE(Contains(torn.errors[1], "model.pt")) << torn.Describe();
+
+  // A meta.json that does not parse: found before any tensor is sent.
+  scratch.Write("checkpoints/step-00000001/meta.json", "{");
+  const JobOutcome unreadable = RunJob(scratch, {Args(scratch, two, 2, {}), rank1});
+  EXPECT_TRUE(Contains(unreadable.errors[0], "rank 1 cannot read its --resume checkpoint")) << unreadable.Describe();
+  EXPECT_TRUE(Contains(unreadable.errors[1], "meta.json")) << unreadable.Describe();
+}
+
 // A checkpoint folder whose `latest` leads out of it, or whose step folder disagrees
 // with its meta.json, is refused by name rather than followed or trusted.
 TEST(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFolder) {
