@@ -108,14 +108,10 @@ void RunLaunch(const LaunchOptions& options) {
   RunDirectory directory(run_dir, job_id, options.resume);
 
   ClusterAgents agents = ConnectAgents(cluster);
-  if (options.resume) {
-    const std::string kept = directory.KeepPreviousAttempt();
-    if (!kept.empty()) std::cout << "the previous attempt's plan and summary are kept in " << kept << std::endl;
-  }
+  const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
   const PreparedPlan prepared = PreparePlan(options, cluster, agents, run_dir);
   const std::string& plan_text = prepared.text;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
-  directory.Keep();
 
   std::vector<RankInfo> ranks;
   for (const RankPlacement& placement : prepared.plan.placement) ranks.push_back({placement.node, placement.device_type});
@@ -156,6 +152,13 @@ void RunLaunch(const LaunchOptions& options) {
     requests.emplace_back(node, std::move(request));
   }
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
+  // A launch every agent refused leaves the run directory as it was (RunDirectory).
+  if (!outcome.any_started && monitor.failed()) {
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started",
+                        outcome.signal != 0 ? 128 + outcome.signal : 1);
+  }
+  directory.Keep();
+  if (!previous_attempt.empty()) std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
 
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
@@ -167,11 +170,9 @@ void RunLaunch(const LaunchOptions& options) {
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
-    const std::string aftermath =
-        outcome.any_started ? "every worker was stopped; checkpoints stay in the agents' work directories under jobs/" +
-                          job_id + "/checkpoints (rank 0's node writes them); logs in " + run_dir + "/logs"
-                    : "no worker was started";
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; " + aftermath,
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() +
+                            "; every worker was stopped; checkpoints stay in the agents' work directories under jobs/" +
+                            job_id + "/checkpoints (rank 0's node writes them); logs in " + run_dir + "/logs",
                         outcome.signal != 0 ? 128 + outcome.signal : 1);
   }
   if (!summary.contains("first_loss")) {

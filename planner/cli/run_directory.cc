@@ -1,5 +1,7 @@
 #include "planner/cli/run_directory.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "planner/input_error.h"
@@ -12,6 +14,8 @@ namespace fs = std::filesystem;
 
 // What a resume moves out of the way: everything a launch writes anew.
 constexpr const char* kReplacedByEachAttempt[] = {"plan.json", "summary.json", "profiles"};
+// What a launch appends to (the launch monitor makes them).
+constexpr const char* kAppendedTo[] = {"logs", "metrics"};
 
 // The job whose run `dir` holds: its job_id file, else its summary.json's job_id; empty
 // when neither says.
@@ -47,6 +51,12 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
   }
   // The outermost folder that is missing (the walk ends at the root, which exists).
   for (fs::path folder = fs::absolute(path); !fs::exists(folder); folder = folder.parent_path()) made_ = folder;
+  for (const char* name : kReplacedByEachAttempt) {
+    if (fs::exists(dir / name)) present_at_open_.push_back(name);
+  }
+  for (const char* name : kAppendedTo) {
+    if (fs::exists(dir / name)) present_at_open_.push_back(name);
+  }
   MakeOutputFolder(path, "--run-dir");
 }
 
@@ -57,11 +67,18 @@ RunDirectory::~RunDirectory() {
     fs::remove_all(made_, ignored);
     return;
   }
-  // Back as they were: what this failed attempt wrote in their place goes.
-  for (const std::string& name : moved_) {
-    fs::remove_all(fs::path(path_) / name, ignored);
-    fs::rename(attempt_ / name, fs::path(path_) / name, ignored);
+  // Back as it was: what this refused attempt wrote goes, what it moved comes back.
+  const fs::path dir(path_);
+  auto listed = [](const std::vector<std::string>& names, const char* name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  for (const char* name : kReplacedByEachAttempt) {
+    if (!listed(present_at_open_, name) || listed(moved_, name)) fs::remove_all(dir / name, ignored);
   }
+  for (const char* name : kAppendedTo) {
+    if (!listed(present_at_open_, name)) fs::remove(dir / name, ignored);  // only if empty: nothing ran
+  }
+  for (const std::string& name : moved_) fs::rename(attempt_ / name, dir / name, ignored);
   if (!attempt_.empty()) {
     fs::remove(attempt_, ignored);                // only if empty: all moved back
     fs::remove(attempt_.parent_path(), ignored);  // attempts/, if this was its only one

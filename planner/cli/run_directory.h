@@ -18,8 +18,8 @@ class RunDirectory {
   //    directory written before that file existed, its summary.json's job_id).
   RunDirectory(const std::string& path, const std::string& job_id, bool resume);
   // If this launch fails before Keep(), the folders it made go again (runs/ too when it
-  // made that) and the previous attempt's files move back, so a refused launch leaves
-  // the directory as it found it.
+  // made that), the files it wrote go, and the previous attempt's files move back, so a
+  // refused launch leaves the directory as it found it.
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
@@ -29,7 +29,7 @@ class RunDirectory {
   // replace them. Logs and metrics stay where they are and are appended to. Returns the
   // folder they went to, empty when there was nothing to keep.
   std::string KeepPreviousAttempt();
-  // The launch has started: writes the job_id file and keeps the directory.
+  // A worker has started: writes the job_id file and keeps the directory.
   void Keep();
 
   const std::string& path() const { return path_; }
@@ -40,6 +40,7 @@ class RunDirectory {
   std::filesystem::path made_;  // empty: the directory was there already
   std::filesystem::path attempt_;    // where KeepPreviousAttempt moved files to
   std::vector<std::string> moved_;  // the names it moved there
+  std::vector<std::string> present_at_open_;  // of the names a launch writes, those already there
   bool kept_ = false;
 };
 

@@ -432,6 +432,7 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')", "no worker was started"}))
       << second.err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/second")) << "a launch every agent refused left a run directory";
   // The same job id again: refused as running, and the refused launch's stop (sent to
   // every node) must not stop the running job it collided with.
   const auto same_id = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "same-id", "--job-id",

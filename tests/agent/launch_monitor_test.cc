@@ -70,6 +70,14 @@ TEST_F(LaunchMonitorTest, ThePoplarStopsOwnKillsAndRendezvousTimeOutsAreNotCause
   EXPECT_EQ(monitor.RootCause(), "node 'a': rank 0 exited with status 1: out of memory on emulated device");
 }
 
+// A worker that points at another rank's failure is not the cause: the rank it names is.
+TEST_F(LaunchMonitorTest, ARankPointingAtAnothersErrorIsNotTheCause) {
+  LaunchMonitor monitor = Monitor();
+  monitor.Failure("b", "rank 1 exited with status 1: rank 0 cannot read its --resume checkpoint (its error says why)");
+  monitor.Failure("a", "rank 0 exited with status 1: checkpoints/step-00000004/meta.json: not valid JSON");
+  EXPECT_EQ(monitor.RootCause(), "node 'a': rank 0 exited with status 1: checkpoints/step-00000004/meta.json: not valid JSON");
+}
+
 TEST_F(LaunchMonitorTest, AFailingRankOutranksPeersThatLostIt) {
   LaunchMonitor monitor = Monitor();
   monitor.Failure("a", "rank 0 exited with status 1: Connection closed by peer");

@@ -111,5 +111,24 @@ TEST(RunDirectory, AResumeRefusedBeforeItStartsPutsThePreviousAttemptBack) {
   EXPECT_FALSE(fs::exists(path + "/attempts")) << "no empty attempt is left";
 }
 
+// A first launch into a folder that exists, refused by every agent: what it wrote goes
+// (plan.json, the monitor's empty logs/ and metrics/), what was there stays.
+TEST(RunDirectory, ALaunchRefusedInAFolderThatExistedRemovesOnlyWhatItWrote) {
+  ScratchDir scratch("run-dir");
+  const std::string path = scratch.path() + "/run";
+  scratch.Write("run/notes.txt", "mine");
+  {
+    RunDirectory refused(path, "j1", false);
+    scratch.Write("run/plan.json", "plan");
+    fs::create_directories(path + "/logs");
+    fs::create_directories(path + "/metrics");
+  }
+  EXPECT_EQ(ReadTextFile(path + "/notes.txt"), "mine");
+  EXPECT_FALSE(fs::exists(path + "/plan.json"));
+  EXPECT_FALSE(fs::exists(path + "/logs"));
+  EXPECT_FALSE(fs::exists(path + "/metrics"));
+  EXPECT_FALSE(fs::exists(path + "/job_id"));
+}
+
 }  // namespace
 }  // namespace poplar
