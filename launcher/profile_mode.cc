@@ -210,7 +210,7 @@ void Profile(const ProfileOptions& options) {
                              std::to_string(options.device.slowdown) + ", memory cap " +
                              std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
-                   config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision")};
+                   config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision"), config};
   DistributedEnv alone;
   Communicator communicator(alone, std::chrono::seconds(10), device);
   // Pass 1 measures each stage alone and finds what fits; passes 2..repeats measure the

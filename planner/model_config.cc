@@ -26,9 +26,28 @@ std::int64_t GptConfig::ParameterCount() const {
          n_layer * per_block + 2 * c;
 }
 
+bool GptConfig::operator==(const GptConfig& other) const {
+  return n_layer == other.n_layer && n_head == other.n_head && n_embd == other.n_embd &&
+         vocab_size == other.vocab_size && block_size == other.block_size;
+}
+
 GptConfig ParseModelConfig(const std::string& text, const std::string& file) {
   const nlohmann::json document = ParseJsonObject(text, file);
   JsonFields fields(document, file, "");
+  return ReadModelConfig(fields);
+}
+
+std::string ModelConfigJson(const GptConfig& config) {
+  nlohmann::ordered_json json = {{"arch", "gpt"},
+                                 {"n_layer", config.n_layer},
+                                 {"n_head", config.n_head},
+                                 {"n_embd", config.n_embd},
+                                 {"vocab_size", config.vocab_size},
+                                 {"block_size", config.block_size}};
+  return json.dump();
+}
+
+GptConfig ReadModelConfig(JsonFields& fields) {
   const std::string arch = fields.String("arch");
   if (arch != "gpt") fields.Fail("arch", "must be \"gpt\", got \"" + arch + "\"");
   GptConfig config;

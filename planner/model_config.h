@@ -17,10 +17,18 @@ struct GptConfig {
 
   // Parameters of the model (lm_head tied to wte, so counted once).
   std::int64_t ParameterCount() const;
+  bool operator==(const GptConfig& other) const;
+  bool operator!=(const GptConfig& other) const { return !(*this == other); }
 };
+
+class JsonFields;
 
 // Throws InputError naming the file and key.
 GptConfig ParseModelConfig(const std::string& text, const std::string& file);
 GptConfig LoadModelConfig(const std::string& path);
+// The same checks on an object inside another file (a profile's model.config).
+GptConfig ReadModelConfig(JsonFields& fields);
+// The file's one-line JSON text, keys in the order above.
+std::string ModelConfigJson(const GptConfig& config);
 
 }  // namespace poplar

@@ -110,6 +110,16 @@ ModelInfo ParseModel(JsonFields fields) {
   auto parsed = ParsePrecision(precision);
   if (!parsed) fields.Fail("precision", "must be fp32 or mixed, got '" + precision + "'");
   model.precision = *parsed;
+  if (fields.Has("config")) {
+    JsonFields config = fields.Map("config");
+    model.config = ReadModelConfig(config);
+    if (model.config->ParameterCount() != model.params) {
+      fields.Fail("params", "is " + std::to_string(model.params) + " but model.config has " +
+                                std::to_string(model.config->ParameterCount()) + " parameters");
+    }
+  } else {
+    fields.Child("config");
+  }
   fields.Finish();
   return model;
 }
@@ -177,6 +187,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
   if (!profile.model.name.empty()) root["model"]["name"] = profile.model.name;
   root["model"]["params"] = profile.model.params;
   root["model"]["precision"] = PrecisionName(profile.model.precision);
+  if (profile.model.config) root["model"]["config"] = nlohmann::ordered_json::parse(ModelConfigJson(*profile.model.config));
   root["stages"] = nlohmann::ordered_json::array();
   for (const auto& stage : profile.stages) {
     nlohmann::ordered_json entry;

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "planner/model_config.h"
 #include "planner/precision.h"
 
 namespace poplar {
@@ -78,6 +79,10 @@ struct ModelInfo {
   std::string name;
   std::int64_t params = 0;  // > 0
   Precision precision = Precision::kMixed;
+  // The model configuration measured (poplar-worker profile writes it; optional, absent
+  // in hand-made and derived profiles): two models of one parameter count may differ
+  // in activation memory (n_head, block_size).
+  std::optional<GptConfig> config;
 };
 
 struct DeviceProfile {

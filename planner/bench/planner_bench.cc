@@ -46,7 +46,7 @@ DeviceProfile SyntheticProfile(const std::string& type, std::mt19937& rng) {
   DeviceProfile profile;
   profile.file = type + ".json";
   profile.device_type = type;
-  profile.model = {"gpt2-medium", kParams, Precision::kMixed};
+  profile.model = {"gpt2-medium", kParams, Precision::kMixed, {}};
   const std::int64_t states = ModelStatesPerRank(kParams, 0, 1, Precision::kMixed).Total();
   profile.memory_bytes = states + kRuntimeBytes + cap * kActivationBytes;
   for (int stage = 0; stage <= 3; ++stage) {

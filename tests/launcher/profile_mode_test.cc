@@ -35,6 +35,9 @@ TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
   const DeviceProfile profile = LoadProfileFile(path);
   EXPECT_TRUE(profile.emulated);
   EXPECT_EQ(profile.memory_bytes, kCap);
+  // The model measured, whole: the planner checks it against the job's.
+  ASSERT_TRUE(profile.model.config.has_value());
+  EXPECT_EQ(*profile.model.config, LoadModelConfig(scratch.path() + "/model.json"));
   ASSERT_EQ(profile.stages.size(), 4u);
   for (const StageProfile& stage : profile.stages) {
     // Memory ran out below the search limit, and the search went on after it.

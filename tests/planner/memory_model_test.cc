@@ -37,7 +37,7 @@ DeviceProfile SmallProfile(int max_micro_batch) {
   DeviceProfile profile;
   profile.device_type = "dev";
   profile.memory_bytes = 100'000'000;
-  profile.model = {"m", 1'000'000, Precision::kFp32};
+  profile.model = {"m", 1'000'000, Precision::kFp32, {}};
   for (int stage = 0; stage <= 3; ++stage) {
     StageProfile measured;
     measured.stage = stage;

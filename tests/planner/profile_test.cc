@@ -39,7 +39,7 @@ DeviceProfile SampleProfile(const std::string& type = "A100-80GB") {
   profile.memory_bytes = 85899345920;  // 80 GiB, beyond 32 bits
   profile.emulated = true;
   profile.source = "measured on node-a: \"A100\" \\ 80GB / 2 runs, caf\xc3\xa9\tdone";
-  profile.model = {"gpt2-medium", 354823168, Precision::kFp32};
+  profile.model = {"gpt2-medium", 354823168, Precision::kFp32, {}};
   StageProfile zero;
   zero.stage = 0;
   zero.world_size = 1;
@@ -108,6 +108,11 @@ TEST(ProfileFile, RoundTripPreservesEveryField) {
   EXPECT_EQ(parsed.model.name, original.model.name);
   EXPECT_EQ(parsed.model.params, original.model.params);
   EXPECT_EQ(parsed.model.precision, original.model.precision);
+  EXPECT_FALSE(parsed.model.config.has_value());  // optional, and absent here
+  DeviceProfile with_config = original;
+  with_config.model.config = ParseModelConfig(
+      R"({"arch": "gpt", "n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": 50257, "block_size": 1024})", "m");
+  EXPECT_EQ(RoundTrip(with_config).model.config, with_config.model.config);
   ASSERT_EQ(parsed.stages.size(), original.stages.size());
   for (std::size_t s = 0; s < original.stages.size(); ++s) {
     SCOPED_TRACE("stage entry " + std::to_string(s));
@@ -621,6 +626,42 @@ TEST_F(ProfileFiles, RejectsProfilesOfAnotherModelThanTheJobs) {
   EXPECT_EQ(error.key(), "model.params");
   EXPECT_TRUE(ContainsAll(error.reason(), {"354823168", "354871296", dir_ + "/model.json", "poplar profile"}))
       << error.reason();
+}
+
+// Profiles that record their model's configuration must have measured the job's very
+// model: one of the same size with other heads has other activation memory.
+TEST_F(ProfileFiles, RejectsAProfileOfAnotherModelOfTheSameSize) {
+  GptConfig measured;
+  measured.n_layer = 24;
+  measured.n_head = 8;  // the job's has 16: the same parameters
+  measured.n_embd = 1024;
+  measured.vocab_size = 50257;
+  measured.block_size = 1024;
+  DeviceProfile a100 = SampleProfile("A100-80GB");
+  a100.model.config = measured;
+  const std::string path = WriteProfile(a100);
+  WriteProfile(SampleProfile("T4-16GB"));
+  const InputError error = LoadError(ClusterWithJob(50257));
+  EXPECT_EQ(error.file(), path);
+  EXPECT_EQ(error.key(), "model.config");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"\"n_head\":8", "\"n_head\":16", dir_ + "/model.json"})) << error.reason();
+
+  a100.model.config->n_head = 16;
+  WriteProfile(a100);
+  EXPECT_EQ(LoadClusterProfiles(ClusterWithJob(50257), dir_).at("A100-80GB").model.config, a100.model.config);
+}
+
+TEST(ProfileFile, AModelConfigMustCountTheParamsGiven) {
+  Json json = SampleJson();
+  json["model"]["config"] = Json::parse(
+      R"({"arch": "gpt", "n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": 50257, "block_size": 1024})");
+  EXPECT_EQ(ParseProfileJson(json.dump(), kFile).model.config->n_head, 16);  // 354823168: agrees
+  json["model"]["config"]["n_layer"] = 12;
+  const InputError error = ParseError(json.dump());
+  EXPECT_EQ(error.key(), "model.params");
+  EXPECT_TRUE(Contains(error.reason(), "but model.config has")) << error.reason();
+  json["model"]["config"]["n_head"] = 7;
+  EXPECT_EQ(ParseError(json.dump()).key(), "model.config.n_embd");
 }
 
 TEST_F(ProfileFiles, ReportsInvalidProfileByItsOwnPath) {
