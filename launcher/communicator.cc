@@ -13,6 +13,7 @@
 #endif
 
 #include "planner/input_error.h"
+#include "planner/join.h"
 
 namespace poplar {
 namespace {
@@ -178,10 +179,7 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
       } catch (const std::exception&) {  // the store itself is gone: say what wait said
       }
     }
-    std::string who;
-    for (std::size_t i = 0; i < missing.size(); ++i) {
-      who += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + std::to_string(missing[i]);
-    }
+    const std::string who = Join(missing, ", ", [](int rank) { return std::to_string(rank); });
     const std::string what = error.what();
     throw std::runtime_error(
         "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +

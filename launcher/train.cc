@@ -103,8 +103,8 @@ struct Resumed {
 // saying whose it was, rather than leaving the others waiting out --timeout; so does a
 // newest step beyond --steps.
 std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const TrainOptions& options,
-                                                  const GptConfig& config, int rank, int world_size,
-                                                  torch::Device device) {
+                                                  const GptConfig& config, torch::Device device) {
+  const int world_size = communicator.world_size();
   constexpr std::int64_t kNoCheckpoint = -1;
   constexpr std::int64_t kUnreadable = -2;
   torch::NoGradGuard no_grad;
@@ -139,7 +139,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
 
   // The source reads the tensors and says whether it could, before any is sent.
   std::optional<Checkpoint> checkpoint;
-  if (rank == source) {
+  if (communicator.rank() == source) {
     try {
       checkpoint = ReadCheckpoint(options.resume, config);
       if (checkpoint->step != step) {
@@ -201,7 +201,7 @@ void Train(const TrainOptions& options) {
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
   std::optional<Resumed> resumed =
-      ResumeFromNewestCheckpoint(communicator, model, options, config, env.rank, env.world_size, device);
+      ResumeFromNewestCheckpoint(communicator, model, options, config, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());
   communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "agent/grpc_log.h"
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
 #include "planner/cli/run_app.h"
@@ -59,9 +58,8 @@ void RunStatus(const StatusOptions& options) {
   TextTable table({"node", "agent", "state", "devices", "jobs"}, {false, false, false, false, false});
   std::vector<std::string> reasons;  // why each DOWN node is down, under the table
   for (auto& client : agents.clients) {
-    GrpcLogCapture log;  // a failed handshake's log line says what the reason below quotes
     try {
-      const auto description = client->Describe(std::chrono::seconds(5));
+      const auto description = DescribeAgent(*client, std::chrono::seconds(5));
       const auto status = client->Status(std::chrono::seconds(5));
       std::map<std::string, int> counts;
       for (const auto& device : description.devices()) {
@@ -77,7 +75,6 @@ void RunStatus(const StatusOptions& options) {
       table.AddRow({client->node(), client->address(), "up", devices.empty() ? "none" : devices,
                     jobs.empty() ? "-" : jobs});
     } catch (const AgentError& error) {
-      if (error.kind() == AgentError::Kind::kTlsHandshake) log.Take();  // the rest is written out
       reasons.push_back(error.what());
       table.AddRow({client->node(), client->address(), "DOWN", "-", "-"});
     }

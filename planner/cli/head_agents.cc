@@ -49,19 +49,23 @@ int RendezvousPort(const ClusterAgents& agents, const std::string& rank0_node, i
   throw std::logic_error("RendezvousPort: rank 0's node '" + rank0_node + "' has no agent client");
 }
 
+v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds deadline) {
+  GrpcLogCapture log;
+  try {
+    return client.Describe(deadline);
+  } catch (const AgentError& error) {
+    if (error.kind() == AgentError::Kind::kTlsHandshake) log.Take();  // the error quotes it; the rest is written out
+    throw;
+  }
+}
+
 ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
   ClusterAgents agents = ClientsFor(cluster);
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
     const NodeSpec& node = cluster.nodes[i];
     v1::DescribeResponse description;
     try {
-      GrpcLogCapture log;  // a failed handshake's log line says what the error below quotes
-      try {
-        description = agents.clients[i]->Describe();
-      } catch (const AgentError& error) {
-        if (error.kind() == AgentError::Kind::kTlsHandshake) log.Take();  // the rest is written out
-        throw;
-      }
+      description = DescribeAgent(*agents.clients[i]);
     } catch (const AgentError& error) {
       throw CommandFailed(error.what());
     }

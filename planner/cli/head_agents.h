@@ -22,6 +22,10 @@ struct ClusterAgents {
 // no `credentials` or they cannot be read.
 ClusterAgents ClientsFor(const ClusterSpec& cluster);
 
+// The agent's Describe. gRPC's own log line about a failed TLS handshake is held back:
+// the AgentError already quotes it (every other line is written out as usual).
+v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds deadline = std::chrono::seconds(10));
+
 // Connects to every agent and checks each node has at least the devices the cluster
 // file lists for it. Throws CommandFailed naming the node and the reason.
 ClusterAgents ConnectAgents(const ClusterSpec& cluster);
