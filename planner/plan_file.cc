@@ -3,6 +3,7 @@
 #include <deque>
 
 #include "planner/input_error.h"
+#include "planner/model_config.h"
 
 namespace poplar {
 
@@ -122,6 +123,28 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
     throw InputError(plan.file, "global_batch", "is " + std::to_string(plan.global_batch) + " but " +
                                                     cluster.file + " trains with " +
                                                     std::to_string(cluster.global_batch));
+  }
+  // A plan sizes micro-batches for one model's memory and speed: one made for another
+  // model, or another precision, may not fit (a hand-written plan may say neither).
+  if (plan.model_precision) {
+    const auto precision = ParsePrecision(*plan.model_precision);
+    if (!precision) {
+      throw InputError(plan.file, "model.precision", "must be fp32 or mixed, got \"" + *plan.model_precision + "\"");
+    }
+    if (*precision != cluster.precision) {
+      throw InputError(plan.file, "model.precision", "is " + PrecisionName(*precision) + " but " + cluster.file +
+                                                         " trains in " + PrecisionName(cluster.precision) +
+                                                         "; plan again (poplar plan)");
+    }
+  }
+  if (plan.model_params && cluster.job) {
+    const std::string& model_file = cluster.job->model_config;
+    const std::int64_t params = LoadModelConfig(model_file).ParameterCount();
+    if (*plan.model_params != params) {
+      throw InputError(plan.file, "model.params",
+                       "is " + std::to_string(*plan.model_params) + " but the cluster's job.model (" + model_file +
+                           ") has " + std::to_string(params) + " parameters; plan for that model (poplar plan)");
+    }
   }
   // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
   // another cluster, and would run (or be predicted) on devices it never meant.

@@ -36,7 +36,8 @@ nlohmann::ordered_json PredictionJson(const StepPrediction& prediction);
 // Throws InputError naming the plan file unless it was made for `cluster`: as many
 // ranks as devices, the cluster's global batch, and each rank's device_type and node,
 // where the plan gives them, those of the device in cluster-file order (the contract
-// of docs/formats.md). `poplar launch --plan` and `simulate --plan` check this first.
+// of docs/formats.md); and the model, where the plan records it: its precision the
+// cluster's, its parameter count that of the cluster's job.model (when it has a job). `poplar launch --plan` and `simulate --plan` check this first.
 void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
 
 // The schedule a plan file gives `problem`, which must be built for plan.stage on

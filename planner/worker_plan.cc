@@ -45,6 +45,15 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     fields.Fail("global_batch", "must be a number of samples from 1 to " + std::to_string(kMostGlobalBatch));
   }
 
+  if (fields.Has("model")) {
+    JsonFields model = fields.Map("model");
+    if (model.Has("params")) {
+      plan.model_params = model.Integer("params");
+      if (*plan.model_params <= 0) model.Fail("params", "must be a positive number of parameters");
+    }
+    plan.model_precision = model.OptionalString("precision");
+  }
+
   const nlohmann::json& ranks = fields.Child("ranks");
   if (!ranks.is_array() || ranks.empty()) {
     fields.Fail("ranks", "must be a non-empty list of {rank, micro_batches}");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,12 @@ struct WorkerPlan {
   std::int64_t global_batch = 0;
   std::vector<std::vector<int>> micro_batches;  // [rank] -> sizes in order
   std::vector<RankPlacement> placement;         // [rank]
+  // The model `poplar plan` planned for (`model.params`, `model.precision`); absent
+  // from a hand-written plan. The worker ignores them; the head checks them against
+  // the job (RequirePlanForCluster), since micro-batches sized for another model's
+  // memory may not fit.
+  std::optional<std::int64_t> model_params;
+  std::optional<std::string> model_precision;
 
   int WorldSize() const { return static_cast<int>(micro_batches.size()); }
   std::int64_t RankSamples(int rank) const;
@@ -44,7 +51,8 @@ struct WorkerPlan {
 
 // Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
 // micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch;
-// at stages 2-3 every rank has the same number of entries. Throws InputError naming the
+// at stages 2-3 every rank has the same number of entries; `model`, if given, an
+// object whose `params`, if given, is a positive integer and `precision` a string. Throws InputError naming the
 // file and the key.
 WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file);
 WorkerPlan LoadWorkerPlan(const std::string& path);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "agent/work_dir.h"
 #include "planner/cli/agent_job.h"
@@ -52,36 +53,40 @@ struct PreparedPlan {
   double predicted_step_s = 0;
 };
 
-PreparedPlan PreparePlan(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
-                         const std::string& run_dir) {
+// The plan of --plan, checked against the cluster before any agent is asked.
+PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& cluster) {
   PreparedPlan prepared;
-  if (!options.plan_file.empty()) {
-    prepared.text = ReadTextFile(options.plan_file);
-    prepared.plan = ParseWorkerPlan(prepared.text, options.plan_file);
-    RequirePlanForCluster(cluster, prepared.plan);
-    for (int rank = 0; rank < prepared.plan.WorldSize(); ++rank) {
-      // A node given is the cluster's (RequirePlanForCluster); launching needs it given.
-      const RankPlacement& placement = prepared.plan.placement[rank];
-      const std::string key = "ranks[" + std::to_string(rank) + "]";
-      if (placement.node.empty()) {
-        throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
-      }
-      if (rank == 0 && placement.host.empty()) {
-        throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
-      }
+  prepared.text = ReadTextFile(options.plan_file);
+  prepared.plan = ParseWorkerPlan(prepared.text, options.plan_file);
+  RequirePlanForCluster(cluster, prepared.plan);
+  for (int rank = 0; rank < prepared.plan.WorldSize(); ++rank) {
+    // A node given is the cluster's (RequirePlanForCluster); launching needs it given.
+    const RankPlacement& placement = prepared.plan.placement[rank];
+    const std::string key = "ranks[" + std::to_string(rank) + "]";
+    if (placement.node.empty()) {
+      throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
     }
-    // Informational keys, used when they have the type poplar plan writes (a hand-written
-    // "step_s": "x" once ended in an internal error).
-    const auto document = nlohmann::json::parse(prepared.text);
-    const auto policy = document.find("policy");
-    prepared.policy = policy != document.end() && policy->is_string() ? policy->get<std::string>() : "from file";
-    const auto predicted = document.find("predicted");
-    if (predicted != document.end() && predicted->is_object() && predicted->contains("step_s") &&
-        (*predicted)["step_s"].is_number()) {
-      prepared.predicted_step_s = (*predicted)["step_s"].get<double>();
+    if (rank == 0 && placement.host.empty()) {
+      throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
     }
-    return prepared;
   }
+  // Informational keys, used when they have the type poplar plan writes (a hand-written
+  // "step_s": "x" once ended in an internal error).
+  const auto document = nlohmann::json::parse(prepared.text);
+  const auto policy = document.find("policy");
+  prepared.policy = policy != document.end() && policy->is_string() ? policy->get<std::string>() : "from file";
+  const auto predicted = document.find("predicted");
+  if (predicted != document.end() && predicted->is_object() && predicted->contains("step_s") &&
+      (*predicted)["step_s"].is_number()) {
+    prepared.predicted_step_s = (*predicted)["step_s"].get<double>();
+  }
+  return prepared;
+}
+
+// A plan made now: the agents profile their devices, and the planner searches.
+PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
+                               const std::string& run_dir) {
+  PreparedPlan prepared;
   const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
   const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
   const auto plan = PlanToJson(cluster, profiles, result);
@@ -106,10 +111,12 @@ void RunLaunch(const LaunchOptions& options) {
   }
   const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
   RunDirectory directory(run_dir, job_id, options.resume);
+  std::optional<PreparedPlan> given;
+  if (!options.plan_file.empty()) given = PlanFromFile(options, cluster);
 
   ClusterAgents agents = ConnectAgents(cluster);
   const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
-  const PreparedPlan prepared = PreparePlan(options, cluster, agents, run_dir);
+  const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
   const std::string& plan_text = prepared.text;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
 

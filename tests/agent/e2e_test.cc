@@ -15,6 +15,7 @@
 #include "agent/tls.h"
 #include "child_process.h"
 #include "planner/credentials.h"
+#include "planner/free_port.h"
 #include "planner/network.h"
 #include "planner/text_file.h"
 #include "poplar/v1/agent.grpc.pb.h"
@@ -141,7 +142,7 @@ class TwoAgents : public ::testing::Test {
     ChildOptions options;
     options.argv = {POPLAR_BINARY, "launch", cluster, "--plan", plan, "--run-dir", run_dir,
                     "--job-id", "job-" + run_dir, "--steps", std::to_string(steps), "--master-port",
-                    std::to_string(poplar::testing::FreeLoopbackPort()), "--timeout", "20"};
+                    std::to_string(poplar::FindFreePort()), "--timeout", "20"};
     options.cwd = dir_.path();
     options.stdout_path = dir_.path() + "/" + run_dir + ".out";
     options.stderr_path = dir_.path() + "/" + run_dir + ".err";
@@ -362,7 +363,7 @@ TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
 // resumes, rank 0 or, after a re-plan that moved rank 0, another.
 TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   const std::string plan = WritePlan();
-  const std::string port = std::to_string(poplar::testing::FreeLoopbackPort());
+  const std::string port = std::to_string(poplar::FindFreePort());
   const auto first = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id",
                              "resumable", "--master-port", port});
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
@@ -428,7 +429,7 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   Training training = StartTraining("busy", 2);
   ASSERT_TRUE(training.started());
   const auto second = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "second", "--job-id",
-                              "second", "--master-port", std::to_string(poplar::testing::FreeLoopbackPort())});
+                              "second", "--master-port", std::to_string(poplar::FindFreePort())});
   EXPECT_EQ(second.exit_code, 1);
   EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')", "no worker was started"}))
       << second.err;
@@ -549,8 +550,8 @@ TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
 TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   WriteCluster("three.yaml", "creds/token",
                "  - {name: c, host: 127.0.0.1, agent: \"127.0.0.1:" +
-                   std::to_string(poplar::testing::FreeLoopbackPort()) + "\", devices: [{type: emu-fast, count: 1}]}\n");
-  const auto down = Poplar({"launch", "three.yaml", "--plan", WritePlan()});
+                   std::to_string(poplar::FindFreePort()) + "\", devices: [{type: emu-fast, count: 1}]}\n");
+  const auto down = Poplar({"launch", "three.yaml"});  // plans through the agents: asks them all first
   EXPECT_EQ(down.exit_code, 1);
   EXPECT_TRUE(ContainsAll(down.err, {"node 'c': agent unreachable at 127.0.0.1:"})) << down.err;
   const auto status = Poplar({"status", "three.yaml"});
@@ -678,7 +679,7 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
     request.set_model_config_json(ReadTextFile(POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json"));
     request.set_data_path(data);
     request.set_master_addr("127.0.0.1");
-    request.set_master_port(poplar::testing::FreeLoopbackPort());
+    request.set_master_port(poplar::FindFreePort());
     request.set_steps(1);
     grpc::ClientContext context;
     auto reader = stub->Launch(&context, request);

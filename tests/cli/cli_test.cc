@@ -563,6 +563,48 @@ TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
   EXPECT_TRUE(ContainsAll(order.err, {"swapped.json: ranks[0].device_type", "is T4-16GB", "is a V100-16GB"})) << order.err;
 }
 
+// A plan records the model it was made for; following it with another model, whose
+// memory its micro-batches were not sized for, is refused before any agent is asked.
+TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
+  const std::string cluster = WriteExampleVariant(
+      "v100-and-t4", "nodes:",
+      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+      "job: {model: " + SourcePath("configs/models/gpt2-medium.json") + ", data: t.bin, steps: 2}\n"
+      "nodes:");
+  const std::string plan_file = work_ + "/plan.json";
+  const Outcome planned = Poplar({"plan", cluster, "-o", plan_file});  // the shipped profiles are of that model
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  ASSERT_EQ(Poplar({"simulate", cluster, "--plan", plan_file}).exit_code, 0);
+
+  Json other_model = Json::parse(ReadFile(plan_file));
+  other_model["model"]["params"] = 124439808;
+  const std::string other_model_file = Write("other-model.json", other_model.dump());
+  Json other_precision = Json::parse(ReadFile(plan_file));
+  other_precision["model"]["precision"] = "fp32";
+  const std::string other_precision_file = Write("other-precision.json", other_precision.dump());
+  const std::string run_dir = work_ + "/run";
+  const std::vector<std::vector<std::string>> commands = {{"simulate", cluster}, {"launch", cluster, "--run-dir", run_dir}};
+  for (std::vector<std::string> command : commands) {
+    SCOPED_TRACE(command[0]);
+    command.insert(command.end(), {"--plan", other_model_file});
+    const Outcome model = Poplar(command);
+    EXPECT_EQ(model.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(model.err)) << model.err;
+    EXPECT_TRUE(ContainsAll(model.err, {other_model_file + ": model.params", "124439808", "354871296",
+                                        "gpt2-medium.json"}))
+        << model.err;
+    EXPECT_FALSE(Exists(run_dir));  // refused before the run directory was kept
+  }
+  for (const std::string command : {"simulate", "launch"}) {
+    SCOPED_TRACE(command);
+    const Outcome precision = Poplar({command, cluster, "--plan", other_precision_file});
+    EXPECT_EQ(precision.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(precision.err)) << precision.err;
+    EXPECT_TRUE(ContainsAll(precision.err, {other_precision_file + ": model.precision", "is fp32", "trains in mixed"}))
+        << precision.err;
+  }
+}
+
 TEST_F(Cli, SimulateRejectsUnknownPolicy) {
   const Outcome run = Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", "bogus"});
   EXPECT_EQ(run.exit_code, 2);

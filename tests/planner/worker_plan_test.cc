@@ -3,6 +3,10 @@
 
 #include "planner/worker_plan.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "planner/input_error.h"
 
 namespace poplar {
@@ -38,6 +42,28 @@ TEST(WorkerPlan, ReadsOnlyItsOwnFormat) {
   } catch (const InputError& error) {
     EXPECT_EQ(error.key(), "format");
     EXPECT_EQ(error.reason(), "must be \"poplar-plan/1\", got \"poplar-profile/1\"");
+  }
+}
+
+// The model the plan was made for is kept for the head's check; hand-written plans
+// leave it out.
+TEST(WorkerPlan, KeepsTheModelItWasMadeFor) {
+  const std::string ranks = R"("stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [4]}])";
+  const WorkerPlan made =
+      ParseWorkerPlan("{\"model\": {\"params\": 124439808, \"precision\": \"mixed\"}, " + ranks + "}", "p.json");
+  EXPECT_EQ(made.model_params, 124439808);
+  EXPECT_EQ(made.model_precision, "mixed");
+  const WorkerPlan hand_written = ParseWorkerPlan("{" + ranks + "}", "p.json");
+  EXPECT_FALSE(hand_written.model_params || hand_written.model_precision);
+  for (const auto& [model, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"("gpt2")", "model"}, {R"({"params": 0})", "model.params"}, {R"({"params": "1M"})", "model.params"}}) {
+    SCOPED_TRACE(model);
+    try {
+      ParseWorkerPlan("{\"model\": " + model + ", " + ranks + "}", "p.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.key(), key);
+    }
   }
 }
 
