@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "agent/devices.h"
-#include "agent/free_port.h"
+#include "planner/free_port.h"
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"

@@ -63,7 +63,7 @@ std::string WorkerVersion(Spawner& spawner, const std::string& worker) {
   close(spawned.output_fd);
   int status = 0;
   waitpid(spawned.pid, &status, 0);
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  text = Trimmed(text);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
     throw InputError(worker, "", "does not answer --version like poplar-worker (it said '" +
                                      text.substr(0, text.find('\n')).substr(0, 80) + "', status " +

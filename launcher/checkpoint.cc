@@ -47,8 +47,7 @@ fs::path StepFolder(const std::string& path) {
   fs::path folder = path;
   if (fs::exists(folder / "latest")) {
     const std::string latest = (folder / "latest").string();
-    std::string name = ReadTextFile(latest);
-    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    const std::string name = Trimmed(ReadTextFile(latest));
     // Only a step folder beside it: never a path that leads out of the checkpoint folder.
     if (!StepOfFolderName(name)) {
       throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + name + "'");

@@ -18,11 +18,7 @@ CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_fold
 
 std::string ReadToken(const std::string& path) {
   const std::string text = ReadTextFile(path);
-  const auto end_of_line = text.find('\n');
-  std::string token = text.substr(0, end_of_line);
-  const auto first = token.find_first_not_of(" \t\r");
-  const auto last = token.find_last_not_of(" \t\r");
-  token = first == std::string::npos ? "" : token.substr(first, last - first + 1);
+  const std::string token = Trimmed(text.substr(0, text.find('\n')));
   if (token.size() < 16) {
     throw InputError(path, "", "the token must be at least 16 characters (scripts/make-cluster-credentials makes one)");
   }

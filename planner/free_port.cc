@@ -1,4 +1,4 @@
-#include "agent/free_port.h"
+#include "planner/free_port.h"
 
 #include <cerrno>
 #include <cstring>

@@ -36,6 +36,13 @@ std::string WriteTarget(const std::string& path) {
 
 }  // namespace
 
+std::string Trimmed(const std::string& text) {
+  constexpr const char* kBlank = " \t\r\n";
+  const auto first = text.find_first_not_of(kBlank);
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(kBlank) - first + 1);
+}
+
 std::string ReadTextFile(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ignored;

@@ -31,6 +31,10 @@ void RequireOutputApart(const std::string& output, const std::vector<InputFile>&
 // `flag` when it cannot: a file is in the way, or no permission.
 void MakeOutputFolder(const std::string& path, const std::string& flag);
 
+// `text` without the blanks, tabs and line ends around it: the value of a one-line file
+// (job_id, a checkpoint's latest, the token), written by hand or by echo.
+std::string Trimmed(const std::string& text);
+
 // The folder part of a path ("a/b/c.yaml" -> "a/b", "c.yaml" -> ".").
 std::string ParentFolder(const std::string& path);
 // `path` if absolute, else `base_folder`/`path`.

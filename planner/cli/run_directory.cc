@@ -21,9 +21,7 @@ constexpr const char* kAppendedTo[] = {"logs", "metrics"};
 // when neither says.
 std::string RecordedJobId(const fs::path& dir) {
   if (fs::exists(dir / "job_id")) {
-    std::string text = ReadTextFile((dir / "job_id").string());
-    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-    return text;
+    return Trimmed(ReadTextFile((dir / "job_id").string()));
   }
   if (fs::exists(dir / "summary.json")) {
     const auto summary = nlohmann::json::parse(ReadTextFile((dir / "summary.json").string()), nullptr, false);

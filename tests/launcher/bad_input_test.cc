@@ -14,6 +14,7 @@
 
 #include "child_process.h"
 #include "launcher/device.h"
+#include "planner/free_port.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {
@@ -137,7 +138,7 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
 
 // c10d lists every address it failed to bind; rank 0 says which port, in a few words.
 TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
-  const int port = FreeLoopbackPort();
+  const int port = FindFreePort();
   const HeldPort taken(port);
   ASSERT_TRUE(taken.held());
   ChildOptions options;
@@ -185,7 +186,7 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   ChildOptions options;
   options.argv = {POPLAR_WORKER_BINARY};
   options.argv.insert(options.argv.end(), args.begin(), args.end());
-  const int port = FreeLoopbackPort();
+  const int port = FindFreePort();
   options.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
   options.cwd = scratch_.path();

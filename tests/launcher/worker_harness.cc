@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/free_port.h"
+
 
 namespace poplar::testing {
 
@@ -62,7 +64,7 @@ std::string JobOutcome::Describe() const {
 
 std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
                                                     const std::vector<std::vector<std::string>>& args_per_rank) {
-  const int port = poplar::testing::FreeLoopbackPort();
+  const int port = poplar::FindFreePort();
   const int world_size = static_cast<int>(args_per_rank.size());
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < world_size; ++r) {

@@ -56,5 +56,12 @@ TEST(ReadTextFile, RefusesDevices) {
   }
 }
 
+TEST(Trimmed, DropsTheBlanksAndLineEndsAroundTheValueOnly) {
+  EXPECT_EQ(Trimmed("step-00000012\n"), "step-00000012");
+  EXPECT_EQ(Trimmed(" \t job a\tb \r\n\n"), "job a\tb");
+  EXPECT_EQ(Trimmed(" \r\n"), "");
+  EXPECT_EQ(Trimmed(""), "");
+}
+
 }  // namespace
 }  // namespace poplar

@@ -66,18 +66,6 @@ std::string ScratchDir::Write(const std::string& name, const std::string& text) 
 
 namespace poplar::testing {
 
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 HeldPort::HeldPort(int port) {
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};

@@ -41,9 +41,6 @@ class ScratchDir {
 
 namespace poplar::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeLoopbackPort();
-
 // Listens on every address at `port` while it lives, if the port is free (held());
 // a test that needs a port taken holds it so.
 class HeldPort {
