@@ -138,6 +138,7 @@ void RunLaunch(const LaunchOptions& options) {
             << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr << ":" << master_port
             << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
+  if (options.resume) monitor.ExpectResume(job_id);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node : nodes_in_job) {
     v1::LaunchRequest request;
@@ -189,12 +190,6 @@ void RunLaunch(const LaunchOptions& options) {
   }
   const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
   const std::int64_t last_step = summary["steps"].get<std::int64_t>();
-  if (options.resume) {
-    // Said either way: a resume that found no checkpoint on any node started over.
-    std::cout << (first_step > 1 ? "resumed from the checkpoint of step " + std::to_string(first_step - 1)
-                                 : "no node held a checkpoint of job " + job_id + ": it trained from step 0")
-              << "\n";
-  }
   std::cout << "trained " << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
                                              : Count(last_step, "step"))
             << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "

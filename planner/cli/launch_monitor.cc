@@ -63,9 +63,15 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   if (!record.is_object() || !record.contains("step")) return;
   latest_[rank] = record;
   if (rank != 0) return;
+  const bool first = rank0_steps_.empty();
   rank0_steps_.push_back(record);
   const std::int64_t step = record["step"].get<std::int64_t>();
-  if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || step == 1)) {
+  if (first && step > 1) {
+    out_ << "resumed from the checkpoint of step " << step - 1 << std::endl;
+  } else if (first && !resume_job_.empty()) {
+    out_ << "no node held a checkpoint of job " << resume_job_ << ": training starts from step 0" << std::endl;
+  }
+  if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || first)) {
     out_ << ProgressLine(step) << std::endl;
   }
 }

@@ -29,7 +29,13 @@ class LaunchMonitor {
   LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
                 std::ostream& out);
 
+  // A resume of job `job_id` (launch --resume): rank 0's first step then tells at once,
+  // not after the run, whether it went on from a checkpoint or started over.
+  void ExpectResume(std::string job_id) { resume_job_ = std::move(job_id); }
+
   void Output(int rank, const std::string& line);
+  // A rank's metrics record. Rank 0's first one is always followed by a progress line,
+  // after "resumed from the checkpoint of step N" when it is not step 1.
   void Metrics(int rank, const std::string& json_line);
   // A node's job failed with this reason (the agent's text). The reason reported is the
   // likeliest root cause: a rank killed by a signal or failing on its own outranks
@@ -72,6 +78,7 @@ class LaunchMonitor {
   std::map<int, std::unique_ptr<std::ofstream>> logs_, metrics_files_;
   std::map<int, nlohmann::json> latest_;    // rank -> last metrics record
   std::vector<nlohmann::json> rank0_steps_; // rank 0's records in order
+  std::string resume_job_;                  // ExpectResume's job, or empty
   std::vector<Failed> failures_;
 };
 

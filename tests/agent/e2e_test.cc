@@ -419,7 +419,7 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   // A resume with no checkpoint anywhere starts over, and says so.
   const auto fresh = Poplar({"launch", "cluster.yaml", "--plan", plan, "--job-id", "fresh", "--resume", "--steps", "2"});
   ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
-  EXPECT_TRUE(ContainsAll(fresh.out, {"no node held a checkpoint of job fresh: it trained from step 0", "trained 2 steps"}))
+  EXPECT_TRUE(ContainsAll(fresh.out, {"no node held a checkpoint of job fresh: training starts from step 0", "trained 2 steps"}))
       << fresh.out;
 }
 

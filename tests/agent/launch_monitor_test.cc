@@ -108,5 +108,27 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
   EXPECT_EQ(lines, 10);
 }
 
+// A resumed run says where it went on from with rank 0's first step, before its
+// progress line, not only in the summary after the run.
+TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
+  LaunchMonitor monitor = Monitor(/*progress_every=*/5);
+  monitor.ExpectResume("job-a");
+  monitor.Metrics(1, Record(8, 1, 4.0, 0.2, 0.18));  // rank 1's records do not count
+  EXPECT_EQ(out_.str(), "");
+  monitor.Metrics(0, Record(8, 0, 4.0, 0.2, 0.1));
+  const std::string text = out_.str();
+  EXPECT_EQ(text.rfind("resumed from the checkpoint of step 7\nstep 8/10  loss 4.0000", 0), 0u) << text;
+  monitor.Metrics(0, Record(9, 0, 3.9, 0.2, 0.1));
+  EXPECT_EQ(out_.str(), text);  // step 9: no progress line, nothing said again
+
+  std::ostringstream fresh_out;
+  LaunchMonitor fresh(dir_.path(), {{"a", "fast"}}, 10, 5, fresh_out);
+  fresh.ExpectResume("job-b");
+  fresh.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));
+  EXPECT_EQ(fresh_out.str().rfind("no node held a checkpoint of job job-b: training starts from step 0\nstep 1/10", 0),
+            0u)
+      << fresh_out.str();
+}
+
 }  // namespace
 }  // namespace poplar
