@@ -125,6 +125,12 @@ std::vector<InputFile> ClusterSpec::InputFiles() const {
   std::vector<InputFile> files = {{file, "the cluster file"}};
   if (job) files.push_back({job->model_config, "the cluster's job.model"});
   if (!measured_network_file.empty()) files.push_back({measured_network_file, "the cluster's network.measured"});
+  if (credentials) {  // a plan written over the private key or the token would lock the head out
+    files.push_back({credentials->ca, "the cluster's credentials.ca"});
+    files.push_back({credentials->cert, "the cluster's credentials.cert"});
+    files.push_back({credentials->key, "the cluster's credentials.key"});
+    files.push_back({credentials->token, "the cluster's credentials.token"});
+  }
   if (!profiles_dir.empty()) {
     for (const std::string& type : DeviceTypes()) {
       files.push_back({(std::filesystem::path(profiles_dir) / (type + ".json")).string(), "the profile of " + type});
@@ -179,12 +185,27 @@ CollectiveTimes ClusterSpec::Collectives() const {
   return CollectiveTimes::OverLink(*link, ranks);
 }
 
+JobModel LoadJobModel(const ClusterSpec& cluster) {
+  const std::string& path = cluster.job.value().model_config;
+  JobModel model;
+  try {
+    model.text = ReadTextFile(path);
+  } catch (const InputError& error) {
+    throw InputError(cluster.file, "job.model", path + ": " + error.reason());
+  }
+  model.config = ParseModelConfig(model.text, path);
+  return model;
+}
+
 void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
                            const std::string& key) {
   const std::string make = "`poplar network " + cluster.file + " -o " + path + "`";
   std::error_code missing;
   if (!std::filesystem::exists(path, missing)) {
     throw InputError(source, key, path + " does not exist; make it with " + make);
+  }
+  if (std::filesystem::is_directory(path, missing)) {
+    throw InputError(source, key, path + " is a folder, not a network file; make one with " + make);
   }
   MeasuredNetwork network = LoadNetworkFile(path);
   const std::string again = "; measure again with " + make;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "planner/credentials.h"
+#include "planner/model_config.h"
 #include "planner/network.h"
 #include "planner/precision.h"
 #include "planner/text_file.h"
@@ -101,8 +102,8 @@ struct ClusterSpec {
   // one device. Throws InputError naming `network` when there is neither.
   CollectiveTimes Collectives() const;
   // The files that reading and using the cluster involves, for commands that must not
-  // write over them: this file, job.model, network.measured, and the profiles folder's
-  // <type>.json of each type (those that exist).
+  // write over them: this file, job.model, network.measured, the credentials' four
+  // files, and the profiles folder's <type>.json of each type (those that exist).
   std::vector<InputFile> InputFiles() const;
 };
 
@@ -129,5 +130,15 @@ ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read = ClusterR
 // --network FILE they take) empty, as it is; else with that network file in place of
 // the file's `network` section (errors name --network).
 ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::string& network_flag);
+
+// The cluster's job.model (the cluster must have a job), read and checked as the worker
+// will: `text` is what the head sends the agents. Throws InputError naming the cluster
+// file and job.model when the file cannot be read (missing, a folder), or the model
+// file and its key when it is not a valid model.
+struct JobModel {
+  std::string text;
+  GptConfig config;
+};
+JobModel LoadJobModel(const ClusterSpec& cluster);
 
 }  // namespace poplar

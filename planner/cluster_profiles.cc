@@ -11,6 +11,7 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
                                                          const std::string& dir) {
   std::map<std::string, DeviceProfile> profiles;
   const DeviceProfile* first = nullptr;
+  const DeviceProfile* with_config = nullptr;  // the first that records its model.config
   for (const auto& type : cluster.DeviceTypes()) {
     const std::string path = dir + "/" + type + ".json";
     if (!std::ifstream(path)) {
@@ -34,7 +35,14 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
                            " profiled a model of " + std::to_string(first->model.params) +
                            " parameters; profile every device with the same model");
     }
+    // Profiles of one parameter count may still be of models of other shapes.
+    if (stored.model.config && with_config && *stored.model.config != *with_config->model.config) {
+      throw InputError(path, "model.config",
+                       "is " + ModelConfigJson(*stored.model.config) + " but " + with_config->file + " profiled " +
+                           ModelConfigJson(*with_config->model.config) + "; profile every device with the same model");
+    }
     if (!first) first = &stored;
+    if (!with_config && stored.model.config) with_config = &stored;
   }
   // The memory model sizes every stage from the profiles' parameter count: profiles of
   // another model would plan micro-batches that do not fit, or leave memory unused.
@@ -43,7 +51,7 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
   // block_size, and so in activation memory.
   if (first && cluster.job) {
     const std::string& model_file = cluster.job->model_config;
-    const GptConfig job_model = LoadModelConfig(model_file);
+    const GptConfig job_model = LoadJobModel(cluster).config;
     const std::int64_t params = job_model.ParameterCount();
     if (first->model.params != params) {
       throw InputError(first->file, "model.params",

@@ -54,6 +54,15 @@ Json RankJson(int rank, const RankSlot& slot, const std::string& device, const s
   return entry;
 }
 
+// What the plan was made for: the parameter count and precision, and the model itself
+// when the profiles recorded it (they agree: LoadClusterProfiles).
+Json ModelJson(const StageProblem& problem, const std::map<std::string, DeviceProfile>& profiles) {
+  Json model = {{"params", problem.params}, {"precision", PrecisionName(problem.precision)}};
+  const auto& config = profiles.begin()->second.model.config;
+  if (config) model["config"] = Json::parse(ModelConfigJson(*config));
+  return model;
+}
+
 }  // namespace
 
 Json PlacementPlanJson(const std::vector<RankSlot>& slots) {
@@ -107,7 +116,7 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
           {"global_batch", problem.global_batch},
           {"policy", PolicyName(result.policy)},
           {"cluster", cluster.name},
-          {"model", {{"params", problem.params}, {"precision", PrecisionName(problem.precision)}}},
+          {"model", ModelJson(problem, profiles)},
           {"ranks", std::move(ranks)},
           {"predicted", PredictionJson(chosen.prediction)},
           {"device_types", std::move(device_types)},
@@ -129,7 +138,7 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
   if (plan.model_precision) {
     const auto precision = ParsePrecision(*plan.model_precision);
     if (!precision) {
-      throw InputError(plan.file, "model.precision", "must be fp32 or mixed, got \"" + *plan.model_precision + "\"");
+      throw InputError(plan.file, "model.precision", "must be fp32 or mixed (bf16 and fp16 mean mixed), got \"" + *plan.model_precision + "\"");
     }
     if (*precision != cluster.precision) {
       throw InputError(plan.file, "model.precision", "is " + PrecisionName(*precision) + " but " + cluster.file +
@@ -137,13 +146,20 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
                                                          "; plan again (poplar plan)");
     }
   }
-  if (plan.model_params && cluster.job) {
+  if ((plan.model_params || plan.model_config) && cluster.job) {
     const std::string& model_file = cluster.job->model_config;
-    const std::int64_t params = LoadModelConfig(model_file).ParameterCount();
-    if (*plan.model_params != params) {
+    const GptConfig job_model = LoadJobModel(cluster).config;
+    if (plan.model_params && *plan.model_params != job_model.ParameterCount()) {
       throw InputError(plan.file, "model.params",
                        "is " + std::to_string(*plan.model_params) + " but the cluster's job.model (" + model_file +
-                           ") has " + std::to_string(params) + " parameters; plan for that model (poplar plan)");
+                           ") has " + std::to_string(job_model.ParameterCount()) +
+                           " parameters; plan for that model (poplar plan)");
+    }
+    // A model of the same size with other heads has other activation memory.
+    if (plan.model_config && *plan.model_config != job_model) {
+      throw InputError(plan.file, "model.config",
+                       "is " + ModelConfigJson(*plan.model_config) + " but the cluster's job.model (" + model_file +
+                           ") is " + ModelConfigJson(job_model) + "; plan for that model (poplar plan)");
     }
   }
   // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
@@ -156,7 +172,7 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
     if (!planned.device_type.empty() && planned.device_type != slot.device_type) {
       throw InputError(plan.file, key + ".device_type",
                        "is " + planned.device_type + " but rank " + std::to_string(rank) + " of " + cluster.file +
-                           " is a " + slot.device_type + " (ranks follow the cluster file's order)");
+                           " has device type " + slot.device_type + " (ranks follow the cluster file's order)");
     }
     if (!planned.node.empty() && planned.node != slot.node) {
       throw InputError(plan.file, key + ".node",
@@ -168,6 +184,11 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
 
 Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
   RequirePlanForCluster(cluster, plan);
+  if (plan.model_params && *plan.model_params != problem.params) {
+    throw InputError(plan.file, "model.params",
+                     "is " + std::to_string(*plan.model_params) + " but the profiles are of a model of " +
+                         std::to_string(problem.params) + " parameters; plan with them (poplar plan)");
+  }
   const std::map<std::string, int> class_of = ClassIndex(problem);
   Schedule schedule;
   schedule.stage = plan.stage;

@@ -52,6 +52,10 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
       if (*plan.model_params <= 0) model.Fail("params", "must be a positive number of parameters");
     }
     plan.model_precision = model.OptionalString("precision");
+    if (model.Has("config")) {
+      JsonFields config = model.Map("config");
+      plan.model_config = ReadModelConfig(config);
+    }
   }
 
   const nlohmann::json& ranks = fields.Child("ranks");

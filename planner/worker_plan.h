@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/model_config.h"
+
 namespace poplar {
 
 // The largest global batch a cluster file or a plan may ask for, far above any real
@@ -40,6 +42,7 @@ struct WorkerPlan {
   // memory may not fit.
   std::optional<std::int64_t> model_params;
   std::optional<std::string> model_precision;
+  std::optional<GptConfig> model_config;  // `model.config`: the model itself, when the profiles knew it
 
   int WorldSize() const { return static_cast<int>(micro_batches.size()); }
   std::int64_t RankSamples(int rank) const;
@@ -52,7 +55,8 @@ struct WorkerPlan {
 // Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
 // micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch;
 // at stages 2-3 every rank has the same number of entries; `model`, if given, an
-// object whose `params`, if given, is a positive integer and `precision` a string. Throws InputError naming the
+// object whose `params`, if given, is a positive integer, `precision` a string and
+// `config` a model configuration (model_config.h). Throws InputError naming the
 // file and the key.
 WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file);
 WorkerPlan LoadWorkerPlan(const std::string& path);

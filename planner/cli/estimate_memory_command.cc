@@ -2,6 +2,8 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -21,34 +23,29 @@ struct EstimateOptions {
   bool json = false;
 };
 
-// "354823168", "355M", "1.5B", "1T", "7e9" -> parameter count.
-std::int64_t ParseCount(const std::string& text) {
-  std::size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  double scale = 1;
-  const std::string suffix = used > 0 ? text.substr(used) : "";
-  if (suffix == "K" || suffix == "k") scale = 1e3;
-  else if (suffix == "M" || suffix == "m") scale = 1e6;
-  else if (suffix == "B" || suffix == "b" || suffix == "G") scale = 1e9;
-  else if (suffix == "T" || suffix == "t") scale = 1e12;
-  else if (!suffix.empty()) used = 0;
+// "354823168", "355M", "1.5B", "1T", "7e9" -> parameter count; nullopt for anything
+// else: a decimal number (digits, an optional fraction and exponent; no sign, blanks or
+// hexadecimal) with an optional K, M, B (or G) or T, whose value is whole, from 1 to 1e15.
+std::optional<std::int64_t> ParseCount(const std::string& text) {
+  static const std::regex kCount(R"(([0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)([KkMmBbGTt]?))");
+  std::smatch match;
+  if (!std::regex_match(text, match, kCount)) return std::nullopt;
+  const double value = std::stod(match[1].str());
+  const char suffix = match[4].length() > 0 ? match[4].str()[0] : ' ';
+  const double scale = std::string("Kk").find(suffix) != std::string::npos    ? 1e3
+                       : std::string("Mm").find(suffix) != std::string::npos  ? 1e6
+                       : std::string("BbG").find(suffix) != std::string::npos ? 1e9
+                       : std::string("Tt").find(suffix) != std::string::npos  ? 1e12
+                                                                              : 1;
   const double count = value * scale;
   // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
   // to the last bit of a double, hence the tolerance).
-  if (used == 0 || !(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) {
-    throw InputError("--params", "", "expected a whole parameter count from 1 to 1e15 like 354823168, 355M, 1.5B or 1T, got '" +
-                                         text + "'");
-  }
+  if (!(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) return std::nullopt;
   return std::llround(count);
 }
 
 void Run(const EstimateOptions& options) {
-  const std::int64_t params = ParseCount(options.params);
+  const std::int64_t params = *ParseCount(options.params);  // checked by the flag's validator
   const Precision precision = *ParsePrecision(options.precision);
   if (options.json) {
     nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -86,7 +83,14 @@ void RegisterEstimateMemoryCommand(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "estimate-memory", "Model-state memory per GPU for each ZeRO stage (ZeRO paper accounting)");
   command->add_option("--params", options->params, "Parameter count, e.g. 354823168, 355M, 1.5B or 1T")
-      ->required();
+      ->required()
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return ParseCount(text) ? std::string()
+                                    : "expected a whole parameter count from 1 to 1e15 like 354823168, 355M, 1.5B or "
+                                      "1T, got '" + text + "'";
+          },
+          "COUNT"));
   command->add_option("--gpus", options->gpus, "Number of GPUs (data-parallel ranks)")
       ->required()
       ->check(CLI::Range(1, 10'000'000));

@@ -87,10 +87,7 @@ std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why) 
   if (!cluster.job) {
     throw InputError(cluster.file, "job", "is required " + why + ": {model, data, steps}");
   }
-  const std::string& file = cluster.job->model_config;
-  std::string text = ReadTextFile(file);
-  ParseModelConfig(text, file);
-  return text;
+  return LoadJobModel(cluster).text;
 }
 
 namespace {

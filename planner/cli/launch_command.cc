@@ -66,6 +66,10 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
     if (placement.node.empty()) {
       throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
     }
+    if (placement.device_type.empty()) {
+      throw InputError(options.plan_file, key + ".device_type",
+                       "is required: which of the node's devices runs the rank (poplar plan writes it)");
+    }
     if (rank == 0 && placement.host.empty()) {
       throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
     }
@@ -194,7 +198,9 @@ void RunLaunch(const LaunchOptions& options) {
                                              : Count(last_step, "step"))
             << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
             << Fixed(summary["last_loss"].get<double>(), 3) << "; step " << Seconds(summary["measured_step_s"].get<double>())
-            << " measured (median) vs " << Seconds(prepared.predicted_step_s) << " predicted; "
+            << " measured (median) "
+            << (prepared.predicted_step_s > 0 ? "vs " + Seconds(prepared.predicted_step_s) + " predicted; "
+                                              : "(the plan predicts none); ")
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
             << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
 }
@@ -216,12 +222,22 @@ void RegisterLaunchCommand(CLI::App& app) {
       ->excludes("--plan");  // a plan given is followed; its policy is the plan's
   command->add_option("--network", options->network_file,
                       "When planning: a network file measured by `poplar network`, instead of the cluster file's 'network'")
+      ->check(CLI::ExistingFile)
       ->excludes("--plan");
   command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)")->check(NotEmpty());
   auto* job_id = command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
-                     ->check(NotEmpty());
+                     ->check(CLI::Validator(
+                         [](std::string& text) {
+                           try {
+                             CheckJobId(text);
+                             return std::string();
+                           } catch (const InputError& error) {
+                             return error.reason();
+                           }
+                         },
+                         "JOB_ID"));
   command->add_option("--master-port", options->master_port,
                       "Rendezvous port on rank 0's host (default: one its agent finds free)")
       ->check(CLI::Range(1, 65535));

@@ -68,7 +68,8 @@ void AddCommonOptions(CLI::App* command, PlanOptions& options) {
                       "without either, the agents profile the devices)")
       ->check(CLI::ExistingDirectory);
   command->add_option("--network", options.network,
-                      "Network file measured by `poplar network`, instead of the cluster file's 'network'");
+                      "Network file measured by `poplar network`, instead of the cluster file's 'network'")
+      ->check(CLI::ExistingFile);
   command->add_flag("--json", options.json, "Print one JSON document on stdout and nothing else");
 }
 

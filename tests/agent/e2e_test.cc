@@ -544,6 +544,15 @@ TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
   const auto no_node = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("no-node.json", text)});
   EXPECT_EQ(no_node.exit_code, 1);
   EXPECT_TRUE(ContainsAll(no_node.err, {"ranks[1].node", "is required"})) << no_node.err;
+  // The head names a missing device type in the user's file (the agent once refused it,
+  // naming its request's plan_json, after "launching job" was printed).
+  text = ReadWholeFile(WritePlan());
+  const std::string slow = "\"device_type\": \"emu-slow\", ";
+  text.replace(text.find(slow), slow.size(), "");
+  const auto no_type = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("no-type.json", text)});
+  EXPECT_EQ(no_type.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(no_type.err, {"no-type.json: ranks[1].device_type", "is required"})) << no_type.err;
+  EXPECT_FALSE(Contains(no_type.out, "launching job")) << no_type.out;
   EXPECT_FALSE(fs::exists(dir_.path() + "/runs")) << "a refused launch leaves no run directory";
 }
 

@@ -384,6 +384,15 @@ TEST_F(Cli, PlanRefusesToWriteOverWhatItReads) {
   const Outcome over_profile = Poplar({"plan", cluster, "-o", profile});
   EXPECT_EQ(over_profile.exit_code, 1);
   EXPECT_TRUE(Contains(over_profile.err, "is the profile of T4-16GB")) << over_profile.err;
+  // The head's private key, say: a plan written over it would lock the head out.
+  const std::string with_credentials = WriteExampleVariant(
+      "v100-and-t4", "nodes:", "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\nnodes:",
+      "with-credentials.yaml");
+  const std::string key = Write("head.key", "PRIVATE KEY");
+  const Outcome over_key = Poplar({"plan", with_credentials, "-o", key});
+  EXPECT_EQ(over_key.exit_code, 1);
+  EXPECT_TRUE(Contains(over_key.err, "is the cluster's credentials.key")) << over_key.err;
+  EXPECT_EQ(ReadFile(key), "PRIVATE KEY");
   // An empty path is a mistake, not the default.
   const Outcome empty = Poplar({"plan", cluster, "-o", ""});
   EXPECT_EQ(empty.exit_code, 2);
@@ -560,7 +569,37 @@ TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
   const Outcome order =
       Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", Write("swapped.json", swapped.dump())});
   EXPECT_EQ(order.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(order.err, {"swapped.json: ranks[0].device_type", "is T4-16GB", "is a V100-16GB"})) << order.err;
+  EXPECT_TRUE(ContainsAll(order.err, {"swapped.json: ranks[0].device_type", "is T4-16GB", "has device type V100-16GB"})) << order.err;
+}
+
+// Flags whose values are wrong are usage errors (exit 2), named with their command: an
+// empty or missing --network (once silently the cluster file's network) and a job id
+// that cannot name a folder.
+TEST_F(Cli, NetworkAndJobIdFlagsAreCheckedAsFlags) {
+  for (const std::string network : {"", "missing.json", "."}) {
+    SCOPED_TRACE("--network '" + network + "'");
+    const Outcome plan = Poplar({"plan", ExampleCluster("v100-and-t4"), "--network", network, "-o", "p.json"});
+    EXPECT_EQ(plan.exit_code, 2);
+    EXPECT_TRUE(IsOneLine(plan.err)) << plan.err;
+    EXPECT_TRUE(ContainsAll(plan.err, {"poplar plan: ", "--network"})) << plan.err;
+    EXPECT_FALSE(Exists(work_ + "/p.json"));
+  }
+  const Outcome job_id = Poplar({"launch", ExampleCluster("v100-and-t4"), "--job-id", "a/b"});
+  EXPECT_EQ(job_id.exit_code, 2);
+  EXPECT_TRUE(ContainsAll(job_id.err, {"poplar launch: ", "--job-id", "'a/b' must be 1-64 characters"})) << job_id.err;
+}
+
+// job.model is the head's to read: a missing one is named by the cluster file's key.
+TEST_F(Cli, AMissingJobModelIsNamedByTheClusterFilesKey) {
+  const std::string cluster = WriteExampleVariant(
+      "v100-and-t4", "nodes:", "job: {model: no-model.json, data: t.bin, steps: 2}\nnodes:");
+  for (const std::string command : {"plan", "profile"}) {
+    SCOPED_TRACE(command);
+    const Outcome run = Poplar({command, cluster});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+    EXPECT_TRUE(ContainsAll(run.err, {cluster + ": job.model: ", "no-model.json", "cannot read"})) << run.err;
+  }
 }
 
 // A plan records the model it was made for; following it with another model, whose
@@ -603,6 +642,26 @@ TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
     EXPECT_TRUE(ContainsAll(precision.err, {other_precision_file + ": model.precision", "is fp32", "trains in mixed"}))
         << precision.err;
   }
+
+  // The plan records the whole model (the profiles did): a job whose model has the same
+  // size but other heads, and so other activation memory, is refused too.
+  ASSERT_EQ(Json::parse(ReadFile(plan_file))["model"]["config"]["n_head"], 16);
+  Write("gpt2-medium-8-heads.json",
+        R"({"arch": "gpt", "n_layer": 24, "n_head": 8, "n_embd": 1024, "vocab_size": 50304, "block_size": 1024})");
+  const std::string other_heads = WriteExampleVariant(
+      "v100-and-t4", "nodes:",
+      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+      "job: {model: gpt2-medium-8-heads.json, data: t.bin, steps: 2}\n"
+      "nodes:", "other-heads.yaml");
+  const Outcome heads = Poplar({"launch", other_heads, "--plan", plan_file});
+  EXPECT_EQ(heads.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(heads.err, {plan_file + ": model.config", "\"n_head\":16", "\"n_head\":8"})) << heads.err;
+
+  // Without a job, simulate holds the plan's model to the profiles'.
+  const Outcome no_job = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", other_model_file});
+  EXPECT_EQ(no_job.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(no_job.err, {other_model_file + ": model.params", "the profiles are of a model of 354871296"}))
+      << no_job.err;
 }
 
 TEST_F(Cli, SimulateRejectsUnknownPolicy) {
@@ -694,10 +753,11 @@ TEST_F(Cli, EstimateMemoryPrintsATable) {
 }
 
 TEST_F(Cli, EstimateMemoryRejectsParamsThatAreNotACount) {
-  for (const std::string params : {"abc", "-5", "0", "12Q", "2.5", "1.0000005M"}) {
+  // A flag value out of its range is a usage error (exit 2), as --gpus 0 is.
+  for (const std::string params : {"abc", "-5", "0", "12Q", "2.5", "1.0000005M", "0x10", "+5", " 355M", "355M "}) {
     SCOPED_TRACE(params);
     const Outcome run = Poplar({"estimate-memory", "--params", params, "--gpus", "4", "--json"});
-    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_EQ(run.exit_code, 2);
     EXPECT_TRUE(IsOneLine(run.err));
     EXPECT_TRUE(ContainsAll(run.err, {"--params", "'" + params + "'"}));
     EXPECT_EQ(run.out, "");

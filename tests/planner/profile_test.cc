@@ -611,6 +611,32 @@ TEST_F(ProfileFiles, RejectsProfilesOfDifferentModels) {
   EXPECT_TRUE(ContainsAll(error.reason(), {"124439808", "354823168", first}));
 }
 
+// Without a job to compare with, profiles that record their models must still agree on
+// them: a parameter count alone does not fix the model's shape.
+TEST_F(ProfileFiles, RejectsProfilesOfModelsOfOneSizeButOtherShapes) {
+  GptConfig sixteen_heads;
+  sixteen_heads.n_layer = 24;
+  sixteen_heads.n_head = 16;
+  sixteen_heads.n_embd = 1024;
+  sixteen_heads.vocab_size = 50257;
+  sixteen_heads.block_size = 1024;
+  GptConfig eight_heads = sixteen_heads;
+  eight_heads.n_head = 8;
+  DeviceProfile a100 = SampleProfile("A100-80GB");
+  a100.model.config = sixteen_heads;
+  const std::string first = WriteProfile(a100);
+  DeviceProfile t4 = SampleProfile("T4-16GB");
+  t4.model.config = eight_heads;
+  const std::string second = WriteProfile(t4);
+  const InputError error = LoadError(Cluster());
+  EXPECT_EQ(error.file(), second);
+  EXPECT_EQ(error.key(), "model.config");
+  EXPECT_TRUE(ContainsAll(error.reason(), {"\"n_head\":8", "\"n_head\":16", first})) << error.reason();
+  t4.model.config.reset();  // a profile that does not say is held to the count alone
+  WriteProfile(t4);
+  EXPECT_EQ(LoadClusterProfiles(Cluster(), dir_).size(), 2u);
+}
+
 TEST_F(ProfileFiles, AcceptsProfilesOfTheJobsModel) {
   WriteProfile(SampleProfile("A100-80GB"));
   WriteProfile(SampleProfile("T4-16GB"));
