@@ -1,9 +1,14 @@
 #include "launcher/checkpoint.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +35,19 @@ std::string StepFolderName(std::int64_t step) {
   return name;
 }
 
+// Swaps the folders `a` and `b` in one step (renameat2's RENAME_EXCHANGE: Linux 3.15, and
+// file systems that support it); false, with nothing changed, where it is not supported.
+bool ExchangeFolders(const fs::path& a, const fs::path& b) {
+#ifdef SYS_renameat2
+  constexpr unsigned kRenameExchange = 1u << 1;  // RENAME_EXCHANGE, <linux/fs.h>
+  if (::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), kRenameExchange) == 0) return true;
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+    throw InputError(b.string(), "", std::string("cannot replace with the new checkpoint: ") + std::strerror(errno));
+  }
+#endif
+  return false;
+}
+
 // The step a step folder's name says ("step-00000012" -> 12); nullopt for any other name.
 std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
   constexpr std::size_t kLeastDigits = 8;  // StepFolderName pads to 8; a step from 1e8 on has more
@@ -45,14 +63,23 @@ std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
 // The step folder `path` names: itself, or the one its `latest` names.
 fs::path StepFolder(const std::string& path) {
   fs::path folder = path;
-  if (fs::exists(folder / "latest")) {
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) throw InputError(path, "", "is not a folder");
+  if (fs::exists(folder / "latest", error)) {
     const std::string latest = (folder / "latest").string();
     const std::string name = Trimmed(ReadTextFile(latest));
     // Only a step folder beside it: never a path that leads out of the checkpoint folder.
     if (!StepOfFolderName(name)) {
-      throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + name + "'");
+      const std::string shown = name.substr(0, std::min<std::size_t>(name.find_first_of("\n\r"), 80));
+      throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + shown +
+                                       (shown.size() < name.size() ? "...'" : "'"));
     }
     folder /= name;
+    if (!fs::is_directory(folder, error)) {
+      throw InputError(latest, "", "names " + name + ", which is not a folder beside it");
+    }
+  } else if (!fs::exists(folder / "meta.json", error)) {
+    throw InputError(path, "", "is neither a checkpoint folder (it has no latest) nor a step folder (no meta.json)");
   }
   return folder;
 }
@@ -66,7 +93,7 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
   } catch (const nlohmann::json::exception& error) {
     throw InputError(meta_path, "", std::string("not valid JSON: ") + error.what());
   }
-  if (!meta.is_object() || meta.value("format", "") != kFormat || !meta.contains("step") ||
+  if (!meta.is_object() || !meta.contains("format") || meta["format"] != kFormat || !meta.contains("step") ||
       !meta["step"].is_number_integer() || meta["step"].get<std::int64_t>() < 0) {
     throw InputError(meta_path, "", std::string("not a ") + kFormat + " checkpoint description");
   }
@@ -103,16 +130,29 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
   WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
   const nlohmann::json meta = {{"format", kFormat}, {"step", checkpoint.step}, {"model", ConfigJson(config)}};
   WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
-  // An older folder of the same step (a rerun after resuming from an earlier step) is
-  // moved aside before the new one takes its name, so `latest` never names a missing
-  // folder; then `latest` is replaced.
+  // On the disk before any name leads to it: a power loss must not leave `latest` naming
+  // a folder of empty files.
+  SyncToDisk((temporary / "model.pt").string());
+  SyncToDisk((temporary / "optimizer.pt").string());
+  SyncToDisk(temporary.string());
   const fs::path final_path = fs::path(dir) / final_name;
-  const fs::path old_path = fs::path(dir) / ("." + final_name + ".old" + std::to_string(::getpid()));
-  const bool replacing = fs::exists(final_path);
-  if (replacing) fs::rename(final_path, old_path);
-  fs::rename(temporary, final_path);
+  if (!fs::exists(final_path)) {
+    fs::rename(temporary, final_path);
+  } else if (ExchangeFolders(temporary, final_path)) {
+    // An older folder of the same step (a rerun after resuming from an earlier step),
+    // which `latest` may name, gave way to the new one in one step; it is at `temporary`.
+    fs::remove_all(temporary);
+  } else {
+    // A file system without the exchange: the old folder moves aside, then the new one
+    // takes its name; for that moment a `latest` naming it names no folder.
+    const fs::path old_path = fs::path(dir) / ("." + final_name + ".old" + std::to_string(::getpid()));
+    fs::rename(final_path, old_path);
+    fs::rename(temporary, final_path);
+    fs::remove_all(old_path);
+  }
+  SyncToDisk(dir);
   WriteFileAtomically((fs::path(dir) / "latest").string(), final_name + "\n");
-  if (replacing) fs::remove_all(old_path);
+  SyncToDisk(dir);
 }
 
 std::int64_t CheckpointStep(const std::string& path, const GptConfig& config) {

@@ -25,7 +25,10 @@ struct Checkpoint {
   std::map<std::string, AdamMoments> moments;
 };
 
-// Written by rank 0; `checkpoint` must hold full tensors.
+// Written by rank 0; `checkpoint` must hold full tensors. dir/step-NNNNNNNN is written
+// whole (in a temporary folder, flushed to the disk) before it takes its name, and
+// dir/latest is replaced only then, so `latest` always names a complete step folder,
+// even across a SIGKILL or a power loss (a step written again swaps in atomically).
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config);
 
 // `path` is a step folder or a checkpoint folder with `latest`. Checks the model

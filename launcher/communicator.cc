@@ -12,6 +12,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <nlohmann/json.hpp>
+
 #include "planner/input_error.h"
 #include "planner/join.h"
 
@@ -207,16 +209,40 @@ std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::s
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+namespace {
+
+// Why `mine` and `theirs` (rank `other`'s) differ: for JSON objects, the first key whose
+// values differ and both values; else this rank's value.
+std::string Difference(const std::string& mine, const std::string& theirs, int other) {
+  const auto shorten = [](const std::string& text) { return text.size() > 200 ? text.substr(0, 200) + "..." : text; };
+  const auto a = nlohmann::json::parse(mine, nullptr, false);
+  const auto b = nlohmann::json::parse(theirs, nullptr, false);
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [key, value] : a.items()) {
+      const auto there = b.find(key);
+      const std::string their_value = there == b.end() ? "(none)" : there->dump();
+      if (there == b.end() || *there != value) {
+        return "'" + key + "' is " + shorten(value.dump()) + " here but " + shorten(their_value) + " on rank " +
+               std::to_string(other);
+      }
+    }
+  }
+  return "this rank's: " + shorten(mine);
+}
+
+}  // namespace
+
 void Communicator::RequireAgreement(const std::string& what, const std::string& value) {
   if (world_size_ == 1) return;
   const std::string prefix = "poplar/agree/" + what + "/";
   store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(value.begin(), value.end()));
   for (int r = 0; r < world_size_; ++r) {
-    const std::vector<uint8_t> theirs = store_->get(prefix + std::to_string(r));
-    if (std::string(theirs.begin(), theirs.end()) != value) {
+    const std::vector<uint8_t> bytes = store_->get(prefix + std::to_string(r));
+    const std::string theirs(bytes.begin(), bytes.end());
+    if (theirs != value) {
       throw InputError("ranks " + std::to_string(rank_) + " and " + std::to_string(r), what,
-                       "differ: every rank must run with the same " + what + " (this rank: " +
-                           value.substr(0, 200) + ")");
+                       "differ: every rank must run with the same " + what + " (" + Difference(value, theirs, r) +
+                           ")");
     }
   }
 }

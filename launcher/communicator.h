@@ -116,7 +116,8 @@ class Communicator {
   void Barrier();
   // Throws InputError on every rank unless all ranks pass the same `value` for `what`
   // (for example the plan, the model, the flags that decide which collectives run).
-  // Ranks that disagree would otherwise deadlock or silently diverge.
+  // Ranks that disagree would otherwise deadlock or silently diverge. When `value` is a
+  // JSON object, the error names the first key whose values differ, with both values.
   void RequireAgreement(const std::string& what, const std::string& value);
 
   // Wall time spent waiting for collectives since construction: the communication that

@@ -61,31 +61,36 @@ void RequireWritableOutputs(const TrainOptions& options) {
   if (!options.save.empty()) RequireFolderFor(options.save, "--save");
 }
 
-// What every rank must agree on: anything that decides which collectives run, or what
-// is trained. Includes a checksum of the initial parameters.
-std::string JobFingerprint(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config,
-                           const Gpt& model, std::int64_t first_step) {
+// What every rank must agree on before any collective that depends on it (the resume's
+// broadcasts are shaped by the model): anything that decides which collectives run, or
+// what is trained. Keys in the order a mismatch is most likely explained by.
+std::string JobSettings(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config) {
+  nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
+                              {"micro_batches", plan.micro_batches}};
+  return nlohmann::ordered_json{{"model", {{"n_layer", config.n_layer}, {"n_head", config.n_head},
+                                           {"n_embd", config.n_embd}, {"vocab_size", config.vocab_size},
+                                           {"block_size", config.block_size}}},
+                                {"precision", options.precision},
+                                {"plan", plan_json},
+                                {"steps", options.steps},
+                                {"bucket_mb", options.bucket_mb},
+                                {"save", !options.save.empty()},
+                                {"checkpoint_dir", !options.checkpoint_dir.empty()},
+                                {"checkpoint_every", options.checkpoint_every},
+                                {"device", options.device.kind},
+                                {"backend", options.backend},
+                                {"gloo_reduce_scatter", options.gloo_reduce_scatter}}
+      .dump();
+}
+
+// Where training starts, agreed once the resume is done: the step, and a checksum of the
+// parameters (the same --init and --seed, or the state every rank received).
+std::string StartingPoint(const Gpt& model, std::int64_t first_step) {
   double checksum = 0;
   for (const auto& [name, parameter] : model->NamedParameters()) {
     checksum += parameter.detach().to(torch::kFloat64).sum().item<double>();
   }
-  nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
-                              {"micro_batches", plan.micro_batches}};
-  return nlohmann::json{{"plan", plan_json},
-                        {"model", {config.n_layer, config.n_head, config.n_embd, config.vocab_size,
-                                   config.block_size}},
-                        {"steps", options.steps},
-                        {"first_step", first_step},
-                        {"bucket_mb", options.bucket_mb},
-                        {"save", !options.save.empty()},
-                        {"checkpoint_dir", !options.checkpoint_dir.empty()},
-                        {"checkpoint_every", options.checkpoint_every},
-                        {"device", options.device.kind},
-                        {"backend", options.backend},
-                        {"gloo_reduce_scatter", options.gloo_reduce_scatter},
-                        {"precision", options.precision},
-                        {"initial_parameters_sum", checksum}}
-      .dump();
+  return nlohmann::ordered_json{{"first_step", first_step}, {"parameters_sum", checksum}}.dump();
 }
 
 // What a resumed rank starts from besides the model's parameters.
@@ -200,11 +205,12 @@ void Train(const TrainOptions& options) {
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
+  communicator.RequireAgreement("job settings", JobSettings(options, plan, config));
   std::optional<Resumed> resumed =
       ResumeFromNewestCheckpoint(communicator, model, options, config, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());
-  communicator.RequireAgreement("job settings", JobFingerprint(options, plan, config, model, first_step));
+  communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
   const std::unique_ptr<TrainingEngine> engine_owner =
       MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
                  WorkingType(ParseWorkerPrecision(options.precision, "--precision")));

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "planner/input_error.h"
@@ -60,6 +61,15 @@ std::string ReadTextFile(const std::string& path) {
   return contents.str();
 }
 
+void SyncToDisk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path, "", std::string("cannot open to flush to disk: ") + std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!synced) throw InputError(path, "", std::string("cannot flush to disk: ") + std::strerror(error));
+}
+
 void WriteFileAtomically(const std::string& named, const std::string& contents) {
   const std::string path = WriteTarget(named);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
@@ -72,6 +82,12 @@ void WriteFileAtomically(const std::string& named, const std::string& contents) 
       std::remove(temporary.c_str());
       throw InputError(path, "", "write failed");
     }
+  }
+  try {
+    SyncToDisk(temporary);
+  } catch (const InputError& error) {
+    std::remove(temporary.c_str());
+    throw InputError(path, "", error.reason());
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const std::string reason = std::strerror(errno);

@@ -10,8 +10,12 @@ namespace poplar {
 
 std::string ReadTextFile(const std::string& path);
 // Writes through a symbolic link (the link stays); refuses a path that is a folder, a
-// device or a pipe, rather than replacing it.
+// device or a pipe, rather than replacing it. The contents are on the disk (fsync)
+// before the name is, so that not even a power loss leaves the name on half a file.
 void WriteFileAtomically(const std::string& path, const std::string& contents);
+// Flushes the file or folder `path` to the disk (fsync): a folder's flush makes the
+// names made or renamed in it durable. Throws InputError naming `path`.
+void SyncToDisk(const std::string& path);
 // A name that can be a file's name in a folder, as a device type names its profile
 // <type>.json: not empty, no '/', not "." or "..".
 bool IsPlainFileName(const std::string& name);

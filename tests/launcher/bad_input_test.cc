@@ -132,7 +132,27 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(60)), 1);
     EXPECT_TRUE(ContainsAll(ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err"),
-                            {"job settings", "differ"}));
+                            {"job settings", "differ", "'save' is"}));
+  }
+}
+
+// The ranks agree on the job before the resume's broadcasts, which the model shapes:
+// with another model on rank 1 they once crashed it (a Gloo size check aborted) or left
+// both waiting out --timeout, and the message never said which setting differed.
+TEST_F(WorkerBadInput, RanksResumingWithDifferentModelsAreToldWhatDiffers) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
+  const std::string checkpoints = scratch_.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch_, 2, Args(plan, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  const std::string smaller = scratch_.Write(
+      "smaller.json", R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "block_size": 16})");
+  std::vector<std::string> other_model = Args(plan, {}, 4);
+  *std::find(other_model.begin(), other_model.end(), scratch_.path() + "/model.json") = smaller;
+  auto ranks = StartJob(scratch_, {Args(plan, {"--resume", checkpoints}, 4), other_model});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;  // --timeout is 20
+    EXPECT_TRUE(ContainsAll(ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err"),
+                            {"job settings", "differ", "'model' is", "\"n_embd\":32", "\"n_embd\":16"}))
+        << ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
   }
 }
 

@@ -2,7 +2,10 @@
 // as the uninterrupted run (DESIGN.md 4.4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "child_process.h"
 #include "worker_harness.h"
@@ -183,6 +186,48 @@ TEST(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFolder
   EXPECT_FALSE(renamed.AllSucceeded());
   EXPECT_TRUE(ContainsAll(renamed.Describe(), {"step-00000005/meta.json: step: is 2", "named for step 5"}))
       << renamed.Describe();
+
+  // A meta.json whose format is not a string (once a raw JSON type error, naming no file).
+  scratch.Write("checkpoints/step-00000005/meta.json", R"({"format": 1, "step": 5, "model": {}})");
+  const JobOutcome format = RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints}));
+  EXPECT_TRUE(ContainsAll(format.Describe(), {"step-00000005/meta.json", "not a poplar-checkpoint/1"}))
+      << format.Describe();
+
+  // `latest` naming no folder, and a folder that is no checkpoint at all, say so.
+  scratch.Write("checkpoints/latest", "step-00000099\n");
+  const JobOutcome missing = RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints}));
+  EXPECT_TRUE(ContainsAll(missing.Describe(), {checkpoints + "/latest", "names step-00000099", "not a folder"}))
+      << missing.Describe();
+  std::filesystem::create_directories(scratch.path() + "/empty");
+  const JobOutcome empty = RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", scratch.path() + "/empty"}));
+  EXPECT_TRUE(ContainsAll(empty.Describe(), {"/empty", "neither a checkpoint folder", "nor a step folder"}))
+      << empty.Describe();
+}
+
+// Resuming from an earlier step writes a step folder that exists again: the new one
+// takes its place whole (the folders are exchanged), `latest` names it throughout, and
+// no temporary or old folder stays behind.
+TEST(Resume, AStepWrittenAgainReplacesTheOldFolderWhole) {
+  ScratchDir scratch("poplar_resume_rewrite");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
+                  .AllSucceeded());
+  const auto written = std::filesystem::last_write_time(checkpoints + "/step-00000002/model.pt");
+  // Again from step 1: step 2 is written anew.
+  const JobOutcome again = RunJob(
+      scratch, 1, Args(scratch, one, 2, {"--resume", checkpoints + "/step-00000001", "--checkpoint-dir", checkpoints}));
+  ASSERT_TRUE(again.AllSucceeded()) << again.Describe();
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000002\n");
+  EXPECT_NE(std::filesystem::last_write_time(checkpoints + "/step-00000002/model.pt"), written);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000001", "step-00000002"}));
+  const JobOutcome resumed = RunJob(scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints}));
+  EXPECT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
 }
 
 TEST(Resume, FromStageThreeOnOneRank) {
