@@ -23,12 +23,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "poplar-checkpoint/1";
 
-nlohmann::json ConfigJson(const GptConfig& config) {
-  return {{"arch", "gpt"},           {"n_layer", config.n_layer},
-          {"n_head", config.n_head}, {"n_embd", config.n_embd},
-          {"vocab_size", config.vocab_size}, {"block_size", config.block_size}};
-}
-
 std::string StepFolderName(std::int64_t step) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
@@ -97,9 +91,9 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
       !meta["step"].is_number_integer() || meta["step"].get<std::int64_t>() < 0) {
     throw InputError(meta_path, "", std::string("not a ") + kFormat + " checkpoint description");
   }
-  if (meta["model"] != ConfigJson(config)) {
+  if (meta["model"] != nlohmann::json(ModelConfigObject(config))) {
     throw InputError(meta_path, "model", "was trained with " + meta["model"].dump() +
-                                             ", not the --model-config " + ConfigJson(config).dump());
+                                             ", not the --model-config " + ModelConfigJson(config));
   }
   const std::int64_t step = meta["step"].get<std::int64_t>();
   // A step folder's name and its meta.json agree (a copied or edited folder may not).
@@ -128,12 +122,11 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
     optimizer["exp_avg_sq." + name] = moments.exp_avg_sq;
   }
   WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
-  const nlohmann::json meta = {{"format", kFormat}, {"step", checkpoint.step}, {"model", ConfigJson(config)}};
+  const nlohmann::json meta = {{"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
   WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
-  // On the disk before any name leads to it: a power loss must not leave `latest` naming
-  // a folder of empty files.
-  SyncToDisk((temporary / "model.pt").string());
-  SyncToDisk((temporary / "optimizer.pt").string());
+  // On the disk before any name leads to it, so that a power loss cannot leave `latest`
+  // naming a folder of empty files: the files are (WriteStateDict and meta.json go through
+  // WriteFileAtomically, which flushes them), and so are their names in the folder.
   SyncToDisk(temporary.string());
   const fs::path final_path = fs::path(dir) / final_name;
   if (!fs::exists(final_path)) {

@@ -220,11 +220,9 @@ std::string Difference(const std::string& mine, const std::string& theirs, int o
   if (a.is_object() && b.is_object()) {
     for (const auto& [key, value] : a.items()) {
       const auto there = b.find(key);
-      const std::string their_value = there == b.end() ? "(none)" : there->dump();
-      if (there == b.end() || *there != value) {
-        return "'" + key + "' is " + shorten(value.dump()) + " here but " + shorten(their_value) + " on rank " +
-               std::to_string(other);
-      }
+      if (there != b.end() && *there == value) continue;
+      return "'" + key + "' is " + shorten(value.dump()) + " here but " +
+             (there == b.end() ? "(none)" : shorten(there->dump())) + " on rank " + std::to_string(other);
     }
   }
   return "this rank's: " + shorten(mine);

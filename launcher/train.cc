@@ -67,9 +67,7 @@ void RequireWritableOutputs(const TrainOptions& options) {
 std::string JobSettings(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config) {
   nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
                               {"micro_batches", plan.micro_batches}};
-  return nlohmann::ordered_json{{"model", {{"n_layer", config.n_layer}, {"n_head", config.n_head},
-                                           {"n_embd", config.n_embd}, {"vocab_size", config.vocab_size},
-                                           {"block_size", config.block_size}}},
+  return nlohmann::ordered_json{{"model", ModelConfigObject(config)},
                                 {"precision", options.precision},
                                 {"plan", plan_json},
                                 {"steps", options.steps},

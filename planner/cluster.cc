@@ -197,6 +197,22 @@ JobModel LoadJobModel(const ClusterSpec& cluster) {
   return model;
 }
 
+void RequireJobModel(const ClusterSpec& cluster, const GptConfig& job_model, const std::string& file,
+                     std::optional<std::int64_t> params, const std::optional<GptConfig>& config,
+                     const std::string& remedy) {
+  const std::string job = "the cluster's job.model (" + cluster.job.value().model_config + ")";
+  if (params && *params != job_model.ParameterCount()) {
+    throw InputError(file, "model.params", "is " + std::to_string(*params) + " but " + job + " has " +
+                                               std::to_string(job_model.ParameterCount()) + " parameters; " + remedy);
+  }
+  // A model of the same size with other heads or another block size has other
+  // activation memory.
+  if (config && *config != job_model) {
+    throw InputError(file, "model.config",
+                     "is " + ModelConfigJson(*config) + " but " + job + " is " + ModelConfigJson(job_model) + "; " + remedy);
+  }
+}
+
 void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
                            const std::string& key) {
   const std::string make = "`poplar network " + cluster.file + " -o " + path + "`";

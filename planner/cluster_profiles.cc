@@ -47,25 +47,12 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
   // The memory model sizes every stage from the profiles' parameter count: profiles of
   // another model would plan micro-batches that do not fit, or leave memory unused.
   // A profile that records its model's configuration (poplar-worker profile does) must
-  // have measured that very model: one of the same size may differ in n_head or
-  // block_size, and so in activation memory.
+  // have measured that very model.
   if (first && cluster.job) {
-    const std::string& model_file = cluster.job->model_config;
     const GptConfig job_model = LoadJobModel(cluster).config;
-    const std::int64_t params = job_model.ParameterCount();
-    if (first->model.params != params) {
-      throw InputError(first->file, "model.params",
-                       "is " + std::to_string(first->model.params) + " but the cluster's job.model (" +
-                           model_file + ") has " + std::to_string(params) +
-                           " parameters; profile the devices with that model (poplar profile)");
-    }
     for (const auto& [type, profile] : profiles) {
-      if (profile.model.config && *profile.model.config != job_model) {
-        throw InputError(profile.file, "model.config",
-                         "is " + ModelConfigJson(*profile.model.config) + " but the cluster's job.model (" +
-                             model_file + ") is " + ModelConfigJson(job_model) +
-                             "; profile the devices with that model (poplar profile)");
-      }
+      RequireJobModel(cluster, job_model, profile.file, profile.model.params, profile.model.config,
+                      "profile the devices with that model (poplar profile)");
     }
   }
   return profiles;

@@ -37,15 +37,16 @@ GptConfig ParseModelConfig(const std::string& text, const std::string& file) {
   return ReadModelConfig(fields);
 }
 
-std::string ModelConfigJson(const GptConfig& config) {
-  nlohmann::ordered_json json = {{"arch", "gpt"},
-                                 {"n_layer", config.n_layer},
-                                 {"n_head", config.n_head},
-                                 {"n_embd", config.n_embd},
-                                 {"vocab_size", config.vocab_size},
-                                 {"block_size", config.block_size}};
-  return json.dump();
+nlohmann::ordered_json ModelConfigObject(const GptConfig& config) {
+  return {{"arch", "gpt"},
+          {"n_layer", config.n_layer},
+          {"n_head", config.n_head},
+          {"n_embd", config.n_embd},
+          {"vocab_size", config.vocab_size},
+          {"block_size", config.block_size}};
 }
+
+std::string ModelConfigJson(const GptConfig& config) { return ModelConfigObject(config).dump(); }
 
 GptConfig ReadModelConfig(JsonFields& fields) {
   const std::string arch = fields.String("arch");

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace poplar {
 
 struct GptConfig {
@@ -28,7 +30,10 @@ GptConfig ParseModelConfig(const std::string& text, const std::string& file);
 GptConfig LoadModelConfig(const std::string& path);
 // The same checks on an object inside another file (a profile's model.config).
 GptConfig ReadModelConfig(JsonFields& fields);
-// The file's one-line JSON text, keys in the order above.
+// The configuration as a model file has it, keys in the order above: what profiles,
+// plans, checkpoints and the ranks' agreement record of a model.
+nlohmann::ordered_json ModelConfigObject(const GptConfig& config);
+// The same as one line of JSON text.
 std::string ModelConfigJson(const GptConfig& config);
 
 }  // namespace poplar

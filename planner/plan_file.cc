@@ -59,7 +59,7 @@ Json RankJson(int rank, const RankSlot& slot, const std::string& device, const s
 Json ModelJson(const StageProblem& problem, const std::map<std::string, DeviceProfile>& profiles) {
   Json model = {{"params", problem.params}, {"precision", PrecisionName(problem.precision)}};
   const auto& config = profiles.begin()->second.model.config;
-  if (config) model["config"] = Json::parse(ModelConfigJson(*config));
+  if (config) model["config"] = ModelConfigObject(*config);
   return model;
 }
 
@@ -147,20 +147,8 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
     }
   }
   if ((plan.model_params || plan.model_config) && cluster.job) {
-    const std::string& model_file = cluster.job->model_config;
-    const GptConfig job_model = LoadJobModel(cluster).config;
-    if (plan.model_params && *plan.model_params != job_model.ParameterCount()) {
-      throw InputError(plan.file, "model.params",
-                       "is " + std::to_string(*plan.model_params) + " but the cluster's job.model (" + model_file +
-                           ") has " + std::to_string(job_model.ParameterCount()) +
-                           " parameters; plan for that model (poplar plan)");
-    }
-    // A model of the same size with other heads has other activation memory.
-    if (plan.model_config && *plan.model_config != job_model) {
-      throw InputError(plan.file, "model.config",
-                       "is " + ModelConfigJson(*plan.model_config) + " but the cluster's job.model (" + model_file +
-                           ") is " + ModelConfigJson(job_model) + "; plan for that model (poplar plan)");
-    }
+    RequireJobModel(cluster, LoadJobModel(cluster).config, plan.file, plan.model_params, plan.model_config,
+                    "plan for that model (poplar plan)");
   }
   // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
   // another cluster, and would run (or be predicted) on devices it never meant.

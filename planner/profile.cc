@@ -187,7 +187,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
   if (!profile.model.name.empty()) root["model"]["name"] = profile.model.name;
   root["model"]["params"] = profile.model.params;
   root["model"]["precision"] = PrecisionName(profile.model.precision);
-  if (profile.model.config) root["model"]["config"] = nlohmann::ordered_json::parse(ModelConfigJson(*profile.model.config));
+  if (profile.model.config) root["model"]["config"] = ModelConfigObject(*profile.model.config);
   root["stages"] = nlohmann::ordered_json::array();
   for (const auto& stage : profile.stages) {
     nlohmann::ordered_json entry;

@@ -30,14 +30,14 @@ std::optional<std::int64_t> ParseCount(const std::string& text) {
   static const std::regex kCount(R"(([0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)([KkMmBbGTt]?))");
   std::smatch match;
   if (!std::regex_match(text, match, kCount)) return std::nullopt;
-  const double value = std::stod(match[1].str());
-  const char suffix = match[4].length() > 0 ? match[4].str()[0] : ' ';
-  const double scale = std::string("Kk").find(suffix) != std::string::npos    ? 1e3
-                       : std::string("Mm").find(suffix) != std::string::npos  ? 1e6
-                       : std::string("BbG").find(suffix) != std::string::npos ? 1e9
-                       : std::string("Tt").find(suffix) != std::string::npos  ? 1e12
-                                                                              : 1;
-  const double count = value * scale;
+  double scale = 1;
+  switch (match[4].length() > 0 ? match[4].str()[0] : ' ') {
+    case 'K': case 'k': scale = 1e3; break;
+    case 'M': case 'm': scale = 1e6; break;
+    case 'B': case 'b': case 'G': scale = 1e9; break;
+    case 'T': case 't': scale = 1e12; break;
+  }
+  const double count = std::stod(match[1].str()) * scale;
   // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
   // to the last bit of a double, hence the tolerance).
   if (!(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) return std::nullopt;

@@ -17,6 +17,15 @@ namespace fs = std::filesystem;
 using poplar::testing::ContainsAll;
 using poplar::testing::ScratchDir;
 
+// A finished first attempt of job j1 in scratch/run: its plan, summary and profile.
+// Returns the run directory's path.
+std::string WriteFirstAttempt(const ScratchDir& scratch) {
+  scratch.Write("run/plan.json", "plan 1");
+  scratch.Write("run/summary.json", "{\"job_id\": \"j1\", \"ok\": true}");
+  scratch.Write("run/profiles/fast.json", "profile 1");
+  return scratch.path() + "/run";
+}
+
 // The InputError opening `path` throws; fails the test if none.
 InputError OpenError(const std::string& path, const std::string& job_id, bool resume) {
   try {
@@ -65,11 +74,8 @@ TEST(RunDirectory, RefusesToResumeAnotherJobsRun) {
 
 TEST(RunDirectory, AResumeKeepsEachEarlierAttemptsPlanProfilesAndSummary) {
   ScratchDir scratch("run-dir");
-  const std::string path = scratch.path() + "/run";
+  const std::string path = WriteFirstAttempt(scratch);
   scratch.Write("run/job_id", "j1\n");
-  scratch.Write("run/plan.json", "plan 1");
-  scratch.Write("run/summary.json", "{\"job_id\": \"j1\", \"ok\": true}");
-  scratch.Write("run/profiles/fast.json", "profile 1");
   scratch.Write("run/logs/rank-0.log", "log");
   RunDirectory first(path, "j1", true);
   EXPECT_EQ(first.KeepPreviousAttempt(), path + "/attempts/1");
@@ -96,10 +102,7 @@ TEST(RunDirectory, AResumeKeepsEachEarlierAttemptsPlanProfilesAndSummary) {
 // feasible plan) puts them back: the directory is as it was.
 TEST(RunDirectory, AResumeRefusedBeforeItStartsPutsThePreviousAttemptBack) {
   ScratchDir scratch("run-dir");
-  const std::string path = scratch.path() + "/run";
-  scratch.Write("run/plan.json", "plan 1");
-  scratch.Write("run/summary.json", "{\"job_id\": \"j1\", \"ok\": true}");
-  scratch.Write("run/profiles/fast.json", "profile 1");
+  const std::string path = WriteFirstAttempt(scratch);
   {
     RunDirectory refused(path, "j1", true);
     ASSERT_EQ(refused.KeepPreviousAttempt(), path + "/attempts/1");
