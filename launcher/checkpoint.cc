@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <regex>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,6 +56,36 @@ std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
   return step;
 }
 
+// Checkpoint files are regular files; anything else there (a folder, or a pipe, whose
+// read would block past --timeout) is refused by name. A missing file is left to the
+// reader, which says so.
+void RequireRegularFile(const fs::path& path) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    throw InputError(path.string(), "", "is not a regular file (a folder, a pipe or a device)");
+  }
+}
+
+std::string ReadCheckpointText(const fs::path& path) {
+  RequireRegularFile(path);
+  return ReadTextFile(path.string());
+}
+
+StateDict ReadCheckpointTensors(const fs::path& path) {
+  RequireRegularFile(path);
+  return ReadStateDict(path.string());
+}
+
+// The process that named a temporary `name` in a checkpoint folder: WriteCheckpoint's
+// ".step-NNNNNNNN.tmpPID" and ".step-NNNNNNNN.oldPID", WriteFileAtomically's
+// "latest.tmp.PID"; 0 for any other name.
+pid_t WriterOfTemporary(const std::string& name) {
+  static const std::regex kTemporary(R"((?:\.step-[0-9]{8,18}\.(?:tmp|old)|latest\.tmp\.)([0-9]{1,9}))");
+  std::smatch match;
+  return std::regex_match(name, match, kTemporary) ? static_cast<pid_t>(std::stol(match[1].str())) : 0;
+}
+
 // The step folder `path` names: itself, or the one its `latest` names.
 fs::path StepFolder(const std::string& path) {
   fs::path folder = path;
@@ -61,7 +93,7 @@ fs::path StepFolder(const std::string& path) {
   if (!fs::is_directory(folder, error)) throw InputError(path, "", "is not a folder");
   if (fs::exists(folder / "latest", error)) {
     const std::string latest = (folder / "latest").string();
-    const std::string name = Trimmed(ReadTextFile(latest));
+    const std::string name = Trimmed(ReadCheckpointText(latest));
     // Only a step folder beside it: never a path that leads out of the checkpoint folder.
     if (!StepOfFolderName(name)) {
       const std::string shown = name.substr(0, std::min<std::size_t>(name.find_first_of("\n\r"), 80));
@@ -83,7 +115,7 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
   const std::string meta_path = (folder / "meta.json").string();
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(ReadTextFile(meta_path));
+    meta = nlohmann::json::parse(ReadCheckpointText(meta_path));
   } catch (const nlohmann::json::exception& error) {
     throw InputError(meta_path, "", std::string("not valid JSON: ") + error.what());
   }
@@ -152,26 +184,54 @@ std::int64_t CheckpointStep(const std::string& path, const GptConfig& config) {
   return ReadMetaStep(StepFolder(path), config);
 }
 
-Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config) {
+RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& config, Gpt& model) {
   const fs::path folder = StepFolder(path);
-  Checkpoint checkpoint;
-  checkpoint.step = ReadMetaStep(folder, config);
-  checkpoint.model = ReadStateDict((folder / "model.pt").string());
+  RestoredCheckpoint restored;
+  restored.step = ReadMetaStep(folder, config);
+  const std::string model_path = (folder / "model.pt").string();
+  LoadModelState(model, ReadCheckpointTensors(model_path), model_path);
+
   const std::string optimizer_path = (folder / "optimizer.pt").string();
-  const StateDict optimizer = ReadStateDict(optimizer_path);
-  for (const auto& [name, tensor] : checkpoint.model) {
-    if (name == kTiedHeadName) continue;
-    auto avg = optimizer.find("exp_avg." + name);
-    auto avg_sq = optimizer.find("exp_avg_sq." + name);
-    if (avg == optimizer.end() || avg_sq == optimizer.end()) {
-      throw InputError(optimizer_path, "exp_avg." + name, "is missing");
+  StateDict optimizer = ReadCheckpointTensors(optimizer_path);
+  for (const auto& [name, parameter] : model->NamedParameters()) {
+    torch::Tensor* moments[2] = {nullptr, nullptr};
+    const std::string keys[2] = {"exp_avg." + name, "exp_avg_sq." + name};
+    for (int i = 0; i < 2; ++i) {
+      auto found = optimizer.find(keys[i]);
+      if (found == optimizer.end()) throw InputError(optimizer_path, keys[i], "is missing");
+      if (found->second.sizes() != parameter.sizes()) {
+        throw InputError(optimizer_path, keys[i], "has shape " + ShapeText(found->second) + ", the parameter has " +
+                                                      ShapeText(parameter));
+      }
+      moments[i] = &found->second;
     }
-    if (avg->second.sizes() != tensor.sizes() || avg_sq->second.sizes() != tensor.sizes()) {
-      throw InputError(optimizer_path, "exp_avg." + name, "does not have the parameter's shape");
-    }
-    checkpoint.moments[name] = {avg->second, avg_sq->second};
+    restored.moments[name] = {*moments[0], *moments[1]};
+    optimizer.erase(keys[0]);
+    optimizer.erase(keys[1]);
   }
-  return checkpoint;
+  if (!optimizer.empty()) {
+    throw InputError(optimizer_path, optimizer.begin()->first,
+                     "is not a moment of this model's parameters (exp_avg.NAME or exp_avg_sq.NAME)");
+  }
+  return restored;
+}
+
+void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error || !fs::is_directory(dir)) {
+    throw InputError(flag, "", "cannot create folder " + dir + ": " + (error ? error.message() : "a file is in the way"));
+  }
+  const fs::path latest = fs::path(dir) / "latest";
+  const fs::file_status status = fs::symlink_status(latest, error);
+  if (fs::exists(status) && !fs::is_regular_file(fs::status(latest, error))) {
+    throw InputError(latest.string(), "", "is not a regular file, so no checkpoint could be recorded in " + dir +
+                                              "; remove it or choose another " + flag);
+  }
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const pid_t writer = WriterOfTemporary(entry.path().filename().string());
+    if (writer > 0 && ::kill(writer, 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), error);
+  }
 }
 
 }  // namespace poplar

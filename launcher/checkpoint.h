@@ -31,10 +31,25 @@ struct Checkpoint {
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config);
 
-// `path` is a step folder or a checkpoint folder with `latest`. Checks the model
-// configuration against `config`. Throws InputError naming the file and the reason.
-Checkpoint ReadCheckpoint(const std::string& path, const GptConfig& config);
-// The step of the checkpoint ReadCheckpoint would read, from its meta.json alone (the
+// Makes `dir` ready to hold checkpoints before training starts, so that what would stop
+// the first checkpoint stops the job at once instead: creates the folder, refuses a
+// `latest` that is not a regular file, and removes the temporaries that writers which
+// are no longer running (a SIGKILL, a power loss) left behind. `flag` names it in errors.
+void PrepareCheckpointFolder(const std::string& dir, const std::string& flag);
+
+// What a checkpoint gives back besides the parameters, which RestoreCheckpoint copies
+// into the model. The moments are as read, on the CPU.
+struct RestoredCheckpoint {
+  std::int64_t step = 0;
+  std::map<std::string, AdamMoments> moments;
+};
+// `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
+// against `config`, loads model.pt into `model` (LoadModelState's checks, naming
+// model.pt), and requires optimizer.pt to hold both moments of every parameter with its
+// shape and nothing else. Throws InputError naming the file, key and reason; every file
+// must be a regular file (a pipe would block past --timeout).
+RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& config, Gpt& model);
+// The step of the checkpoint RestoreCheckpoint would read, from its meta.json alone (the
 // same checks, none of the tensors).
 std::int64_t CheckpointStep(const std::string& path, const GptConfig& config);
 

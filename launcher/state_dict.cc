@@ -6,15 +6,12 @@
 #include "planner/text_file.h"
 
 namespace poplar {
-namespace {
 
 std::string ShapeText(const torch::Tensor& tensor) {
   std::string text = "[";
   for (int64_t i = 0; i < tensor.dim(); ++i) text += (i ? ", " : "") + std::to_string(tensor.size(i));
   return text + "]";
 }
-
-}  // namespace
 
 StateDict ReadStateDict(const std::string& path) {
   const std::string bytes = ReadTextFile(path);

@@ -14,6 +14,9 @@ namespace poplar {
 
 using StateDict = std::map<std::string, torch::Tensor>;
 
+// "[4, 32]": a tensor's shape as errors show it.
+std::string ShapeText(const torch::Tensor& tensor);
+
 // Throws InputError naming the file: unreadable, not a pickled dict of tensors.
 StateDict ReadStateDict(const std::string& path);
 // Atomic write (temporary name, then rename).

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 #include <map>
 #include <fstream>
 #include <iostream>
@@ -49,15 +48,7 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
 // Output paths are checked before the rendezvous, so a typo fails at once on its own
 // rank instead of after training (or as a peer's connection error).
 void RequireWritableOutputs(const TrainOptions& options) {
-  namespace fs = std::filesystem;
-  if (!options.checkpoint_dir.empty()) {
-    std::error_code error;
-    fs::create_directories(options.checkpoint_dir, error);
-    if (error || !fs::is_directory(options.checkpoint_dir)) {
-      throw InputError("--checkpoint-dir", "", "cannot create folder " + options.checkpoint_dir + ": " +
-                                                   (error ? error.message() : "a file is in the way"));
-    }
-  }
+  if (!options.checkpoint_dir.empty()) PrepareCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
   if (!options.save.empty()) RequireFolderFor(options.save, "--save");
 }
 
@@ -141,16 +132,14 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   }
 
   // The source reads the tensors and says whether it could, before any is sent.
-  std::optional<Checkpoint> checkpoint;
+  std::optional<RestoredCheckpoint> checkpoint;
   if (communicator.rank() == source) {
     try {
-      checkpoint = ReadCheckpoint(options.resume, config);
+      checkpoint = RestoreCheckpoint(options.resume, config, model);
       if (checkpoint->step != step) {
         throw InputError(options.resume, "", "changed while the job started (step " + std::to_string(step) +
                                                  ", now " + std::to_string(checkpoint->step) + ")");
       }
-      LoadModelState(model, checkpoint->model, options.resume);
-      checkpoint->model.clear();
     } catch (const std::exception&) {
       own_error = std::current_exception();
     }

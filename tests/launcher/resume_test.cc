@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "child_process.h"
 #include "worker_harness.h"
 
@@ -23,10 +26,17 @@ std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan
   return args;
 }
 
-TEST(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
-  ScratchDir scratch("poplar_resume");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+// Every test's scratch folder, with the tiny model and 6000 tokens.
+class Resume : public ::testing::Test {
+ protected:
+  Resume() {
+    WriteModelConfig(scratch);
+    WriteTokens(scratch, 6000);
+  }
+  ScratchDir scratch{"poplar_resume"};
+};
+
+TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
   const std::string three = WritePlan(scratch, "three.json", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}});
 
@@ -52,10 +62,7 @@ TEST(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
 
 // As across nodes that share no file system: only rank 0 is given the checkpoint, and
 // the other ranks receive its state over the collectives.
-TEST(Resume, NeedsTheCheckpointOnRankZeroOnly) {
-  ScratchDir scratch("poplar_resume_rank0");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, NeedsTheCheckpointOnRankZeroOnly) {
   const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
   const std::string three = WritePlan(scratch, "three.json", 1, {{4, 3}, {2, 2}, {1, 2}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -83,10 +90,7 @@ TEST(Resume, NeedsTheCheckpointOnRankZeroOnly) {
 
 // After a re-plan rank 0 may run on a node without the checkpoints: the rank that has
 // them sends the state, with the same result as the uninterrupted run.
-TEST(Resume, FromACheckpointOnAnotherRankThanZero) {
-  ScratchDir scratch("poplar_resume_elsewhere");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, FromACheckpointOnAnotherRankThanZero) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"})).AllSucceeded());
@@ -107,10 +111,7 @@ TEST(Resume, FromACheckpointOnAnotherRankThanZero) {
 
 // Two nodes hold checkpoints of the job, one older (rank 0 wrote it before a re-plan
 // moved rank 0 elsewhere): the newest is the one resumed from, whichever rank has it.
-TEST(Resume, FromTheNewestCheckpointAnyRankHolds) {
-  ScratchDir scratch("poplar_resume_newest");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, FromTheNewestCheckpointAnyRankHolds) {
   const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
   const std::string newer = scratch.path() + "/newer";
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--checkpoint-dir", newer, "--checkpoint-every", "1"}))
@@ -136,10 +137,7 @@ TEST(Resume, FromTheNewestCheckpointAnyRankHolds) {
 
 // A checkpoint the resuming rank cannot read fails every rank at once, each saying
 // whose it was, instead of leaving the others waiting out --timeout.
-TEST(Resume, ACheckpointOneRankCannotReadFailsEveryRankSayingWhose) {
-  ScratchDir scratch("poplar_resume_unreadable");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, ACheckpointOneRankCannotReadFailsEveryRankSayingWhose) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{2}, {2}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 1, {"--checkpoint-dir", checkpoints})).AllSucceeded());
@@ -162,10 +160,7 @@ TEST(Resume, ACheckpointOneRankCannotReadFailsEveryRankSayingWhose) {
 
 // A checkpoint folder whose `latest` leads out of it, or whose step folder disagrees
 // with its meta.json, is refused by name rather than followed or trusted.
-TEST(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFolder) {
-  ScratchDir scratch("poplar_resume_tampered");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFolder) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
@@ -207,10 +202,7 @@ TEST(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFolder
 // Resuming from an earlier step writes a step folder that exists again: the new one
 // takes its place whole (the folders are exchanged), `latest` names it throughout, and
 // no temporary or old folder stays behind.
-TEST(Resume, AStepWrittenAgainReplacesTheOldFolderWhole) {
-  ScratchDir scratch("poplar_resume_rewrite");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, AStepWrittenAgainReplacesTheOldFolderWhole) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
@@ -230,10 +222,7 @@ TEST(Resume, AStepWrittenAgainReplacesTheOldFolderWhole) {
   EXPECT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
 }
 
-TEST(Resume, FromStageThreeOnOneRank) {
-  ScratchDir scratch("poplar_resume_one");
-  WriteModelConfig(scratch);
-  WriteTokens(scratch, 6000);
+TEST_F(Resume, FromStageThreeOnOneRank) {
   const std::string two = WritePlan(scratch, "two.json", 3, {{5, 3}, {4, 2}});
   const std::string one = WritePlan(scratch, "one.json", 0, {{7, 7}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -246,6 +235,70 @@ TEST(Resume, FromStageThreeOnOneRank) {
   EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
                              ReadStateDict(scratch.path() + "/resumed.pt")),
             1e-5);
+}
+
+// Each file of a checkpoint is checked against the model and blamed by name: another
+// model's model.pt was once blamed on optimizer.pt, extra optimizer keys passed, a pipe
+// as `latest` blocked the worker past --timeout, and a folder in the way of `latest`
+// was found only when the first checkpoint was written.
+TEST_F(Resume, EachCheckpointFileIsCheckedAndBlamedByName) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  const std::string step = checkpoints + "/step-00000002";
+  const StateDict model = ReadStateDict(step + "/model.pt");
+  const StateDict optimizer = ReadStateDict(step + "/optimizer.pt");
+  auto expect_resume_to_say = [&](const std::string& words) {
+    const std::string said = RunJob(scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints})).Describe();
+    EXPECT_TRUE(Contains(said, words)) << said;
+  };
+
+  StateDict other_model = model;
+  other_model["transformer.wpe.weight"] = torch::zeros({3, 3});
+  WriteStateDict(step + "/model.pt", other_model);
+  expect_resume_to_say(step + "/model.pt: transformer.wpe.weight: has shape [3, 3]");
+  WriteStateDict(step + "/model.pt", model);
+
+  StateDict extra = optimizer;
+  extra["exp_avg.transformer.extra"] = torch::zeros({2});
+  WriteStateDict(step + "/optimizer.pt", extra);
+  expect_resume_to_say(step + "/optimizer.pt: exp_avg.transformer.extra: is not a moment");
+  StateDict reshaped = optimizer;
+  reshaped["exp_avg_sq.transformer.wpe.weight"] = torch::zeros({3, 3});
+  WriteStateDict(step + "/optimizer.pt", reshaped);
+  expect_resume_to_say("optimizer.pt: exp_avg_sq.transformer.wpe.weight: has shape [3, 3], the parameter has");
+  WriteStateDict(step + "/optimizer.pt", optimizer);
+  expect_resume_to_say("exit 0");
+
+  std::filesystem::remove(checkpoints + "/latest");
+  ASSERT_EQ(::mkfifo((checkpoints + "/latest").c_str(), 0600), 0);
+  expect_resume_to_say(checkpoints + "/latest: is not a regular file");
+
+  std::filesystem::remove(checkpoints + "/latest");
+  std::filesystem::create_directories(checkpoints + "/latest");
+  const JobOutcome in_the_way = RunJob(
+      scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints, "--metrics", scratch.path() + "/m.jsonl"}));
+  EXPECT_TRUE(Contains(in_the_way.Describe(), checkpoints + "/latest: is not a regular file, so no checkpoint could"))
+      << in_the_way.Describe();
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/m.jsonl")) << "refused before training, not at the end";
+}
+
+// Temporaries a killed writer left in the checkpoint folder are removed when the next
+// job starts; those of a writer still running are not.
+TEST_F(Resume, TemporariesOfWritersNoLongerRunningAreRemoved) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const std::string alive = std::to_string(::getpid());
+  const std::string dead = "999999999";  // above any pid_max (2^22)
+  for (const std::string& name : {".step-00000001.tmp" + dead + "/model.pt", ".step-00000001.old" + dead + "/meta.json",
+                                  "latest.tmp." + dead, ".step-00000001.tmp" + alive + "/model.pt"}) {
+    scratch.Write("checkpoints/" + name, "left behind");
+  }
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 1, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".step-00000001.tmp" + alive, "latest", "step-00000001"}));
 }
 
 }  // namespace
