@@ -168,30 +168,64 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
 
 void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout) {
   auto key = [](int rank) { return "poplar/joined/" + std::to_string(rank); };
-  store_->set(key(rank_), std::vector<uint8_t>{1});
+  const std::string own = std::to_string(world_size_);
+  store_->set(key(rank_), std::vector<uint8_t>(own.begin(), own.end()));
+  auto world_size_of = [&](int rank) {
+    const std::vector<uint8_t> value = store_->get(key(rank));
+    return std::string(value.begin(), value.end());
+  };
+  // A rank whose WORLD_SIZE differs would otherwise wait for ranks that do not exist, or
+  // be waited for as one that never joined. Empty when `rank`'s is this rank's.
+  auto world_size_difference = [&](int rank) -> std::string {
+    const std::string theirs = world_size_of(rank);
+    if (theirs == own) return "";
+    return "WORLD_SIZE is " + own + " here but " + theirs + " on rank " + std::to_string(rank) +
+           ": every rank of a job must be started with the same WORLD_SIZE";
+  };
   std::vector<std::string> keys;
   for (int rank = 0; rank < world_size_; ++rank) keys.push_back(key(rank));
+  try {
+    store_->wait({key(0)}, timeout);
+  } catch (const std::exception& error) {
+    throw RendezvousIncomplete(env, {0}, error.what());
+  }
+  if (rank_ != 0) {
+    if (const std::string difference = world_size_difference(0); !difference.empty()) throw std::runtime_error(difference);
+  }
   try {
     store_->wait(keys, timeout);
   } catch (const std::exception& error) {
     std::vector<int> missing;
+    std::string difference;
     for (int rank = 0; rank < world_size_; ++rank) {
       try {
-        if (!store_->check({key(rank)})) missing.push_back(rank);
+        if (!store_->check({key(rank)})) {
+          missing.push_back(rank);
+        } else if (rank != rank_ && difference.empty()) {
+          difference = world_size_difference(rank);
+        }
       } catch (const std::exception&) {  // the store itself is gone: say what wait said
       }
     }
-    const std::string who = Join(missing, ", ", [](int rank) { return std::to_string(rank); });
-    const std::string what = error.what();
-    throw std::runtime_error(
-        "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-        " did not complete within --timeout: " +
-        (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
-                         : std::string(missing.size() == 1 ? "rank " : "ranks ") + who + " of " +
-                               std::to_string(world_size_) + " (WORLD_SIZE) never joined") +
-        "; is every rank started, with the same MASTER_ADDR and MASTER_PORT? (" + what.substr(0, what.find('\n')) +
-        ")");
+    if (!difference.empty()) throw std::runtime_error(difference);
+    throw RendezvousIncomplete(env, missing, error.what());
   }
+  for (int rank = 1; rank < world_size_ && rank_ == 0; ++rank) {
+    if (const std::string difference = world_size_difference(rank); !difference.empty()) throw std::runtime_error(difference);
+  }
+}
+
+std::runtime_error Communicator::RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing,
+                                                      const std::string& cause) const {
+  const std::string who = Join(missing, ", ", [](int rank) { return std::to_string(rank); });
+  return std::runtime_error(
+      "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+      " did not complete within --timeout: " +
+      (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
+                       : std::string(missing.size() == 1 ? "rank " : "ranks ") + who + " of " +
+                             std::to_string(world_size_) + " (WORLD_SIZE) never joined") +
+      "; is every rank started, with the same MASTER_ADDR and MASTER_PORT? (" + cause.substr(0, cause.find('\n')) +
+      ")");
 }
 
 std::string Communicator::backend_name() const { return group_ ? group_->getBackendName() : "none"; }

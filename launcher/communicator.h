@@ -19,7 +19,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace c10d {
 class Backend;
@@ -145,10 +147,15 @@ class Communicator {
   class Timer;
   friend class PendingCollective;
   static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
-  // Every rank announces itself in the store and waits, at most `timeout` in all, until
-  // every rank has; then the process group's own rendezvous does not wait. Throws naming
-  // the ranks that never joined.
+  // Every rank announces itself in the store, with its WORLD_SIZE, and waits, at most
+  // `timeout` in all, until every rank has; then the process group's own rendezvous does
+  // not wait. Throws naming the ranks that never joined, or, at once, a rank started
+  // with another WORLD_SIZE (each rank compares with rank 0's; rank 0 with every rank's).
   void WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout);
+  // The error of a rendezvous that timed out: the ranks `missing` (none known: not all
+  // joined), and the first line of c10d's `cause`.
+  std::runtime_error RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing,
+                                          const std::string& cause) const;
   // A started collective (`work` null when nothing travels, with one rank) and what to
   // do once it is done.
   std::unique_ptr<PendingCollective> Pending(c10::intrusive_ptr<c10d::Work> work,

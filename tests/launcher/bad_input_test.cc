@@ -221,6 +221,33 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   EXPECT_LT(waited, 8.0) << "two --timeout waits, one after the other";
 }
 
+// A rank started with another WORLD_SIZE (and a plan for it) is named as such, at once,
+// on both sides: rank 0 used to say "not all 2 ranks joined" after --timeout.
+TEST_F(WorkerBadInput, RanksStartedWithDifferentWorldSizesAreToldSo) {
+  // Each with a plan for its WORLD_SIZE, as from two plan files.
+  const std::string plans[] = {WritePlan(scratch_, "two.json", 0, {{4}, {4}}),
+                               WritePlan(scratch_, "three.json", 0, {{4}, {4}, {4}})};
+  const int port = FindFreePort();
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
+  for (const auto& [rank, world_size] : {std::pair{0, 2}, std::pair{1, 3}}) {
+    ChildOptions options;
+    options.argv = {POPLAR_WORKER_BINARY};
+    for (const std::string& arg : Args(plans[rank])) options.argv.push_back(arg);
+    options.env = {{"RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world_size)},
+                   {"MASTER_ADDR", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)},
+                   {"OMP_NUM_THREADS", "1"}};
+    options.cwd = scratch_.path();
+    options.stderr_path = scratch_.path() + "/rank" + std::to_string(rank) + ".err";
+    ranks.push_back(std::make_unique<ChildProcess>(options));
+  }
+  const std::string said[] = {"WORLD_SIZE is 2 here but 3 on rank 1", "WORLD_SIZE is 3 here but 2 on rank 0"};
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;  // --timeout is 20
+    const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
+    EXPECT_TRUE(Contains(err, said[r])) << err;
+  }
+}
+
 TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const auto args = Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000);
