@@ -36,22 +36,16 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
     fields.Fail("type", "must be a plain name without '/' or spaces, and not . or .., got '" + device.type + "'");
   }
   if (fields.Has("count")) {
-    const auto count = fields.Integer("count");
-    if (count <= 0 || count > 1024) fields.Fail("count", "must be 1 to 1024");
-    device.count = static_cast<int>(count);
+    device.count = static_cast<int>(fields.IntegerIn("count", 1, 1024, "a number of devices"));
   }
   if (fields.Has("threads")) {
-    const auto threads = fields.Integer("threads");
-    if (threads <= 0 || threads > 1024) fields.Fail("threads", "must be 1 to 1024");
-    device.threads = static_cast<int>(threads);
+    device.threads = static_cast<int>(fields.IntegerIn("threads", 1, 1024, "a number of threads"));
   }
   if (fields.Has("slowdown")) {
     device.slowdown = fields.Number("slowdown");
     if (!(device.slowdown >= 1 && device.slowdown <= 1000)) fields.Fail("slowdown", "must be 1 to 1000");
   }
-  const auto mib = fields.Integer("memory_mib");
-  if (mib <= 0 || mib > (std::int64_t{1} << 30)) fields.Fail("memory_mib", "must be a positive number of MiB");
-  device.memory_bytes = mib << 20;
+  device.memory_bytes = fields.IntegerIn("memory_mib", 1, std::int64_t{1} << 30, "a number of MiB") << 20;
   fields.Finish();
   return device;
 }

@@ -41,11 +41,7 @@ LinkSpec ParseLink(YamlFields fields) {
 }
 
 void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
-  cluster.global_batch = fields.Integer("global_batch");
-  if (cluster.global_batch <= 0 || cluster.global_batch > kMostGlobalBatch) {
-    fields.Fail("global_batch", "must be a number of samples from 1 to " + std::to_string(kMostGlobalBatch) +
-                                    ", got " + std::to_string(cluster.global_batch));
-  }
+  cluster.global_batch = fields.IntegerIn("global_batch", 1, kMostGlobalBatch, "a number of samples");
   if (auto text = fields.OptionalString("precision")) {
     auto precision = ParsePrecision(*text);
     if (!precision) fields.Fail("precision", "must be fp32 or mixed, got '" + *text + "'");
@@ -66,11 +62,7 @@ DeviceGroupSpec ParseDeviceGroup(YamlFields fields) {
   if (!IsPlainFileName(group.type)) {
     fields.Fail("type", "must be a plain name (it names the profile file <type>.json)");
   }
-  const std::int64_t count = fields.Integer("count");
-  if (count <= 0 || count > 1'000'000) {
-    fields.Fail("count", "must be a positive integer up to 1000000, got " + std::to_string(count));
-  }
-  group.count = static_cast<int>(count);
+  group.count = static_cast<int>(fields.IntegerIn("count", 1, 1'000'000, "a number of devices"));
   fields.Finish();
   return group;
 }

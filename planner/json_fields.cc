@@ -1,5 +1,6 @@
 #include "planner/json_fields.h"
 
+#include <cmath>
 #include <vector>
 
 #include "planner/input_error.h"
@@ -23,15 +24,32 @@ std::string Shown(const nlohmann::json& value) {
 }  // namespace
 
 nlohmann::json ParseJsonObject(const std::string& text, const std::string& file) {
-  std::vector<std::set<std::string>> open_objects;
+  // The objects and lists being read, outermost first, each with where it has got to,
+  // so that a repeated key is named by its whole path ("ranks[1].rank").
+  struct Open {
+    bool list = false;
+    std::set<std::string> keys;  // an object's keys so far
+    std::string key;             // an object's current key
+    int index = -1;              // a list's current element
+  };
+  std::vector<Open> open;
   std::string repeated_key;
+  const auto path = [&open] {
+    std::string text;
+    for (const Open& level : open) {
+      text += level.list ? "[" + std::to_string(level.index) + "]" : (text.empty() ? "" : ".") + level.key;
+    }
+    return text;
+  };
   const auto note_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) open_objects.emplace_back();
-    if (event == Event::object_end && !open_objects.empty()) open_objects.pop_back();
-    if (event == Event::key && repeated_key.empty() && !open_objects.empty() &&
-        !open_objects.back().insert(parsed.get<std::string>()).second) {
-      repeated_key = parsed.get<std::string>();
+    const bool element = event == Event::object_start || event == Event::array_start || event == Event::value;
+    if (element && !open.empty() && open.back().list) ++open.back().index;
+    if (event == Event::object_start || event == Event::array_start) open.push_back({event == Event::array_start});
+    if ((event == Event::object_end || event == Event::array_end) && !open.empty()) open.pop_back();
+    if (event == Event::key && !open.empty()) {
+      open.back().key = parsed.get<std::string>();
+      if (!open.back().keys.insert(open.back().key).second && repeated_key.empty()) repeated_key = path();
     }
     return true;
   };
@@ -105,7 +123,21 @@ std::int64_t JsonFields::Integer(const std::string& key) {
       (!child.is_number_unsigned() || child.get<std::uint64_t>() <= INT64_MAX)) {
     return child.get<std::int64_t>();
   }
+  // JSON numbers beyond 64 bits arrive as floating point (100000000000000000000 as 1e+20).
+  if (child.is_number() && std::abs(child.get<double>()) >= 9223372036854775808.0) {
+    Fail(key, "is too large for an integer (at most 9223372036854775807 either way), got " + Shown(child));
+  }
   Fail(key, "must be an integer, got " + Shown(child));
+}
+
+std::int64_t JsonFields::IntegerIn(const std::string& key, std::int64_t low, std::int64_t high,
+                                   const std::string& what) {
+  const std::int64_t value = Integer(key);
+  if (value < low || value > high) {
+    Fail(key, "must be " + what + " from " + std::to_string(low) + " to " + std::to_string(high) + ", got " +
+                  std::to_string(value));
+  }
+  return value;
 }
 
 double JsonFields::Number(const std::string& key) {

@@ -35,6 +35,9 @@ class JsonFields {
   std::string String(const std::string& key);
   std::optional<std::string> OptionalString(const std::string& key);
   std::int64_t Integer(const std::string& key);
+  // An integer from `low` to `high`; `what` names it in the error: "must be a number of
+  // samples from 1 to 1000000, got 2000000".
+  std::int64_t IntegerIn(const std::string& key, std::int64_t low, std::int64_t high, const std::string& what);
   double Number(const std::string& key);
   bool Boolean(const std::string& key, bool fallback);  // `fallback` when absent
   JsonFields Map(const std::string& key);                // a nested object; required

@@ -10,11 +10,7 @@ namespace poplar {
 namespace {
 
 int PositiveField(JsonFields& fields, const std::string& key, std::int64_t most) {
-  const std::int64_t value = fields.Integer(key);
-  if (value <= 0 || value > most) {
-    fields.Fail(key, "must be a positive integer up to " + std::to_string(most));
-  }
-  return static_cast<int>(value);
+  return static_cast<int>(fields.IntegerIn(key, 1, most, "an integer"));
 }
 
 }  // namespace

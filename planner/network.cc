@@ -65,9 +65,7 @@ CollectiveLine ParseLine(JsonFields fields) {
 }
 
 int PositiveCount(JsonFields& fields, const std::string& key, const std::string& what) {
-  const std::int64_t value = fields.Integer(key);
-  if (value <= 0 || value > 100'000'000) fields.Fail(key, "must be a positive number of " + what);
-  return static_cast<int>(value);
+  return static_cast<int>(fields.IntegerIn(key, 1, 100'000'000, "a number of " + what));
 }
 
 std::string RequireBackend(JsonFields& fields) {

@@ -6,6 +6,7 @@
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 #include "planner/json_fields.h"
+#include "planner/worker_plan.h"
 
 namespace poplar {
 namespace {
@@ -17,11 +18,7 @@ constexpr const char* kFormat = "poplar-profile/1";
 
 ProfilePoint ParsePoint(JsonFields fields) {
   ProfilePoint point;
-  const std::int64_t micro_batch = fields.Integer("micro_batch");
-  if (micro_batch <= 0 || micro_batch > 1'000'000) {
-    fields.Fail("micro_batch", "must be a positive number of samples");
-  }
-  point.micro_batch = static_cast<int>(micro_batch);
+  point.micro_batch = static_cast<int>(fields.IntegerIn("micro_batch", 1, kMostMicroBatch, "a number of samples"));
   point.compute_s = fields.Number("compute_s");
   // A micro-batch of more than a day is a typing mistake (1e308 s made steps of 1e308 s).
   if (!(point.compute_s > 0 && point.compute_s <= kMostMeasuredSeconds)) {
@@ -37,9 +34,7 @@ CollectiveUse ParseCollectiveUse(JsonFields fields) {
   CollectiveUse use;
   use.params = fields.Integer("params");
   if (use.params < 0) fields.Fail("params", "must be zero or a positive number of parameters");
-  const std::int64_t calls = fields.Integer("calls");
-  if (calls < 0 || calls > 1'000'000) fields.Fail("calls", "must be zero or a positive number of calls");
-  use.calls = static_cast<int>(calls);
+  use.calls = static_cast<int>(fields.IntegerIn("calls", 0, 1'000'000, "a number of calls"));
   if ((use.params > 0) != (use.calls > 0)) fields.Fail("calls", "must be positive exactly when params is");
   fields.Finish();
   return use;
@@ -54,21 +49,14 @@ CollectiveParams ParseCollectiveParams(JsonFields fields) {
 
 StageProfile ParseStage(JsonFields fields) {
   StageProfile stage;
-  const std::int64_t number = fields.Integer("stage");
-  if (number < 0 || number > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
-  stage.stage = static_cast<int>(number);
+  stage.stage = static_cast<int>(fields.IntegerIn("stage", 0, 3, "a ZeRO stage"));
   if (fields.Has("world_size")) {
-    const std::int64_t world = fields.Integer("world_size");
-    if (world <= 0 || world > 1'000'000) fields.Fail("world_size", "must be a number of ranks from 1 to 1000000");
-    stage.world_size = static_cast<int>(world);
+    stage.world_size = static_cast<int>(fields.IntegerIn("world_size", 1, 1'000'000, "a number of ranks"));
   } else {
     fields.Child("world_size");
   }
-  const std::int64_t max_micro_batch = fields.Integer("max_micro_batch");
-  if (max_micro_batch < 0 || max_micro_batch > 1'000'000) {
-    fields.Fail("max_micro_batch", "must be zero or a positive number of samples");
-  }
-  stage.max_micro_batch = static_cast<int>(max_micro_batch);
+  stage.max_micro_batch =
+      static_cast<int>(fields.IntegerIn("max_micro_batch", 0, kMostMicroBatch, "a number of samples"));
   stage.optimizer_step_s = fields.Number("optimizer_step_s");
   if (!(stage.optimizer_step_s >= 0 && stage.optimizer_step_s <= kMostMeasuredSeconds)) {
     fields.Fail("optimizer_step_s", "must be a number of seconds from 0 to 86400");

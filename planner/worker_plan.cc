@@ -37,13 +37,8 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   if (const auto format = fields.OptionalString("format"); format && *format != kPlanFormat) {
     fields.Fail("format", "must be \"" + std::string(kPlanFormat) + "\", got \"" + *format + "\"");
   }
-  const std::int64_t stage = fields.Integer("stage");
-  if (stage < 0 || stage > 3) fields.Fail("stage", "must be 0, 1, 2 or 3");
-  plan.stage = static_cast<int>(stage);
-  plan.global_batch = fields.Integer("global_batch");
-  if (plan.global_batch <= 0 || plan.global_batch > kMostGlobalBatch) {
-    fields.Fail("global_batch", "must be a number of samples from 1 to " + std::to_string(kMostGlobalBatch));
-  }
+  plan.stage = static_cast<int>(fields.IntegerIn("stage", 0, 3, "a ZeRO stage"));
+  plan.global_batch = fields.IntegerIn("global_batch", 1, kMostGlobalBatch, "a number of samples");
 
   if (fields.Has("model")) {
     JsonFields model = fields.Map("model");
@@ -68,10 +63,8 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string path = "ranks[" + std::to_string(i) + "]";
     JsonFields entry(ranks[i], file, path);
-    const std::int64_t rank = entry.Integer("rank");
-    if (rank < 0 || rank >= static_cast<std::int64_t>(ranks.size())) {
-      entry.Fail("rank", "must be between 0 and " + std::to_string(ranks.size() - 1));
-    }
+    const std::int64_t rank = entry.IntegerIn("rank", 0, static_cast<std::int64_t>(ranks.size()) - 1,
+                                              "a rank of the plan's " + std::to_string(ranks.size()));
     if (seen[rank]) entry.Fail("rank", "rank " + std::to_string(rank) + " appears twice");
     seen[rank] = true;
     plan.placement[rank] = {entry.OptionalString("node").value_or(""), entry.OptionalString("host").value_or(""),
@@ -79,12 +72,14 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     const nlohmann::json& list = entry.Child("micro_batches");
     if (!list.is_array()) entry.Fail("micro_batches", "must be a list of sizes");
     for (std::size_t m = 0; m < list.size(); ++m) {
+      // At stages 2 and 3 a rank may sit out a round (0) but still joins its collectives.
+      const std::int64_t least = plan.stage < 2 ? 1 : 0;
       const std::int64_t size = list[m].is_number_integer() ? list[m].get<std::int64_t>() : -1;
-      if (size < 0 ||
-          (size == 0 && plan.stage < 2) || size > 1'000'000) {
+      if (size < least || size > kMostMicroBatch) {
         throw InputError(file, path + ".micro_batches[" + std::to_string(m) + "]",
-                         plan.stage < 2 ? "must be a positive number of samples"
-                                        : "must be zero or a positive number of samples");
+                         "must be a number of samples from " + std::to_string(least) + " to " +
+                             std::to_string(kMostMicroBatch) + " at stage " + std::to_string(plan.stage) + ", got " +
+                             list[m].dump());
       }
       plan.micro_batches[rank].push_back(static_cast<int>(size));
     }

@@ -17,6 +17,8 @@ namespace poplar {
 // so its size and the planner's time grow with the batch (1 million: half a second,
 // 0.7 MB).
 inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
+// A micro-batch is part of one step's batch.
+inline constexpr std::int64_t kMostMicroBatch = kMostGlobalBatch;
 
 // The plan file's `format`. Optional when reading (a hand-written plan may leave it out);
 // any other value is refused.

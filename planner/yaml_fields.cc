@@ -106,7 +106,23 @@ std::int64_t YamlFields::Integer(const std::string& key) {
   YAML::Node child = Required(key);
   std::int64_t value = 0;
   if (!IsPlainScalar(child) || !YAML::convert<std::int64_t>::decode(child, value)) {
+    const std::string& text = child.IsScalar() ? child.Scalar() : "";
+    const std::size_t digits = text.find_first_not_of("+-") == 1 ? 1 : 0;
+    if (IsPlainScalar(child) && text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos) {
+      Fail(key, "is too large for an integer (at most 9223372036854775807 either way), got " + Shown(child) +
+                    LineOf(child));
+    }
     Fail(key, "must be an integer, got " + Shown(child) + LineOf(child));
+  }
+  return value;
+}
+
+std::int64_t YamlFields::IntegerIn(const std::string& key, std::int64_t low, std::int64_t high,
+                                   const std::string& what) {
+  const std::int64_t value = Integer(key);
+  if (value < low || value > high) {
+    Fail(key, "must be " + what + " from " + std::to_string(low) + " to " + std::to_string(high) + ", got " +
+                  std::to_string(value) + LineOf(Child(key)));
   }
   return value;
 }

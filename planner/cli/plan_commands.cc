@@ -41,9 +41,11 @@ LoadedCluster Load(const PlanOptions& options) {
   const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
   if (!dir.empty()) {
     if (!std::filesystem::is_directory(dir)) {
+      const bool file = std::filesystem::exists(dir);
       throw InputError(options.profiles_dir.empty() ? options.cluster_file : "--profiles",
                        options.profiles_dir.empty() ? "profiles" : "",
-                       "folder " + dir + " does not exist (poplar profile writes one)");
+                       (file ? dir + " is a file, not a folder of profiles" : "folder " + dir + " does not exist") +
+                           " (poplar profile writes one)");
     }
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
     return loaded;

@@ -452,7 +452,7 @@ TEST_F(Cli, BrokenClusterFileFailsInOneLineAndWritesNothing) {
     EXPECT_EQ(run.exit_code, 1);
     EXPECT_TRUE(IsOneLine(run.err));
     EXPECT_TRUE(ContainsAll(
-        run.err, {cluster, "nodes[0].devices[0].count", "must be a positive integer", "-2"}));
+        run.err, {cluster, "nodes[0].devices[0].count", "must be a number of devices from 1 to 1000000", "-2"}));
     EXPECT_EQ(run.out, "");
     EXPECT_FALSE(Exists(output));
     EXPECT_EQ(WorkFiles(), std::vector<std::string>{"cluster.yaml"});
@@ -786,6 +786,13 @@ TEST_F(Cli, PlanNamesAMissingProfilesFolderByItsKey) {
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_TRUE(IsOneLine(run.err)) << run.err;
   EXPECT_TRUE(ContainsAll(run.err, {"cluster.yaml: profiles: folder", "nowhere does not exist"})) << run.err;
+  // A file where the folder should be is called a file, not a folder that is missing.
+  Write("profiles.json", "{}");
+  text.replace(text.find("profiles: nowhere"), 17, "profiles: profiles.json");
+  const Outcome file = Poplar({"plan", Write("cluster.yaml", text)});
+  EXPECT_EQ(file.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(file.err, {"cluster.yaml: profiles: ", "profiles.json is a file, not a folder of profiles"}))
+      << file.err;
 }
 
 // ---------------------------------------------------------------------------

@@ -326,7 +326,7 @@ TEST(ClusterFile, ErrorMessageNamesFileKeyAndReason) {
   const InputError error = ParseError(ValidWith("count: 3", "count: -2"));
   EXPECT_STREQ(error.what(),
                "configs/lab/cluster.yaml: nodes[1].devices[0].count: "
-               "must be a positive integer up to 1000000, got -2");
+               "must be a number of devices from 1 to 1000000, got -2 (line 18)");
 }
 
 // ---------------------------------------------------------------------------
@@ -511,12 +511,12 @@ TEST(ClusterFile, RejectsDeviceGroupThatIsNotAMapping) {
 
 TEST(ClusterFile, RejectsZeroDeviceCount) {
   ExpectRejected(ValidWith("count: 2", "count: 0"), "nodes[0].devices[0].count",
-                 "must be a positive integer up to 1000000, got 0");
+                 "must be a number of devices from 1 to 1000000, got 0");
 }
 
 TEST(ClusterFile, RejectsNegativeDeviceCount) {
   ExpectRejected(ValidWith("count: 2", "count: -2"), "nodes[0].devices[0].count",
-                 "must be a positive integer up to 1000000, got -2");
+                 "must be a number of devices from 1 to 1000000, got -2");
 }
 
 TEST(ClusterFile, RejectsDeviceCountThatIsNotAnInteger) {

@@ -320,7 +320,7 @@ TEST(ProfileFile, RejectsZeroMemory) {
 
 // Byte counts are integers: a float was cast to int64 unchecked, and 1e300 has no value.
 TEST(ProfileFile, RejectsByteCountsThatAreNotIntegers) {
-  ExpectRejected([](Json& j) { j["memory_bytes"] = 1e300; }, "memory_bytes", "must be an integer");
+  ExpectRejected([](Json& j) { j["memory_bytes"] = 1e300; }, "memory_bytes", "is too large for an integer");
   ExpectRejected([](Json& j) { j["memory_bytes"] = 8.5e9; }, "memory_bytes", "must be an integer");
   ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 1.5e9; },
                  "stages[1].points[0].peak_bytes", "must be an integer");
@@ -369,9 +369,9 @@ TEST(ProfileFile, RejectsMissingOrEmptyStages) {
 
 TEST(ProfileFile, RejectsStageOutOfRange) {
   ExpectRejected([](Json& j) { j["stages"][0]["stage"] = 5; }, "stages[0].stage",
-                 "must be 0, 1, 2 or 3");
+                 "must be a ZeRO stage from 0 to 3");
   ExpectRejected([](Json& j) { j["stages"][1]["stage"] = -1; }, "stages[1].stage",
-                 "must be 0, 1, 2 or 3");
+                 "must be a ZeRO stage from 0 to 3");
 }
 
 TEST(ProfileFile, RejectsDuplicateStage) {
@@ -388,7 +388,7 @@ TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
 
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
   ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; },
-                 "stages[0].max_micro_batch", "must be zero or a positive number");
+                 "stages[0].max_micro_batch", "must be a number of samples from 0 to 1000000");
 }
 
 TEST(ProfileFile, RejectsAMaxMicroBatchBelowAMeasuredPoint) {
@@ -449,7 +449,7 @@ TEST(ProfileFile, RejectsNonPositivePeakBytes) {
 
 TEST(ProfileFile, RejectsNonPositiveMicroBatch) {
   ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["micro_batch"] = 0; },
-                 "stages[0].points[0].micro_batch", "must be a positive number of samples");
+                 "stages[0].points[0].micro_batch", "must be a number of samples from 1 to 1000000");
 }
 
 TEST(ProfileFile, RejectsPointsOutOfMicroBatchOrder) {

@@ -1,0 +1,71 @@
+// JsonFields and YamlFields, the readers under every file poplar reads: an error names
+// the whole key path and says what was wrong with the value, in the user's terms.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "planner/input_error.h"
+#include "planner/json_fields.h"
+#include "planner/yaml_fields.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+using testing::Contains;
+
+// The message of the InputError `read` throws; empty when it throws none.
+std::string ErrorOf(const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// A key given twice is named with the path to it, not alone ("params" once said
+// nothing of which object held it).
+TEST(ParseJsonObject, NamesARepeatedKeyByItsWholePath) {
+  EXPECT_TRUE(Contains(ErrorOf([] { ParseJsonObject(R"({"a": 1, "a": 2})", "f.json"); }),
+                       "f.json: a: is given more than once in one object"));
+  EXPECT_TRUE(Contains(ErrorOf([] { ParseJsonObject(R"({"model": {"params": 1, "params": 2}})", "f.json"); }),
+                       "f.json: model.params: is given more than once"));
+  EXPECT_TRUE(Contains(ErrorOf([] {
+                         ParseJsonObject(R"({"ranks": [{"rank": 0}, [1, {"x": 1}], {"rank": 1, "m": [], "rank": 2}]})",
+                                         "f.json");
+                       }),
+                       "f.json: ranks[2].rank: is given more than once"));
+  // The same key in sibling objects is no repeat.
+  EXPECT_EQ(ErrorOf([] { ParseJsonObject(R"({"ranks": [{"rank": 0}, {"rank": 1}], "rank": 2})", "f.json"); }), "");
+}
+
+TEST(JsonFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLarge) {
+  const nlohmann::json node =
+      ParseJsonObject(R"({"big": 100000000000000000000, "unsigned": 18446744073709551615, "half": 2.5})", "f.json");
+  JsonFields fields(node, "f.json", "job");
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("big"); }), "f.json: job.big: is too large for an integer"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("unsigned"); }), "job.unsigned: is too large for an integer"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("half"); }), "job.half: must be an integer, got '2.5'"));
+}
+
+TEST(JsonFields, IntegerInSaysTheRangeAndTheValue) {
+  const nlohmann::json node = ParseJsonObject(R"({"micro_batch": 2000000, "stage": 2})", "f.json");
+  JsonFields fields(node, "f.json", "points[0]");
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.IntegerIn("micro_batch", 1, 1'000'000, "a number of samples"); }),
+                       "f.json: points[0].micro_batch: must be a number of samples from 1 to 1000000, got 2000000"));
+  EXPECT_EQ(fields.IntegerIn("stage", 0, 3, "a ZeRO stage"), 2);
+}
+
+TEST(YamlFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLargeAndARangeIsSaid) {
+  const YAML::Node node = ParseYamlDocument("big: 99999999999999999999\nword: 12a\ncount: 0\n", "c.yaml");
+  YamlFields fields(node, "c.yaml", "");
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("big"); }), "c.yaml: big: is too large for an integer"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("word"); }), "c.yaml: word: must be an integer, got '12a'"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.IntegerIn("count", 1, 8, "a number of devices"); }),
+                       "c.yaml: count: must be a number of devices from 1 to 8, got 0 (line 3)"));
+}
+
+}  // namespace
+}  // namespace poplar
