@@ -52,6 +52,28 @@ int IntegerVariable(const char* name, int fallback, int low, int high) {
   return static_cast<int>(value);
 }
 
+// Waits for `work`, a `collective` of the job's ranks. Its failure is said in a user's
+// terms: a peer rank gone (its connection closed or reset: that rank's own error says
+// why), or not every rank there within --timeout; then the first line of c10d's words,
+// without Gloo's source location ("[./gloo/transport/tcp/pair.cc:598] ").
+void WaitForWork(c10d::Work& work, const char* collective) {
+  try {
+    work.wait();
+  } catch (const std::exception& error) {
+    std::string cause = error.what();
+    cause = cause.substr(0, cause.find('\n'));
+    if (cause.rfind("[", 0) == 0 && cause.find("] ") != std::string::npos) cause = cause.substr(cause.find("] ") + 2);
+    const auto says = [&cause](const char* words) { return cause.find(words) != std::string::npos; };
+    std::string reason;
+    if (says("closed by peer") || says("reset by peer") || says("Broken pipe") || says("Connection refused")) {
+      reason = "another rank left the job (its own output says why); ";
+    } else if (says("imed out") || says("imeout")) {
+      reason = "not every rank took part within --timeout (a rank stopped or is stuck); ";
+    }
+    throw std::runtime_error(std::string("the ") + collective + " failed: " + reason + cause);
+  }
+}
+
 }  // namespace
 
 CollectiveBackend ParseCollectiveBackend(const std::string& name, const std::string& flag) {
@@ -298,9 +320,9 @@ Communicator::~Communicator() {
 #endif
 }
 
-PendingCollective::PendingCollective(Communicator& owner, c10::intrusive_ptr<c10d::Work> work,
+PendingCollective::PendingCollective(Communicator& owner, const char* collective, c10::intrusive_ptr<c10d::Work> work,
                                      std::function<void()> finish)
-    : owner_(owner), work_(std::move(work)), finish_(std::move(finish)) {}
+    : owner_(owner), collective_(collective), work_(std::move(work)), finish_(std::move(finish)) {}
 
 PendingCollective::~PendingCollective() {
   if (done_) return;
@@ -315,37 +337,37 @@ void PendingCollective::Wait() {
   if (done_) return;
   done_ = true;
   Communicator::Timer timer(owner_.communication_seconds_);
-  if (work_) work_->wait();
+  if (work_) WaitForWork(*work_, collective_);
   if (finish_) finish_();
 }
 
-std::unique_ptr<PendingCollective> Communicator::Pending(c10::intrusive_ptr<c10d::Work> work,
+std::unique_ptr<PendingCollective> Communicator::Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
                                                          std::function<void()> finish) {
-  return std::make_unique<PendingCollective>(*this, std::move(work), std::move(finish));
+  return std::make_unique<PendingCollective>(*this, collective, std::move(work), std::move(finish));
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
-  if (!group_) return Pending({}, nullptr);
+  if (!group_) return Pending("all-reduce", {}, nullptr);
   volume_.all_reduced += tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
   if (!native_scatter_gather_ && tensor.scalar_type() == torch::kBFloat16) {
     // Gloo (libtorch 1.13) cannot add bf16: reduce an fp32 copy.
     std::vector<torch::Tensor> wide = {tensor.to(torch::kFloat32)};
     auto work = group_->allreduce(wide);
-    return Pending(work, [wide, tensor]() mutable { tensor.copy_(wide[0]); });
+    return Pending("all-reduce", work, [wide, tensor]() mutable { tensor.copy_(wide[0]); });
   }
   std::vector<torch::Tensor> tensors = {tensor};
-  return Pending(group_->allreduce(tensors), nullptr);
+  return Pending("all-reduce", group_->allreduce(tensors), nullptr);
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
                                                                        torch::Tensor& output) {
   const auto chunk = output.numel();
   TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
-  if (!group_) return Pending({}, [input, output]() mutable { output.copy_(input); });
+  if (!group_) return Pending("reduce-scatter", {}, [input, output]() mutable { output.copy_(input); });
   volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
   if (native_scatter_gather_) {
     auto source = input.contiguous();
-    return Pending(group_->_reduce_scatter_base(output, source), nullptr);
+    return Pending("reduce-scatter", group_->_reduce_scatter_base(output, source), nullptr);
   }
   if (gloo_reduce_scatter_ == GlooReduceScatter::kAllToAll) {
     // Chunk r of every rank's input goes to rank r, which adds them up; bf16 travels as
@@ -358,7 +380,7 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
     auto work = group_->alltoall_base(received, wire, equal_splits, equal_splits);
     const int world = world_size_;
     // `source` rides along so that the input lives until the all-to-all is done.
-    return Pending(work, [source, received, output, world, chunk, bf16]() mutable {
+    return Pending("reduce-scatter", work, [source, received, output, world, chunk, bf16]() mutable {
       auto chunks = (bf16 ? received.view(torch::kBFloat16) : received).view({world, chunk});
       output.copy_(bf16 ? chunks.to(torch::kFloat32).sum(0) : chunks.sum(0));
     });
@@ -368,7 +390,7 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   std::vector<torch::Tensor> tensors = {input.to(wide, /*non_blocking=*/false, /*copy=*/true)};
   auto work = group_->allreduce(tensors);
   const int rank = rank_;
-  return Pending(work, [summed = tensors[0], output, rank, chunk]() mutable {
+  return Pending("reduce-scatter", work, [summed = tensors[0], output, rank, chunk]() mutable {
     output.copy_(summed.narrow(0, rank * chunk, chunk));
   });
 }
@@ -377,16 +399,16 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
                                                                 torch::Tensor& output) {
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
-  if (!group_) return Pending({}, [shard, output]() mutable { output.copy_(shard); });
+  if (!group_) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });
   volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
   auto source = shard.contiguous();
-  if (native_scatter_gather_) return Pending(group_->_allgather_base(output, source), nullptr);
+  if (native_scatter_gather_) return Pending("all-gather", group_->_allgather_base(output, source), nullptr);
   source = AsGlooBits(source);
   auto target = AsGlooBits(output);
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(target.narrow(0, r * chunk, chunk));
   std::vector<torch::Tensor> inputs = {source};
-  return Pending(group_->allgather(outputs, inputs), nullptr);
+  return Pending("all-gather", group_->allgather(outputs, inputs), nullptr);
 }
 
 void Communicator::AllReduceSum(torch::Tensor& tensor) { StartAllReduceSum(tensor)->Wait(); }
@@ -405,13 +427,13 @@ void Communicator::Broadcast(torch::Tensor& tensor, int root) {
   std::vector<torch::Tensor> tensors = {tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  group_->broadcast(tensors, options)->wait();
+  WaitForWork(*group_->broadcast(tensors, options), "broadcast");
 }
 
 void Communicator::Barrier() {
   if (!group_) return;
   Timer timer(communication_seconds_);
-  group_->barrier()->wait();
+  WaitForWork(*group_->barrier(), "barrier");
 }
 
 }  // namespace poplar

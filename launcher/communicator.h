@@ -68,9 +68,10 @@ GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::str
 // A collective started without waiting (it runs on the process group's threads while
 // the caller computes). Wait() blocks until it is done, then runs its finishing step;
 // the time blocked counts as exposed communication. Destroying an unfinished one waits.
+// A collective that fails says which it was and why in a user's terms (WaitForWork).
 class PendingCollective {
  public:
-  PendingCollective(Communicator& owner, c10::intrusive_ptr<c10d::Work> work,
+  PendingCollective(Communicator& owner, const char* collective, c10::intrusive_ptr<c10d::Work> work,
                     std::function<void()> finish);
   ~PendingCollective();
   PendingCollective(const PendingCollective&) = delete;
@@ -79,6 +80,7 @@ class PendingCollective {
 
  private:
   Communicator& owner_;
+  const char* collective_;  // "all-reduce", ...
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;
   bool done_ = false;
@@ -158,7 +160,7 @@ class Communicator {
                                           const std::string& cause) const;
   // A started collective (`work` null when nothing travels, with one rank) and what to
   // do once it is done.
-  std::unique_ptr<PendingCollective> Pending(c10::intrusive_ptr<c10d::Work> work,
+  std::unique_ptr<PendingCollective> Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
                                              std::function<void()> finish);
 
   int rank_;

@@ -261,7 +261,29 @@ TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(10)), 128 + SIGKILL);
   const int survivor = ranks[0]->Wait(std::chrono::seconds(60));
   EXPECT_EQ(survivor, 1) << "rank 0 should fail cleanly, not hang (-1) or crash";
-  EXPECT_TRUE(Contains(ReadWholeFile(scratch_.path() + "/rank0.err"), "poplar-worker[rank 0]: error:"));
+  // In a user's terms, not Gloo's bare "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer".
+  const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
+  EXPECT_TRUE(ContainsAll(err, {"poplar-worker[rank 0]: error: the ", " failed: another rank left the job"})) << err;
+  EXPECT_FALSE(Contains(err, "gloo/transport")) << err;
+}
+
+// A rank that stops answering (SIGSTOP, as a hung process) ends the others after one
+// --timeout, saying that not every rank took part.
+TEST_F(WorkerBadInput, AStuckRankEndsTheOthersAfterTheTimeout) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
+  auto args = Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000);
+  *(std::find(args.begin(), args.end(), "--timeout") + 1) = "3";
+  auto ranks = StartJob(scratch_, {args, args});
+  for (int i = 0; i < 600 && ReadLines(scratch_.path() + "/m1.jsonl").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(ReadLines(scratch_.path() + "/m1.jsonl").empty());
+  ranks[1]->Signal(SIGSTOP);
+  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(30)), 1) << "rank 0 should give up after --timeout, not hang";
+  ranks[1]->Signal(SIGKILL);
+  const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
+  EXPECT_TRUE(ContainsAll(err, {"poplar-worker[rank 0]: error: the ", " failed: not every rank took part within --timeout"}))
+      << err;
 }
 
 }  // namespace
