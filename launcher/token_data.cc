@@ -27,6 +27,9 @@ TokenData::TokenData(const std::string& path, int block_size, int vocab_size) : 
                                    std::to_string(block_size + 1));
   }
   samples_ = static_cast<std::int64_t>(tokens_.size() - 1) / block_size;
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a offset basis and prime
+  for (const std::uint16_t token : tokens_) hash = (hash ^ token) * 1099511628211ull;
+  fingerprint_ = hash;
 }
 
 std::pair<torch::Tensor, torch::Tensor> TokenData::Batch(std::int64_t first, int count) const {

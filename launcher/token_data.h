@@ -20,6 +20,10 @@ class TokenData {
   TokenData(const std::string& path, int block_size, int vocab_size);
 
   std::int64_t samples() const { return samples_; }
+  std::int64_t tokens() const { return static_cast<std::int64_t>(tokens_.size()); }
+  // FNV-1a (64 bits) of the token ids in order: the ranks of a job compare it, since
+  // every rank must cut the same global samples from the same text.
+  std::uint64_t fingerprint() const { return fingerprint_; }
 
   // Inputs and targets [count, L] (int64) of global samples first, first+1, ... (mod S).
   std::pair<torch::Tensor, torch::Tensor> Batch(std::int64_t first, int count) const;
@@ -28,6 +32,7 @@ class TokenData {
   std::vector<std::uint16_t> tokens_;
   int block_size_;
   std::int64_t samples_;
+  std::uint64_t fingerprint_ = 0;
 };
 
 }  // namespace poplar

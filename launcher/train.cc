@@ -55,12 +55,21 @@ void RequireWritableOutputs(const TrainOptions& options) {
 // What every rank must agree on before any collective that depends on it (the resume's
 // broadcasts are shaped by the model): anything that decides which collectives run, or
 // what is trained. Keys in the order a mismatch is most likely explained by.
-std::string JobSettings(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config) {
+std::string JobSettings(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config,
+                        const TokenData& data) {
   nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
                               {"micro_batches", plan.micro_batches}};
+  const AdamWOptions& adamw = options.adamw;
+  nlohmann::json adamw_json = {{"lr", adamw.lr},   {"beta1", adamw.beta1},
+                               {"beta2", adamw.beta2}, {"eps", adamw.eps},
+                               {"weight_decay", adamw.weight_decay}, {"grad_clip", adamw.grad_clip}};
+  // The same global samples on every rank: the same tokens, wherever each rank's file is.
+  nlohmann::json data_json = {{"tokens", data.tokens()}, {"fingerprint", data.fingerprint()}};
   return nlohmann::ordered_json{{"model", ModelConfigObject(config)},
                                 {"precision", options.precision},
                                 {"plan", plan_json},
+                                {"optimizer", adamw_json},
+                                {"data", data_json},
                                 {"steps", options.steps},
                                 {"bucket_mb", options.bucket_mb},
                                 {"save", !options.save.empty()},
@@ -192,7 +201,7 @@ void Train(const TrainOptions& options) {
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
-  communicator.RequireAgreement("job settings", JobSettings(options, plan, config));
+  communicator.RequireAgreement("job settings", JobSettings(options, plan, config, data));
   std::optional<Resumed> resumed =
       ResumeFromNewestCheckpoint(communicator, model, options, config, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;

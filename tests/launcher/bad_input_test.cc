@@ -136,6 +136,30 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
   }
 }
 
+// Every rank must step with the same optimizer and cut the same samples: a rank with
+// another --lr, or another token file, once trained on silently, and the result was no
+// longer the single device's.
+TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
+  auto ranks = StartJob(scratch_, {Args(plan), Args(plan, {"--lr", "0.1"})});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;
+    const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
+    EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'optimizer' is", "\"lr\":0.1"})) << err;
+  }
+  std::vector<std::string> other_data = Args(plan);
+  std::string tokens = ReadWholeFile(scratch_.path() + "/tokens.bin");
+  std::swap(tokens[0], tokens[2]);  // as many tokens, two of them swapped
+  *std::find(other_data.begin(), other_data.end(), scratch_.path() + "/tokens.bin") =
+      scratch_.Write("other.bin", tokens);
+  ranks = StartJob(scratch_, {Args(plan), other_data});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;
+    const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
+    EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'data' is", "fingerprint"})) << err;
+  }
+}
+
 // The ranks agree on the job before the resume's broadcasts, which the model shapes:
 // with another model on rank 1 they once crashed it (a Gloo size check aborted) or left
 // both waiting out --timeout, and the message never said which setting differed.
