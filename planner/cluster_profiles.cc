@@ -1,11 +1,21 @@
 #include "planner/cluster_profiles.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "planner/input_error.h"
 #include "planner/model_config.h"
 
 namespace poplar {
+
+void RequireProfilesFolder(const std::string& dir, const std::string& source, const std::string& key) {
+  std::error_code error;
+  if (std::filesystem::is_directory(dir, error)) return;
+  const bool file = std::filesystem::exists(dir, error);
+  throw InputError(source, key,
+                   (file ? dir + " is a file, not a folder of profiles" : "folder " + dir + " does not exist") +
+                       " (poplar profile writes one)");
+}
 
 std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
                                                          const std::string& dir) {

@@ -17,4 +17,8 @@ namespace poplar {
 std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
                                                          const std::string& dir);
 
+// Throws InputError naming `source` and `key` (the cluster file and "profiles", or a
+// flag and "") unless `dir` is a folder: missing, or a file given for it.
+void RequireProfilesFolder(const std::string& dir, const std::string& source, const std::string& key);
+
 }  // namespace poplar

@@ -190,4 +190,14 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   return schedule;
 }
 
+StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                           const WorkerPlan& plan) {
+  const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage);
+  if (!problem.feasible) {
+    throw InputError(plan.file, "stage", "stage " + std::to_string(plan.stage) + " cannot run on " + cluster.file +
+                                             ": " + problem.infeasible_reason);
+  }
+  return Simulate(problem, ScheduleOfPlan(cluster, problem, plan));
+}
+
 }  // namespace poplar

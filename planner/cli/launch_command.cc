@@ -20,6 +20,7 @@
 #include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
+#include "planner/cluster_profiles.h"
 #include "planner/join.h"
 #include "planner/precision.h"
 #include "planner/plan_file.h"
@@ -51,7 +52,21 @@ struct PreparedPlan {
   WorkerPlan plan;   // the same, parsed
   std::string policy;
   double predicted_step_s = 0;
+  std::string checked_against;  // --plan: the profiles folder it was checked against, if any
 };
+
+// The profiles a plan file was made from, where they are known: the cluster file's
+// `profiles`, else a profiles/ folder beside the plan (where `poplar plan` and `poplar
+// launch` keep those the agents measured). Empty when neither is there.
+std::string ProfilesOfPlan(const ClusterSpec& cluster, const std::string& plan_file) {
+  if (!cluster.profiles_dir.empty()) {
+    RequireProfilesFolder(cluster.profiles_dir, cluster.file, "profiles");
+    return cluster.profiles_dir;
+  }
+  const std::string beside = (fs::path(ParentFolder(plan_file)) / "profiles").string();
+  std::error_code error;
+  return fs::is_directory(beside, error) ? beside : "";
+}
 
 // The plan of --plan, checked against the cluster before any agent is asked.
 PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& cluster) {
@@ -83,6 +98,13 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
   if (predicted != document.end() && predicted->is_object() && predicted->contains("step_s") &&
       (*predicted)["step_s"].is_number()) {
     prepared.predicted_step_s = (*predicted)["step_s"].get<double>();
+  }
+  // Micro-batches a device cannot hold (a plan edited by hand, or made for smaller
+  // ones) stop the launch here, rather than as a worker's out-of-memory error.
+  if (const std::string dir = ProfilesOfPlan(cluster, options.plan_file); !dir.empty()) {
+    const StepPrediction prediction = PredictPlan(cluster, LoadClusterProfiles(cluster, dir), prepared.plan);
+    if (prepared.predicted_step_s <= 0) prepared.predicted_step_s = prediction.step_s;
+    prepared.checked_against = dir;
   }
   return prepared;
 }
@@ -117,6 +139,15 @@ void RunLaunch(const LaunchOptions& options) {
   RunDirectory directory(run_dir, job_id, options.resume);
   std::optional<PreparedPlan> given;
   if (!options.plan_file.empty()) given = PlanFromFile(options, cluster);
+  if (given) {
+    std::cout << "following " << options.plan_file << " (" << given->policy << ", stage " << given->plan.stage
+              << "); "
+              << (given->checked_against.empty()
+                      ? std::string("no profiles to check its micro-batches against (no 'profiles' in the cluster "
+                                    "file, no profiles/ beside the plan)")
+                      : "its micro-batches fit the profiles in " + given->checked_against)
+              << std::endl;
+  }
 
   ClusterAgents agents = ConnectAgents(cluster);
   const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";

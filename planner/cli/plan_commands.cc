@@ -40,13 +40,8 @@ LoadedCluster Load(const PlanOptions& options) {
   loaded.cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network);
   const std::string dir = options.profiles_dir.empty() ? loaded.cluster.profiles_dir : options.profiles_dir;
   if (!dir.empty()) {
-    if (!std::filesystem::is_directory(dir)) {
-      const bool file = std::filesystem::exists(dir);
-      throw InputError(options.profiles_dir.empty() ? options.cluster_file : "--profiles",
-                       options.profiles_dir.empty() ? "profiles" : "",
-                       (file ? dir + " is a file, not a folder of profiles" : "folder " + dir + " does not exist") +
-                           " (poplar profile writes one)");
-    }
+    RequireProfilesFolder(dir, options.profiles_dir.empty() ? options.cluster_file : "--profiles",
+                          options.profiles_dir.empty() ? "profiles" : "");
     loaded.profiles = LoadClusterProfiles(loaded.cluster, dir);
     return loaded;
   }
@@ -93,12 +88,7 @@ void RunPlan(const PlanOptions& options) {
 // `simulate --plan`: the cost model's prediction for a given plan file.
 void SimulatePlanFile(const PlanOptions& options, const LoadedCluster& loaded) {
   const WorkerPlan plan = LoadWorkerPlan(options.plan);
-  const StageProblem problem = BuildStageProblem(loaded.cluster, loaded.profiles, plan.stage);
-  if (!problem.feasible) {
-    throw InputError(options.plan, "stage", "stage " + std::to_string(plan.stage) + " cannot run on " +
-                                                loaded.cluster.file + ": " + problem.infeasible_reason);
-  }
-  const StepPrediction prediction = Simulate(problem, ScheduleOfPlan(loaded.cluster, problem, plan));
+  const StepPrediction prediction = PredictPlan(loaded.cluster, loaded.profiles, plan);
   if (options.json) {
     const nlohmann::ordered_json document = {{"plan", options.plan},
                                              {"stage", plan.stage},

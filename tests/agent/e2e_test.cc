@@ -235,6 +235,8 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
   EXPECT_TRUE(Contains(launch.out, "rendezvous 127.0.0.1:")) << launch.out;
   EXPECT_FALSE(Contains(launch.out, "rendezvous 127.0.0.1:29500;")) << launch.out;
+  // `poplar plan` kept the agents' profiles beside the plan; launch checked it against them.
+  EXPECT_TRUE(Contains(launch.out, "its micro-batches fit the profiles in ./profiles")) << launch.out;
   EXPECT_TRUE(ContainsAll(launch.out, {"step 10/12", "busy emu-fast", "emu-slow", "trained 12 steps"}));
   const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/summary.json"));
   EXPECT_TRUE(summary["ok"].get<bool>());

@@ -95,6 +95,16 @@ class Cli : public ::testing::Test {
     return path;
   }
 
+  // The v100-and-t4 example with a job training gpt2-medium, the model of its shipped
+  // profiles, and credentials (which launch needs, though no agent is reached).
+  std::string GptMediumJobCluster() {
+    return WriteExampleVariant("v100-and-t4", "nodes:",
+                               "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+                               "job: {model: " + SourcePath("configs/models/gpt2-medium.json") +
+                                   ", data: t.bin, steps: 2}\n"
+                                   "nodes:");
+  }
+
   // An example cluster file with `from` replaced by `to` and its profiles given by
   // absolute path, written to work_/`name`.
   std::string WriteExampleVariant(const std::string& example, const std::string& from,
@@ -605,11 +615,7 @@ TEST_F(Cli, AMissingJobModelIsNamedByTheClusterFilesKey) {
 // A plan records the model it was made for; following it with another model, whose
 // memory its micro-batches were not sized for, is refused before any agent is asked.
 TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
-  const std::string cluster = WriteExampleVariant(
-      "v100-and-t4", "nodes:",
-      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
-      "job: {model: " + SourcePath("configs/models/gpt2-medium.json") + ", data: t.bin, steps: 2}\n"
-      "nodes:");
+  const std::string cluster = GptMediumJobCluster();
   const std::string plan_file = work_ + "/plan.json";
   const Outcome planned = Poplar({"plan", cluster, "-o", plan_file});  // the shipped profiles are of that model
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
@@ -662,6 +668,43 @@ TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
   EXPECT_EQ(no_job.exit_code, 1);
   EXPECT_TRUE(ContainsAll(no_job.err, {other_model_file + ": model.params", "the profiles are of a model of 354871296"}))
       << no_job.err;
+}
+
+// A plan edited by hand beyond what a device holds is refused by launch before any
+// agent is asked, against the cluster's profiles (it once reached the worker, which ran
+// out of memory); simulate refuses it alike.
+TEST_F(Cli, LaunchRefusesAPlanWhoseMicroBatchesTheDevicesCannotHold) {
+  const std::string cluster = GptMediumJobCluster();
+  const std::string plan_file = work_ + "/plan.json";
+  ASSERT_EQ(Poplar({"plan", cluster, "-o", plan_file}).exit_code, 0);
+  Json plan = Json::parse(ReadFile(plan_file));
+  // Rank 4, a T4, takes all but one of rank 0's samples in one micro-batch.
+  ASSERT_EQ(plan["ranks"][4]["device_type"], "T4-16GB");
+  int total = 0;
+  for (const int rank : {0, 4}) {
+    for (const auto& size : plan["ranks"][rank]["micro_batches"]) total += size.get<int>();
+  }
+  const std::size_t rounds = plan["ranks"][0]["micro_batches"].size();
+  const bool equal_rounds = plan["stage"].get<int>() >= 2;
+  Json rank0 = Json::array({1}), rank4 = Json::array({total - 1});
+  for (std::size_t i = 1; equal_rounds && i < rounds; ++i) {
+    rank0.push_back(0);
+    rank4.push_back(0);
+  }
+  plan["ranks"][0]["micro_batches"] = rank0;
+  plan["ranks"][4]["micro_batches"] = rank4;
+  const std::string edited = Write("edited.json", plan.dump(2));
+  const std::string run_dir = work_ + "/run";
+  for (std::vector<std::string> command : {std::vector<std::string>{"launch", cluster, "--run-dir", run_dir},
+                                           std::vector<std::string>{"simulate", cluster}}) {
+    SCOPED_TRACE(command[0]);
+    command.insert(command.end(), {"--plan", edited});
+    const Outcome run = Poplar(command);
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+    EXPECT_TRUE(ContainsAll(run.err, {edited + ": ranks: does not fit", std::to_string(total - 1)})) << run.err;
+  }
+  EXPECT_FALSE(Exists(run_dir));
 }
 
 TEST_F(Cli, SimulateRejectsUnknownPolicy) {
