@@ -154,6 +154,14 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
       throw std::runtime_error("rank 0 cannot host the rendezvous: port " + std::to_string(env.master_port) +
                                " (MASTER_PORT) is in use on this node");
     }
+    // A rank other than 0 that never reached rank 0's store ("The client socket has
+    // timed out after 10s while trying to connect to (127.0.0.1, 29615).").
+    if (rank_ != 0 && (what.find("timed out") != std::string::npos || what.find("imeout") != std::string::npos)) {
+      throw std::runtime_error("cannot reach rank 0's rendezvous at " + env.master_addr + ":" +
+                               std::to_string(env.master_port) +
+                               " within --timeout; is rank 0 started, with the same MASTER_ADDR and MASTER_PORT? (" +
+                               what.substr(0, what.find('\n')) + ")");
+    }
     throw;
   }
   WaitForEveryRank(env, timeout);

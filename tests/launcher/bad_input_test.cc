@@ -243,6 +243,14 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
                                         "rank 1 of 2 (WORLD_SIZE) never joined"}))
       << outcome.err;
   EXPECT_LT(waited, 8.0) << "two --timeout waits, one after the other";
+
+  // And rank 1 alone says it never reached rank 0, not c10d's "client socket has timed out".
+  options.env["RANK"] = "1";
+  const ProcessOutcome alone = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+  EXPECT_EQ(alone.exit_code, 1) << alone.err;
+  EXPECT_TRUE(Contains(alone.err, "poplar-worker[rank 1]: error: cannot reach rank 0's rendezvous at 127.0.0.1:" +
+                                      std::to_string(port) + " within --timeout; is rank 0 started"))
+      << alone.err;
 }
 
 // A rank started with another WORLD_SIZE (and a plan for it) is named as such, at once,
