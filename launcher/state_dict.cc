@@ -1,6 +1,12 @@
 #include "launcher/state_dict.h"
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <set>
+
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
@@ -12,6 +18,71 @@ std::string ShapeText(const torch::Tensor& tensor) {
   for (int64_t i = 0; i < tensor.dim(); ++i) text += (i ? ", " : "") + std::to_string(tensor.size(i));
   return text + "]";
 }
+
+namespace {
+
+// A tensor read from a file lies within the bytes its file gave it: a damaged file (a
+// data record cut short, an offset or shape past its end) would otherwise be read past
+// the end of the buffer, crashing the worker or training on whatever lay beyond.
+void RequireWithinStorage(const torch::Tensor& tensor, const std::string& path, const std::string& name) {
+  if (tensor.numel() == 0) return;
+  std::int64_t last = tensor.storage_offset();
+  for (std::int64_t d = 0; d < tensor.dim(); ++d) {
+    if (tensor.stride(d) < 0) throw InputError(path, name, "has a negative stride (a damaged file)");
+    last += (tensor.size(d) - 1) * tensor.stride(d);
+  }
+  const std::int64_t needed = (last + 1) * static_cast<std::int64_t>(tensor.element_size());
+  const std::int64_t held = static_cast<std::int64_t>(tensor.storage().nbytes());
+  if (tensor.storage_offset() < 0 || needed > held) {
+    throw InputError(path, name, "needs " + std::to_string(needed) + " bytes of data but the file holds " +
+                                     std::to_string(held) + " for it (a damaged or truncated file)");
+  }
+}
+
+// The archive's bytes, as PyTorchStreamReader reads them (no second copy).
+class BytesReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// Every tensor's storage has a data record of its size. The unpickler takes a storage's
+// size from the pickle and its bytes from the record, trusting that they agree: a
+// record cut short would be read past its end, crashing the worker or training on
+// whatever lay beyond. (The sizes are matched as multisets: records are named by
+// storage, which libtorch does not tell a tensor's.)
+void RequireDataRecords(const std::string& bytes, const StateDict& tensors, const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReader>(bytes));
+  std::multiset<std::int64_t> records;
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name.rfind("data/", 0) == 0) records.insert(static_cast<std::int64_t>(std::get<1>(reader.getRecord(name))));
+  }
+  std::set<const void*> seen;  // tied weights share a storage, and its record
+  for (const auto& [name, tensor] : tensors) {
+    if (!seen.insert(tensor.storage().data()).second) continue;
+    const auto record = records.find(static_cast<std::int64_t>(tensor.storage().nbytes()));
+    if (record == records.end()) {
+      const auto nbytes = tensor.storage().nbytes();
+      const bool alike = std::count_if(tensors.begin(), tensors.end(), [nbytes](const auto& other) {
+                           return other.second.storage().nbytes() == nbytes;
+                         }) > 1;
+      throw InputError(path, "", "is damaged or truncated: no data record holds the " + std::to_string(nbytes) +
+                                     " bytes of " + name + (alike ? " or of another tensor of that size" : ""));
+    }
+    records.erase(record);
+  }
+}
+
+}  // namespace
 
 StateDict ReadStateDict(const std::string& path) {
   const std::string bytes = ReadTextFile(path);
@@ -28,11 +99,20 @@ StateDict ReadStateDict(const std::string& path) {
                                    ", not a dict of tensors (save dict(model.state_dict()))");
   }
   StateDict tensors;
-  for (const auto& entry : value.toGenericDict()) {
-    if (!entry.key().isString()) throw InputError(path, "", "has a key that is not a string");
-    const std::string name = entry.key().toStringRef();
-    if (!entry.value().isTensor()) throw InputError(path, name, "is not a tensor");
-    tensors[name] = entry.value().toTensor();
+  try {
+    for (const auto& entry : value.toGenericDict()) {
+      if (!entry.key().isString()) throw InputError(path, "", "has a key that is not a string");
+      const std::string name = entry.key().toStringRef();
+      if (!entry.value().isTensor()) throw InputError(path, name, "is not a tensor");
+      tensors[name] = entry.value().toTensor();
+      RequireWithinStorage(tensors[name], path, name);
+    }
+    RequireDataRecords(bytes, tensors, path);
+  } catch (const c10::Error& error) {  // a damaged or crafted file: libtorch's own checks
+    std::string reason = error.what_without_backtrace();
+    reason = reason.substr(0, reason.find('\n'));
+    if (reason.find("INTERNAL ASSERT") != std::string::npos) reason = "its dict is not what it says it is";
+    throw InputError(path, "", "not a state dict saved with torch.save(dict) (a damaged file?): " + reason);
   }
   return tensors;
 }
