@@ -1,10 +1,12 @@
 #include "launcher/communicator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cctype>
 #include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -196,57 +198,82 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   }
 }
 
+namespace {
+
+constexpr const char* kEndedKey = "poplar/rendezvous-ended";
+
+}  // namespace
+
+bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline) {
+  std::chrono::milliseconds pause(5);
+  while (true) {
+    if (store_->check(keys)) return true;
+    if (store_->check({kEndedKey})) {
+      const std::vector<uint8_t> reason = store_->get(kEndedKey);
+      throw std::runtime_error(std::string(reason.begin(), reason.end()));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+}
+
+void Communicator::EndRendezvous(const std::string& here, const std::string& for_the_others) {
+  store_->set(kEndedKey, std::vector<uint8_t>(for_the_others.begin(), for_the_others.end()));
+  throw std::runtime_error(here);
+}
+
 void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto key = [](int rank) { return "poplar/joined/" + std::to_string(rank); };
+  const std::string rank_text = std::to_string(rank_);
+  // A RANK given to two processes: the second to count itself ends the rendezvous.
+  if (store_->add("poplar/started/" + rank_text, 1) > 1) {
+    EndRendezvous("RANK " + rank_text + " is taken by another process: every rank of a job needs its own RANK",
+                  "RANK " + rank_text + " was given to two processes: every rank of a job needs its own RANK");
+  }
   const std::string own = std::to_string(world_size_);
   store_->set(key(rank_), std::vector<uint8_t>(own.begin(), own.end()));
-  auto world_size_of = [&](int rank) {
-    const std::vector<uint8_t> value = store_->get(key(rank));
-    return std::string(value.begin(), value.end());
-  };
   // A rank whose WORLD_SIZE differs would otherwise wait for ranks that do not exist, or
   // be waited for as one that never joined. Empty when `rank`'s is this rank's.
   auto world_size_difference = [&](int rank) -> std::string {
-    const std::string theirs = world_size_of(rank);
+    const std::vector<uint8_t> value = store_->get(key(rank));
+    const std::string theirs(value.begin(), value.end());
     if (theirs == own) return "";
     return "WORLD_SIZE is " + own + " here but " + theirs + " on rank " + std::to_string(rank) +
            ": every rank of a job must be started with the same WORLD_SIZE";
   };
+  if (!PollUntilSet({key(0)}, deadline)) throw RendezvousIncomplete(env, {0});
+  if (rank_ != 0) {
+    if (const std::string difference = world_size_difference(0); !difference.empty()) {
+      EndRendezvous(difference, "rank " + rank_text + " was started with WORLD_SIZE " + own +
+                                    ": every rank of a job must be started with the same WORLD_SIZE");
+    }
+  }
   std::vector<std::string> keys;
   for (int rank = 0; rank < world_size_; ++rank) keys.push_back(key(rank));
-  try {
-    store_->wait({key(0)}, timeout);
-  } catch (const std::exception& error) {
-    throw RendezvousIncomplete(env, {0}, error.what());
-  }
-  if (rank_ != 0) {
-    if (const std::string difference = world_size_difference(0); !difference.empty()) throw std::runtime_error(difference);
-  }
-  try {
-    store_->wait(keys, timeout);
-  } catch (const std::exception& error) {
+  if (!PollUntilSet(keys, deadline)) {
     std::vector<int> missing;
-    std::string difference;
     for (int rank = 0; rank < world_size_; ++rank) {
-      try {
-        if (!store_->check({key(rank)})) {
-          missing.push_back(rank);
-        } else if (rank != rank_ && difference.empty()) {
-          difference = world_size_difference(rank);
-        }
-      } catch (const std::exception&) {  // the store itself is gone: say what wait said
+      if (!store_->check({key(rank)})) {
+        missing.push_back(rank);
+      } else if (const std::string difference = world_size_difference(rank); !difference.empty()) {
+        throw std::runtime_error(difference);
       }
     }
-    if (!difference.empty()) throw std::runtime_error(difference);
-    throw RendezvousIncomplete(env, missing, error.what());
+    throw RendezvousIncomplete(env, missing);
   }
   for (int rank = 1; rank < world_size_ && rank_ == 0; ++rank) {
-    if (const std::string difference = world_size_difference(rank); !difference.empty()) throw std::runtime_error(difference);
+    if (const std::string difference = world_size_difference(rank); !difference.empty()) {
+      EndRendezvous(difference, "rank " + std::to_string(rank) + " was started with another WORLD_SIZE than rank 0's " +
+                                    own + ": every rank of a job must be started with the same WORLD_SIZE");
+    }
   }
 }
 
-std::runtime_error Communicator::RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing,
-                                                      const std::string& cause) const {
+std::runtime_error Communicator::RendezvousIncomplete(const DistributedEnv& env,
+                                                      const std::vector<int>& missing) const {
   const std::string who = Join(missing, ", ", [](int rank) { return std::to_string(rank); });
   return std::runtime_error(
       "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
@@ -254,8 +281,7 @@ std::runtime_error Communicator::RendezvousIncomplete(const DistributedEnv& env,
       (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
                        : std::string(missing.size() == 1 ? "rank " : "ranks ") + who + " of " +
                              std::to_string(world_size_) + " (WORLD_SIZE) never joined") +
-      "; is every rank started, with the same MASTER_ADDR and MASTER_PORT? (" + cause.substr(0, cause.find('\n')) +
-      ")");
+      "; is every rank started, with the same MASTER_ADDR and MASTER_PORT?");
 }
 
 std::string Communicator::backend_name() const { return group_ ? group_->getBackendName() : "none"; }

@@ -151,13 +151,20 @@ class Communicator {
   static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
   // Every rank announces itself in the store, with its WORLD_SIZE, and waits, at most
   // `timeout` in all, until every rank has; then the process group's own rendezvous does
-  // not wait. Throws naming the ranks that never joined, or, at once, a rank started
-  // with another WORLD_SIZE (each rank compares with rank 0's; rank 0 with every rank's).
+  // not wait. Throws naming the ranks that never joined; a rank started with another
+  // WORLD_SIZE (each rank compares with rank 0's; rank 0 with every rank's) or a RANK
+  // given twice ends every rank's wait at once (EndRendezvous).
   void WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout);
   // The error of a rendezvous that timed out: the ranks `missing` (none known: not all
-  // joined), and the first line of c10d's `cause`.
-  std::runtime_error RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing,
-                                          const std::string& cause) const;
+  // joined).
+  std::runtime_error RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const;
+  // Waits until every key in `keys` is in the store: true, or false at `deadline`. Polls
+  // with check(), which never blocks (a wait() that times out may leave its answer in
+  // the connection). Throws the reason when a rank has ended the rendezvous.
+  bool PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline);
+  // Ends the rendezvous for every rank still polling, with `for_the_others` as their
+  // error, and throws `here` as this rank's.
+  [[noreturn]] void EndRendezvous(const std::string& here, const std::string& for_the_others);
   // A started collective (`work` null when nothing travels, with one rank) and what to
   // do once it is done.
   std::unique_ptr<PendingCollective> Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
