@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/input_error.h"
+#include "planner/json_fields.h"
 #include "planner/text_file.h"
 
 namespace poplar {
@@ -81,7 +82,7 @@ StateDict ReadCheckpointTensors(const fs::path& path) {
 // ".step-NNNNNNNN.tmpPID" and ".step-NNNNNNNN.oldPID", WriteFileAtomically's
 // "latest.tmp.PID"; 0 for any other name.
 pid_t WriterOfTemporary(const std::string& name) {
-  static const std::regex kTemporary(R"((?:\.step-[0-9]{8,18}\.(?:tmp|old)|latest\.tmp\.)([0-9]{1,9}))");
+  static const std::regex kTemporary(R"((?:\.step-[0-9]{8,18}\.(?:tmp|old)|latest\.tmp\.)([1-9][0-9]{0,8}))");
   std::smatch match;
   return std::regex_match(name, match, kTemporary) ? static_cast<pid_t>(std::stol(match[1].str())) : 0;
 }
@@ -96,7 +97,9 @@ fs::path StepFolder(const std::string& path) {
     const std::string name = Trimmed(ReadCheckpointText(latest));
     // Only a step folder beside it: never a path that leads out of the checkpoint folder.
     if (!StepOfFolderName(name)) {
-      const std::string shown = name.substr(0, std::min<std::size_t>(name.find_first_of("\n\r"), 80));
+      // Shown up to a line end or any other control character (a NUL would end the line).
+      const auto control = std::find_if(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+      const std::string shown = name.substr(0, std::min<std::size_t>(control - name.begin(), 80));
       throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + shown +
                                        (shown.size() < name.size() ? "...'" : "'"));
     }
@@ -112,22 +115,22 @@ fs::path StepFolder(const std::string& path) {
 
 // The step `folder`'s meta.json records, checked against `config` and the folder's name.
 std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
+  // Read as strictly as every other file poplar reads (json_fields.h): a key given twice,
+  // an unknown key, or a value of the wrong type is named.
   const std::string meta_path = (folder / "meta.json").string();
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(ReadCheckpointText(meta_path));
-  } catch (const nlohmann::json::exception& error) {
-    throw InputError(meta_path, "", std::string("not valid JSON: ") + error.what());
+  const nlohmann::json meta = ParseJsonObject(ReadCheckpointText(meta_path), meta_path);
+  JsonFields fields(meta, meta_path, "");
+  if (const std::string format = fields.String("format"); format != kFormat) {
+    fields.Fail("format", std::string("must be \"") + kFormat + "\", got \"" + format + "\"");
   }
-  if (!meta.is_object() || !meta.contains("format") || meta["format"] != kFormat || !meta.contains("step") ||
-      !meta["step"].is_number_integer() || meta["step"].get<std::int64_t>() < 0) {
-    throw InputError(meta_path, "", std::string("not a ") + kFormat + " checkpoint description");
+  const std::int64_t step = fields.Integer("step");
+  if (step < 0) fields.Fail("step", "must be zero or more, got " + std::to_string(step));
+  const nlohmann::json& model = fields.Child("model");
+  if (model.is_null()) fields.Fail("model", "is required: the model configuration the checkpoint was trained with");
+  if (model != nlohmann::json(ModelConfigObject(config))) {
+    fields.Fail("model", "was trained with " + model.dump() + ", not the --model-config " + ModelConfigJson(config));
   }
-  if (meta["model"] != nlohmann::json(ModelConfigObject(config))) {
-    throw InputError(meta_path, "model", "was trained with " + meta["model"].dump() +
-                                             ", not the --model-config " + ModelConfigJson(config));
-  }
-  const std::int64_t step = meta["step"].get<std::int64_t>();
+  fields.Finish();
   // A step folder's name and its meta.json agree (a copied or edited folder may not).
   fs::path named = folder.lexically_normal();
   if (named.filename().empty()) named = named.parent_path();  // "step-00000002/"

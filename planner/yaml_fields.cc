@@ -104,15 +104,20 @@ std::optional<std::string> YamlFields::OptionalString(const std::string& key) {
 
 std::int64_t YamlFields::Integer(const std::string& key) {
   YAML::Node child = Required(key);
-  std::int64_t value = 0;
-  if (!IsPlainScalar(child) || !YAML::convert<std::int64_t>::decode(child, value)) {
-    const std::string& text = child.IsScalar() ? child.Scalar() : "";
-    const std::size_t digits = text.find_first_not_of("+-") == 1 ? 1 : 0;
-    if (IsPlainScalar(child) && text.size() > digits && text.find_first_not_of("0123456789", digits) == std::string::npos) {
-      Fail(key, "is too large for an integer (at most 9223372036854775807 either way), got " + Shown(child) +
-                    LineOf(child));
-    }
+  // Decimal digits only: yaml-cpp would read 0127 as octal 87 (YAML 1.1) and 0x80 as hex.
+  const std::string text = IsPlainScalar(child) ? child.Scalar() : "";
+  const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  if (text.size() <= sign || text.find_first_not_of("0123456789", sign) != std::string::npos) {
     Fail(key, "must be an integer, got " + Shown(child) + LineOf(child));
+  }
+  if (text.size() > sign + 1 && text[sign] == '0') {
+    Fail(key, "must be written without leading zeros, got " + Shown(child) + " (YAML would read it as octal)" +
+                  LineOf(child));
+  }
+  std::int64_t value = 0;
+  if (!YAML::convert<std::int64_t>::decode(child, value)) {
+    Fail(key, "is too large for an integer (at most 9223372036854775807 either way), got " + Shown(child) +
+                  LineOf(child));
   }
   return value;
 }

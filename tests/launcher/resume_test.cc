@@ -185,7 +185,7 @@ TEST_F(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFold
   // A meta.json whose format is not a string (once a raw JSON type error, naming no file).
   scratch.Write("checkpoints/step-00000005/meta.json", R"({"format": 1, "step": 5, "model": {}})");
   const JobOutcome format = RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints}));
-  EXPECT_TRUE(ContainsAll(format.Describe(), {"step-00000005/meta.json", "not a poplar-checkpoint/1"}))
+  EXPECT_TRUE(ContainsAll(format.Describe(), {"step-00000005/meta.json: format: must be a string"}))
       << format.Describe();
 
   // `latest` naming no folder, and a folder that is no checkpoint at all, say so.
@@ -269,6 +269,24 @@ TEST_F(Resume, EachCheckpointFileIsCheckedAndBlamedByName) {
   expect_resume_to_say("optimizer.pt: exp_avg_sq.transformer.wpe.weight: has shape [3, 3], the parameter has");
   WriteStateDict(step + "/optimizer.pt", optimizer);
   expect_resume_to_say("exit 0");
+
+  // meta.json is read as strictly as every other file (it once took any extra key, a
+  // key given twice, and said only "not a checkpoint description" for a bad step).
+  const std::string meta = ReadWholeFile(step + "/meta.json");
+  std::string noted = meta;
+  noted.insert(noted.find('{') + 1, "\"note\": 1, ");
+  scratch.Write("checkpoints/step-00000002/meta.json", noted);
+  expect_resume_to_say(step + "/meta.json: note: unknown key");
+  std::string quoted = meta;
+  quoted.replace(quoted.find("\"step\": 2"), 10, "\"step\": \"2\"");
+  scratch.Write("checkpoints/step-00000002/meta.json", quoted);
+  expect_resume_to_say(step + "/meta.json: step: must be an integer, got the string \"2\"");
+  scratch.Write("checkpoints/step-00000002/meta.json", meta);
+
+  // A NUL in `latest` is shown as the end of what was read, not passed to the terminal.
+  scratch.Write("checkpoints/latest", std::string("step-00000002\0junk\n", 19));
+  expect_resume_to_say("must name a step folder beside it (step-NNNNNNNN), got 'step-00000002...'");
+  scratch.Write("checkpoints/latest", "step-00000002\n");
 
   std::filesystem::remove(checkpoints + "/latest");
   ASSERT_EQ(::mkfifo((checkpoints + "/latest").c_str(), 0600), 0);

@@ -67,5 +67,17 @@ TEST(YamlFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLargeAndARangeIsSaid) 
                        "c.yaml: count: must be a number of devices from 1 to 8, got 0 (line 3)"));
 }
 
+// yaml-cpp reads a leading zero as octal (0127 was 87 in a plan) and 0x80 as hex.
+TEST(YamlFields, IntegersAreDecimal) {
+  const YAML::Node node = ParseYamlDocument("octal: 0127\nhex: 0x80\nzero: 0\nsigned: -12\nplus: +3\n", "c.yaml");
+  YamlFields fields(node, "c.yaml", "training");
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("octal"); }),
+                       "c.yaml: training.octal: must be written without leading zeros, got '0127'"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("hex"); }), "training.hex: must be an integer, got '0x80'"));
+  EXPECT_EQ(fields.Integer("zero"), 0);
+  EXPECT_EQ(fields.Integer("signed"), -12);
+  EXPECT_EQ(fields.Integer("plus"), 3);
+}
+
 }  // namespace
 }  // namespace poplar
