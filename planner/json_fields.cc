@@ -97,7 +97,14 @@ const nlohmann::json& JsonFields::Child(const std::string& key) {
 
 const nlohmann::json& JsonFields::Required(const std::string& key) {
   const nlohmann::json& child = Child(key);
-  if (child.is_null()) Fail(key, "is required");
+  if (child.is_null()) {
+    std::vector<std::string> others;  // as YamlFields::Required: a misspelt key is named
+    for (const auto& [other, value] : node_.items()) {
+      if (other != key && !used_.count(other)) others.push_back(other);
+    }
+    const std::string near = NearestName(key, others);
+    Fail(key, "is required" + (near.empty() ? "" : "; found '" + near + "': a misspelling?"));
+  }
   return child;
 }
 

@@ -82,7 +82,17 @@ YAML::Node YamlFields::Child(const std::string& key) {
 
 YAML::Node YamlFields::Required(const std::string& key) {
   YAML::Node child = Child(key);
-  if (!child || child.IsNull()) Fail(key, "is required" + LineOf(node_));
+  if (!child || child.IsNull()) {
+    // A key given but misspelt ("global_bach") is the likely cause: name it here, where
+    // it would otherwise be reported only as unknown, after this error.
+    std::vector<std::string> others;
+    for (const auto& entry : node_) {
+      if (entry.first.Scalar() != key && !used_.count(entry.first.Scalar())) others.push_back(entry.first.Scalar());
+    }
+    const std::string near = NearestName(key, others);
+    Fail(key, "is required" + LineOf(node_) +
+                  (near.empty() ? "" : "; found '" + near + "'" + LineOf(node_[near]) + ": a misspelling?"));
+  }
   return child;
 }
 

@@ -67,6 +67,20 @@ TEST(YamlFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLargeAndARangeIsSaid) 
                        "c.yaml: count: must be a number of devices from 1 to 8, got 0 (line 3)"));
 }
 
+// A required key given but misspelt is named with the error ("is required" alone sent
+// users looking for a key they had written).
+TEST(Fields, ARequiredKeyThatIsMissingNamesAMisspeltOne) {
+  const YAML::Node yaml = ParseYamlDocument("training:\n  global_bach: 128\n", "c.yaml");
+  YamlFields training(yaml["training"], "c.yaml", "training");
+  EXPECT_TRUE(Contains(ErrorOf([&] { training.Integer("global_batch"); }),
+                       "c.yaml: training.global_batch: is required (line 2); found 'global_bach' (line 2): a misspelling?"));
+  const nlohmann::json json = ParseJsonObject(R"({"micro_bach": 4, "other": 1})", "p.json");
+  JsonFields point(json, "p.json", "points[0]");
+  EXPECT_TRUE(Contains(ErrorOf([&] { point.Integer("micro_batch"); }),
+                       "p.json: points[0].micro_batch: is required; found 'micro_bach': a misspelling?"));
+  EXPECT_FALSE(Contains(ErrorOf([&] { point.Integer("compute_s"); }), "misspelling"));
+}
+
 // yaml-cpp reads a leading zero as octal (0127 was 87 in a plan) and 0x80 as hex.
 TEST(YamlFields, IntegersAreDecimal) {
   const YAML::Node node = ParseYamlDocument("octal: 0127\nhex: 0x80\nzero: 0\nsigned: -12\nplus: +3\n", "c.yaml");
