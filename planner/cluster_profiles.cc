@@ -1,7 +1,6 @@
 #include "planner/cluster_profiles.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "planner/input_error.h"
 #include "planner/model_config.h"
@@ -24,9 +23,15 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
   const DeviceProfile* with_config = nullptr;  // the first that records its model.config
   for (const auto& type : cluster.DeviceTypes()) {
     const std::string path = dir + "/" + type + ".json";
-    if (!std::ifstream(path)) {
+    // Looked at, not opened: opening a pipe there would wait for a writer forever.
+    std::error_code error;
+    const std::filesystem::file_status status = std::filesystem::status(path, error);
+    if (!std::filesystem::exists(status)) {
       throw InputError(cluster.file, "nodes", "device type '" + type + "' has no profile (looked for " +
                                                   path + ")");
+    }
+    if (!std::filesystem::is_regular_file(status)) {
+      throw InputError(path, "", "is not a regular file (a folder, a pipe or a device); a profile is a JSON file");
     }
     DeviceProfile profile = LoadProfileFile(path);
     if (profile.device_type != type) {

@@ -4,6 +4,7 @@
 #include "planner/profile.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "test_support.h"
 
@@ -551,6 +552,16 @@ TEST_F(ProfileFiles, RejectsMissingFile) {
     EXPECT_EQ(error.key(), "");
     EXPECT_TRUE(Contains(error.reason(), "cannot read"));
   }
+}
+
+// A pipe (or a folder) where a profile should be is named; opening the pipe to see if
+// it was there once waited for a writer forever.
+TEST_F(ProfileFiles, APipeWhereAProfileShouldBeIsRefusedNotOpened) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  ASSERT_EQ(::mkfifo((dir_ + "/T4-16GB.json").c_str(), 0600), 0);
+  const InputError error = LoadError(Cluster());
+  EXPECT_EQ(error.file(), dir_ + "/T4-16GB.json");
+  EXPECT_TRUE(Contains(error.reason(), "is not a regular file")) << error.what();
 }
 
 TEST_F(ProfileFiles, LoadsOneProfilePerDeviceType) {
