@@ -57,24 +57,14 @@ std::optional<std::int64_t> StepOfFolderName(const std::string& name) {
   return step;
 }
 
-// Checkpoint files are regular files; anything else there (a folder, or a pipe, whose
-// read would block past --timeout) is refused by name. A missing file is left to the
-// reader, which says so.
-void RequireRegularFile(const fs::path& path) {
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (fs::exists(status) && !fs::is_regular_file(status)) {
-    throw InputError(path.string(), "", "is not a regular file (a folder, a pipe or a device)");
-  }
-}
-
+// Checkpoint files are regular files: a pipe's read would block past --timeout.
 std::string ReadCheckpointText(const fs::path& path) {
-  RequireRegularFile(path);
+  RequireRegularFile(path.string());
   return ReadTextFile(path.string());
 }
 
 StateDict ReadCheckpointTensors(const fs::path& path) {
-  RequireRegularFile(path);
+  RequireRegularFile(path.string());
   return ReadStateDict(path.string());
 }
 
@@ -196,21 +186,21 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& c
 
   const std::string optimizer_path = (folder / "optimizer.pt").string();
   StateDict optimizer = ReadCheckpointTensors(optimizer_path);
-  for (const auto& [name, parameter] : model->NamedParameters()) {
-    torch::Tensor* moments[2] = {nullptr, nullptr};
-    const std::string keys[2] = {"exp_avg." + name, "exp_avg_sq." + name};
-    for (int i = 0; i < 2; ++i) {
-      auto found = optimizer.find(keys[i]);
-      if (found == optimizer.end()) throw InputError(optimizer_path, keys[i], "is missing");
-      if (found->second.sizes() != parameter.sizes()) {
-        throw InputError(optimizer_path, keys[i], "has shape " + ShapeText(found->second) + ", the parameter has " +
-                                                      ShapeText(parameter));
-      }
-      moments[i] = &found->second;
+  // Takes the moment `key` out of `optimizer`, with the shape of `parameter`; what is
+  // left at the end belongs to no parameter.
+  const auto take = [&](const std::string& key, const torch::Tensor& parameter) {
+    const auto found = optimizer.find(key);
+    if (found == optimizer.end()) throw InputError(optimizer_path, key, "is missing");
+    if (found->second.sizes() != parameter.sizes()) {
+      throw InputError(optimizer_path, key, "has shape " + ShapeText(found->second) + ", the parameter has " +
+                                                ShapeText(parameter));
     }
-    restored.moments[name] = {*moments[0], *moments[1]};
-    optimizer.erase(keys[0]);
-    optimizer.erase(keys[1]);
+    const torch::Tensor moment = found->second;
+    optimizer.erase(found);
+    return moment;
+  };
+  for (const auto& [name, parameter] : model->NamedParameters()) {
+    restored.moments[name] = {take("exp_avg." + name, parameter), take("exp_avg_sq." + name, parameter)};
   }
   if (!optimizer.empty()) {
     throw InputError(optimizer_path, optimizer.begin()->first,

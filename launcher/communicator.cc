@@ -189,10 +189,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     // c10d says only "Socket Timeout" when a rank never joins.
     const std::string what = error.what();
     if (what.find("imeout") != std::string::npos || what.find("timed out") != std::string::npos) {
-      throw std::runtime_error("the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                               " did not complete within --timeout: not all " + std::to_string(world_size_) +
-                               " ranks (WORLD_SIZE) joined; is every rank started, with the same MASTER_ADDR "
-                               "and MASTER_PORT? (" + what.substr(0, what.find('\n')) + ")");
+      throw std::runtime_error(RendezvousIncomplete(env, {}).what() + (" (" + what.substr(0, what.find('\n')) + ")"));
     }
     throw;
   }

@@ -23,16 +23,12 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
   const DeviceProfile* with_config = nullptr;  // the first that records its model.config
   for (const auto& type : cluster.DeviceTypes()) {
     const std::string path = dir + "/" + type + ".json";
-    // Looked at, not opened: opening a pipe there would wait for a writer forever.
     std::error_code error;
-    const std::filesystem::file_status status = std::filesystem::status(path, error);
-    if (!std::filesystem::exists(status)) {
+    if (!std::filesystem::exists(path, error)) {
       throw InputError(cluster.file, "nodes", "device type '" + type + "' has no profile (looked for " +
                                                   path + ")");
     }
-    if (!std::filesystem::is_regular_file(status)) {
-      throw InputError(path, "", "is not a regular file (a folder, a pipe or a device); a profile is a JSON file");
-    }
+    RequireRegularFile(path);  // looked at, not opened: a pipe would wait for a writer forever
     DeviceProfile profile = LoadProfileFile(path);
     if (profile.device_type != type) {
       throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" +

@@ -61,6 +61,14 @@ std::string ReadTextFile(const std::string& path) {
   return contents.str();
 }
 
+void RequireRegularFile(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw InputError(path, "", "is not a regular file (a folder, a pipe or a device)");
+  }
+}
+
 void SyncToDisk(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(path, "", std::string("cannot open to flush to disk: ") + std::strerror(errno));

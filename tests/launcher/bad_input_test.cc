@@ -45,6 +45,19 @@ class WorkerBadInput : public ::testing::Test {
     }
   }
 
+  // A worker process with `args` as rank `rank` of `world_size` at 127.0.0.1:`port`, in
+  // the scratch folder.
+  ChildOptions RankOptions(const std::vector<std::string>& args, int rank, int world_size, int port) const {
+    ChildOptions options;
+    options.argv = {POPLAR_WORKER_BINARY};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.env = {{"RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world_size)},
+                   {"MASTER_ADDR", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)},
+                   {"OMP_NUM_THREADS", "1"}};
+    options.cwd = scratch_.path();
+    return options;
+  }
+
   // Starts one worker process per entry of `ranks` ({RANK, WORLD_SIZE}) on one rendezvous,
   // each with a plan for its WORLD_SIZE, as from several plan files; stderr in rank<i>.err.
   std::vector<std::unique_ptr<ChildProcess>> StartRanks(const std::vector<std::pair<int, int>>& ranks, int steps = 2) {
@@ -53,13 +66,7 @@ class WorkerBadInput : public ::testing::Test {
     for (const auto& [rank, world_size] : ranks) {
       const std::string plan = WritePlan(scratch_, "plan" + std::to_string(world_size) + ".json", 0,
                                          std::vector<std::vector<int>>(world_size, std::vector<int>{4}));
-      ChildOptions options;
-      options.argv = {POPLAR_WORKER_BINARY};
-      for (const std::string& arg : Args(plan, {}, steps)) options.argv.push_back(arg);
-      options.env = {{"RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world_size)},
-                     {"MASTER_ADDR", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)},
-                     {"OMP_NUM_THREADS", "1"}};
-      options.cwd = scratch_.path();
+      ChildOptions options = RankOptions(Args(plan, {}, steps), rank, world_size, port);
       options.stderr_path = scratch_.path() + "/rank" + std::to_string(processes.size()) + ".err";
       processes.push_back(std::make_unique<ChildProcess>(options));
     }
@@ -238,14 +245,8 @@ TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
   const int port = FindFreePort();
   const HeldPort taken(port);
   ASSERT_TRUE(taken.held());
-  ChildOptions options;
-  options.argv = {POPLAR_WORKER_BINARY};
-  for (const std::string& arg : Args(WritePlan(scratch_, "plan.json", 0, {{4}}), {"--backend", "gloo"})) {
-    options.argv.push_back(arg);
-  }
-  options.env = {{"RANK", "0"},           {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
-                 {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
-  options.cwd = scratch_.path();
+  const ChildOptions options =
+      RankOptions(Args(WritePlan(scratch_, "plan.json", 0, {{4}}), {"--backend", "gloo"}), 0, 1, port);
   const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
   EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
   EXPECT_TRUE(Contains(outcome.err, "poplar-worker[rank 0]: error: rank 0 cannot host the rendezvous: port " +
@@ -280,13 +281,8 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   const auto timeout = std::find(args.begin(), args.end(), "--timeout");
   ASSERT_NE(timeout, args.end());
   *(timeout + 1) = "4";
-  ChildOptions options;
-  options.argv = {POPLAR_WORKER_BINARY};
-  options.argv.insert(options.argv.end(), args.begin(), args.end());
   const int port = FindFreePort();
-  options.env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
-                 {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
-  options.cwd = scratch_.path();
+  ChildOptions options = RankOptions(args, 0, 2, port);
   const auto start = std::chrono::steady_clock::now();
   const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
