@@ -42,8 +42,7 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
     device.threads = static_cast<int>(fields.IntegerIn("threads", 1, 1024, "a number of threads"));
   }
   if (fields.Has("slowdown")) {
-    device.slowdown = fields.Number("slowdown");
-    if (!(device.slowdown >= 1 && device.slowdown <= 1000)) fields.Fail("slowdown", "must be 1 to 1000");
+    device.slowdown = fields.NumberIn("slowdown", 1, 1000, "a slowdown factor");
   }
   device.memory_bytes = fields.IntegerIn("memory_mib", 1, std::int64_t{1} << 30, "a number of MiB") << 20;
   fields.Finish();

@@ -1,9 +1,7 @@
 #include "planner/cluster.h"
 
 #include <filesystem>
-#include <iomanip>
 #include <set>
-#include <sstream>
 
 #include "planner/host_port.h"
 #include "planner/input_error.h"
@@ -15,26 +13,11 @@ namespace {
 
 constexpr double kBitsPerByte = 8.0;
 
-// The number as written in the file, without trailing zeros ("0.001", "1000000").
-std::string Written(double value) {
-  std::ostringstream text;
-  text << std::setprecision(15) << value;
-  return text.str();
-}
-
 LinkSpec ParseLink(YamlFields fields) {
   LinkSpec link;
-  const double gbps = fields.Number("bandwidth_gbps");
-  if (!(gbps >= kLeastLinkGbps && gbps <= kMostLinkGbps)) {
-    fields.Fail("bandwidth_gbps", "must be a number of gigabits per second from " + Written(kLeastLinkGbps) + " to " +
-                                      Written(kMostLinkGbps) + ", got " + Written(gbps));
-  }
+  const double gbps = fields.NumberIn("bandwidth_gbps", kLeastLinkGbps, kMostLinkGbps, "a number of gigabits per second");
   link.bandwidth_bytes_per_s = gbps * 1e9 / kBitsPerByte;
-  const double latency_us = fields.Number("latency_us");
-  if (!(latency_us >= 0 && latency_us <= kMostLinkLatencyUs)) {
-    fields.Fail("latency_us", "must be a number of microseconds from 0 to " + Written(kMostLinkLatencyUs) + ", got " +
-                                  Written(latency_us));
-  }
+  const double latency_us = fields.NumberIn("latency_us", 0, kMostLinkLatencyUs, "a number of microseconds");
   link.latency_s = latency_us * 1e-6;
   fields.Finish();
   return link;
@@ -75,7 +58,7 @@ NodeSpec ParseNode(YamlFields fields) {
   if (const std::string problem = HostPortProblem(node.agent, 1); !problem.empty()) fields.Fail("agent", problem);
   YAML::Node devices = fields.Child("devices");
   if (!devices || !devices.IsSequence() || devices.size() == 0) {
-    fields.Fail("devices", "must be a non-empty list of {type, count}" + YamlFields::LineOf(devices));
+    fields.Fail("devices", "must be a non-empty list of {type, count}");
   }
   for (std::size_t i = 0; i < devices.size(); ++i) {
     node.devices.push_back(ParseDeviceGroup(
@@ -89,7 +72,8 @@ std::optional<double> OptionalPositive(YamlFields& fields, const std::string& ke
   if (!fields.Has(key)) return std::nullopt;
   const double value = fields.Number(key);
   if (!(value > 0 || (zero_allowed && value == 0))) {
-    fields.Fail(key, zero_allowed ? "must be zero or more" : "must be a positive number");
+    fields.Fail(key, std::string(zero_allowed ? "must be zero or more" : "must be a positive number") + ", got " +
+                         fields.Child(key).Scalar());
   }
   return value;
 }
@@ -98,14 +82,13 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
   JobSpec job;
   job.model_config = ResolveAgainst(base_folder, fields.String("model"));
   job.data = fields.String("data");
-  job.steps = fields.Integer("steps");
-  if (job.steps <= 0) fields.Fail("steps", "must be a positive number of optimizer steps");
+  job.steps = fields.IntegerIn("steps", 1, kMostJobSteps, "a number of optimizer steps");
   job.lr = OptionalPositive(fields, "lr", false);
   job.weight_decay = OptionalPositive(fields, "weight_decay", true);
   job.grad_clip = OptionalPositive(fields, "grad_clip", true);
   if (fields.Has("checkpoint_every")) {
-    job.checkpoint_every = fields.Integer("checkpoint_every");
-    if (job.checkpoint_every < 0) fields.Fail("checkpoint_every", "must be zero (only at the end) or more steps");
+    job.checkpoint_every =
+        fields.IntegerIn("checkpoint_every", 0, kMostJobSteps, "a number of steps (0: only at the end)");
   }
   fields.Finish();
   return job;
@@ -254,7 +237,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
 
   YAML::Node nodes = fields.Child("nodes");
   if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
-    fields.Fail("nodes", "must be a non-empty list of nodes" + YamlFields::LineOf(nodes));
+    fields.Fail("nodes", "must be a non-empty list of nodes");
   }
   std::set<std::string> names;
   for (std::size_t i = 0; i < nodes.size(); ++i) {

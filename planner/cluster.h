@@ -53,11 +53,14 @@ struct NodeSpec {
   std::vector<DeviceGroupSpec> devices;
 };
 
+// The most optimizer steps a job may ask for: poplar-worker's own bound on --steps (2^40).
+inline constexpr std::int64_t kMostJobSteps = std::int64_t{1} << 40;
+
 // The training job `poplar launch` runs; absent fields take the worker's defaults.
 struct JobSpec {
   std::string model_config;  // path, resolved against the cluster file's folder
   std::string data;          // relative to each agent's work directory
-  std::int64_t steps = 0;    // > 0
+  std::int64_t steps = 0;    // 1..kMostJobSteps
   std::optional<double> lr, weight_decay, grad_clip;
   std::int64_t checkpoint_every = 0;  // 0: only at the end
 };

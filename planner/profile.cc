@@ -132,7 +132,9 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
   }
   profile.device_type = fields.String("device_type");
   profile.memory_bytes = fields.Integer("memory_bytes");
-  if (profile.memory_bytes <= 0) fields.Fail("memory_bytes", "must be a positive number of bytes");
+  if (profile.memory_bytes <= 0) {
+    fields.Fail("memory_bytes", "must be a positive number of bytes, got " + std::to_string(profile.memory_bytes));
+  }
   profile.emulated = fields.Boolean("emulated", false);
   profile.source = fields.OptionalString("source").value_or("");
   profile.model = ParseModel(fields.Map("model"));

@@ -1,6 +1,8 @@
 #include "planner/yaml_fields.h"
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <vector>
 
 #include "planner/input_error.h"
@@ -31,6 +33,14 @@ bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag(
 std::string Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
   return node.Tag() == "!" ? "the string \"" + node.Scalar() + "\"" : "'" + node.Scalar() + "'";
+}
+
+// A bound as a user would write it: 0.001, 1000000 (no trailing zeros, no exponent
+// below 10^15).
+std::string Written(double value) {
+  std::ostringstream text;
+  text << std::setprecision(15) << value;
+  return text.str();
 }
 
 }  // namespace
@@ -67,7 +77,8 @@ std::string YamlFields::KeyPath(const std::string& key) const {
 }
 
 void YamlFields::Fail(const std::string& key, const std::string& reason) const {
-  throw InputError(file_, KeyPath(key), reason);
+  const YAML::Node& node = node_;  // const: looking a key up must not add it
+  throw InputError(file_, KeyPath(key), reason + LineOf(node[key]));
 }
 
 bool YamlFields::Has(const std::string& key) const {
@@ -98,9 +109,9 @@ YAML::Node YamlFields::Required(const std::string& key) {
 
 std::string YamlFields::String(const std::string& key) {
   YAML::Node child = Required(key);
-  if (!child.IsScalar()) Fail(key, "must be a string" + LineOf(child));
+  if (!child.IsScalar()) Fail(key, "must be a string");
   const std::string value = child.Scalar();
-  if (value.empty()) Fail(key, "must not be empty" + LineOf(child));
+  if (value.empty()) Fail(key, "must not be empty");
   return value;
 }
 
@@ -118,16 +129,14 @@ std::int64_t YamlFields::Integer(const std::string& key) {
   const std::string text = IsPlainScalar(child) ? child.Scalar() : "";
   const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
   if (text.size() <= sign || text.find_first_not_of("0123456789", sign) != std::string::npos) {
-    Fail(key, "must be an integer, got " + Shown(child) + LineOf(child));
+    Fail(key, "must be an integer, got " + Shown(child));
   }
   if (text.size() > sign + 1 && text[sign] == '0') {
-    Fail(key, "must be written without leading zeros, got " + Shown(child) + " (YAML would read it as octal)" +
-                  LineOf(child));
+    Fail(key, "must be written without leading zeros, got " + Shown(child) + " (YAML would read it as octal)");
   }
   std::int64_t value = 0;
   if (!YAML::convert<std::int64_t>::decode(child, value)) {
-    Fail(key, "is too large for an integer (at most 9223372036854775807 either way), got " + Shown(child) +
-                  LineOf(child));
+    Fail(key, "is too large for an integer (at most 9223372036854775807 either way), got " + Shown(child));
   }
   return value;
 }
@@ -137,7 +146,7 @@ std::int64_t YamlFields::IntegerIn(const std::string& key, std::int64_t low, std
   const std::int64_t value = Integer(key);
   if (value < low || value > high) {
     Fail(key, "must be " + what + " from " + std::to_string(low) + " to " + std::to_string(high) + ", got " +
-                  std::to_string(value) + LineOf(Child(key)));
+                  std::to_string(value));
   }
   return value;
 }
@@ -146,10 +155,18 @@ double YamlFields::Number(const std::string& key) {
   YAML::Node child = Required(key);
   double value = 0;
   if (!IsPlainScalar(child) || !YAML::convert<double>::decode(child, value)) {
-    Fail(key, "must be a number, got " + Shown(child) + LineOf(child));
+    Fail(key, "must be a number, got " + Shown(child));
   }
   // YAML spells infinity and nan (.inf, .nan); no setting of poplar's means either.
-  if (!std::isfinite(value)) Fail(key, "must be a finite number, got " + Shown(child) + LineOf(child));
+  if (!std::isfinite(value)) Fail(key, "must be a finite number, got " + Shown(child));
+  return value;
+}
+
+double YamlFields::NumberIn(const std::string& key, double low, double high, const std::string& what) {
+  const double value = Number(key);
+  if (value < low || value > high) {
+    Fail(key, "must be " + what + " from " + Written(low) + " to " + Written(high) + ", got " + Child(key).Scalar());
+  }
   return value;
 }
 
@@ -157,7 +174,7 @@ bool YamlFields::Boolean(const std::string& key, bool fallback) {
   YAML::Node child = Child(key);
   if (!child || child.IsNull()) return fallback;
   if (!IsPlainScalar(child) || (child.Scalar() != "true" && child.Scalar() != "false")) {
-    Fail(key, "must be true or false, got " + Shown(child) + LineOf(child));
+    Fail(key, "must be true or false, got " + Shown(child));
   }
   return child.Scalar() == "true";
 }

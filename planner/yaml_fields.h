@@ -35,6 +35,9 @@ class YamlFields {
   // samples from 1 to 1000000, got 2000000".
   std::int64_t IntegerIn(const std::string& key, std::int64_t low, std::int64_t high, const std::string& what);
   double Number(const std::string& key);  // finite: .inf and .nan are refused
+  // A number from `low` to `high`, as IntegerIn: "must be a slowdown factor from 1 to
+  // 1000, got 0.5".
+  double NumberIn(const std::string& key, double low, double high, const std::string& what);
   // Optional true/false; `fallback` when absent.
   bool Boolean(const std::string& key, bool fallback);
   // A nested mapping; throws if absent.
@@ -48,7 +51,8 @@ class YamlFields {
   const std::string& file() const { return file_; }
   const std::string& path() const { return path_; }
 
-  // Error helpers shared with the parsers.
+  // Error helpers shared with the parsers. Fail throws InputError for `key` with
+  // `reason` and, when the key is in this mapping, its line: "(line 7)".
   [[noreturn]] void Fail(const std::string& key, const std::string& reason) const;
   static std::string LineOf(const YAML::Node& node);
 

@@ -1,0 +1,90 @@
+#include "agent/agent_config.h"
+
+#include <filesystem>
+#include <initializer_list>
+
+#include <gtest/gtest.h>
+
+#include "planner/input_error.h"
+#include "test_support.h"
+
+namespace poplar {
+namespace {
+
+using testing::Contains;
+using testing::ScratchDir;
+
+// A working agent file; each test changes one line of it.
+constexpr char kAgentFile[] = R"(listen: 127.0.0.1:7150
+credentials: {ca: ca.pem, cert: agent.pem, key: agent.key, token: token}
+work_dir: work
+worker: worker.sh
+gpus: none
+emulated:
+  - {type: emu-fast, count: 2, threads: 1, slowdown: 1.0, memory_mib: 48}
+  - {type: emu-slow, slowdown: 2.5, memory_mib: 32}
+)";
+
+class AgentFile : public ::testing::Test {
+ protected:
+  AgentFile() {
+    const std::string worker = scratch_.Write("worker.sh", "#!/bin/sh\n");
+    std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  }
+  // kAgentFile with `from` replaced by `to`, written as agent.yaml.
+  std::string WriteWith(const std::string& from, const std::string& to) {
+    std::string text = kAgentFile;
+    const std::size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return scratch_.Write("agent.yaml", text);
+  }
+  // Loading the file with `from` replaced by `to` fails naming the file, `key` and
+  // every one of `words`.
+  void ExpectRejected(const std::string& from, const std::string& to, const std::string& key,
+                      std::initializer_list<std::string> words) {
+    const std::string path = WriteWith(from, to);
+    try {
+      LoadAgentConfig(path, "");
+      ADD_FAILURE() << "accepted " << to;
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.file(), path);
+      EXPECT_EQ(error.key(), key) << error.what();
+      for (const std::string& word : words) EXPECT_TRUE(Contains(error.reason(), word)) << error.what();
+    }
+  }
+  ScratchDir scratch_{"poplar_agent_config"};
+};
+
+TEST_F(AgentFile, ReadsEveryKeyWithPathsRelativeToTheFile) {
+  const AgentConfig config = LoadAgentConfig(WriteWith("", ""), "");
+  EXPECT_EQ(config.listen, "127.0.0.1:7150");
+  EXPECT_EQ(config.credentials.ca, scratch_.path() + "/ca.pem");
+  EXPECT_EQ(config.work_dir, std::filesystem::canonical(scratch_.path() + "/work").string());
+  EXPECT_EQ(config.cache_dir, std::filesystem::canonical(scratch_.path() + "/cache").string());
+  EXPECT_EQ(config.worker, scratch_.path() + "/worker.sh");
+  EXPECT_FALSE(config.discover_gpus);
+  ASSERT_EQ(config.emulated.size(), 2u);
+  EXPECT_EQ(config.emulated[0].count, 2);
+  EXPECT_EQ(config.emulated[0].memory_bytes, std::int64_t{48} << 20);
+  EXPECT_EQ(config.emulated[1].count, 1);
+  EXPECT_DOUBLE_EQ(config.emulated[1].slowdown, 2.5);
+}
+
+// Each refusal names the key, the reason, what was written, and its line.
+TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
+  ExpectRejected("slowdown: 2.5", "slowdown: 0.5", "emulated[1].slowdown",
+                 {"a slowdown factor from 1 to 1000, got 0.5", "(line 8)"});
+  ExpectRejected("memory_mib: 32", "memory_mib: 0", "emulated[1].memory_mib",
+                 {"a number of MiB from 1 to", "got 0", "(line 8)"});
+  ExpectRejected("count: 2", "count: 2000", "emulated[0].count", {"from 1 to 1024, got 2000", "(line 7)"});
+  ExpectRejected("gpus: none", "gpus: some", "gpus", {"auto or none, got 'some'", "(line 5)"});
+  ExpectRejected("worker: worker.sh", "worker: missing.sh", "worker", {"missing.sh", "not an executable", "(line 4)"});
+  ExpectRejected("type: emu-slow", "type: emu-fast", "emulated[1].type", {"'emu-fast' is declared twice"});
+  ExpectRejected("type: emu-slow", "type: a/b", "emulated[1].type", {"plain name", "'a/b'", "(line 8)"});
+  ExpectRejected("127.0.0.1:7150", "127.0.0.1", "listen", {"(line 1)"});
+  ExpectRejected("threads: 1,", "thread: 1,", "emulated[0].thread", {"unknown key", "did you mean threads?"});
+}
+
+}  // namespace
+}  // namespace poplar
