@@ -27,12 +27,16 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
 
 namespace {
 
-// A quoted scalar ('4', "true") is a string even where its text reads as a number.
-bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() != "!"; }
+// A plain scalar has no tag ("?" to yaml-cpp). A quoted one ('4', "true") is a string
+// even where its text reads as a number ("!"), and so is one tagged `!!str 4`; no
+// setting of poplar's needs another tag.
+bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
 
 std::string Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
-  return node.Tag() == "!" ? "the string \"" + node.Scalar() + "\"" : "'" + node.Scalar() + "'";
+  if (node.Tag() == "!") return "the string \"" + node.Scalar() + "\"";
+  if (node.Tag() != "?") return "'" + node.Scalar() + "' tagged " + node.Tag();
+  return "'" + node.Scalar() + "'";
 }
 
 // A bound as a user would write it: 0.001, 1000000 (no trailing zeros, no exponent

@@ -93,5 +93,17 @@ TEST(YamlFields, IntegersAreDecimal) {
   EXPECT_EQ(fields.Integer("plus"), 3);
 }
 
+// Numbers and booleans are plain scalars: quoted, or tagged as strings, they are text
+// (`!!str 128` was once read as 128).
+TEST(YamlFields, QuotedOrTaggedScalarsAreNotNumbers) {
+  const YAML::Node node =
+      ParseYamlDocument("quoted: '128'\ntagged: !!str 128\nflag: !!str true\nnumber: 2.5\n", "c.yaml");
+  YamlFields fields(node, "c.yaml", "");
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("quoted"); }), "quoted: must be an integer, got the string \"128\" (line 1)"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("tagged"); }), "tagged: must be an integer, got '128' tagged"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Boolean("flag", false); }), "flag: must be true or false"));
+  EXPECT_DOUBLE_EQ(fields.Number("number"), 2.5);
+}
+
 }  // namespace
 }  // namespace poplar
