@@ -54,6 +54,11 @@ int IntegerVariable(const char* name, int fallback, int low, int high) {
   return static_cast<int>(value);
 }
 
+// c10d's words for a wait that ran out: "Timed out", "timed out", "Socket Timeout".
+bool SaysTimedOut(const std::string& what) {
+  return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+}
+
 // Waits for `work`, a `collective` of the job's ranks. Its failure is said in a user's
 // terms: a peer rank gone (its connection closed or reset: that rank's own error says
 // why), or not every rank there within --timeout; then the first line of c10d's words,
@@ -69,7 +74,7 @@ void WaitForWork(c10d::Work& work, const char* collective) {
     std::string reason;
     if (says("closed by peer") || says("reset by peer") || says("Broken pipe") || says("Connection refused")) {
       reason = "another rank left the job (its own output says why); ";
-    } else if (says("imed out") || says("imeout")) {
+    } else if (SaysTimedOut(cause)) {
       reason = "not every rank took part within --timeout (a rank stopped or is stuck); ";
     }
     throw std::runtime_error(std::string("the ") + collective + " failed: " + reason + cause);
@@ -158,7 +163,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     }
     // A rank other than 0 that never reached rank 0's store ("The client socket has
     // timed out after 10s while trying to connect to (127.0.0.1, 29615).").
-    if (rank_ != 0 && (what.find("timed out") != std::string::npos || what.find("imeout") != std::string::npos)) {
+    if (rank_ != 0 && SaysTimedOut(what)) {
       throw std::runtime_error("cannot reach rank 0's rendezvous at " + env.master_addr + ":" +
                                std::to_string(env.master_port) +
                                " within --timeout; is rank 0 started, with the same MASTER_ADDR and MASTER_PORT? (" +
@@ -188,7 +193,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   } catch (const std::exception& error) {
     // c10d says only "Socket Timeout" when a rank never joins.
     const std::string what = error.what();
-    if (what.find("imeout") != std::string::npos || what.find("timed out") != std::string::npos) {
+    if (SaysTimedOut(what)) {
       throw std::runtime_error(RendezvousIncomplete(env, {}).what() + (" (" + what.substr(0, what.find('\n')) + ")"));
     }
     throw;
