@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/checkpoint.h"
+#include "launcher/checkpoint_writer.h"
 #include "launcher/communicator.h"
 #include "launcher/device.h"
 #include "launcher/emulated_slowdown.h"
@@ -217,6 +218,8 @@ void Train(const TrainOptions& options) {
   }
 
   const int rank = env.rank;
+  std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
+  if (rank == 0 && !options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, config);
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);
   std::size_t last_computing_entry = micro_batches.size();
@@ -294,16 +297,23 @@ void Train(const TrainOptions& options) {
     const bool last = step + 1 == options.steps;
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-      const Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
-      if (rank == 0) WriteCheckpoint(options.checkpoint_dir, checkpoint, config);
-      communicator.Barrier();
+      // Gathered by every rank (collectives), written by rank 0 in the background.
+      Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
+      const std::optional<std::int64_t> replaced = writer ? writer->Start(std::move(checkpoint)) : std::nullopt;
+      if (replaced) {
+        std::cerr << "poplar-worker[rank 0]: the checkpoint of step " << *replaced << " was not written: the one of "
+                  << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
+                  << "than --checkpoint-every)\n";
+      }
     }
+    if (writer) writer->Check();
   }
-  if (!options.save.empty()) {
-    const StateDict state = engine.FullState(rank == 0);  // collective at stage 3
-    if (rank == 0) WriteStateDict(options.save, state);
-  }
+  const StateDict saved = options.save.empty() ? StateDict{} : engine.FullState(rank == 0);  // collective at stage 3
+  // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
+  // waits for the disk in a collective.
   communicator.Barrier();
+  if (rank == 0 && !options.save.empty()) WriteStateDict(options.save, saved);
+  if (writer) writer->Finish();
 }
 
 }  // namespace poplar

@@ -319,5 +319,30 @@ TEST_F(Resume, TemporariesOfWritersNoLongerRunningAreRemoved) {
   EXPECT_EQ(names, (std::vector<std::string>{".step-00000001.tmp" + alive, "latest", "step-00000001"}));
 }
 
+// A disk slower than --timeout does not end the job: rank 0 writes its checkpoints in
+// the background, so no rank waits for the disk in a collective, and a checkpoint due
+// while another is written replaces the waiting one. (The barrier after each
+// checkpoint once timed out on rank 1, blaming a stuck rank.) Every fsync sleeps 700 ms
+// here: a checkpoint flushes 7 times, 4.9 s against a --timeout of 3.
+TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
+  const std::string two = WritePlan(scratch, "two.json", 1, {{4}, {4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  std::vector<std::string> args =
+      Args(scratch, two, 4, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1", "--save", "whole.pt"});
+  *(std::find(args.begin(), args.end(), "--timeout") + 1) = "3";
+  ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);  // inherited by the workers alone
+  ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", "700", 1);
+  const JobOutcome job = RunJob(scratch, 2, args);
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000004\n");
+  EXPECT_TRUE(Contains(job.errors[0], "the checkpoint of step 3 was not written: the one of step 4 came")) << job.errors[0];
+  // The last checkpoint is the trained model, written whole.
+  EXPECT_EQ(MaxAbsDifference(ReadStateDict(checkpoints + "/step-00000004/model.pt"),
+                             ReadStateDict(scratch.path() + "/whole.pt")),
+            0.0);
+}
+
 }  // namespace
 }  // namespace poplar::testing

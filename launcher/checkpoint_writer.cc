@@ -1,0 +1,67 @@
+#include "launcher/checkpoint_writer.h"
+
+namespace poplar {
+
+CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config)
+    : dir_(std::move(dir)), config_(config), thread_([this] { WriteQueued(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;  // leaving on an error: what was gathered is still a good checkpoint
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<std::int64_t> CheckpointWriter::Start(Checkpoint checkpoint) {
+  std::optional<std::int64_t> replaced;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    if (waiting_) replaced = waiting_->step;
+    waiting_ = std::move(checkpoint);
+  }
+  changed_.notify_all();
+  return replaced;
+}
+
+void CheckpointWriter::Check() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void CheckpointWriter::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  Check();
+}
+
+void CheckpointWriter::WriteQueued() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return waiting_.has_value() || closing_; });
+    if (!waiting_) return;  // closing, nothing left
+    Checkpoint checkpoint = std::move(*waiting_);
+    waiting_.reset();
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      WriteCheckpoint(dir_, checkpoint, config_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error) {
+      error_ = error;
+      waiting_.reset();
+      return;
+    }
+  }
+}
+
+}  // namespace poplar

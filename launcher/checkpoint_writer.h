@@ -1,0 +1,61 @@
+// Rank 0's checkpoints, written in the background while training goes on.
+//
+// A checkpoint's tensors are gathered in the training loop (collectives: every rank
+// takes part), as CPU copies that nothing else touches; writing them to the disk is
+// rank 0's alone and runs on a thread of its own. So a slow disk costs no step time,
+// and no rank waits in a collective while rank 0 writes: a GPT-2 medium checkpoint
+// (4.3 GB, flushed to the disk) can take longer than --timeout, and the other ranks
+// once gave up on rank 0 as stuck at the barrier after it.
+//
+// At most one checkpoint waits while another is written: when the disk is slower than
+// --checkpoint-every, a newer checkpoint replaces the waiting one (the newest is the
+// one a resume wants), so memory holds at most two. A write that failed is reported
+// (rethrown) by the next Start, Check or Finish, so the job ends with the writer's own
+// error. The destructor, as Finish, writes what waits (a job ending on another rank's
+// error keeps its last gathered checkpoint), without throwing; every write is atomic,
+// so `latest` names a complete checkpoint whatever happens.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "launcher/checkpoint.h"
+#include "planner/model_config.h"
+
+namespace poplar {
+
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string dir, GptConfig config);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Queues `checkpoint` to be written (WriteCheckpoint) and returns at once. Returns the
+  // step of a waiting checkpoint it replaced, not to be written. Throws a failed write's
+  // error.
+  std::optional<std::int64_t> Start(Checkpoint checkpoint);
+  // Throws the error of a write that has failed; returns at once otherwise.
+  void Check();
+  // Writes what is queued and waits for it; throws a failed write's error.
+  void Finish();
+
+ private:
+  void WriteQueued();  // the writing thread
+
+  const std::string dir_;
+  const GptConfig config_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the two below
+  bool closing_ = false;               // no more checkpoints: write what waits, then end
+  std::exception_ptr error_;
+  std::thread thread_;                 // last: starts once the rest exists
+};
+
+}  // namespace poplar
