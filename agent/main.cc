@@ -98,6 +98,9 @@ void Serve(const AgentOptions& options) {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &port);
+  // gRPC sets SO_REUSEPORT by default, which let a second agent bind a port an agent
+  // already held, and the kernel then shared the callers between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   AddAgentKeepalive(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server;

@@ -191,6 +191,19 @@ class TwoAgents : public ::testing::Test {
   std::vector<int> ports_;
 };
 
+// A second agent on a port an agent holds is refused at start (gRPC's SO_REUSEPORT once
+// let both listen, and callers reached either one).
+TEST_F(TwoAgents, ASecondAgentCannotListenWhereAnAgentListens) {
+  std::string config = ReadTextFile(dir_.path() + "/a.yaml");
+  config.replace(config.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ports_[0]));
+  const auto second = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir_.Write("second.yaml", config)}),
+                                 dir_.path(), std::chrono::seconds(30));
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(second.err, {"second.yaml: listen: cannot listen on 127.0.0.1:" + std::to_string(ports_[0]),
+                                       "in use"}))
+      << second.err;
+}
+
 TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   const auto status = Poplar({"status", "cluster.yaml"});
   EXPECT_EQ(status.exit_code, 0) << status.err;
