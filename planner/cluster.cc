@@ -1,6 +1,7 @@
 #include "planner/cluster.h"
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "planner/host_port.h"
@@ -240,11 +241,17 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     fields.Fail("nodes", "must be a non-empty list of nodes");
   }
   std::set<std::string> names;
+  std::map<std::string, std::string> agents;  // address -> the node it serves
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
     cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
-    if (!names.insert(cluster.nodes.back().name).second) {
-      throw InputError(file, path + ".name", "'" + cluster.nodes.back().name + "' is used twice");
+    const NodeSpec& node = cluster.nodes.back();
+    if (!names.insert(node.name).second) throw InputError(file, path + ".name", "'" + node.name + "' is used twice");
+    // One agent serves one node: two nodes on one agent would be asked twice for the
+    // same devices (and the second launch refused as the job already running).
+    if (const auto [other, added] = agents.emplace(node.agent, node.name); !added) {
+      throw InputError(file, path + ".agent", "'" + node.agent + "' is also the agent of node '" + other->second +
+                                                  "'; each node has its own agent (host:port)");
     }
   }
 

@@ -551,6 +551,13 @@ TEST(ClusterFile, RejectsDuplicateNodeName) {
                  "'node-a' is used twice");
 }
 
+// Two nodes on one agent were both "up" to `poplar status`, and a launch asked the one
+// agent twice.
+TEST(ClusterFile, RejectsTwoNodesWithOneAgent) {
+  ExpectRejected(ValidWith("  - name: node-b\n", "  - name: node-b\n    host: 10.0.0.1\n"), "nodes[1].agent",
+                 "'10.0.0.1:7150' is also the agent of node 'node-a'");
+}
+
 // ---------------------------------------------------------------------------
 // The network section.
 
