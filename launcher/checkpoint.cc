@@ -215,6 +215,7 @@ void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
   if (error || !fs::is_directory(dir)) {
     throw InputError(flag, "", "cannot create folder " + dir + ": " + (error ? error.message() : "a file is in the way"));
   }
+  RequireWritableFolder(dir, flag);
   const fs::path latest = fs::path(dir) / "latest";
   const fs::file_status status = fs::symlink_status(latest, error);
   if (fs::exists(status) && !fs::is_regular_file(fs::status(latest, error))) {

@@ -32,8 +32,8 @@ struct Checkpoint {
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config);
 
 // Makes `dir` ready to hold checkpoints before training starts, so that what would stop
-// the first checkpoint stops the job at once instead: creates the folder, refuses a
-// `latest` that is not a regular file, and removes the temporaries that writers which
+// the first checkpoint stops the job at once instead: creates the folder, checks that
+// files can be made in it, refuses a `latest` that is not a regular file, and removes the temporaries that writers which
 // are no longer running (a SIGKILL, a power loss) left behind. `flag` names it in errors.
 void PrepareCheckpointFolder(const std::string& dir, const std::string& flag);
 

@@ -17,12 +17,18 @@ class MetricsWriter {
   // `pattern` may hold "{rank}", which becomes the rank: then every rank writes its own
   // file; without it only rank 0 writes. An empty pattern writes nothing.
   MetricsWriter(const std::string& pattern, int rank, bool append) {
-    const auto placeholder = pattern.find("{rank}");
-    if (pattern.empty() || (placeholder == std::string::npos && rank != 0)) return;
-    std::string path = pattern;
-    if (placeholder != std::string::npos) path.replace(placeholder, 6, std::to_string(rank));
+    const std::string path = PathFor(pattern, rank);
+    if (path.empty()) return;
     out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_) throw InputError("--metrics", "", "cannot write " + path);
+  }
+  // The file `rank` writes for `pattern`; empty when it writes none.
+  static std::string PathFor(const std::string& pattern, int rank) {
+    const auto placeholder = pattern.find("{rank}");
+    if (pattern.empty() || (placeholder == std::string::npos && rank != 0)) return "";
+    std::string path = pattern;
+    if (placeholder != std::string::npos) path.replace(placeholder, 6, std::to_string(rank));
+    return path;
   }
   void Write(const nlohmann::json& line) {
     if (out_.is_open()) out_ << line.dump() << "\n" << std::flush;

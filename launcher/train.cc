@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -46,11 +47,20 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
   return {loss_sum, StretchCompute(SecondsSince(start), slowdown)};
 }
 
-// Output paths are checked before the rendezvous, so a typo fails at once on its own
-// rank instead of after training (or as a peer's connection error).
-void RequireWritableOutputs(const TrainOptions& options) {
+// Output paths are checked before the rendezvous, so a typo or a folder that takes no
+// files fails at once on its own rank instead of after training (or as a peer's
+// connection error); and no output may be one of the files the job reads. --save is
+// rank 0's alone to write; --metrics each rank's own file, if any.
+void RequireWritableOutputs(const TrainOptions& options, int rank) {
+  const std::vector<InputFile> inputs = {{options.data, "the token file (--data)"},
+                                         {options.plan, "the plan (--plan)"},
+                                         {options.model_config, "the model configuration (--model-config)"},
+                                         {options.init, "the initial state (--init)"}};
   if (!options.checkpoint_dir.empty()) PrepareCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
-  if (!options.save.empty()) RequireFolderFor(options.save, "--save");
+  if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
+  if (const std::string metrics = MetricsWriter::PathFor(options.metrics, rank); !metrics.empty()) {
+    RequireOutputApart(metrics, inputs, "--metrics");
+  }
 }
 
 // What every rank must agree on before any collective that depends on it (the resume's
@@ -190,7 +200,7 @@ void Train(const TrainOptions& options) {
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
   const TokenData data(options.data, config.block_size, config.vocab_size);
-  RequireWritableOutputs(options);
+  RequireWritableOutputs(options, env.rank);
 
   // Model, from --init, or from the newest checkpoint any rank was given with --resume
   // (ResumeFromNewestCheckpoint); the loaded files are dropped once copied in.

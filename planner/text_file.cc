@@ -105,10 +105,30 @@ void WriteFileAtomically(const std::string& named, const std::string& contents) 
 }
 
 void RequireFolderFor(const std::string& path, const std::string& flag) {
-  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  // What the write would refuse (a folder, a device, a dangling link), refused now.
+  std::string target;
+  try {
+    target = WriteTarget(path);
+  } catch (const InputError& error) {
+    throw InputError(flag, "", error.what());
+  }
+  const std::filesystem::path folder = std::filesystem::path(target).parent_path();
   if (!folder.empty() && !std::filesystem::is_directory(folder)) {
     throw InputError(flag, "", "folder " + folder.string() + " does not exist");
   }
+  RequireWritableFolder(folder.empty() ? "." : folder.string(), flag);
+}
+
+void RequireWritableFolder(const std::string& folder, const std::string& flag) {
+  // Permissions alone do not say it (root ignores them; a read-only mount, /proc): a
+  // file is made and removed again.
+  const std::string probe = folder + "/.poplar-write-check." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno != EEXIST) {
+    throw InputError(flag, "", "cannot write in folder " + folder + ": " + std::strerror(errno));
+  }
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 void RequireOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {

@@ -24,9 +24,14 @@ void SyncToDisk(const std::string& path);
 // A name that can be a file's name in a folder, as a device type names its profile
 // <type>.json: not empty, no '/', not "." or "..".
 bool IsPlainFileName(const std::string& name);
-// Throws InputError naming `flag` unless the folder `path` would be written in exists,
-// so that a mistyped output path fails before the work, not after it.
+// Throws InputError naming `flag` unless a file can be written at `path`: the folder it
+// would be written in exists and takes new files, and `path` is not something a write
+// refuses (a folder, a device, a pipe). So a mistyped or unwritable output path fails
+// before the work, not after it.
 void RequireFolderFor(const std::string& path, const std::string& flag);
+// Throws InputError naming `flag` unless a file can be made in `folder` (one is made and
+// removed: a read-only mount or /proc refuses what permissions would allow root).
+void RequireWritableFolder(const std::string& folder, const std::string& flag);
 // A file a command reads, and what it is to the user ("the cluster file", "job.model").
 struct InputFile {
   std::string path;

@@ -71,6 +71,8 @@ void AddCommonOptions(CLI::App* command, PlanOptions& options) {
 }
 
 void RunPlan(const PlanOptions& options) {
+  // Before the agents profile: their profiles are written beside the plan.
+  RequireFolderFor(options.output, "--output");
   const LoadedCluster loaded = Load(options);
   std::vector<InputFile> inputs = loaded.cluster.InputFiles();
   for (const auto& [type, profile] : loaded.profiles) inputs.push_back({profile.file, "the profile of " + type});

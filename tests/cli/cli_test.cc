@@ -409,6 +409,28 @@ TEST_F(Cli, PlanRefusesToWriteOverWhatItReads) {
   EXPECT_TRUE(Contains(empty.err, "--output: must not be empty")) << empty.err;
 }
 
+// Without profiles, `plan` asks the agents and writes their profiles beside the plan:
+// an output it cannot write (a folder, a device, a missing folder) is refused before
+// any agent is asked or any profile written (it once left profiles/ in /dev).
+TEST_F(Cli, PlanRefusesAnOutputItCannotWriteBeforeAskingTheAgents) {
+  std::string text = ReadFile(ExampleCluster("v100-and-t4"));
+  text.replace(text.find("profiles: profiles/gpt2-medium\n"), 31,
+               "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n");
+  const std::string cluster = Write("agents.yaml", text);
+  std::filesystem::create_directories(work_ + "/folder");
+  for (const auto& [output, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"folder", "is a folder; name a file in it"},
+           {"/dev/full", "not a regular file"},
+           {"missing/plan.json", "folder missing does not exist"}}) {
+    const Outcome run = Poplar({"plan", cluster, "-o", output});
+    EXPECT_EQ(run.exit_code, 1) << output;
+    EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+    EXPECT_TRUE(ContainsAll(run.err, {"--output", reason})) << run.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(work_ + "/profiles"));
+  EXPECT_FALSE(std::filesystem::exists(work_ + "/missing"));
+}
+
 // Launch refusals that need no agent: a resume without the job's id (it trained a new
 // job from step 0), and a run directory where a file is (an internal error).
 TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {

@@ -129,6 +129,35 @@ TEST_F(WorkerBadInput, SaveIntoAFolderThatDoesNotExist) {
                  {"--save", "missing does not exist"});
 }
 
+// Every output is checked before the first step: a folder that takes no files (/proc,
+// where even root cannot make one), a folder named where a file should be, and a file
+// the job reads. Each once failed only after the whole training, or replaced the input
+// (a token file overwritten by metrics, exit 0).
+TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTraining) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const std::string tokens = scratch_.path() + "/tokens.bin";
+  const std::string tokens_before = ReadWholeFile(tokens);
+  std::filesystem::create_directories(scratch_.path() + "/out");
+  const std::string metrics = scratch_.path() + "/m.jsonl";
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--save", "/proc/model.pt"}, {"--save", "cannot write in folder /proc"}},
+      {{"--checkpoint-dir", "/proc"}, {"--checkpoint-dir", "cannot write in folder /proc"}},
+      {{"--save", "out/"}, {"--save", "is a folder; name a file in it"}},
+      {{"--save", plan}, {"--save", "is the plan (--plan), which this command reads"}},
+      {{"--metrics", tokens}, {"--metrics", "is the token file (--data)"}},
+      {{"--metrics", "out/m{rank}.jsonl", "--save", "/proc/x.pt"}, {"--save", "/proc"}}};
+  for (const auto& [flags, words] : cases) {
+    std::vector<std::string> extra = flags;
+    if (flags[0] != "--metrics") extra.insert(extra.end(), {"--metrics", metrics});
+    const JobOutcome job = RunJob(scratch_, 1, Args(plan, extra, 1000));
+    EXPECT_EQ(job.exit_codes[0], 1) << job.Describe();
+    for (const std::string& word : words) EXPECT_TRUE(Contains(job.errors[0], word)) << job.errors[0];
+    EXPECT_FALSE(std::filesystem::exists(metrics)) << "a step ran before the refusal: " << flags[1];
+    EXPECT_FALSE(std::filesystem::exists(scratch_.path() + "/out/m0.jsonl")) << flags[1];
+  }
+  EXPECT_EQ(ReadWholeFile(tokens), tokens_before);
+}
+
 TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   scratch_.Write("tokens.bin", "abc");
