@@ -1,6 +1,8 @@
 #include "launcher/train.h"
 
 #include <chrono>
+#include <cmath>
+#include <stdexcept>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -279,6 +281,14 @@ void Train(const TrainOptions& options) {
     auto loss = torch::tensor({loss_sum}, torch::kFloat64).to(device);
     communicator.AllReduceSum(loss);
     const double mean_loss = loss.item<double>() / tokens_per_step;  // waits for the device
+    // Diverged: every rank sees the same (both are all-reduced) and stops before it
+    // writes anything of this step, so the newest checkpoint stays the last good state
+    // (a nan run once trained on to the end, wrote nan checkpoints and exited 0).
+    if (!std::isfinite(mean_loss) || !std::isfinite(grad_norm)) {
+      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": the loss is " +
+                               std::to_string(mean_loss) + " and the gradient norm " + std::to_string(grad_norm) +
+                               "; nothing of this step was written. Lower --lr, or clip with --grad-clip");
+    }
     const double step_s = SecondsSince(step_start);
     const Communicator::Volume volume = communicator.volume().Since(volume_before);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "planner/cli/text_table.h"
 #include "planner/median.h"
@@ -32,6 +33,16 @@ int Severity(const std::string& reason) {
   return kCause;
 }
 
+constexpr double kNoNumber = std::numeric_limits<double>::quiet_NaN();
+
+// A record's number at `key`, or `otherwise` where it has none (absent; null, as a
+// worker writes nan; not a number): records come from workers on other nodes, and an
+// odd one must not stop the head.
+double NumberOf(const nlohmann::json& record, const char* key, double otherwise = 0.0) {
+  const auto found = record.find(key);
+  return found != record.end() && found->is_number() ? found->get<double>() : otherwise;
+}
+
 }  // namespace
 
 LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps,
@@ -60,7 +71,7 @@ void LaunchMonitor::Output(int rank, const std::string& line) {
 void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   if (!run_dir_.empty()) RankFile(metrics_files_, "metrics", ".jsonl", rank) << json_line << std::endl;
   auto record = nlohmann::json::parse(json_line, nullptr, false);
-  if (!record.is_object() || !record.contains("step")) return;
+  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return;
   latest_[rank] = record;
   if (rank != 0) return;
   const bool first = rank0_steps_.empty();
@@ -79,10 +90,10 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
 std::map<std::string, double> LaunchMonitor::BusyShares() const {
   std::map<std::string, std::pair<double, int>> sums;  // type -> (sum of shares, ranks)
   for (const auto& [rank, latest] : latest_) {
-    const double step_s = latest.value("step_s", 0.0);
+    const double step_s = NumberOf(latest, "step_s");
     if (step_s <= 0 || rank >= static_cast<int>(ranks_.size())) continue;
     auto& entry = sums[ranks_[rank].device_type];
-    entry.first += std::min(1.0, latest.value("compute_s", 0.0) / step_s);
+    entry.first += std::min(1.0, NumberOf(latest, "compute_s") / step_s);
     entry.second += 1;
   }
   std::map<std::string, double> shares;
@@ -93,9 +104,9 @@ std::map<std::string, double> LaunchMonitor::BusyShares() const {
 std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
   const auto& record = rank0_steps_.back();
   std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) +
-                     "  loss " + Fixed(record.value("loss", 0.0), 4) +
-                     "  " + Fixed(record.value("samples_per_s", 0.0), 1) + " samples/s" +
-                     "  step " + Seconds(record.value("step_s", 0.0)) + "  busy";
+                     "  loss " + Fixed(NumberOf(record, "loss", kNoNumber), 4) +
+                     "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
+                     "  step " + Seconds(NumberOf(record, "step_s")) + "  busy";
   for (const auto& [type, share] : BusyShares()) line += " " + type + " " + Fixed(100.0 * share, 0) + "%";
   return line;
 }
@@ -127,13 +138,13 @@ nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   if (rank0_steps_.empty()) return summary;
   std::vector<double> step_times;
   for (std::size_t i = rank0_steps_.size() / 5; i < rank0_steps_.size(); ++i) {
-    step_times.push_back(rank0_steps_[i].value("step_s", 0.0));
+    step_times.push_back(NumberOf(rank0_steps_[i], "step_s"));
   }
   const double measured = Median(step_times);
-  const double global_batch = rank0_steps_.back().value("samples_per_s", 0.0) * rank0_steps_.back().value("step_s", 0.0);
+  const double global_batch = NumberOf(rank0_steps_.back(), "samples_per_s") * NumberOf(rank0_steps_.back(), "step_s");
   summary["first_step"] = rank0_steps_.front().value("step", 0);
-  summary["first_loss"] = rank0_steps_.front().value("loss", 0.0);
-  summary["last_loss"] = rank0_steps_.back().value("loss", 0.0);
+  summary["first_loss"] = NumberOf(rank0_steps_.front(), "loss", kNoNumber);
+  summary["last_loss"] = NumberOf(rank0_steps_.back(), "loss", kNoNumber);
   summary["measured_step_s"] = measured;
   summary["predicted_step_s"] = predicted_step_s;
   summary["prediction_error"] = predicted_step_s > 0 && measured > 0 ? predicted_step_s / measured - 1 : 0.0;

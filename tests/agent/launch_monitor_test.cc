@@ -1,5 +1,6 @@
 // What `poplar launch` makes of its agents' events: the reported root cause, the
 // progress line and the run summary.
+#include <cmath>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -106,6 +107,20 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
   int lines = 0;
   for (std::string line; std::getline(metrics, line);) ++lines;
   EXPECT_EQ(lines, 10);
+}
+
+// A worker writes a nan loss as null, and records come from other nodes: an odd one is
+// kept in the run directory and shown as it is, and never stops the head (a null loss
+// once threw out of the progress line).
+TEST_F(LaunchMonitorTest, RecordsWithNullsOrOddTypesDoNotStopTheHead) {
+  LaunchMonitor monitor = Monitor(/*progress_every=*/1);
+  monitor.Metrics(0, R"({"step": 1, "rank": 0, "loss": null, "step_s": 0.5, "compute_s": "x", "samples_per_s": 48})");
+  monitor.Metrics(0, R"({"step": "2", "rank": 0, "loss": 1.0})");
+  monitor.Metrics(1, R"({"step": 1, "rank": 1, "loss": 3.0, "step_s": null, "compute_s": 0.1})");
+  EXPECT_TRUE(ContainsAll(out_.str(), {"step 1/10  loss nan", "48.0 samples/s"})) << out_.str();
+  const auto summary = monitor.Summary(0.5);
+  EXPECT_EQ(summary["steps"], 1);
+  EXPECT_TRUE(std::isnan(summary["last_loss"].get<double>()));
 }
 
 // A resumed run says where it went on from with rank 0's first step, before its

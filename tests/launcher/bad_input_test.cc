@@ -16,6 +16,7 @@
 #include "child_process.h"
 #include "launcher/device.h"
 #include "planner/free_port.h"
+#include "planner/text_file.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {
@@ -371,6 +372,31 @@ TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
     if (i != taken && Contains(err(i), "error:")) {
       EXPECT_TRUE(Contains(err(i), "RANK 1 was given to two processes")) << err(i);
     }
+  }
+}
+
+// A run that diverges stops at the first step whose loss or gradient norm is not a
+// number, on every rank, before writing anything of it: the newest checkpoint and the
+// metrics hold only good steps. (A nan run once trained on, wrote nan checkpoints and
+// exited 0.)
+TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodCheckpoint) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
+  const std::string checkpoints = scratch_.path() + "/checkpoints";
+  const JobOutcome job = RunJob(scratch_, 2, Args(plan, {"--lr", "1000", "--grad-clip", "0", "--checkpoint-dir",
+                                                         checkpoints, "--checkpoint-every", "1", "--metrics",
+                                                         "m{rank}.jsonl"},
+                                                  40));
+  ExpectRejected(job, {"training diverged at step", "nothing of this step was written", "--lr"});
+  const std::vector<std::string> lines = ReadLines(scratch_.path() + "/m0.jsonl");
+  ASSERT_FALSE(lines.empty());
+  ASSERT_LT(lines.size(), 40u);
+  for (const std::string& line : lines) EXPECT_FALSE(Contains(line, "null")) << line;
+  const std::string diverged = "training diverged at step " + std::to_string(lines.size() + 1) + ":";
+  EXPECT_TRUE(Contains(job.errors[0], diverged)) << job.errors[0];
+  const std::string latest = Trimmed(ReadWholeFile(checkpoints + "/latest"));
+  EXPECT_EQ(latest, "step-" + std::string(8 - std::to_string(lines.size()).size(), '0') + std::to_string(lines.size()));
+  for (const auto& [name, tensor] : ReadStateDict(checkpoints + "/" + latest + "/model.pt")) {
+    EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>()) << name;
   }
 }
 
