@@ -108,9 +108,12 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     throw;
   }
 
+  // Ctrl-C, SIGTERM (a scheduler, `timeout`) and SIGHUP (the terminal closed) stop the
+  // job everywhere in order. (SIGPIPE is ignored from main: lost output ends nothing.)
   g_interrupted = 0;
   auto previous_interrupt = std::signal(SIGINT, OnInterrupt);
   auto previous_terminate = std::signal(SIGTERM, OnInterrupt);
+  auto previous_hangup = std::signal(SIGHUP, OnInterrupt);
   AgentJobOutcome outcome;
   bool stopping = false;
   auto stop_everywhere = [&](const std::string& reason) {
@@ -131,13 +134,17 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     for (auto& stream : streams) stream.join();
     std::signal(SIGINT, previous_interrupt);
     std::signal(SIGTERM, previous_terminate);
+    std::signal(SIGHUP, previous_hangup);
   };
   try {
     std::size_t open_streams = streams.size();
     auto stop_deadline = std::chrono::steady_clock::time_point::max();
     while (open_streams > 0) {
       if (g_interrupted != 0 && !stopping) {
-        const std::string how = g_interrupted == SIGINT ? "Ctrl-C" : "SIGTERM";
+        const std::string how = g_interrupted == SIGINT    ? "Ctrl-C"
+                                : g_interrupted == SIGHUP ? "SIGHUP: its terminal closed; nohup, tmux or "
+                                                            "systemd-run let a launch outlive its terminal"
+                                                          : "SIGTERM";
         out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
         monitor.Stopped("head", "stopped by the user (" + how + ")");
         stop_everywhere("stopped by the user (" + how + " on the head node)");

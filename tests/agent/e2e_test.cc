@@ -517,6 +517,27 @@ TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) { StopTheHeadWith(SIGINT, "Ctrl-C"
 // What a batch scheduler or `timeout` does to the head: the same orderly stop.
 TEST_F(TwoAgents, SigtermToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGTERM, "SIGTERM"); }
 
+// A closed terminal (an SSH session lost) stops the job in the same order, saying why
+// (SIGHUP once killed the head at once, with no summary and no word).
+TEST_F(TwoAgents, SighupToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGHUP, "SIGHUP: its terminal closed"); }
+
+// Output that can no longer be written (`| tee` or `| head` gone) does not end the job:
+// SIGPIPE once killed the head, and with it the training on every node.
+TEST_F(TwoAgents, AHeadWhoseOutputReaderIsGoneTrainsOn) {
+  const std::string plan = WritePlan();
+  ChildOptions options;
+  options.argv = {"/bin/bash", "-c",
+                  "set -o pipefail; '" POPLAR_BINARY "' launch cluster.yaml --plan plan.json --run-dir piped "
+                  "--job-id job-piped --steps 6 --progress-every 1 --timeout 20 | head -c 0"};
+  options.cwd = dir_.path();
+  options.stderr_path = dir_.path() + "/piped.err";
+  ChildProcess launch(options);
+  EXPECT_EQ(launch.Wait(std::chrono::seconds(120)), 0) << ReadWholeFile(dir_.path() + "/piped.err");
+  const std::string summary = ReadWholeFile(dir_.path() + "/piped/summary.json");
+  EXPECT_TRUE(Contains(summary, "\"ok\": true")) << summary;
+  EXPECT_TRUE(Contains(summary, "\"steps\": 6")) << summary;
+}
+
 // A node that stops answering without closing its connections (frozen, or cut off by
 // the network) is noticed by keepalive: the job stops with an error naming the node.
 TEST_F(TwoAgents, AFrozenAgentIsNoticedAndTheJobStops) {
