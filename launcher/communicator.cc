@@ -126,7 +126,7 @@ GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::str
 
 Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
                            torch::Device device, CollectiveBackend backend, GlooReduceScatter gloo_reduce_scatter)
-    : rank_(env.rank), world_size_(env.world_size), gloo_reduce_scatter_(gloo_reduce_scatter) {
+    : rank_(env.rank), world_size_(env.world_size), timeout_(timeout), gloo_reduce_scatter_(gloo_reduce_scatter) {
   // A backend named explicitly gets a process group even for one rank, so that a
   // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
@@ -218,6 +218,25 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
     if (now >= deadline) return false;
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+}
+
+void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const std::string& reason,
+                                                std::chrono::milliseconds within) {
+  if (env.world_size == 1 || env.rank == 0) return;
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = false;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = false;
+  store_options.timeout = within;
+  UseClassicStoreServer(store_options, 0);
+  const std::string message = "rank " + std::to_string(env.rank) + " stopped before the rendezvous: " + reason;
+  try {
+    c10d::TCPStore store(env.master_addr, store_options);
+    store.set(kEndedKey, std::vector<uint8_t>(message.begin(), message.end()));
+  } catch (const std::exception&) {
+    // No rank 0 to tell (not started, or gone): its own wait names this rank.
   }
 }
 
@@ -326,6 +345,18 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
   if (world_size_ == 1) return;
   const std::string prefix = "poplar/agree/" + what + "/";
   store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r) keys.push_back(prefix + std::to_string(r));
+  if (!PollUntilSet(keys, std::chrono::steady_clock::now() + timeout_)) {
+    std::vector<int> missing;
+    for (int r = 0; r < world_size_; ++r) {
+      if (!store_->check({keys[r]})) missing.push_back(r);
+    }
+    throw std::runtime_error(std::string(missing.size() == 1 ? "rank " : "ranks ") +
+                             Join(missing, ", ", [](int rank) { return std::to_string(rank); }) +
+                             " did not send its " + what + " within --timeout (it stopped, or is stuck: its own "
+                             "output says why)");
+  }
   for (int r = 0; r < world_size_; ++r) {
     const std::vector<uint8_t> bytes = store_->get(prefix + std::to_string(r));
     const std::string theirs(bytes.begin(), bytes.end());

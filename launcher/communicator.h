@@ -122,7 +122,17 @@ class Communicator {
   // (for example the plan, the model, the flags that decide which collectives run).
   // Ranks that disagree would otherwise deadlock or silently diverge. When `value` is a
   // JSON object, the error names the first key whose values differ, with both values.
+  // Waits at most --timeout for the others' values, then names the ranks that sent
+  // none; a rank that stopped and said so (TellTheOthersThisRankStopped) ends the wait.
   void RequireAgreement(const std::string& what, const std::string& value);
+
+  // For a rank other than 0 that stops before its rendezvous (a bad flag, file or plan
+  // of its own): tells the ranks waiting at rank 0's store why, so that they stop at
+  // once, naming it, rather than wait out --timeout for a rank that "never joined".
+  // Best effort, trying to reach rank 0's store for at most `within`: a rank 0 not yet
+  // there (still loading) or gone is told nothing, and waits out its own --timeout.
+  static void TellTheOthersThisRankStopped(const DistributedEnv& env, const std::string& reason,
+                                           std::chrono::milliseconds within);
 
   // Wall time spent waiting for collectives since construction: the communication that
   // was not hidden behind computation.
@@ -172,6 +182,7 @@ class Communicator {
 
   int rank_;
   int world_size_;
+  std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   // The collectives' implementation: a c10d::Backend from libtorch 2 on, where a
   // ProcessGroup dispatches to backends; the ProcessGroup itself in libtorch 1.x.

@@ -1,5 +1,6 @@
 #include "launcher/train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -191,26 +192,58 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   return resumed;
 }
 
-}  // namespace
+// What a rank checks, loads and builds on its own, before it meets the others.
+struct LocalSetup {
+  torch::Device device;
+  CollectiveBackend backend;
+  WorkerPlan plan;
+  GptConfig config;
+  TokenData data;
+  std::int64_t baseline_bytes;  // device memory in use before the model
+  Gpt model;                    // from --seed or --init; a --resume replaces it later
+};
 
-void Train(const TrainOptions& options) {
-  const DistributedEnv env = DistributedEnv::FromEnvironment();
+LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-
-  const WorkerPlan plan = LoadWorkerPlan(options.plan);
+  WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
-  const TokenData data(options.data, config.block_size, config.vocab_size);
+  TokenData data(options.data, config.block_size, config.vocab_size);
   RequireWritableOutputs(options, env.rank);
-
-  // Model, from --init, or from the newest checkpoint any rank was given with --resume
-  // (ResumeFromNewestCheckpoint); the loaded files are dropped once copied in.
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
   model->to(device);
+  return {device, backend, std::move(plan), config, std::move(data), baseline_bytes, model};
+}
+
+}  // namespace
+
+void Train(const TrainOptions& options) {
+  const DistributedEnv env = DistributedEnv::FromEnvironment();
+  // A rank that stops here tells the others why (rank 0 would wait out --timeout for
+  // it). It tries for 3 s at most, which its own error waits for: long enough for a
+  // rank 0 started with it to be listening, short when rank 0 stopped too (the same
+  // typo on every rank).
+  LocalSetup local = [&] {
+    try {
+      return SetUpLocally(options, env);
+    } catch (const std::exception& error) {
+      Communicator::TellTheOthersThisRankStopped(
+          env, error.what(), std::min<std::chrono::milliseconds>(std::chrono::seconds(options.timeout_s),
+                                                                 std::chrono::seconds(3)));
+      throw;
+    }
+  }();
+  const torch::Device device = local.device;
+  const WorkerPlan& plan = local.plan;
+  const GptConfig& config = local.config;
+  const TokenData& data = local.data;
+  const std::int64_t baseline_bytes = local.baseline_bytes;
+  Gpt& model = local.model;
+  const CollectiveBackend backend = local.backend;
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));

@@ -400,6 +400,21 @@ TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodChec
   }
 }
 
+// A rank that stops before the rendezvous (a bad folder of its own) tells rank 0, which
+// stops at once naming it. Rank 0 once waited out --timeout and then said rank 1 "never
+// joined", though it had started.
+TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
+  const auto args = Args(plan, {"--checkpoint-dir", scratch_.path() + "/checkpoints"}, 1000000);  // --timeout 20
+  std::vector<std::string> bad = args;
+  *(std::find(bad.begin(), bad.end(), "--checkpoint-dir") + 1) = "/proc";  // no file can be made there
+  auto ranks = StartJob(scratch_, {args, bad});
+  EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(10)), 1);
+  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(10)), 1) << "rank 0 waited for a rank that had stopped";
+  const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
+  EXPECT_TRUE(ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"})) << err;
+}
+
 TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const auto args = Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000);
