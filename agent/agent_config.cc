@@ -66,7 +66,7 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
       (fs::path(config.work_dir).parent_path() / "cache").string());
   config.cache_dir = AbsoluteFolder(fields, "cache_dir", cache, base);
   config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
-  if (access(config.worker.c_str(), X_OK) != 0) {
+  if (!fs::is_regular_file(config.worker) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK
     fields.Fail("worker", "'" + config.worker + "' is not an executable poplar-worker");
   }
   const std::string gpus = fields.OptionalString("gpus").value_or("auto");

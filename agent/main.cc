@@ -19,6 +19,7 @@
 #include "agent/grpc_log.h"
 #include "agent/keepalive.h"
 #include "agent/tls.h"
+#include "agent/work_dir.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
@@ -87,6 +88,7 @@ void Serve(const AgentOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
+  const WorkDirLock work_dir_lock(config.work_dir, config.file);
   auto credentials = AgentServerCredentials(config.credentials, config.file);
 
   std::string worker_version;

@@ -1,7 +1,14 @@
 #include "agent/work_dir.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "planner/input_error.h"
 
@@ -33,6 +40,31 @@ void CheckJobId(const std::string& job_id) {
   if (!plain) {
     throw InputError("job_id", "", "'" + job_id + "' must be 1-64 characters of letters, digits, '.', '_' or '-'");
   }
+}
+
+WorkDirLock::WorkDirLock(const std::string& work_dir, const std::string& config_file) {
+  const std::string path = (fs::path(work_dir) / ".agent.lock").string();
+  // Close-on-exec: a worker that inherited it would hold the lock after the agent died.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw InputError(config_file, "work_dir", "cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    const ssize_t read = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    const std::string pid = read > 0 ? std::string(holder, static_cast<std::size_t>(read)) : "";
+    throw InputError(config_file, "work_dir",
+                     work_dir + " is in use by another poplar-agent" +
+                         (pid.empty() ? std::string() : " (pid " + pid.substr(0, pid.find('\n')) + ")") +
+                         "; each agent needs a work_dir of its own");
+  }
+  // The holder's pid, for a second agent's message (the lock holds without it).
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+WorkDirLock::~WorkDirLock() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace poplar

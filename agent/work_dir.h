@@ -17,4 +17,21 @@ std::string ResolveInside(const std::string& work_dir, const std::string& relati
 // not "." or "..".
 void CheckJobId(const std::string& job_id);
 
+// An exclusive lock (flock) on <work_dir>/.agent.lock, held for the agent's life and
+// released by the kernel however it ends. A second agent on the same work_dir (on
+// another port, or started by hand beside systemd's) would run jobs and write
+// checkpoints in the same folders, each taking the devices for its own.
+class WorkDirLock {
+ public:
+  // Throws InputError naming `config_file` and work_dir, with the holder's pid, when
+  // another process holds the lock.
+  WorkDirLock(const std::string& work_dir, const std::string& config_file);
+  ~WorkDirLock();
+  WorkDirLock(const WorkDirLock&) = delete;
+  WorkDirLock& operator=(const WorkDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace poplar

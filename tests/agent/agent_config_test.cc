@@ -80,6 +80,7 @@ TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   ExpectRejected("count: 2", "count: 2000", "emulated[0].count", {"from 1 to 1024, got 2000", "(line 7)"});
   ExpectRejected("gpus: none", "gpus: some", "gpus", {"auto or none, got 'some'", "(line 5)"});
   ExpectRejected("worker: worker.sh", "worker: missing.sh", "worker", {"missing.sh", "not an executable", "(line 4)"});
+  ExpectRejected("worker: worker.sh", "worker: /tmp", "worker", {"'/tmp' is not an executable", "(line 4)"});
   ExpectRejected("type: emu-slow", "type: emu-fast", "emulated[1].type", {"'emu-fast' is declared twice"});
   ExpectRejected("type: emu-slow", "type: a/b", "emulated[1].type", {"plain name", "'a/b'", "(line 8)"});
   ExpectRejected("127.0.0.1:7150", "127.0.0.1", "listen", {"(line 1)"});

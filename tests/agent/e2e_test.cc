@@ -191,17 +191,26 @@ class TwoAgents : public ::testing::Test {
   std::vector<int> ports_;
 };
 
-// A second agent on a port an agent holds is refused at start (gRPC's SO_REUSEPORT once
-// let both listen, and callers reached either one).
-TEST_F(TwoAgents, ASecondAgentCannotListenWhereAnAgentListens) {
-  std::string config = ReadTextFile(dir_.path() + "/a.yaml");
-  config.replace(config.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ports_[0]));
-  const auto second = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir_.Write("second.yaml", config)}),
-                                 dir_.path(), std::chrono::seconds(30));
-  EXPECT_EQ(second.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(second.err, {"second.yaml: listen: cannot listen on 127.0.0.1:" + std::to_string(ports_[0]),
-                                       "in use"}))
-      << second.err;
+// A second agent on a port or a work_dir an agent holds is refused at start: gRPC's
+// SO_REUSEPORT once let both listen, callers reaching either one; and two agents on one
+// work_dir ran jobs in the same folders.
+TEST_F(TwoAgents, ASecondAgentCannotTakeAnAgentsPortOrWorkDir) {
+  const std::string config = ReadTextFile(dir_.path() + "/a.yaml");
+  std::string same_port = config;
+  same_port.replace(same_port.find("work_dir: a/work"), 16, "work_dir: other/work");
+  same_port.replace(same_port.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ports_[0]));
+  const auto port = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir_.Write("same-port.yaml", same_port)}),
+                               dir_.path(), std::chrono::seconds(30));
+  EXPECT_EQ(port.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(port.err, {"same-port.yaml: listen: cannot listen on 127.0.0.1:" +
+                                         std::to_string(ports_[0]), "in use"}))
+      << port.err;
+  const auto work_dir = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir_.Write("same-dir.yaml", config)}),
+                                   dir_.path(), std::chrono::seconds(30));
+  EXPECT_EQ(work_dir.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(work_dir.err, {"same-dir.yaml: work_dir:", "a/work is in use by another poplar-agent (pid ",
+                                         "each agent needs a work_dir of its own"}))
+      << work_dir.err;
 }
 
 TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
