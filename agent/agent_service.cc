@@ -135,6 +135,7 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     if (request->has_weight_decay()) settings.weight_decay = request->weight_decay();
     if (request->has_grad_clip()) settings.grad_clip = request->grad_clip();
     settings.checkpoint_every = request->checkpoint_every();
+    settings.keep_checkpoints = request->keep_checkpoints();
     settings.timeout_s = request->timeout_s();
     settings.resume = request->resume();
     switch (request->kind()) {

@@ -60,6 +60,7 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
   if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
+  if (s.keep_checkpoints < 0) throw InputError("keep_checkpoints", "", "must be zero or positive");
   RequireModelConfig(s.model_config_json);
 }
 
@@ -81,6 +82,7 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
                                    "--metrics",  (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
                                    "--checkpoint-dir", checkpoints.string(),
                                    "--checkpoint-every", std::to_string(settings.checkpoint_every),
+                                   "--keep-checkpoints", std::to_string(settings.keep_checkpoints),
                                    "--save", (job_dir / "model.pt").string()};
   if (settings.lr) args.insert(args.end(), {"--lr", Number(*settings.lr)});
   if (settings.weight_decay) args.insert(args.end(), {"--weight-decay", Number(*settings.weight_decay)});

@@ -32,6 +32,7 @@ struct LaunchSettings {
   std::string precision = "fp32";
   std::optional<double> lr, weight_decay, grad_clip;  // unset: the worker's default
   std::int64_t checkpoint_every = 0;
+  std::int64_t keep_checkpoints = 0;  // 0: every one
   int timeout_s = 0;
   bool resume = false;
   std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default

@@ -1,6 +1,7 @@
 #include "launcher/checkpoint.h"
 
 #include <algorithm>
+#include <vector>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -207,6 +208,22 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& c
                      "is not a moment of this model's parameters (exp_avg.NAME or exp_avg_sq.NAME)");
   }
   return restored;
+}
+
+void PruneCheckpoints(const std::string& dir, std::int64_t keep) {
+  if (keep <= 0) return;
+  std::vector<std::pair<std::int64_t, fs::path>> steps;  // the step folders, newest first
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const auto step = StepOfFolderName(entry.path().filename().string());
+    if (step && entry.is_directory(error)) steps.emplace_back(*step, entry.path());
+  }
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  const std::string latest = Trimmed(ReadTextFile((fs::path(dir) / "latest").string()));
+  for (std::size_t i = static_cast<std::size_t>(std::min<std::int64_t>(keep, steps.size())); i < steps.size(); ++i) {
+    // A folder that cannot be removed costs disk, not the run: it stays.
+    if (steps[i].second.filename() != latest) fs::remove_all(steps[i].second, error);
+  }
 }
 
 void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {

@@ -31,6 +31,11 @@ struct Checkpoint {
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config);
 
+// Removes the step folders of `dir` but the `keep` newest (highest steps) and the one
+// `latest` names; keep 0 keeps every one. After WriteCheckpoint, so that a crash at any
+// moment leaves `latest` on a complete folder.
+void PruneCheckpoints(const std::string& dir, std::int64_t keep);
+
 // Makes `dir` ready to hold checkpoints before training starts, so that what would stop
 // the first checkpoint stops the job at once instead: creates the folder, checks that
 // files can be made in it, refuses a `latest` that is not a regular file, and removes the temporaries that writers which

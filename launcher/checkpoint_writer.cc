@@ -2,8 +2,8 @@
 
 namespace poplar {
 
-CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config)
-    : dir_(std::move(dir)), config_(config), thread_([this] { WriteQueued(); }) {}
+CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep)
+    : dir_(std::move(dir)), config_(config), keep_(keep), thread_([this] { WriteQueued(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -52,6 +52,7 @@ void CheckpointWriter::WriteQueued() {
     std::exception_ptr error;
     try {
       WriteCheckpoint(dir_, checkpoint, config_);
+      PruneCheckpoints(dir_, keep_);
     } catch (...) {
       error = std::current_exception();
     }

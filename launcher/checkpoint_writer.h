@@ -31,7 +31,8 @@ namespace poplar {
 
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string dir, GptConfig config);
+  // Keeps the `keep` newest checkpoints in `dir` (PruneCheckpoints; 0: every one).
+  CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -50,6 +51,7 @@ class CheckpointWriter {
 
   const std::string dir_;
   const GptConfig config_;
+  const std::int64_t keep_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the two below

@@ -264,7 +264,7 @@ void Train(const TrainOptions& options) {
 
   const int rank = env.rank;
   std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
-  if (rank == 0 && !options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, config);
+  if (rank == 0 && !options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, config, options.keep_checkpoints);
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);
   std::size_t last_computing_entry = micro_batches.size();

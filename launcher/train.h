@@ -26,6 +26,7 @@ struct TrainOptions {
   std::string metrics;          // JSONL; "{rank}" is replaced by the rank, else rank 0 only
   std::string checkpoint_dir;   // periodic checkpoints go here
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set
+  std::int64_t keep_checkpoints = 0;  // the newest N stay in checkpoint_dir; 0: every one
   std::string resume;           // checkpoint (step folder or checkpoint folder) to start from
   std::uint64_t seed = 1337;    // model initialisation when there is no --init
   int timeout_s = 120;          // rendezvous and every collective

@@ -61,6 +61,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)")->check(poplar::NotEmpty());
   train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)")->check(poplar::NotEmpty());
   train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(kCount);
+  train->add_option("--keep-checkpoints", o.keep_checkpoints, "Keep the N newest checkpoints, removing older ones (0: every one)")->check(kCount)->capture_default_str();
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();

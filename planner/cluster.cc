@@ -91,6 +91,10 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
     job.checkpoint_every =
         fields.IntegerIn("checkpoint_every", 0, kMostJobSteps, "a number of steps (0: only at the end)");
   }
+  if (fields.Has("keep_checkpoints")) {
+    job.keep_checkpoints =
+        fields.IntegerIn("keep_checkpoints", 0, 1'000'000, "a number of checkpoints (0: every one)");
+  }
   fields.Finish();
   return job;
 }

@@ -24,7 +24,8 @@
 //     model: models/gpt-small.json  # model config, relative to this file
 //     data: wikitext.bin            # token file, relative to each agent's work_dir
 //     steps: 1000
-//     lr: 3e-4                      # optional: weight_decay, grad_clip, checkpoint_every
+//     lr: 3e-4                      # optional: weight_decay, grad_clip, checkpoint_every,
+//                                   #   keep_checkpoints
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,7 @@ struct JobSpec {
   std::int64_t steps = 0;    // 1..kMostJobSteps
   std::optional<double> lr, weight_decay, grad_clip;
   std::int64_t checkpoint_every = 0;  // 0: only at the end
+  std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
 };
 
 inline constexpr int kDefaultAgentPort = 7150;

@@ -190,6 +190,7 @@ void RunLaunch(const LaunchOptions& options) {
     if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
     if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
     request.set_checkpoint_every(job.checkpoint_every);
+    request.set_keep_checkpoints(job.keep_checkpoints);
     request.set_timeout_s(options.timeout_s);
     request.set_resume(options.resume);
     requests.emplace_back(node, std::move(request));

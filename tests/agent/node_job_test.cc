@@ -60,10 +60,12 @@ std::string After(const std::vector<std::string>& args, const std::string& flag)
 TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   Fixture f;
   f.settings.weight_decay = 0.0;  // a value (decay off), not "the default"
+  f.settings.keep_checkpoints = 3;
   const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
   ASSERT_EQ(ranks.size(), 3u);  // ranks 1, 2, 3 run on node b
   EXPECT_EQ(After(ranks[0].spec.args, "--weight-decay"), "0");
   EXPECT_EQ(After(ranks[0].spec.args, "--lr"), "");  // unset: the worker's default
+  EXPECT_EQ(After(ranks[0].spec.args, "--keep-checkpoints"), "3");
   EXPECT_EQ(ranks[0].rank, 1);
   EXPECT_EQ(ranks[2].rank, 3);
   EXPECT_EQ(After(ranks[0].spec.args, "--slowdown"), "2.5");

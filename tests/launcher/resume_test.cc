@@ -344,5 +344,25 @@ TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
             0.0);
 }
 
+// --keep-checkpoints N keeps the N newest step folders (a GPT-2 medium checkpoint is
+// 4.3 GB; every one was once kept), `latest` naming the newest; the job resumes from it.
+TEST_F(Resume, KeepsTheNewestCheckpointsOnly) {
+  const std::string one = WritePlan(scratch, "one.json", 1, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 5, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1",
+                                                        "--keep-checkpoints", "2"}))
+                  .AllSucceeded());
+  std::vector<std::string> steps;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("step-", 0) == 0) steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps.back(), "step-00000005");
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000005\n");
+  EXPECT_TRUE(RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints})).AllSucceeded());
+}
+
 }  // namespace
 }  // namespace poplar::testing

@@ -274,6 +274,12 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
                  "job.checkpoint_every", "(0: only at the end) from 0 to 1099511627776, got -2");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, epochs: 3"), "job.epochs",
                  "unknown key");
+  EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, keep_checkpoints: 3"),
+                             kFile)
+                .job->keep_checkpoints,
+            3);
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, keep_checkpoints: -1"),
+                 "job.keep_checkpoints", "a number of checkpoints (0: every one) from 0 to 1000000, got -1");
 }
 
 TEST(ClusterFile, RejectsMalformedYaml) {
