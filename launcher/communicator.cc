@@ -206,11 +206,12 @@ constexpr const char* kEndedKey = "poplar/rendezvous-ended";
 
 }  // namespace
 
-bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline) {
+bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline,
+                                bool in_rendezvous) {
   std::chrono::milliseconds pause(5);
   while (true) {
     if (store_->check(keys)) return true;
-    if (store_->check({kEndedKey})) {
+    if (in_rendezvous && store_->check({kEndedKey})) {
       const std::vector<uint8_t> reason = store_->get(kEndedKey);
       throw std::runtime_error(std::string(reason.begin(), reason.end()));
     }
@@ -347,7 +348,7 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
   store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(value.begin(), value.end()));
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) keys.push_back(prefix + std::to_string(r));
-  if (!PollUntilSet(keys, std::chrono::steady_clock::now() + timeout_)) {
+  if (!PollUntilSet(keys, std::chrono::steady_clock::now() + timeout_, /*in_rendezvous=*/false)) {
     std::vector<int> missing;
     for (int r = 0; r < world_size_; ++r) {
       if (!store_->check({keys[r]})) missing.push_back(r);

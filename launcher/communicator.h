@@ -123,7 +123,8 @@ class Communicator {
   // Ranks that disagree would otherwise deadlock or silently diverge. When `value` is a
   // JSON object, the error names the first key whose values differ, with both values.
   // Waits at most --timeout for the others' values, then names the ranks that sent
-  // none; a rank that stopped and said so (TellTheOthersThisRankStopped) ends the wait.
+  // none. (Only the rendezvous heeds its ending: ranks that met train on whatever a
+  // late process sets, such as a third RANK given twice.)
   void RequireAgreement(const std::string& what, const std::string& value);
 
   // For a rank other than 0 that stops before its rendezvous (a bad flag, file or plan
@@ -170,8 +171,10 @@ class Communicator {
   std::runtime_error RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const;
   // Waits until every key in `keys` is in the store: true, or false at `deadline`. Polls
   // with check(), which never blocks (a wait() that times out may leave its answer in
-  // the connection). Throws the reason when a rank has ended the rendezvous.
-  bool PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline);
+  // the connection). During the rendezvous (`in_rendezvous`), throws the reason when a
+  // rank has ended it.
+  bool PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline,
+                    bool in_rendezvous = true);
   // Ends the rendezvous for every rank still polling, with `for_the_others` as their
   // error, and throws `here` as this rank's.
   [[noreturn]] void EndRendezvous(const std::string& here, const std::string& for_the_others);
