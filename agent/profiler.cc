@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -67,7 +70,23 @@ std::string StableHash(const std::string& text) {
 }
 
 Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawner& spawner)
-    : config_(config), worker_version_(std::move(worker_version)), spawner_(spawner) {}
+    : config_(config), worker_version_(std::move(worker_version)), spawner_(spawner) {
+  RemoveTemporariesOfStoppedAgents(CacheFolder());
+}
+
+void RemoveTemporariesOfStoppedAgents(const std::filesystem::path& folder) {
+  // MeasureStages' "<type>-stages<list>.<pid>-<n>.model.json" and ".partial.json", and
+  // WriteFileAtomically's "<file>.tmp.<pid>": each names the agent that wrote it.
+  static const std::regex kTemporary(R"(.+\.([1-9][0-9]{0,8})-[0-9]+\.(?:model|partial)\.json|.+\.tmp\.([1-9][0-9]{0,8}))");
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, match, kTemporary)) continue;
+    const pid_t writer = static_cast<pid_t>(std::stol(match[1].matched ? match[1].str() : match[2].str()));
+    if (::kill(writer, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), error);
+  }
+}
 
 std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& device, const ProgressFn& progress,
                           const ClaimDeviceFn& claim) {

@@ -58,6 +58,11 @@ class Profiler {
   Spawner& spawner_;
 };
 
+// Removes from the profile cache `folder` the temporaries of agents no longer running
+// (a SIGKILL during a measurement left them; `kill(pid, 0)` says ESRCH). A Profiler does
+// this for its cache when it is made, at the agent's start.
+void RemoveTemporariesOfStoppedAgents(const std::filesystem::path& folder);
+
 // 64-bit FNV-1a as 16 hex digits: the cache key of a text.
 std::string StableHash(const std::string& text);
 

@@ -1,6 +1,7 @@
 // The agent's profiler: the worker command it builds for a GPU and for an emulated
 // device, and its cache. A stand-in worker (a shell script) records how it was started
 // and writes a minimal profile.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -91,6 +92,26 @@ class ProfilerTest : public ::testing::Test {
   ProfileSettings settings_;
   Spawner spawner_;
 };
+
+// An agent killed while it measured left its private files in the cache forever; the
+// next agent removes those of agents no longer running, and keeps the rest.
+TEST_F(ProfilerTest, TemporariesOfStoppedAgentsAreRemovedFromTheCache) {
+  const std::string alive = std::to_string(::getpid());
+  const std::string dead = "999999999";  // above any pid_max (2^22)
+  const std::vector<std::string> names = {"emu-stages0,1." + dead + "-2.model.json",
+                                          "emu-stages0." + dead + "-1.partial.json",
+                                          "emu-stage0-0123456789abcdef.json.tmp." + dead,
+                                          "emu-stages0." + alive + "-1.model.json",
+                                          "emu-stage0-0123456789abcdef.json"};
+  for (const std::string& name : names) dir_.Write("cache/profiles/" + name, "{}");
+  Profiler profiler(config_, "poplar-worker 0.1.0", spawner_);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path() + "/cache/profiles")) {
+    left.push_back(entry.path().filename());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{names[4], names[3]}));
+}
 
 TEST_F(ProfilerTest, MeasuresAGpuWithTheCudaProfileModeOnThatGpuOnly) {
   const DeviceInfo gpu = H200(/*index=*/3);
