@@ -57,6 +57,17 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
                               message.substr(handshake),
                           AgentError::Kind::kTlsHandshake);
       }
+      // The connection was made and then closed before any call (under TLS 1.3 an agent
+      // checks the head's certificate after the head has finished its side): the agent
+      // refused our certificate. Not "unreachable": something listens there.
+      if (lower.find("failed to connect") != std::string::npos &&
+          (lower.find("socket closed") != std::string::npos || lower.find("reset by peer") != std::string::npos)) {
+        return AgentError(node_,
+                          "the agent at " + address_ + " closed the connection during the TLS handshake: it "
+                          "refused the head's certificate (is credentials.cert signed by the cluster's CA, and still "
+                          "valid?), or what listens there is not a poplar-agent. gRPC: " + message,
+                          AgentError::Kind::kTlsHandshake);
+      }
       reason = "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message;
       break;
     }

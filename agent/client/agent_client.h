@@ -25,7 +25,8 @@ class AgentError : public std::runtime_error {
   enum class Kind {
     kOther,
     kLostAgent,     // a launch stream broke after events had arrived: the agent went away
-    kTlsHandshake,  // the agent answered but its certificate and ours are not one CA's
+    kTlsHandshake,  // the agent answered but the TLS handshake failed: another CA's
+                    // certificate on one side, or the agent refused ours
   };
   AgentError(const std::string& node, std::string reason, Kind kind = Kind::kOther)
       : std::runtime_error("node '" + node + "': " + reason), reason_(std::move(reason)), kind_(kind) {}

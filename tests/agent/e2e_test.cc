@@ -720,6 +720,19 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   EXPECT_EQ(other_status.exit_code, 1);
   EXPECT_TRUE(poplar::testing::IsOneLine(other_status.err)) << other_status.err;
   EXPECT_TRUE(ContainsAll(other_status.out, {"DOWN", "the TLS handshake"})) << other_status.out;
+  // The cluster's CA, but a head certificate from another: the agent refuses it (under
+  // TLS 1.3 by closing the connection), which once read "agent unreachable".
+  std::string foreign_yaml = ReadTextFile(WriteCluster("cluster.yaml", "creds/token", ""));
+  for (const char* file : {"head.pem", "head.key"}) {
+    const std::string from = std::string("creds/") + file;
+    foreign_yaml.replace(foreign_yaml.find(from), from.size(), std::string("other/") + file);
+  }
+  const auto foreign = Poplar({"status", dir_.Write("foreign-head.yaml", foreign_yaml)});
+  EXPECT_EQ(foreign.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(foreign.out, {"DOWN", "closed the connection during the TLS handshake",
+                                        "refused the head's certificate"}))
+      << foreign.out << foreign.err;
+  EXPECT_FALSE(Contains(foreign.out, "unreachable")) << foreign.out;
 }
 
 TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
