@@ -69,6 +69,7 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
     } catch (const AgentError& error) {
       throw CommandFailed(error.what());
     }
+    agents.descriptions.push_back(description);
     for (const auto& group : node.devices) {
       int have = 0;
       for (const auto& device : description.devices()) have += device.type() == group.type;

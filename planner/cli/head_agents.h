@@ -16,6 +16,7 @@ namespace poplar {
 
 struct ClusterAgents {
   std::vector<std::unique_ptr<AgentClient>> clients;  // one per node, in cluster order
+  std::vector<v1::DescribeResponse> descriptions;     // ConnectAgents: each node's devices
 };
 
 // Clients for every node (no call made yet). Throws InputError if the cluster file has

@@ -7,6 +7,7 @@
 // resume attempts/N/ with the earlier attempts' plan, profiles and summary.
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -53,7 +54,28 @@ struct PreparedPlan {
   std::string policy;
   double predicted_step_s = 0;
   std::string checked_against;  // --plan: the profiles folder it was checked against, if any
+  std::map<std::string, DeviceProfile> profiles;  // and its profiles, by device type
 };
+
+// A plan checked against profiles fits the devices only if they still have the memory
+// the profiles were measured with: a device since given less (a lower emulated cap, a
+// card partitioned) ran the worker out of memory. 1% is allowed for NVML's and CUDA's
+// slightly different totals.
+void RequireDevicesAsProfiled(const ClusterSpec& cluster, const ClusterAgents& agents, const PreparedPlan& plan) {
+  constexpr double kMiB = 1 << 20;
+  for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
+    for (const auto& device : agents.descriptions.at(node).devices()) {
+      const auto profile = plan.profiles.find(device.type());
+      if (profile == plan.profiles.end() || device.memory_bytes() >= 0.99 * profile->second.memory_bytes) continue;
+      throw CommandFailed("node '" + cluster.nodes[node].name + "': its " + device.type() + " has " +
+                          Fixed(device.memory_bytes() / kMiB, 0) + " MiB of memory, but its profile in " +
+                          plan.checked_against + " was measured with " +
+                          Fixed(profile->second.memory_bytes / kMiB, 0) +
+                          " MiB: the plan's micro-batches may not fit. Profile again (poplar plan) and launch "
+                          "with the new plan, or launch without --plan");
+    }
+  }
+}
 
 // The profiles a plan file was made from, where they are known: the cluster file's
 // `profiles`, else a profiles/ folder beside the plan (where `poplar plan` and `poplar
@@ -102,7 +124,8 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
   // Micro-batches a device cannot hold (a plan edited by hand, or made for smaller
   // ones) stop the launch here, rather than as a worker's out-of-memory error.
   if (const std::string dir = ProfilesOfPlan(cluster, options.plan_file); !dir.empty()) {
-    const StepPrediction prediction = PredictPlan(cluster, LoadClusterProfiles(cluster, dir), prepared.plan);
+    prepared.profiles = LoadClusterProfiles(cluster, dir);
+    const StepPrediction prediction = PredictPlan(cluster, prepared.profiles, prepared.plan);
     if (prepared.predicted_step_s <= 0) prepared.predicted_step_s = prediction.step_s;
     prepared.checked_against = dir;
   }
@@ -150,6 +173,7 @@ void RunLaunch(const LaunchOptions& options) {
   }
 
   ClusterAgents agents = ConnectAgents(cluster);
+  if (given) RequireDevicesAsProfiled(cluster, agents, *given);
   const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
   const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
   const std::string& plan_text = prepared.text;

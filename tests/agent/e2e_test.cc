@@ -267,6 +267,20 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_TRUE(fs::exists(dir_.path() + "/run/logs/rank-1.log"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/model.pt"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));
+
+  // A device that has since less memory than its profile was measured with (here the
+  // profile says more) is refused before any rank starts: its worker once ran out of
+  // memory after the head had said the micro-batches fit.
+  auto slow_profile = nlohmann::json::parse(ReadTextFile(dir_.path() + "/profiles/emu-slow.json"));
+  slow_profile["memory_bytes"] = std::int64_t{40} << 20;  // the agent's emu-slow has 20 MiB
+  dir_.Write("profiles/emu-slow.json", slow_profile.dump(2));
+  const auto smaller = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run-smaller",
+                               "--job-id", "smaller"});
+  EXPECT_EQ(smaller.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(smaller.err, {"node 'b': its emu-slow has 20 MiB of memory, but its profile in ./profiles "
+                                        "was measured with 40 MiB", "Profile again"}))
+      << smaller.err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/b/work/jobs/smaller")) << "a rank was started";
 }
 
 TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
