@@ -42,6 +42,39 @@ v1::LaunchEvent::Kind KindOf(JobEvent::Kind kind) {
   return v1::LaunchEvent::KIND_UNSPECIFIED;
 }
 
+// A Launch or CheckLaunch request as the plain settings of node_job.h.
+LaunchSettings SettingsOf(const v1::LaunchRequest& request) {
+  LaunchSettings settings;
+  settings.job_id = request.job_id();
+  settings.node = request.node();
+  settings.plan_json = request.plan_json();
+  settings.model_config_json = request.model_config_json();
+  settings.data_path = request.data_path();
+  settings.master_addr = request.master_addr();
+  settings.master_port = request.master_port();
+  settings.steps = request.steps();
+  settings.precision = PrecisionOrDefault(request.precision());
+  if (request.has_lr()) settings.lr = request.lr();
+  if (request.has_weight_decay()) settings.weight_decay = request.weight_decay();
+  if (request.has_grad_clip()) settings.grad_clip = request.grad_clip();
+  settings.checkpoint_every = request.checkpoint_every();
+  settings.keep_checkpoints = request.keep_checkpoints();
+  settings.timeout_s = request.timeout_s();
+  settings.resume = request.resume();
+  switch (request.kind()) {
+    case v1::LaunchRequest::TRAIN:
+      settings.kind = LaunchSettings::Kind::kTrain;
+      break;
+    case v1::LaunchRequest::NETWORK:
+      settings.kind = LaunchSettings::Kind::kNetwork;
+      break;
+    default:  // a newer head's kind
+      throw InputError("kind", "", std::to_string(request.kind()) + " is not a kind this agent runs (TRAIN, NETWORK)");
+  }
+  settings.network_max_bytes = request.network_max_bytes();
+  return settings;
+}
+
 std::string HostName() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
@@ -121,43 +154,13 @@ grpc::Status AgentService::Profile(grpc::ServerContext* context, const v1::Profi
 grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::LaunchRequest* request,
                                   grpc::ServerWriter<v1::LaunchEvent>* writer) {
   return Guarded("Launch", [&] {
-    LaunchSettings settings;
-    settings.job_id = request->job_id();
-    settings.node = request->node();
-    settings.plan_json = request->plan_json();
-    settings.model_config_json = request->model_config_json();
-    settings.data_path = request->data_path();
-    settings.master_addr = request->master_addr();
-    settings.master_port = request->master_port();
-    settings.steps = request->steps();
-    settings.precision = PrecisionOrDefault(request->precision());
-    if (request->has_lr()) settings.lr = request->lr();
-    if (request->has_weight_decay()) settings.weight_decay = request->weight_decay();
-    if (request->has_grad_clip()) settings.grad_clip = request->grad_clip();
-    settings.checkpoint_every = request->checkpoint_every();
-    settings.keep_checkpoints = request->keep_checkpoints();
-    settings.timeout_s = request->timeout_s();
-    settings.resume = request->resume();
-    switch (request->kind()) {
-      case v1::LaunchRequest::TRAIN:
-        settings.kind = LaunchSettings::Kind::kTrain;
-        break;
-      case v1::LaunchRequest::NETWORK:
-        settings.kind = LaunchSettings::Kind::kNetwork;
-        break;
-      default:  // a newer head's kind
-        throw InputError("kind", "", std::to_string(request->kind()) + " is not a kind this agent runs (TRAIN, NETWORK)");
-    }
-    settings.network_max_bytes = request->network_max_bytes();
-
+    const LaunchSettings settings = SettingsOf(*request);
     const auto devices = ListDevices(config_);  // NVML: outside the lock
     std::shared_ptr<Job> job;
     std::shared_ptr<void> held;  // the job's devices, until it has ended
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (jobs_.count(settings.job_id)) {
-        throw InputError("job_id", "", "job '" + settings.job_id + "' is already running on this node");
-      }
+      RequireNotRunning(settings.job_id);
       // Checks the job id, the paths and the plan, and picks free devices; writes
       // jobs/<id>/ (hence under the lock).
       job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_));
@@ -188,6 +191,10 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       }
       if (event.kind == JobEvent::Kind::kFinished || event.kind == JobEvent::Kind::kFailed) {
         std::fprintf(stderr, "poplar-agent: job %s: %s\n", settings.job_id.c_str(), event.text.c_str());
+        // A network job's measurements reached the head; a failed one keeps its logs.
+        if (event.kind == JobEvent::Kind::kFinished && settings.kind == LaunchSettings::Kind::kNetwork) {
+          RemoveJobFolder(config_, settings.job_id);
+        }
         break;
       }
     }
@@ -195,6 +202,24 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
     jobs_.erase(settings.job_id);
     return grpc::Status::OK;
   });
+}
+
+grpc::Status AgentService::CheckLaunch(grpc::ServerContext*, const v1::LaunchRequest* request,
+                                       v1::CheckLaunchResponse* response) {
+  return Guarded("CheckLaunch", [&] {
+    const LaunchSettings settings = SettingsOf(*request);
+    const auto devices = ListDevices(config_);  // NVML: outside the lock
+    std::lock_guard<std::mutex> lock(mutex_);
+    RequireNotRunning(settings.job_id);
+    for (const RankProcess& process : CheckNodeJob(config_, devices, settings, busy_)) {
+      response->add_devices(process.device);
+    }
+    return grpc::Status::OK;
+  });
+}
+
+void AgentService::RequireNotRunning(const std::string& job_id) const {
+  if (jobs_.count(job_id)) throw InputError("job_id", "", "job '" + job_id + "' is already running on this node");
 }
 
 std::shared_ptr<void> AgentService::Hold(const std::vector<std::string>& keys, const std::string& holder) {

@@ -28,6 +28,8 @@ class AgentService final : public v1::Agent::Service {
                        grpc::ServerWriter<v1::ProfileProgress>* writer) override;
   grpc::Status Launch(grpc::ServerContext* context, const v1::LaunchRequest* request,
                       grpc::ServerWriter<v1::LaunchEvent>* writer) override;
+  grpc::Status CheckLaunch(grpc::ServerContext* context, const v1::LaunchRequest* request,
+                           v1::CheckLaunchResponse* response) override;
   grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request,
                     v1::StopResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
@@ -45,6 +47,8 @@ class AgentService final : public v1::Agent::Service {
   Profiler profiler_;
   // Marks `keys` as held by `holder` until the returned guard goes (under mutex_).
   std::shared_ptr<void> Hold(const std::vector<std::string>& keys, const std::string& holder);
+  // Throws InputError if job `job_id` runs here (under mutex_).
+  void RequireNotRunning(const std::string& job_id) const;
 
   std::mutex mutex_;
   struct RunningJob {

@@ -19,6 +19,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// <work_dir>/jobs/<job id>: the job's folder on this node.
+fs::path JobFolder(const AgentConfig& config, const std::string& job_id) {
+  return fs::path(config.work_dir) / "jobs" / job_id;
+}
+
 struct NodeRank {
   int rank = 0;
   std::string device_type;
@@ -115,8 +120,8 @@ void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args,
   }
 }
 
-std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
-                                        const LaunchSettings& settings, const DeviceHolders& busy) {
+std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
+                                      const LaunchSettings& settings, const DeviceHolders& busy) {
   CheckSettings(settings);
   const bool train = settings.kind == LaunchSettings::Kind::kTrain;
   std::string data;
@@ -150,17 +155,12 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     available.erase(available.begin());
   }
 
-  const fs::path job_dir = fs::path(config.work_dir) / "jobs" / settings.job_id;
+  const fs::path job_dir = JobFolder(config, settings.job_id);
   const bool has_checkpoint = fs::exists(job_dir / "checkpoints" / "latest");
   if (has_checkpoint && !settings.resume) {
     throw InputError("job_id", "", "job '" + settings.job_id + "' already has checkpoints on this node; " +
                                        (train ? "resume it or choose another job id" : "choose another job id"));
   }
-  fs::create_directories(job_dir / "logs");
-  fs::create_directories(job_dir / "metrics");
-  WriteFileAtomically((job_dir / "plan.json").string(), settings.plan_json);
-  if (train) WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);
-
   std::vector<RankProcess> processes;
   for (std::size_t local = 0; local < node_ranks.size(); ++local) {
     const int rank = node_ranks[local].rank;
@@ -169,8 +169,6 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     process.device = DeviceKey(*assigned[local]);
     process.metrics_path = (job_dir / "metrics" / ("rank-" + std::to_string(rank) + ".jsonl")).string();
     process.log_path = (job_dir / "logs" / ("rank-" + std::to_string(rank) + ".log")).string();
-    std::error_code ignored;
-    if (!settings.resume) fs::remove(process.metrics_path, ignored);
     SpawnSpec& spec = process.spec;
     spec.program = config.worker;
     spec.cwd = job_dir.string();
@@ -188,6 +186,29 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     processes.push_back(std::move(process));
   }
   return processes;
+}
+
+std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
+                                        const LaunchSettings& settings, const DeviceHolders& busy) {
+  std::vector<RankProcess> processes = CheckNodeJob(config, devices, settings, busy);
+  const fs::path job_dir = JobFolder(config, settings.job_id);
+  fs::create_directories(job_dir / "logs");
+  fs::create_directories(job_dir / "metrics");
+  WriteFileAtomically((job_dir / "plan.json").string(), settings.plan_json);
+  if (settings.kind == LaunchSettings::Kind::kTrain) {
+    WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);
+  }
+  if (!settings.resume) {
+    std::error_code ignored;
+    for (const RankProcess& process : processes) fs::remove(process.metrics_path, ignored);
+  }
+  return processes;
+}
+
+void RemoveJobFolder(const AgentConfig& config, const std::string& job_id) {
+  CheckJobId(job_id);  // a plain name: the folder is inside jobs/
+  std::error_code ignored;
+  fs::remove_all(JobFolder(config, job_id), ignored);
 }
 
 }  // namespace poplar

@@ -38,10 +38,20 @@ struct LaunchSettings {
   std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default
 };
 
-// Ranks get devices not in `busy`; each RankProcess names its device (DeviceKey).
-// Throws InputError (a bad request: the field and the reason) or DeviceUnavailable.
+// Checks the request and builds the ranks' processes without writing anything: ranks
+// get devices not in `busy`; each RankProcess names its device (DeviceKey). Throws
+// InputError (a bad request: the field and the reason) or DeviceUnavailable.
+std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
+                                      const LaunchSettings& settings, const DeviceHolders& busy = {});
+
+// CheckNodeJob, then writes the job folder the processes need (plan.json, model.json,
+// logs/, metrics/; a fresh start's old metrics files go).
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
                                         const LaunchSettings& settings, const DeviceHolders& busy = {});
+
+// Removes the job's folder on this node (<work_dir>/jobs/<job id>), as after a network
+// job that finished: its measurements went to the head, nothing in it is wanted again.
+void RemoveJobFolder(const AgentConfig& config, const std::string& job_id);
 
 // The emulation flags and environment for a worker on `device` (none for a GPU, which
 // gets CUDA_VISIBLE_DEVICES instead). Shared by training and profiling.

@@ -1,11 +1,9 @@
 #include "planner/cli/agent_job.h"
 
-#include <atomic>
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
-#include <csignal>
 #include <ctime>
 #include <deque>
 #include <cstdio>
@@ -13,13 +11,11 @@
 #include <random>
 #include <thread>
 
+#include "planner/cli/interruption.h"
+#include "planner/cli/run_app.h"
+
 namespace poplar {
 namespace {
-
-// The signal that asked the head to stop the job (SIGINT: Ctrl-C; SIGTERM: a scheduler,
-// systemd or kill), 0 while none has.
-std::atomic<int> g_interrupted{0};
-extern "C" void OnInterrupt(int signal_number) { g_interrupted = signal_number; }
 
 // One event from one node's stream, or the end of that stream.
 struct NodeEvent {
@@ -75,10 +71,41 @@ std::string DefaultJobId(const std::string& cluster_name, const std::string& wha
   return id.substr(0, 64);
 }
 
+void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
+                   const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests) {
+  // Every node at once; each answers in about the time of listing its devices.
+  std::vector<std::string> refusals(requests.size());
+  std::vector<std::thread> checks;
+  auto check = [&](std::size_t i) {
+    try {
+      agents.clients[requests[i].first]->CheckLaunch(requests[i].second);
+    } catch (const AgentError& error) {
+      refusals[i] = error.what();
+    } catch (const std::exception& error) {
+      refusals[i] = "node '" + cluster.nodes[requests[i].first].name + "': " + error.what();
+    }
+  };
+  try {
+    for (std::size_t i = 0; i < requests.size(); ++i) checks.emplace_back(check, i);
+  } catch (...) {  // no thread to be had
+    for (auto& thread : checks) thread.join();
+    throw;
+  }
+  for (auto& thread : checks) thread.join();
+  std::string reasons;
+  for (const std::string& refusal : refusals) {
+    if (!refusal.empty()) reasons += (reasons.empty() ? "" : "; ") + refusal;
+  }
+  if (!reasons.empty()) {
+    throw CommandFailed("job " + job_id + " was not started: " + reasons + "; no worker was started on any node");
+  }
+}
+
 AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
                             const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests,
                             LaunchMonitor& monitor, std::ostream& out,
                             const std::function<void(int rank, const std::string& line)>& on_metrics) {
+  CheckAgentJob(cluster, agents, job_id, requests);
   EventQueue queue;
   CallCanceller streams_canceller;  // ends every Launch stream at once (agents then stop the job)
   std::vector<std::thread> streams;
@@ -110,10 +137,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
 
   // Ctrl-C, SIGTERM (a scheduler, `timeout`) and SIGHUP (the terminal closed) stop the
   // job everywhere in order. (SIGPIPE is ignored from main: lost output ends nothing.)
-  g_interrupted = 0;
-  auto previous_interrupt = std::signal(SIGINT, OnInterrupt);
-  auto previous_terminate = std::signal(SIGTERM, OnInterrupt);
-  auto previous_hangup = std::signal(SIGHUP, OnInterrupt);
+  const Interruption interruption;
   AgentJobOutcome outcome;
   bool stopping = false;
   auto stop_everywhere = [&](const std::string& reason) {
@@ -132,19 +156,13 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
   // the job is stopped everywhere and the stream threads are joined before leaving.
   auto cleanup = [&] {
     for (auto& stream : streams) stream.join();
-    std::signal(SIGINT, previous_interrupt);
-    std::signal(SIGTERM, previous_terminate);
-    std::signal(SIGHUP, previous_hangup);
   };
   try {
     std::size_t open_streams = streams.size();
     auto stop_deadline = std::chrono::steady_clock::time_point::max();
     while (open_streams > 0) {
-      if (g_interrupted != 0 && !stopping) {
-        const std::string how = g_interrupted == SIGINT    ? "Ctrl-C"
-                                : g_interrupted == SIGHUP ? "SIGHUP: its terminal closed; nohup, tmux or "
-                                                            "systemd-run let a launch outlive its terminal"
-                                                          : "SIGTERM";
+      if (interruption.signal() != 0 && !stopping) {
+        const std::string how = InterruptionName(interruption.signal());
         out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
         monitor.Stopped("head", "stopped by the user (" + how + ")");
         stop_everywhere("stopped by the user (" + how + " on the head node)");
@@ -205,7 +223,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     throw;
   }
   cleanup();
-  outcome.signal = g_interrupted;
+  outcome.signal = interruption.signal();
   return outcome;
 }
 

@@ -26,7 +26,14 @@ struct AgentJobOutcome {
   int signal = 0;            // SIGINT or SIGTERM when the user stopped the job, else 0
 };
 
-// Sends each (node index, request) and blocks until every stream has ended. Every event
+// Asks every node's agent to check its request (CheckLaunch: nothing written, nothing
+// started), all at once. Throws CommandFailed naming every node that refused and why.
+void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
+                   const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests);
+
+// Checks the job on every node first (CheckAgentJob), so that one node's refusal starts
+// no worker anywhere; then sends each (node index, request) and blocks until every
+// stream has ended. Every event
 // goes to `monitor` (Output, Metrics, Failure, Stopped), and each METRICS line also to
 // `on_metrics` when given; the monitor decides when the job has failed. Notes on
 // stopping go to `out`.

@@ -1,6 +1,8 @@
 #include "planner/cli/head_agents.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <filesystem>
@@ -13,6 +15,7 @@
 
 #include "agent/grpc_log.h"
 #include "agent/tls.h"
+#include "planner/cli/interruption.h"
 #include "planner/cli/run_app.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
@@ -147,12 +150,26 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
 
   // Every type at once: a cluster of T types profiles in the time of its slowest, and
   // devices that share a host are measured side by side, as they will train. The first
-  // failure cancels the others and is the one reported.
-  std::mutex mutex;  // guards stderr and `failure`
+  // failure cancels the others and is the one reported; so does Ctrl-C (or SIGTERM,
+  // SIGHUP), after which the agents stop measuring and nothing is written.
+  const Interruption interruption;
+  std::mutex mutex;  // guards stderr, `failure` and `finished`
+  std::condition_variable done;
+  std::size_t finished = 0;
   std::exception_ptr failure;
   CallCanceller canceller;
   std::vector<std::thread> threads;
   auto fetch_one = [&](ProfileFetch& fetch) {
+    struct Finished {  // however the fetch ends
+      std::mutex& mutex;
+      std::size_t& finished;
+      std::condition_variable& done;
+      ~Finished() {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++finished;
+        done.notify_all();
+      }
+    } finished_guard{mutex, finished, done};
     try {
       fetch.text = fetch.agent->Profile(
           fetch.request,
@@ -175,7 +192,23 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
     for (std::thread& thread : threads) thread.join();
     throw;
   }
+  int interrupted = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (finished < threads.size()) {
+      done.wait_for(lock, std::chrono::milliseconds(200));
+      if (interrupted == 0 && interruption.signal() != 0) {
+        interrupted = interruption.signal();
+        canceller.Cancel();
+      }
+    }
+  }
   for (std::thread& thread : threads) thread.join();
+  if (interrupted != 0) {
+    throw CommandFailed("stopped by the user (" + InterruptionName(interrupted) +
+                            ") while the agents profiled; they stopped measuring, and no profile was written",
+                        128 + interrupted);
+  }
   if (failure) {
     try {
       std::rethrow_exception(failure);

@@ -238,9 +238,11 @@ void RunLaunch(const LaunchOptions& options) {
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() +
-                            "; every worker was stopped; checkpoints stay in the agents' work directories under jobs/" +
-                            job_id + "/checkpoints (rank 0's node writes them); logs in " + run_dir + "/logs",
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; every worker was stopped; " +
+                            monitor.CheckpointsKept(job.checkpoint_every,
+                                                    "the agents' work directories under jobs/" + job_id +
+                                                        "/checkpoints (rank 0's node writes them)") +
+                            "; logs in " + run_dir + "/logs",
                         outcome.signal != 0 ? 128 + outcome.signal : 1);
   }
   if (!summary.contains("first_loss")) {

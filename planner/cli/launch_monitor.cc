@@ -132,6 +132,20 @@ std::string LaunchMonitor::RootCause() const {
   return "node '" + best->node + "': " + best->reason;
 }
 
+std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
+  const std::int64_t first = rank0_steps_.empty() ? 0 : rank0_steps_.front().value("step", 0);
+  const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
+  const bool resumed = first > 1;  // went on from a checkpoint, which stays
+  if (resumed || (checkpoint_every > 0 && last >= checkpoint_every)) {
+    return "checkpoints" +
+           (checkpoint_every > 0 ? " (every " + std::to_string(checkpoint_every) + " steps)" : std::string()) +
+           " stay in " + where;
+  }
+  return checkpoint_every > 0
+             ? "no checkpoint was written (the first was due at step " + std::to_string(checkpoint_every) + ")"
+             : "no checkpoint was written (job.checkpoint_every is 0: only the end writes one)";
+}
+
 nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   nlohmann::ordered_json summary;
   summary["steps"] = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);

@@ -53,6 +53,13 @@ class LaunchMonitor {
   // "node 'b': rank 1 was killed by signal 9 (Killed)".
   std::string RootCause() const;
 
+  // Of a failed job, whether checkpoints were due by rank 0's last step reported (every
+  // `checkpoint_every` steps), or it resumed from one: "checkpoints (every 5 steps)
+  // stay in <where>", else "no checkpoint was written (the first was due at step 5)".
+  // A checkpoint under way when the job failed may not have been completed; its
+  // predecessor stays then.
+  std::string CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const;
+
   // The summary of a finished run: steps, first and last loss, the median step time
   // over the steps after the first fifth (warm-up), samples per second, busy shares.
   nlohmann::ordered_json Summary(double predicted_step_s) const;

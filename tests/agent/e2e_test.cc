@@ -308,6 +308,12 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   EXPECT_EQ(network.backend, "gloo");
   EXPECT_EQ(network.precision, Precision::kFp32);
   EXPECT_EQ(network.points.size(), 3u * 5);  // 4, 16, 64, 256 KiB and 1 MiB
+  // The measurements reached the head: the agents keep no folder of the job (each
+  // `poplar network` once left one on every node).
+  for (const char* node : {"a", "b"}) {
+    const fs::path jobs = dir_.path() + "/" + node + "/work/jobs";
+    EXPECT_TRUE(!fs::exists(jobs) || fs::is_empty(jobs)) << node << " kept a network job's folder";
+  }
 
   // The same cluster planning with the measured network: its communication is the
   // measured lines' (stage 2: a reduce-scatter per round, an all-gather per step, and
@@ -355,7 +361,9 @@ TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {
   kill(training.rank1, SIGKILL);
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/killed.err");
-  EXPECT_TRUE(ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped"})) << err;
+  EXPECT_TRUE(ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped",
+                                "checkpoints (every 5 steps) stay in", "jobs/job-killed/checkpoints"}))
+      << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_FALSE(Alive(training.rank1));
   EXPECT_FALSE(Alive(training.rank0));
@@ -543,6 +551,35 @@ TEST_F(TwoAgents, SigtermToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGTE
 // A closed terminal (an SSH session lost) stops the job in the same order, saying why
 // (SIGHUP once killed the head at once, with no summary and no word).
 TEST_F(TwoAgents, SighupToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGHUP, "SIGHUP: its terminal closed"); }
+
+// Ctrl-C while the agents profile, before any rank runs: the head cancels the
+// measurements and leaves as a refused launch does (it once died at once, leaving the
+// run directory half made and, on a resume, the earlier attempt's files moved away).
+TEST_F(TwoAgents, CtrlCWhileTheAgentsProfileCancelsThemAndLeavesNoRunDirectory) {
+  ChildOptions options;
+  options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--run-dir", "profiling", "--job-id", "profiling"};
+  options.cwd = dir_.path();
+  options.stderr_path = dir_.path() + "/profiling.err";
+  ChildProcess launch(options);
+  bool measuring = false;
+  for (int i = 0; i < 600 && !measuring; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    measuring = Contains(ReadWholeFile(dir_.path() + "/profiling.err"), "measuring on emu-slow");
+  }
+  ASSERT_TRUE(measuring) << ReadWholeFile(dir_.path() + "/profiling.err");
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(std::chrono::seconds(60)), 130);
+  const std::string err = ReadWholeFile(dir_.path() + "/profiling.err");
+  EXPECT_TRUE(Contains(err, "stopped by the user (Ctrl-C) while the agents profiled")) << err;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/profiling")) << "the run directory was left";
+  // Node b's agent was measuring; it stops once the head's stream is gone.
+  bool stopped = false;
+  for (int i = 0; i < 300 && !stopped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    stopped = Contains(ReadWholeFile(dir_.path() + "/b.log"), "profiling cancelled by the caller");
+  }
+  EXPECT_TRUE(stopped) << ReadWholeFile(dir_.path() + "/b.log");
+}
 
 // Output that can no longer be written (`| tee` or `| head` gone) does not end the job:
 // SIGPIPE once killed the head, and with it the training on every node.
@@ -749,10 +786,35 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   EXPECT_FALSE(Contains(foreign.out, "unreachable")) << foreign.out;
 }
 
+// One node's refusal starts no rank anywhere: the head has every agent check its part
+// first (CheckLaunch). Node b lacks the data: node a used to start its rank, which was
+// then stopped, leaving a failed run behind.
+TEST_F(TwoAgents, OneNodesRefusalStartsNoWorkerOnAnyNode) {
+  fs::rename(dir_.path() + "/b/work/tokens.bin", dir_.path() + "/tokens.bin.away");
+  const auto refused = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id",
+                               "refused", "--steps", "2"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(refused.err, {"job refused was not started: node 'b'", "refused the launch", "data_path",
+                                        "no worker was started on any node"}))
+      << refused.err;
+  EXPECT_FALSE(Contains(refused.err, "node 'a'")) << refused.err;
+  EXPECT_FALSE(Contains(refused.out, "started on node")) << refused.out;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/refused")) << "node a wrote the job's folder";
+  EXPECT_FALSE(fs::exists(dir_.path() + "/refused")) << "a refused launch left a run directory";
+
+  // With the data back, the same job id launches: the refusal left nothing in the way.
+  fs::rename(dir_.path() + "/tokens.bin.away", dir_.path() + "/b/work/tokens.bin");
+  const auto launched = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id",
+                                "refused", "--steps", "2"});
+  ASSERT_EQ(launched.exit_code, 0) << launched.out << launched.err;
+  EXPECT_TRUE(Contains(launched.out, "trained 2 steps")) << launched.out;
+}
+
 TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   const std::string c = dir_.path() + "/creds/";
   auto stub = Stub(ports_[0], c + "ca.pem", c + "head.key", c + "head.pem", ReadToken(c + "token"));
-  auto launch = [&](const std::string& job_id, const std::string& data) {
+  // A launch of node a's rank of WritePlan(), one step.
+  auto request_for = [&](const std::string& job_id, const std::string& data) {
     v1::LaunchRequest request;
     request.set_job_id(job_id);
     request.set_node("a");
@@ -762,6 +824,10 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
     request.set_master_addr("127.0.0.1");
     request.set_master_port(poplar::FindFreePort());
     request.set_steps(1);
+    return request;
+  };
+  auto launch = [&](const std::string& job_id, const std::string& data) {
+    const v1::LaunchRequest request = request_for(job_id, data);
     grpc::ClientContext context;
     auto reader = stub->Launch(&context, request);
     v1::LaunchEvent event;
@@ -781,6 +847,21 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   EXPECT_TRUE(Contains(bad_id.error_message(), "job_id"));
   EXPECT_FALSE(fs::exists(dir_.path() + "/outside"));
   EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/escape"));
+
+  // CheckLaunch makes the same checks, and writes and starts nothing either way.
+  auto check = [&](const std::string& data, v1::CheckLaunchResponse* response) {
+    grpc::ClientContext context;
+    return stub->CheckLaunch(&context, request_for("checked", data), response);
+  };
+  v1::CheckLaunchResponse response;
+  const auto escaping = check("/etc/passwd", &response);
+  EXPECT_EQ(escaping.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(escaping.error_message(), "data_path")) << escaping.error_message();
+  const auto fine = check("tokens.bin", &response);
+  ASSERT_TRUE(fine.ok()) << fine.error_message();
+  ASSERT_EQ(response.devices_size(), 1);
+  EXPECT_EQ(response.devices(0), "emu-fast 0");
+  EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/checked")) << "a check wrote the job's folder";
 }
 
 // A GPU node, with NVML played by tests/agent/fake_nvml.cc: the agent finds the GPUs

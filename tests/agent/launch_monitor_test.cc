@@ -145,5 +145,22 @@ TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
       << fresh_out.str();
 }
 
+// A failed job's message says where its checkpoints are only when one was due (or it
+// resumed from one): it once said "checkpoints stay in ..." after a failure at step 2.
+TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
+  LaunchMonitor early = Monitor();
+  EXPECT_EQ(early.CheckpointsKept(5, "D"), "no checkpoint was written (the first was due at step 5)");
+  early.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));
+  early.Metrics(0, Record(4, 0, 5.0, 0.2, 0.1));
+  EXPECT_EQ(early.CheckpointsKept(5, "D"), "no checkpoint was written (the first was due at step 5)");
+  EXPECT_EQ(early.CheckpointsKept(0, "D"), "no checkpoint was written (job.checkpoint_every is 0: only the end writes one)");
+  early.Metrics(0, Record(5, 0, 5.0, 0.2, 0.1));
+  EXPECT_EQ(early.CheckpointsKept(5, "D"), "checkpoints (every 5 steps) stay in D");
+  LaunchMonitor resumed = Monitor();
+  resumed.Metrics(0, Record(8, 0, 4.0, 0.2, 0.1));  // went on from step 7's checkpoint
+  EXPECT_EQ(resumed.CheckpointsKept(0, "D"), "checkpoints stay in D");
+  EXPECT_EQ(resumed.CheckpointsKept(10, "D"), "checkpoints (every 10 steps) stay in D");
+}
+
 }  // namespace
 }  // namespace poplar

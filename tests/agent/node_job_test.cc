@@ -85,6 +85,24 @@ TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   EXPECT_EQ(ranks[1].spec.cwd, job);
 }
 
+// CheckNodeJob is PrepareNodeJob without the writing: the same processes, no job folder.
+TEST(NodeJob, CheckingBuildsTheSameRanksAndWritesNothing) {
+  Fixture f;
+  const auto checked = CheckNodeJob(f.config, f.devices, f.settings);
+  EXPECT_FALSE(std::filesystem::exists(f.config.work_dir + "/jobs")) << "a check wrote the job's folder";
+  const auto prepared = PrepareNodeJob(f.config, f.devices, f.settings);
+  ASSERT_EQ(checked.size(), prepared.size());
+  for (std::size_t i = 0; i < checked.size(); ++i) {
+    EXPECT_EQ(checked[i].rank, prepared[i].rank);
+    EXPECT_EQ(checked[i].device, prepared[i].device);
+    EXPECT_EQ(checked[i].spec.args, prepared[i].spec.args);
+    EXPECT_EQ(checked[i].spec.env, prepared[i].spec.env);
+  }
+  EXPECT_TRUE(std::filesystem::is_regular_file(f.config.work_dir + "/jobs/j1/model.json"));
+  f.settings.data_path = "missing.bin";
+  EXPECT_THROW(CheckNodeJob(f.config, f.devices, f.settings), InputError);
+}
+
 TEST(NodeJob, ANetworkJobRunsTheWorkersNetworkModeWithoutModelOrData) {
   Fixture f;
   f.settings.kind = LaunchSettings::Kind::kNetwork;

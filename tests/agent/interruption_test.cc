@@ -1,0 +1,46 @@
+// The head's Interruption: Ctrl-C, SIGTERM and SIGHUP are recorded while one lives (the
+// process goes on to stop what it started), and end the process as usual after it.
+#include <csignal>
+
+#include <gtest/gtest.h>
+
+#include "planner/cli/interruption.h"
+
+namespace poplar {
+namespace {
+
+// The handler installed for `signal_number` now.
+void (*HandlerOf(int signal_number))(int) {
+  struct sigaction action {};
+  sigaction(signal_number, nullptr, &action);
+  return action.sa_handler;
+}
+
+TEST(Interruption, RecordsTheFirstSignalAndPutsTheHandlersBack) {
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) EXPECT_EQ(HandlerOf(signal_number), SIG_DFL);
+  {
+    const Interruption outer;
+    EXPECT_EQ(outer.signal(), 0);
+    std::raise(SIGTERM);  // without the handler, this would end the test program
+    EXPECT_EQ(outer.signal(), SIGTERM);
+    std::raise(SIGINT);
+    EXPECT_EQ(outer.signal(), SIGTERM) << "the first signal is the one that counts";
+    {
+      const Interruption inner;  // a wait within the launch sees the launch's signal
+      EXPECT_EQ(inner.signal(), SIGTERM);
+    }
+    EXPECT_NE(HandlerOf(SIGHUP), SIG_DFL) << "the inner one took the outer one's handlers away";
+  }
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP}) EXPECT_EQ(HandlerOf(signal_number), SIG_DFL);
+  const Interruption next;
+  EXPECT_EQ(next.signal(), 0) << "a new one starts with no signal";
+}
+
+TEST(Interruption, NamesTheSignalsInAUsersWords) {
+  EXPECT_EQ(InterruptionName(SIGINT), "Ctrl-C");
+  EXPECT_EQ(InterruptionName(SIGTERM), "SIGTERM");
+  EXPECT_EQ(InterruptionName(SIGHUP).rfind("SIGHUP: its terminal closed", 0), 0u);
+}
+
+}  // namespace
+}  // namespace poplar
