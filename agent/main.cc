@@ -89,7 +89,7 @@ void Serve(const AgentOptions& options) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
   const WorkDirLock work_dir_lock(config.work_dir, config.file);
-  auto credentials = AgentServerCredentials(config.credentials, config.file);
+  auto credentials = AgentServerCredentials(config.credentials, config.file, "poplar-agent");
 
   std::string worker_version;
   {

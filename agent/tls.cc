@@ -2,10 +2,13 @@
 
 #include "agent/grpc_log.h"
 
+#include <iostream>
+
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include "agent/certificate_check.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
 #include "poplar/v1/agent.grpc.pb.h"
@@ -108,20 +111,29 @@ void CheckTlsFilesServe(const std::shared_ptr<grpc::ServerCredentials>& tls, con
   server->Shutdown();
 }
 
+// The checks both sides make of their own files before gRPC gets them.
+void CheckOwnFiles(const CredentialPaths& paths, const std::string& source, const std::string& speaker) {
+  const std::string warning = CheckOwnCertificate(paths, source);
+  if (!warning.empty()) std::cerr << speaker << ": warning: " << warning << std::endl;
+  CheckTlsFilesServe(ServerTls(paths, source), paths, source);
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
-                                                                const std::string& source) {
+                                                                const std::string& source,
+                                                                const std::string& speaker) {
+  CheckOwnFiles(paths, source, speaker);
   auto credentials = ServerTls(paths, source);
-  CheckTlsFilesServe(credentials, paths, source);
   credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
   return credentials;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
-                                                                 const std::string& source) {
+                                                                 const std::string& source,
+                                                                 const std::string& speaker) {
   // The head's certificate serves too: same CA, same checks.
-  CheckTlsFilesServe(ServerTls(paths, source), paths, source);
+  CheckOwnFiles(paths, source, speaker);
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
   options.pem_private_key = ReadCredential(paths.key, source, "key");

@@ -17,11 +17,15 @@
 namespace poplar {
 
 // Both throw InputError naming `source` (the agent or cluster file) and the key when a
-// credential file cannot be read, and naming `credentials` when the files cannot be
-// used together (a key that is not the certificate's, a file that is not PEM).
+// credential file cannot be read, when the certificate is not the CA's or not valid now
+// (certificate_check.h), and naming `credentials` when the files cannot be used
+// together (a key that is not the certificate's, a file that is not PEM). A certificate
+// that expires within 30 days is said on stderr, after "<speaker>: warning: ".
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
-                                                                const std::string& source);
+                                                                const std::string& source,
+                                                                const std::string& speaker);
 std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
-                                                                 const std::string& source);
+                                                                 const std::string& source,
+                                                                 const std::string& speaker);
 
 }  // namespace poplar

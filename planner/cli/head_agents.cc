@@ -31,7 +31,7 @@ ClusterAgents ClientsFor(const ClusterSpec& cluster) {
                      "is required to reach the agents: {ca, cert, key, token} "
                      "(scripts/make-cluster-credentials makes them)");
   }
-  const auto credentials = HeadChannelCredentials(*cluster.credentials, cluster.file);
+  const auto credentials = HeadChannelCredentials(*cluster.credentials, cluster.file, "poplar");
   ClusterAgents agents;
   for (const auto& node : cluster.nodes) {
     agents.clients.push_back(std::make_unique<AgentClient>(node.name, node.agent, credentials));

@@ -1,0 +1,103 @@
+#include "agent/certificate_check.h"
+
+#include <memory>
+#include <vector>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
+#include "planner/input_error.h"
+#include "planner/text_file.h"
+
+namespace poplar {
+namespace {
+
+constexpr int kWarnDays = 30;
+
+struct X509Free {
+  void operator()(X509* certificate) const { X509_free(certificate); }
+};
+using Certificate = std::unique_ptr<X509, X509Free>;
+
+// Every certificate in a PEM file, in order (a chain may follow a leaf); none if the
+// text holds none.
+std::vector<Certificate> ReadCertificates(const std::string& path, const std::string& source, const std::string& key) {
+  std::string text;
+  try {
+    text = ReadTextFile(path);
+  } catch (const InputError& error) {
+    throw InputError(source, key, "cannot read " + path + " (" + error.reason() + ")");
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
+  std::vector<Certificate> certificates;
+  while (X509* certificate = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    certificates.emplace_back(certificate);
+  }
+  ERR_clear_error();  // the loop ends on "no start line"
+  if (certificates.empty()) throw InputError(source, key, path + " holds no PEM certificate");
+  return certificates;
+}
+
+// "Nov 23 22:32:06 2026 GMT"
+std::string TimeText(const ASN1_TIME* time) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  ASN1_TIME_print(bio.get(), time);
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<std::size_t>(size));
+}
+
+}  // namespace
+
+std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string& source) {
+  const std::vector<Certificate> own = ReadCertificates(paths.cert, source, "credentials.cert");
+  const std::vector<Certificate> authorities = ReadCertificates(paths.ca, source, "credentials.ca");
+  X509* leaf = own.front().get();
+  const std::string made = "; make new credentials with scripts/make-cluster-credentials, or sign a new certificate "
+                           "with the cluster's CA key";
+
+  if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
+    throw InputError(source, "credentials.cert", paths.cert + " expired on " + TimeText(X509_get0_notAfter(leaf)) + made);
+  }
+  if (X509_cmp_current_time(X509_get0_notBefore(leaf)) > 0) {
+    throw InputError(source, "credentials.cert", paths.cert + " is valid only from " +
+                                                     TimeText(X509_get0_notBefore(leaf)) +
+                                                     ": is this machine's clock right?");
+  }
+
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
+  for (const Certificate& authority : authorities) X509_STORE_add_cert(store.get(), authority.get());
+  struct StackFree {  // the stack only: the certificates stay `own`'s
+    void operator()(STACK_OF(X509) * stack) const { sk_X509_free(stack); }
+  };
+  std::unique_ptr<STACK_OF(X509), StackFree> chain(sk_X509_new_null());
+  for (std::size_t i = 1; i < own.size(); ++i) sk_X509_push(chain.get(), own[i].get());
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> context(X509_STORE_CTX_new(), X509_STORE_CTX_free);
+  if (!context || X509_STORE_CTX_init(context.get(), store.get(), leaf, chain.get()) != 1) {
+    throw std::runtime_error("OpenSSL could not set up a certificate check");
+  }
+  if (X509_verify_cert(context.get()) != 1) {
+    const int error = X509_STORE_CTX_get_error(context.get());
+    ERR_clear_error();
+    if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
+      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert + " " +
+                                                     X509_verify_cert_error_string(error) + made);
+    }
+    throw InputError(source, "credentials.cert",
+                     paths.cert + " is not signed by the cluster's CA in credentials.ca (" + paths.ca +
+                         "): are both from one scripts/make-cluster-credentials run? (OpenSSL: " +
+                         X509_verify_cert_error_string(error) + ")");
+  }
+
+  int days = 0, seconds = 0;
+  if (ASN1_TIME_diff(&days, &seconds, nullptr, X509_get0_notAfter(leaf)) == 1 && days < kWarnDays) {
+    return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(X509_get0_notAfter(leaf)) +
+           ", in " + std::to_string(days) + (days == 1 ? " day" : " days") + made;
+  }
+  return "";
+}
+
+}  // namespace poplar
