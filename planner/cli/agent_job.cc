@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "agent/keepalive.h"
 #include "planner/cli/interruption.h"
 #include "planner/cli/run_app.h"
 
@@ -160,6 +161,9 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
   try {
     std::size_t open_streams = streams.size();
     auto stop_deadline = std::chrono::steady_clock::time_point::max();
+    // A stall shorter than the keepalive's timeout cannot have dropped a connection.
+    constexpr auto kStall = kKeepaliveTimeout;
+    auto last_turn = std::chrono::steady_clock::now();
     while (open_streams > 0) {
       if (interruption.signal() != 0 && !stopping) {
         const std::string how = InterruptionName(interruption.signal());
@@ -172,6 +176,10 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         streams_canceller.Cancel();
         stop_deadline = std::chrono::steady_clock::time_point::max();
       }
+      // This loop turns at least every 200 ms; a long gap means the head was not running.
+      const auto turn = std::chrono::steady_clock::now();
+      if (turn - last_turn > kStall) monitor.HeadStalled(std::chrono::duration<double>(turn - last_turn).count());
+      last_turn = turn;
       NodeEvent item;
       if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
       const std::string& node_name = cluster.nodes[item.node].name;

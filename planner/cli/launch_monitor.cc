@@ -123,8 +123,16 @@ void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason
   failures_.push_back({kCause, node, reason});
 }
 
+void LaunchMonitor::HeadStalled(double seconds) { head_stalled_s_ = std::max(head_stalled_s_, seconds); }
+
 std::string LaunchMonitor::RootCause() const {
   if (failures_.empty()) return "";
+  if (head_stalled_s_ > 0) {
+    return "the head (this poplar launch) was stalled for " + Fixed(head_stalled_s_, 0) +
+           " s (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), longer than the "
+           "agents and the head wait for a silent peer (about 20 s), so the job was stopped; run it under tmux, "
+           "nohup or systemd-run, and resume with --resume";
+  }
   const Failed* best = &failures_.front();
   for (const auto& failure : failures_) {
     if (failure.severity < best->severity) best = &failure;

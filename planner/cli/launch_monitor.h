@@ -49,8 +49,14 @@ class LaunchMonitor {
   // and the other nodes' "failed elsewhere" stops never outrank.
   void AgentLost(const std::string& node, const std::string& reason);
 
+  // The head itself did not run for `seconds` (suspended with Ctrl-Z or SIGSTOP, its
+  // machine paused, its output blocked): if the job then fails, that is the root cause,
+  // whatever the nodes say (they saw a silent head; the head's keepalive, a silent
+  // node). A stall that the job survived changes nothing.
+  void HeadStalled(double seconds);
+
   bool failed() const { return !failures_.empty(); }
-  // "node 'b': rank 1 was killed by signal 9 (Killed)".
+  // "node 'b': rank 1 was killed by signal 9 (Killed)", or the head's stall.
   std::string RootCause() const;
 
   // Of a failed job, whether checkpoints were due by rank 0's last step reported (every
@@ -87,6 +93,7 @@ class LaunchMonitor {
   std::vector<nlohmann::json> rank0_steps_; // rank 0's records in order
   std::string resume_job_;                  // ExpectResume's job, or empty
   std::vector<Failed> failures_;
+  double head_stalled_s_ = 0;  // the longest HeadStalled
 };
 
 }  // namespace poplar

@@ -612,7 +612,8 @@ TEST_F(TwoAgents, AFrozenAgentIsNoticedAndTheJobStops) {
 }
 
 // The other way round: a head that goes silent is noticed by the agents, which stop
-// their workers rather than train for nobody.
+// their workers rather than train for nobody. Woken again, the head says that it was
+// the one stalled (it once blamed a node: "lost its agent ... keepalive watchdog").
 TEST_F(TwoAgents, AFrozenHeadIsNoticedAndTheAgentsStopTheJob) {
   Training training = StartTraining("headless", 2);
   ASSERT_TRUE(training.started());
@@ -622,7 +623,13 @@ TEST_F(TwoAgents, AFrozenHeadIsNoticedAndTheAgentsStopTheJob) {
   }
   EXPECT_FALSE(Alive(training.rank0)) << "a worker trained on for a silent head";
   EXPECT_FALSE(Alive(training.rank1)) << "a worker trained on for a silent head";
-  training.launch->Signal(SIGKILL);
+  training.launch->Signal(SIGCONT);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
+  const std::string err = ReadWholeFile(dir_.path() + "/headless.err");
+  EXPECT_TRUE(ContainsAll(err, {"job job-headless failed: the head (this poplar launch) was stalled for",
+                                "suspended with Ctrl-Z or SIGSTOP", "--resume"}))
+      << err;
+  EXPECT_FALSE(Contains(err, "lost its agent")) << err;
 }
 
 TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {

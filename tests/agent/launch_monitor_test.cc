@@ -145,6 +145,21 @@ TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
       << fresh_out.str();
 }
 
+// A head that did not run for longer than the keepalive's timeout is the root cause of
+// what follows (the nodes saw it silent), but only if the job failed.
+TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseOfTheFailureThatFollows) {
+  LaunchMonitor survived = Monitor();
+  survived.HeadStalled(12.4);
+  EXPECT_FALSE(survived.failed());
+  EXPECT_EQ(survived.RootCause(), "");
+  LaunchMonitor monitor = Monitor();
+  monitor.HeadStalled(42.4);
+  monitor.AgentLost("b", "lost its agent at 127.0.0.1:1 during the job: keepalive watchdog timeout");
+  monitor.Failure("a", "rank 0 exited with status 1: the head node went away");
+  EXPECT_EQ(monitor.RootCause().rfind("the head (this poplar launch) was stalled for 42 s (suspended", 0), 0u)
+      << monitor.RootCause();
+}
+
 // A failed job's message says where its checkpoints are only when one was due (or it
 // resumed from one): it once said "checkpoints stay in ..." after a failure at step 2.
 TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
