@@ -246,10 +246,18 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   }
   std::set<std::string> names;
   std::map<std::string, std::string> agents;  // address -> the node it serves
+  std::int64_t devices = 0;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
     cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
     const NodeSpec& node = cluster.nodes.back();
+    // Ranks are ints, and a plan lists every one: 2^31 devices once overflowed into a
+    // negative count (and a crash), 10 million ran the planner out of memory.
+    for (const auto& group : node.devices) devices += group.count;
+    if (devices > kMostClusterDevices) {
+      throw InputError(file, "nodes", "the cluster has more than " + std::to_string(kMostClusterDevices) +
+                                          " devices (" + std::to_string(devices) + " by " + path + ")");
+    }
     if (!names.insert(node.name).second) throw InputError(file, path + ".name", "'" + node.name + "' is used twice");
     // One agent serves one node: two nodes on one agent would be asked twice for the
     // same devices (and the second launch refused as the job already running).

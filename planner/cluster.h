@@ -42,6 +42,9 @@
 
 namespace poplar {
 
+// The most devices a cluster file may list, over all its nodes.
+constexpr std::int64_t kMostClusterDevices = 1'000'000;
+
 struct DeviceGroupSpec {
   std::string type;  // names the profile DIR/<type>.json
   int count = 0;     // > 0
@@ -93,7 +96,7 @@ struct ClusterSpec {
   std::optional<CredentialPaths> credentials;
   std::optional<JobSpec> job;
 
-  int DeviceCount() const;
+  int DeviceCount() const;  // at most kMostClusterDevices
   // Device types in order of first appearance.
   std::vector<std::string> DeviceTypes() const;
   // Every device, in rank order (one entry per device: DeviceCount() entries).

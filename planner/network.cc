@@ -234,7 +234,8 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
     network.times.Of(collective) = ParseLine(lines.Map(CollectiveName(collective)));
   }
   lines.Finish();
-  fields.Number("worst_relative_error");  // informational: recomputed from the points
+  // Informational (recomputed from the points), but a relative error is never negative.
+  if (fields.Number("worst_relative_error") < 0) fields.Fail("worst_relative_error", "must be zero or positive");
   const nlohmann::json& points = fields.Child("points");
   if (!points.is_array()) fields.Fail("points", "must be a list of {collective, bytes, seconds}");
   for (std::size_t i = 0; i < points.size(); ++i) {

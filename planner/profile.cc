@@ -13,6 +13,8 @@ namespace {
 
 // The most a measured time (a micro-batch, an optimizer step) may take: a day.
 constexpr double kMostMeasuredSeconds = 86400;
+// The least a micro-batch's compute may take: a nanosecond.
+constexpr double kLeastMeasuredSeconds = 1e-9;
 
 constexpr const char* kFormat = "poplar-profile/1";
 
@@ -20,9 +22,11 @@ ProfilePoint ParsePoint(JsonFields fields) {
   ProfilePoint point;
   point.micro_batch = static_cast<int>(fields.IntegerIn("micro_batch", 1, kMostMicroBatch, "a number of samples"));
   point.compute_s = fields.Number("compute_s");
-  // A micro-batch of more than a day is a typing mistake (1e308 s made steps of 1e308 s).
-  if (!(point.compute_s > 0 && point.compute_s <= kMostMeasuredSeconds)) {
-    fields.Fail("compute_s", "must be a positive number of seconds, at most 86400");
+  // A micro-batch of more than a day is a typing mistake (1e308 s made steps of 1e308 s),
+  // and one of less than a nanosecond too: 5e-324 s (subnormal) made a micro-batch cost
+  // nothing, and the search planned twice the global batch.
+  if (!(point.compute_s >= kLeastMeasuredSeconds && point.compute_s <= kMostMeasuredSeconds)) {
+    fields.Fail("compute_s", "must be a number of seconds from 1e-9 to 86400");
   }
   point.peak_bytes = fields.Integer("peak_bytes");  // a float was cast unchecked (1e300 is undefined)
   if (point.peak_bytes <= 0) fields.Fail("peak_bytes", "must be a positive number of bytes");

@@ -22,6 +22,12 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
     if (!seen.insert(key).second) {
       throw InputError(file_, KeyPath(key), "is given more than once" + LineOf(entry.first));
     }
+    // Here, not in Finish(): the keys a merge would have brought are otherwise reported
+    // first, as missing.
+    if (key == "<<") {
+      throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
+                                                "; write the keys out in full");
+    }
   }
 }
 
@@ -81,8 +87,11 @@ std::string YamlFields::KeyPath(const std::string& key) const {
 }
 
 void YamlFields::Fail(const std::string& key, const std::string& reason) const {
-  const YAML::Node& node = node_;  // const: looking a key up must not add it
-  throw InputError(file_, KeyPath(key), reason + LineOf(node[key]));
+  // The key's own line: an empty value's mark is where the next token begins.
+  for (const auto& entry : node_) {
+    if (entry.first.Scalar() == key) throw InputError(file_, KeyPath(key), reason + LineOf(entry.first));
+  }
+  throw InputError(file_, KeyPath(key), reason);
 }
 
 bool YamlFields::Has(const std::string& key) const {
@@ -97,7 +106,9 @@ YAML::Node YamlFields::Child(const std::string& key) {
 
 YAML::Node YamlFields::Required(const std::string& key) {
   YAML::Node child = Child(key);
-  if (!child || child.IsNull()) {
+  // `stage: ~` or `stage:` once read "is required (line 3) (line 4)", optional or not.
+  if (child && child.IsNull()) Fail(key, "has no value (give one, or leave the key out where it is optional)");
+  if (!child) {
     // A key given but misspelt ("global_bach") is the likely cause: name it here, where
     // it would otherwise be reported only as unknown, after this error.
     std::vector<std::string> others;
@@ -192,10 +203,6 @@ void YamlFields::Finish() const {
   for (const auto& entry : node_) {
     const std::string key = entry.first.as<std::string>();
     if (used_.count(key)) continue;
-    if (key == "<<") {
-      throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
-                                                "; write the keys out in full");
-    }
     throw InputError(file_, KeyPath(key), "unknown key" + LineOf(entry.first) + UnknownKeyHint(key, used_, asked_));
   }
 }

@@ -212,6 +212,19 @@ TEST(ClusterSpec, CountsDevicesOverAllNodesAndGroups) {
   EXPECT_EQ(ParseClusterYaml(kValidCluster, kFile).DeviceCount(), 2 + 1 + 3 + 1);
 }
 
+// Ranks are ints and a plan lists each one: 2148 nodes of a million devices once
+// overflowed the count (a negative one, and a crash in the planner).
+TEST(ClusterSpec, RefusesMoreThanAMillionDevicesInAll) {
+  std::string yaml = "training: {global_batch: 8}\nnetwork:\n  inter_node: {bandwidth_gbps: 100, latency_us: 15}\n"
+                     "  intra_node: {bandwidth_gbps: 100, latency_us: 15}\nnodes:\n";
+  for (int i = 0; i < 3; ++i) {
+    yaml += "  - {name: n" + std::to_string(i) + ", devices: [{type: A100-80GB, count: 400000}]}\n";
+  }
+  ExpectRejected(yaml, "nodes", "more than 1000000 devices (1200000 by nodes[2])");
+  const std::string fits = yaml.substr(0, yaml.rfind("  - {name: n2"));
+  EXPECT_EQ(ParseClusterYaml(fits, kFile).DeviceCount(), 800000);
+}
+
 TEST(ClusterSpec, ListsDeviceTypesInOrderOfFirstAppearance) {
   EXPECT_EQ(ParseClusterYaml(kValidCluster, kFile).DeviceTypes(),
             (std::vector<std::string>{"A100-80GB", "V100-16GB", "T4-16GB"}));
@@ -317,6 +330,21 @@ TEST(ClusterFile, RejectsMergeKeysByName) {
   const InputError error = ParseError(text);
   EXPECT_EQ(error.key(), "nodes[0].<<");
   EXPECT_TRUE(Contains(error.reason(), "YAML merge keys are not supported")) << error.reason();
+  // Also where the merge would have given required keys (it read "... is required").
+  const InputError merged = ParseError(ValidWith("  intra_node: {bandwidth_gbps: 2400, latency_us: 5}\n",
+                                                 "  intra_node: {<<: {bandwidth_gbps: 2400, latency_us: 5}}\n"));
+  EXPECT_EQ(merged.key(), "network.intra_node.<<");
+  EXPECT_TRUE(Contains(merged.reason(), "YAML merge keys are not supported")) << merged.reason();
+}
+
+// A key given no value is said to be so, once, with its line: it read "is required
+// (line 3) (line 4)", even for an optional key.
+TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
+  for (const std::string value : {"~", "", "null"}) {
+    const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: " + value + "\n"));
+    EXPECT_EQ(error.key(), "training.stage");
+    EXPECT_EQ(error.reason(), "has no value (give one, or leave the key out where it is optional) (line 6)") << value;
+  }
 }
 
 TEST(ClusterFile, RejectsTopLevelThatIsNotAMapping) {

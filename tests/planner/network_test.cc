@@ -121,6 +121,8 @@ TEST(NetworkFile, RejectsBadValuesNamingTheKey) {
                         "required");
   ExpectNetworkRejected("\"collective\":\"all_reduce\"", "\"collective\":\"broadcast\"", "points[0].collective",
                         "all_reduce, reduce_scatter or all_gather");
+  ExpectNetworkRejected("\"worst_relative_error\":", "\"worst_relative_error\":-5,\"x\":", "worst_relative_error",
+                        "zero or positive");
 }
 
 // Lines beyond any network are refused, with the cluster file's bounds for a link

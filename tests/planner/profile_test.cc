@@ -415,7 +415,7 @@ TEST(ProfileFile, RejectsTimesBeyondADay) {
   ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = 1e300; }, "stages[0].optimizer_step_s",
                  "from 0 to 86400");
   ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["compute_s"] = 1e308; },
-                 "stages[1].points[0].compute_s", "at most 86400");
+                 "stages[1].points[0].compute_s", "from 1e-9 to 86400");
 }
 
 TEST(ProfileFile, RejectsEmptyPoints) {
@@ -436,9 +436,9 @@ TEST(ProfileFile, RejectsUnknownKeyInStage) {
 
 TEST(ProfileFile, RejectsNonPositiveComputeTime) {
   ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["compute_s"] = 0; },
-                 "stages[0].points[0].compute_s", "must be a positive number of seconds");
+                 "stages[0].points[0].compute_s", "must be a number of seconds from 1e-9");
   ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["compute_s"] = -0.1; },
-                 "stages[0].points[2].compute_s", "must be a positive number of seconds");
+                 "stages[0].points[2].compute_s", "must be a number of seconds from 1e-9");
 }
 
 TEST(ProfileFile, RejectsNonPositivePeakBytes) {
@@ -538,8 +538,27 @@ TEST_F(ProfileFiles, ErrorsNameTheLoadedPath) {
     EXPECT_EQ(error.file(), path);
     EXPECT_EQ(error.key(), "stages[0].points[1].compute_s");
     EXPECT_EQ(std::string(error.what()),
-              path + ": stages[0].points[1].compute_s: must be a positive number of seconds, at most 86400");
+              path + ": stages[0].points[1].compute_s: must be a number of seconds from 1e-9 to 86400");
   }
+}
+
+// A time below a nanosecond is no measurement: a subnormal one (5e-324) made a
+// micro-batch free, and the search then planned twice the global batch.
+TEST_F(ProfileFiles, RefusesTimesBelowANanosecond) {
+  for (const double seconds : {5e-324, 1e-320, 9e-10}) {
+    Json json = SampleJson();
+    json["stages"][0]["points"][0]["compute_s"] = seconds;
+    const std::string path = Write("A100-80GB.json", json.dump());
+    try {
+      LoadProfileFile(path);
+      FAIL() << seconds << " was accepted";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.key(), "stages[0].points[0].compute_s") << seconds;
+    }
+  }
+  Json json = SampleJson();
+  json["stages"][0]["points"][0]["compute_s"] = 1e-9;
+  EXPECT_NO_THROW(LoadProfileFile(Write("A100-80GB.json", json.dump())));
 }
 
 TEST_F(ProfileFiles, RejectsMissingFile) {
