@@ -106,7 +106,6 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
                             const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests,
                             LaunchMonitor& monitor, std::ostream& out,
                             const std::function<void(int rank, const std::string& line)>& on_metrics) {
-  CheckAgentJob(cluster, agents, job_id, requests);
   EventQueue queue;
   CallCanceller streams_canceller;  // ends every Launch stream at once (agents then stop the job)
   std::vector<std::thread> streams;
@@ -161,9 +160,13 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
   try {
     std::size_t open_streams = streams.size();
     auto stop_deadline = std::chrono::steady_clock::time_point::max();
-    // A stall shorter than the keepalive's timeout cannot have dropped a connection.
+    // A stall shorter than the keepalive's timeout cannot have dropped a connection; a
+    // failure that comes later than kStallEffect after one has another cause.
     constexpr auto kStall = kKeepaliveTimeout;
+    constexpr auto kStallEffect = std::chrono::seconds(30);
     auto last_turn = std::chrono::steady_clock::now();
+    double stall_s = 0;
+    auto stall_end = std::chrono::steady_clock::time_point::min();
     while (open_streams > 0) {
       if (interruption.signal() != 0 && !stopping) {
         const std::string how = InterruptionName(interruption.signal());
@@ -178,7 +181,10 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       }
       // This loop turns at least every 200 ms; a long gap means the head was not running.
       const auto turn = std::chrono::steady_clock::now();
-      if (turn - last_turn > kStall) monitor.HeadStalled(std::chrono::duration<double>(turn - last_turn).count());
+      if (turn - last_turn > kStall) {
+        stall_s = std::chrono::duration<double>(turn - last_turn).count();
+        stall_end = turn;
+      }
       last_turn = turn;
       NodeEvent item;
       if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
@@ -220,6 +226,8 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         }
       }
       if (monitor.failed() && !stopping) {
+        // The first failure, and not the user's stop: a stall just before is its cause.
+        if (std::chrono::steady_clock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
         stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }

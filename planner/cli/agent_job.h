@@ -31,9 +31,9 @@ struct AgentJobOutcome {
 void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
                    const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests);
 
-// Checks the job on every node first (CheckAgentJob), so that one node's refusal starts
-// no worker anywhere; then sends each (node index, request) and blocks until every
-// stream has ended. Every event
+// Sends each (node index, request) and blocks until every stream has ended. Callers
+// check the job on every node first (CheckAgentJob), so that one node's refusal starts
+// no worker anywhere. Every event
 // goes to `monitor` (Output, Metrics, Failure, Stopped), and each METRICS line also to
 // `on_metrics` when given; the monitor decides when the job has failed. Notes on
 // stopping go to `out`.

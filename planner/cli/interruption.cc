@@ -23,7 +23,11 @@ extern "C" void OnSignal(int signal_number) {
 Interruption::Interruption() {
   if (g_depth++ > 0) return;  // the outer one's handlers are in place
   g_received = 0;
-  for (int i = 0; i < 3; ++i) g_replaced[i] = std::signal(kSignals[i], OnSignal);
+  for (int i = 0; i < 3; ++i) {
+    g_replaced[i] = std::signal(kSignals[i], OnSignal);
+    // A signal ignored already stays ignored: under nohup, SIGHUP must not stop a job.
+    if (g_replaced[i] == SIG_IGN) std::signal(kSignals[i], SIG_IGN);
+  }
 }
 
 Interruption::~Interruption() {

@@ -15,6 +15,7 @@
 #include "planner/cli/agent_job.h"
 #include "planner/cli/commands.h"
 #include "planner/cli/head_agents.h"
+#include "planner/cli/interruption.h"
 #include "planner/cli/launch_monitor.h"
 #include "planner/cli/plan_report.h"
 #include "planner/cli/run_directory.h"
@@ -147,7 +148,20 @@ PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& 
   return prepared;
 }
 
+// A signal received before any worker was started ends the launch at the next step,
+// which leaves the run directory as it found it (RunDirectory) and starts nothing.
+void StopIfInterrupted(const Interruption& interruption, const std::string& job_id) {
+  if (const int signal = interruption.signal(); signal != 0) {
+    throw CommandFailed("job " + job_id + " was not started: stopped by the user (" + InterruptionName(signal) +
+                            "); no worker was started",
+                        128 + signal);
+  }
+}
+
 void RunLaunch(const LaunchOptions& options) {
+  // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
+  // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
+  const Interruption interruption;
   const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
   const std::string model = ModelConfigText(cluster, "by poplar launch");
   JobSpec job = *cluster.job;
@@ -174,8 +188,10 @@ void RunLaunch(const LaunchOptions& options) {
 
   ClusterAgents agents = ConnectAgents(cluster);
   if (given) RequireDevicesAsProfiled(cluster, agents, *given);
+  StopIfInterrupted(interruption, job_id);
   const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
   const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
+  StopIfInterrupted(interruption, job_id);
   const std::string& plan_text = prepared.text;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
 
@@ -193,11 +209,6 @@ void RunLaunch(const LaunchOptions& options) {
   }
 
   const int master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
-  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
-            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr << ":" << master_port
-            << "; run directory " << run_dir << std::endl;
-  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
-  if (options.resume) monitor.ExpectResume(job_id);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node : nodes_in_job) {
     v1::LaunchRequest request;
@@ -219,6 +230,13 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_resume(options.resume);
     requests.emplace_back(node, std::move(request));
   }
+  CheckAgentJob(cluster, agents, job_id, requests);
+  StopIfInterrupted(interruption, job_id);
+  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
+            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr
+            << ":" << master_port << "; run directory " << run_dir << std::endl;
+  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
+  if (options.resume) monitor.ExpectResume(job_id);
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
   // A launch every agent refused leaves the run directory as it was (RunDirectory).
   if (!outcome.any_started && monitor.failed()) {

@@ -129,9 +129,9 @@ std::string LaunchMonitor::RootCause() const {
   if (failures_.empty()) return "";
   if (head_stalled_s_ > 0) {
     return "the head (this poplar launch) was stalled for " + Fixed(head_stalled_s_, 0) +
-           " s (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), longer than the "
-           "agents and the head wait for a silent peer (about 20 s), so the job was stopped; run it under tmux, "
-           "nohup or systemd-run, and resume with --resume";
+           " s (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
+           "the agents to give up on it (they wait 10 to 20 s for a silent peer), so the job was stopped; run it "
+           "under tmux, nohup or systemd-run, and resume with --resume";
   }
   const Failed* best = &failures_.front();
   for (const auto& failure : failures_) {
@@ -143,15 +143,19 @@ std::string LaunchMonitor::RootCause() const {
 std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
   const std::int64_t first = rank0_steps_.empty() ? 0 : rank0_steps_.front().value("step", 0);
   const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
-  const bool resumed = first > 1;  // went on from a checkpoint, which stays
+  // A resume went on from a checkpoint, or meant to (a resume that failed before its
+  // first step reported none); either way those stay.
+  const bool resumed = first > 1 || !resume_job_.empty();
   if (resumed || (checkpoint_every > 0 && last >= checkpoint_every)) {
-    return "checkpoints" +
+    // Rank 0 writes in the background: one due may not have been completed.
+    return "the checkpoints rank 0's node completed" +
            (checkpoint_every > 0 ? " (every " + std::to_string(checkpoint_every) + " steps)" : std::string()) +
            " stay in " + where;
   }
-  return checkpoint_every > 0
-             ? "no checkpoint was written (the first was due at step " + std::to_string(checkpoint_every) + ")"
-             : "no checkpoint was written (job.checkpoint_every is 0: only the end writes one)";
+  return checkpoint_every > 0 ? "no checkpoint was due by step " + std::to_string(last) +
+                                    ", the last the head heard of (the first is due at step " +
+                                    std::to_string(checkpoint_every) + ")"
+                              : "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)";
 }
 
 nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {

@@ -49,21 +49,21 @@ class LaunchMonitor {
   // and the other nodes' "failed elsewhere" stops never outrank.
   void AgentLost(const std::string& node, const std::string& reason);
 
-  // The head itself did not run for `seconds` (suspended with Ctrl-Z or SIGSTOP, its
-  // machine paused, its output blocked): if the job then fails, that is the root cause,
-  // whatever the nodes say (they saw a silent head; the head's keepalive, a silent
-  // node). A stall that the job survived changes nothing.
+  // The job's first failure came just after the head itself did not run for `seconds`
+  // (suspended with Ctrl-Z or SIGSTOP, its machine paused, its output blocked): that is
+  // the root cause, whatever the nodes say (they saw a silent head; the head's
+  // keepalive, a silent node). The caller decides that the two belong together.
   void HeadStalled(double seconds);
 
   bool failed() const { return !failures_.empty(); }
   // "node 'b': rank 1 was killed by signal 9 (Killed)", or the head's stall.
   std::string RootCause() const;
 
-  // Of a failed job, whether checkpoints were due by rank 0's last step reported (every
-  // `checkpoint_every` steps), or it resumed from one: "checkpoints (every 5 steps)
-  // stay in <where>", else "no checkpoint was written (the first was due at step 5)".
-  // A checkpoint under way when the job failed may not have been completed; its
-  // predecessor stays then.
+  // Of a failed job, in words: whether checkpoints were due by rank 0's last step
+  // reported (every `checkpoint_every` steps), or the launch resumed: "the checkpoints
+  // rank 0's node completed (every 5 steps) stay in <where>", else "no checkpoint was
+  // due by step 3, ...". The head cannot know which checkpoints rank 0's background
+  // writer completed, so it claims none.
   std::string CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const;
 
   // The summary of a finished run: steps, first and last loss, the median step time

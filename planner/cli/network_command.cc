@@ -102,6 +102,7 @@ void RunNetwork(const NetworkOptions& options) {
     request.set_network_max_bytes(static_cast<std::int64_t>(options.max_mib * (1 << 20)));
     requests.emplace_back(node, std::move(request));
   }
+  CheckAgentJob(cluster, agents, job_id, requests);
   if (!options.json) {
     std::cerr << "measuring the collectives among " << Count(world_size, "rank") << " on "
               << Count(static_cast<std::int64_t>(cluster.nodes.size()), "node") << ", " << precision << " payloads (job " << job_id << ")" << std::endl;

@@ -362,7 +362,8 @@ TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/killed.err");
   EXPECT_TRUE(ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped",
-                                "checkpoints (every 5 steps) stay in", "jobs/job-killed/checkpoints"}))
+                                "checkpoints rank 0's node completed (every 5 steps) stay in",
+                                "jobs/job-killed/checkpoints"}))
       << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_FALSE(Alive(training.rank1));
@@ -996,6 +997,73 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
                                      " days; make new credentials"}))
       << soon.err;
   EXPECT_TRUE(Contains(soon.out, "DOWN")) << soon.out;
+}
+
+// Ctrl-C after the plan, while the head asks the agents (here one whose NVML takes 3 s
+// for every device listing), ends the launch before any worker starts and leaves a
+// resumed run directory as it was: the head once died there at once, with the earlier
+// attempt's plan and summary moved into attempts/1 and the new plan in their place.
+TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
+  ScratchDir dir("slow-node");
+  const std::string& root = dir.path();
+  ASSERT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
+                .exit_code,
+            0);
+  fs::create_directories(root + "/work");
+  dir.Write("work/tokens.bin", std::string(4000, 'a'));
+  const std::string config = dir.Write(
+      "agent.yaml", "listen: 127.0.0.1:0\n"
+                    "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
+                    "work_dir: work\nworker: " POPLAR_WORKER_BINARY "\ngpus: auto\n"
+                    "nvml_library: " FAKE_NVML_LIBRARY "\n");
+  ChildOptions options;
+  options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/agent.port"};
+  options.env = {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|"}, {"FAKE_NVML_INIT_DELAY_MS", "3000"}};
+  options.stderr_path = root + "/agent.log";
+  ChildProcess agent(options);
+  int port = 0;
+  for (int i = 0; i < 400 && port == 0; ++i) {
+    if (fs::exists(root + "/agent.port")) port = std::stoi(ReadTextFile(root + "/agent.port"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(port, 0) << ReadWholeFile(root + "/agent.log");
+  dir.Write("cluster.yaml",
+            "name: slow\ntraining: {global_batch: 4, precision: mixed, stage: 0}\n"
+            "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: creds/token}\n"
+            "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 2}\n"
+            "nodes:\n  - {name: g, host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(port) +
+                "\", devices: [{type: NVIDIA-H200, count: 1}]}\n");
+  dir.Write("plan.json", R"({"stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "node": "g", "host": "127.0.0.1",
+      "device": "cuda:0", "device_type": "NVIDIA-H200", "micro_batches": [4]}]})");
+  // The earlier attempt of job `again`.
+  dir.Write("run/job_id", "again\n");
+  dir.Write("run/plan.json", "the earlier plan\n");
+  dir.Write("run/summary.json", "{\"job_id\": \"again\", \"ok\": false}\n");
+
+  ChildOptions launch_options;
+  launch_options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--plan", "plan.json", "--run-dir", "run",
+                         "--job-id", "again", "--resume"};
+  launch_options.cwd = root;
+  launch_options.stdout_path = root + "/launch.out";
+  launch_options.stderr_path = root + "/launch.err";
+  ChildProcess launch(launch_options);
+  bool following = false;
+  for (int i = 0; i < 500 && !following; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    following = Contains(ReadWholeFile(root + "/launch.out"), "following plan.json");
+  }
+  ASSERT_TRUE(following) << ReadWholeFile(root + "/launch.err");
+  // Describe takes 3 s, then the check of the launch 3 s more: this lands in the check.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(std::chrono::seconds(60)), 130);
+  const std::string err = ReadWholeFile(root + "/launch.err");
+  EXPECT_TRUE(Contains(err, "job again was not started: stopped by the user (Ctrl-C); no worker was started")) << err;
+  EXPECT_EQ(ReadTextFile(root + "/run/plan.json"), "the earlier plan\n");
+  EXPECT_EQ(ReadTextFile(root + "/run/summary.json"), "{\"job_id\": \"again\", \"ok\": false}\n");
+  EXPECT_FALSE(fs::exists(root + "/run/attempts")) << "the earlier attempt was left moved away";
+  EXPECT_FALSE(fs::exists(root + "/work/jobs/again")) << "the agent was asked to start the job";
+  EXPECT_FALSE(Contains(ReadWholeFile(root + "/launch.out"), "launching job")) << ReadWholeFile(root + "/launch.out");
 }
 
 // An agent that cannot serve says which key of its file is at fault: a port out of range

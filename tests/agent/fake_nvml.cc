@@ -10,7 +10,9 @@
 // FAKE_NVML_FAIL_INIT=1 makes nvmlInit_v2 fail as with no driver loaded.
 #include <cstdint>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,6 +65,10 @@ extern "C" {
 
 int nvmlInit_v2() {
   if (std::getenv("FAKE_NVML_FAIL_INIT")) return kUninitialized;
+  // A slow driver (nvmlInit can take seconds on a busy node): every device listing waits.
+  if (const char* delay = std::getenv("FAKE_NVML_INIT_DELAY_MS")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+  }
   gpus.clear();
   const char* spec = std::getenv("FAKE_NVML_GPUS");
   if (!spec || !*spec) return kSuccess;

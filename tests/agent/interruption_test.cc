@@ -36,6 +36,22 @@ TEST(Interruption, RecordsTheFirstSignalAndPutsTheHandlersBack) {
   EXPECT_EQ(next.signal(), 0) << "a new one starts with no signal";
 }
 
+// Under nohup SIGHUP is ignored, and must stay so: a job started under nohup once
+// stopped when its terminal closed.
+TEST(Interruption, LeavesAnIgnoredSignalIgnored) {
+  std::signal(SIGHUP, SIG_IGN);
+  {
+    const Interruption interruption;
+    EXPECT_EQ(HandlerOf(SIGHUP), SIG_IGN);
+    std::raise(SIGHUP);
+    EXPECT_EQ(interruption.signal(), 0);
+    std::raise(SIGTERM);
+    EXPECT_EQ(interruption.signal(), SIGTERM) << "the others are still handled";
+  }
+  EXPECT_EQ(HandlerOf(SIGHUP), SIG_IGN);
+  std::signal(SIGHUP, SIG_DFL);
+}
+
 TEST(Interruption, NamesTheSignalsInAUsersWords) {
   EXPECT_EQ(InterruptionName(SIGINT), "Ctrl-C");
   EXPECT_EQ(InterruptionName(SIGTERM), "SIGTERM");

@@ -164,17 +164,23 @@ TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseOfTheFailureThatFollows) {
 // resumed from one): it once said "checkpoints stay in ..." after a failure at step 2.
 TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
   LaunchMonitor early = Monitor();
-  EXPECT_EQ(early.CheckpointsKept(5, "D"), "no checkpoint was written (the first was due at step 5)");
+  const std::string none = "no checkpoint was due by step 0, the last the head heard of (the first is due at step 5)";
+  EXPECT_EQ(early.CheckpointsKept(5, "D"), none);
   early.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));
   early.Metrics(0, Record(4, 0, 5.0, 0.2, 0.1));
-  EXPECT_EQ(early.CheckpointsKept(5, "D"), "no checkpoint was written (the first was due at step 5)");
-  EXPECT_EQ(early.CheckpointsKept(0, "D"), "no checkpoint was written (job.checkpoint_every is 0: only the end writes one)");
+  EXPECT_EQ(early.CheckpointsKept(5, "D"),
+            "no checkpoint was due by step 4, the last the head heard of (the first is due at step 5)");
+  EXPECT_EQ(early.CheckpointsKept(0, "D"), "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)");
   early.Metrics(0, Record(5, 0, 5.0, 0.2, 0.1));
-  EXPECT_EQ(early.CheckpointsKept(5, "D"), "checkpoints (every 5 steps) stay in D");
+  EXPECT_EQ(early.CheckpointsKept(5, "D"), "the checkpoints rank 0's node completed (every 5 steps) stay in D");
   LaunchMonitor resumed = Monitor();
   resumed.Metrics(0, Record(8, 0, 4.0, 0.2, 0.1));  // went on from step 7's checkpoint
-  EXPECT_EQ(resumed.CheckpointsKept(0, "D"), "checkpoints stay in D");
-  EXPECT_EQ(resumed.CheckpointsKept(10, "D"), "checkpoints (every 10 steps) stay in D");
+  EXPECT_EQ(resumed.CheckpointsKept(0, "D"), "the checkpoints rank 0's node completed stay in D");
+  // A resume that failed before its first step still had the checkpoints it meant to
+  // go on from (it once said none was written).
+  LaunchMonitor failed_resume = Monitor();
+  failed_resume.ExpectResume("rr");
+  EXPECT_EQ(failed_resume.CheckpointsKept(5, "D"), "the checkpoints rank 0's node completed (every 5 steps) stay in D");
 }
 
 }  // namespace
