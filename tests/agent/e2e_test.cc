@@ -3,6 +3,7 @@
 // scripts/make-cluster-credentials, as a user makes them.
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -882,33 +883,55 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   EXPECT_FALSE(fs::exists(dir_.path() + "/a/work/jobs/checked")) << "a check wrote the job's folder";
 }
 
+// One node's agent with GPUs played by tests/agent/fake_nvml.cc (nvml_library), in a
+// folder of its own with the cluster's credentials and a token file in its work_dir.
+// `env` sets the fake (FAKE_NVML_GPUS, FAKE_NVML_INIT_DELAY_MS); port() is 0 if the
+// agent did not start.
+class FakeGpuAgent {
+ public:
+  FakeGpuAgent(const std::string& name, std::map<std::string, std::string> env) : dir_(name) {
+    const std::string& root = dir_.path();
+    EXPECT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
+                  .exit_code,
+              0);
+    fs::create_directories(root + "/work");
+    dir_.Write("work/tokens.bin", std::string(4000, 'a'));
+    const std::string config = dir_.Write(
+        "agent.yaml", "listen: 127.0.0.1:0\n"
+                      "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
+                      "work_dir: work\nworker: " POPLAR_WORKER_BINARY "\ngpus: auto\n"
+                      "nvml_library: " FAKE_NVML_LIBRARY "\n");
+    ChildOptions options;
+    options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/agent.port"};
+    options.env = std::move(env);
+    options.stderr_path = root + "/agent.log";
+    agent_ = std::make_unique<ChildProcess>(options);
+    for (int i = 0; i < 400 && port_ == 0; ++i) {
+      if (fs::exists(root + "/agent.port")) port_ = std::stoi(ReadTextFile(root + "/agent.port"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ScratchDir& dir() { return dir_; }
+  const std::string& root() const { return dir_.path(); }
+  int port() const { return port_; }
+  std::string log() const { return ReadWholeFile(dir_.path() + "/agent.log"); }
+
+ private:
+  ScratchDir dir_;
+  std::unique_ptr<ChildProcess> agent_;
+  int port_ = 0;
+};
+
 // A GPU node, with NVML played by tests/agent/fake_nvml.cc: the agent finds the GPUs
 // (nvml_library), the head sees them, and a GPU that a process outside poplar uses is
 // refused to a launch, naming the process.
 TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
-  ScratchDir dir("gpu-node");
-  const std::string& root = dir.path();
-  ASSERT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
-                .exit_code,
-            0);
-  fs::create_directories(root + "/work");
-  dir.Write("work/tokens.bin", std::string(4000, 'a'));
-  const std::string config = dir.Write(
-      "agent.yaml", "listen: 127.0.0.1:0\n"
-                    "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
-                    "work_dir: work\nworker: " POPLAR_WORKER_BINARY "\ngpus: auto\n"
-                    "nvml_library: " FAKE_NVML_LIBRARY "\n");
-  ChildOptions options;
-  options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/agent.port"};
-  options.env = {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|4242;NVIDIA H200|150754820096|9.0|4243,4244"}};
-  options.stderr_path = root + "/agent.log";
-  ChildProcess agent(options);
-  int port = 0;
-  for (int i = 0; i < 300 && port == 0; ++i) {
-    if (fs::exists(root + "/agent.port")) port = std::stoi(ReadTextFile(root + "/agent.port"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_NE(port, 0) << ReadWholeFile(root + "/agent.log");
+  FakeGpuAgent node("gpu-node",
+                    {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|4242;NVIDIA H200|150754820096|9.0|4243,4244"}});
+  ScratchDir& dir = node.dir();
+  const std::string& root = node.root();
+  const int port = node.port();
+  ASSERT_NE(port, 0) << node.log();
   EXPECT_TRUE(Contains(ReadWholeFile(root + "/agent.log"), "devices: NVIDIA-H200, NVIDIA-H200;"))
       << ReadWholeFile(root + "/agent.log");
 
@@ -1004,29 +1027,12 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
 // resumed run directory as it was: the head once died there at once, with the earlier
 // attempt's plan and summary moved into attempts/1 and the new plan in their place.
 TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
-  ScratchDir dir("slow-node");
-  const std::string& root = dir.path();
-  ASSERT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
-                .exit_code,
-            0);
-  fs::create_directories(root + "/work");
-  dir.Write("work/tokens.bin", std::string(4000, 'a'));
-  const std::string config = dir.Write(
-      "agent.yaml", "listen: 127.0.0.1:0\n"
-                    "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
-                    "work_dir: work\nworker: " POPLAR_WORKER_BINARY "\ngpus: auto\n"
-                    "nvml_library: " FAKE_NVML_LIBRARY "\n");
-  ChildOptions options;
-  options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/agent.port"};
-  options.env = {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|"}, {"FAKE_NVML_INIT_DELAY_MS", "3000"}};
-  options.stderr_path = root + "/agent.log";
-  ChildProcess agent(options);
-  int port = 0;
-  for (int i = 0; i < 400 && port == 0; ++i) {
-    if (fs::exists(root + "/agent.port")) port = std::stoi(ReadTextFile(root + "/agent.port"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_NE(port, 0) << ReadWholeFile(root + "/agent.log");
+  FakeGpuAgent node("slow-node", {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|"},
+                                  {"FAKE_NVML_INIT_DELAY_MS", "3000"}});
+  ScratchDir& dir = node.dir();
+  const std::string& root = node.root();
+  const int port = node.port();
+  ASSERT_NE(port, 0) << node.log();
   dir.Write("cluster.yaml",
             "name: slow\ntraining: {global_batch: 4, precision: mixed, stage: 0}\n"
             "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: creds/token}\n"
