@@ -8,6 +8,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
@@ -52,7 +53,7 @@ std::string TimeText(const ASN1_TIME* time) {
 
 }  // namespace
 
-std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string& source) {
+std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string& source, CertificateRole role) {
   const std::vector<Certificate> own = ReadCertificates(paths.cert, source, "credentials.cert");
   const std::vector<Certificate> authorities = ReadCertificates(paths.ca, source, "credentials.ca");
   X509* leaf = own.front().get();
@@ -76,15 +77,26 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
   std::unique_ptr<STACK_OF(X509), StackFree> chain(sk_X509_new_null());
   for (std::size_t i = 1; i < own.size(); ++i) sk_X509_push(chain.get(), own[i].get());
   std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> context(X509_STORE_CTX_new(), X509_STORE_CTX_free);
-  if (!context || X509_STORE_CTX_init(context.get(), store.get(), leaf, chain.get()) != 1) {
+  if (!context || X509_STORE_CTX_init(context.get(), store.get(), leaf, chain.get()) != 1 ||
+      X509_STORE_CTX_set_purpose(context.get(), role == CertificateRole::kAgent ? X509_PURPOSE_SSL_SERVER
+                                                                                 : X509_PURPOSE_SSL_CLIENT) != 1) {
     throw std::runtime_error("OpenSSL could not set up a certificate check");
   }
+  const std::string renew = "; make new credentials with scripts/make-cluster-credentials (every node then needs "
+                            "the new ca.pem)";
   if (X509_verify_cert(context.get()) != 1) {
     const int error = X509_STORE_CTX_get_error(context.get());
     ERR_clear_error();
     if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
-      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert + " " +
-                                                     X509_verify_cert_error_string(error) + made);
+      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
+                                                     X509_verify_cert_error_string(error) + renew);
+    }
+    if (error == X509_V_ERR_INVALID_PURPOSE) {
+      throw InputError(source, "credentials.cert",
+                       paths.cert + " is not meant for " +
+                           (role == CertificateRole::kAgent ? "an agent (it lacks serverAuth; agent.pem has it)"
+                                                            : "the head (it lacks clientAuth; head.pem has it)") +
+                           ": the other side would refuse it");
     }
     throw InputError(source, "credentials.cert",
                      paths.cert + " is not signed by the cluster's CA in credentials.ca (" + paths.ca +
@@ -92,12 +104,23 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
                          X509_verify_cert_error_string(error) + ")");
   }
 
-  int days = 0, seconds = 0;
-  if (ASN1_TIME_diff(&days, &seconds, nullptr, X509_get0_notAfter(leaf)) == 1 && days < kWarnDays) {
-    return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(X509_get0_notAfter(leaf)) +
-           ", in " + std::to_string(days) + (days == 1 ? " day" : " days") + made;
+  // The certificate, or a CA above it, that expires first.
+  STACK_OF(X509)* verified = X509_STORE_CTX_get0_chain(context.get());
+  int soonest = -1, soonest_days = kWarnDays;
+  for (int i = 0; i < sk_X509_num(verified); ++i) {
+    int days = 0, seconds = 0;
+    if (ASN1_TIME_diff(&days, &seconds, nullptr, X509_get0_notAfter(sk_X509_value(verified, i))) == 1 &&
+        days < soonest_days) {
+      soonest = i;
+      soonest_days = days;
+    }
   }
-  return "";
+  if (soonest < 0) return "";
+  const ASN1_TIME* end = X509_get0_notAfter(sk_X509_value(verified, soonest));
+  const std::string in = ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
+  if (soonest == 0) return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(end) + in + made;
+  return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert +
+         " expires on " + TimeText(end) + in + renew;
 }
 
 }  // namespace poplar

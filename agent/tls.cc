@@ -112,8 +112,9 @@ void CheckTlsFilesServe(const std::shared_ptr<grpc::ServerCredentials>& tls, con
 }
 
 // The checks both sides make of their own files before gRPC gets them.
-void CheckOwnFiles(const CredentialPaths& paths, const std::string& source, const std::string& speaker) {
-  const std::string warning = CheckOwnCertificate(paths, source);
+void CheckOwnFiles(const CredentialPaths& paths, const std::string& source, const std::string& speaker,
+                   CertificateRole role) {
+  const std::string warning = CheckOwnCertificate(paths, source, role);
   if (!warning.empty()) std::cerr << speaker << ": warning: " << warning << std::endl;
   CheckTlsFilesServe(ServerTls(paths, source), paths, source);
 }
@@ -123,7 +124,7 @@ void CheckOwnFiles(const CredentialPaths& paths, const std::string& source, cons
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
                                                                 const std::string& source,
                                                                 const std::string& speaker) {
-  CheckOwnFiles(paths, source, speaker);
+  CheckOwnFiles(paths, source, speaker, CertificateRole::kAgent);
   auto credentials = ServerTls(paths, source);
   credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
   return credentials;
@@ -133,7 +134,7 @@ std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const Credentia
                                                                  const std::string& source,
                                                                  const std::string& speaker) {
   // The head's certificate serves too: same CA, same checks.
-  CheckOwnFiles(paths, source, speaker);
+  CheckOwnFiles(paths, source, speaker, CertificateRole::kHead);
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
   options.pem_private_key = ReadCredential(paths.key, source, "key");

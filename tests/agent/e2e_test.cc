@@ -1020,6 +1020,36 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
                                      " days; make new credentials"}))
       << soon.err;
   EXPECT_TRUE(Contains(soon.out, "DOWN")) << soon.out;
+
+  // The head's certificate on an agent: its extended key usage is clientAuth, which the
+  // head would refuse in the handshake.
+  const auto head_cert = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", agent_file("head.pem")}), root,
+                                    std::chrono::seconds(60));
+  EXPECT_EQ(head_cert.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(head_cert.err, {"credentials.cert", "head.pem is not meant for an agent (it lacks serverAuth"}))
+      << head_cert.err;
+
+  // A CA that expires within 30 days is warned of too, naming the CA.
+  const auto short_ca = RunProcess(
+      Command({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+               "-keyout", root + "/creds/short-ca.key", "-out", root + "/creds/short-ca.pem", "-days", "5", "-subj",
+               "/CN=short CA", "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+               "keyUsage=critical,keyCertSign"}),
+      root);
+  ASSERT_EQ(short_ca.exit_code, 0) << short_ca.err;
+  const auto leaf = RunProcess(Command({"/usr/bin/openssl", "x509", "-req", "-in", root + "/soon.csr", "-CA",
+                                        root + "/creds/short-ca.pem", "-CAkey", root + "/creds/short-ca.key", "-days",
+                                        "100", "-out", root + "/creds/under-short-ca.pem"}),
+                               root);
+  ASSERT_EQ(leaf.exit_code, 0) << leaf.err;
+  std::string under_short = ReadTextFile(cluster);
+  under_short.replace(under_short.find("ca: creds/ca.pem"), 16, "ca: creds/short-ca.pem");
+  under_short.replace(under_short.find("creds/soon.pem"), 14, "creds/under-short-ca.pem");
+  const auto ca_soon = RunProcess(Command({POPLAR_BINARY, "status", dir.Write("short-ca.yaml", under_short)}), root,
+                                  std::chrono::seconds(60));
+  EXPECT_TRUE(ContainsAll(ca_soon.err, {"poplar: warning: ", "credentials.ca", "short-ca.pem: the CA certificate that "
+                                        "signs", "expires on"}))
+      << ca_soon.err;
 }
 
 // Ctrl-C after the plan, while the head asks the agents (here one whose NVML takes 3 s
