@@ -1,6 +1,8 @@
 #include "planner/search.h"
 
 #include <algorithm>
+#include <cmath>
+#include <deque>
 #include <limits>
 
 #include "planner/allocation.h"
@@ -12,10 +14,37 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // F(s) for one class: the least compute time of s samples on one device, and the
 // micro-batches that achieve it. Grown on demand.
+//
+// F(s) = min over 1 <= b <= min(s, cap) of Time(b) + F(s - b). Time is piecewise linear
+// in b (ComputeCurve), so on a segment [lo, hi] where Time(b) = Time(lo) + m (b - lo)
+// the minimum over its b is Time(lo) + m (s - lo) + min over u = s - b in
+// [s - hi, s - lo] of F(u) - m u: a sliding window, whose minimum a monotone deque keeps
+// in O(1) per s. So each F(s) costs O(segments), not O(cap) (a cap of 10^6 and a batch
+// of 10^6 once took minutes).
 class AccumulationCost {
  public:
   explicit AccumulationCost(const DeviceClass& device_class) {
     for (int b = 0; b <= device_class.max_micro_batch; ++b) time_.push_back(device_class.Time(b));
+    // Segments of b over which Time is linear, found from its second differences (a
+    // kink smaller than 1e-12 of the largest time is rounding, not a kink). A kink at b
+    // ends one segment and starts the next.
+    const int cap = this->cap();
+    const double tolerance = 1e-12 * (cap > 0 ? time_[cap] : 0.0);
+    int lo = 1;
+    for (int b = 1; b <= cap; ++b) {
+      const bool last = b == cap;
+      const bool kink = !last && b > lo &&
+                        std::abs((time_[b + 1] - time_[b]) - (time_[b] - time_[b - 1])) > tolerance;
+      if (!last && !kink) continue;
+      Segment segment;
+      segment.lo = lo;
+      segment.hi = b;
+      segment.slope = b > lo ? (time_[b] - time_[lo]) / (b - lo) : 0.0;
+      segments_.push_back(std::move(segment));
+      lo = b;
+    }
+    // Largest micro-batches first, so that ties prefer fewer micro-batches.
+    std::reverse(segments_.begin(), segments_.end());
   }
 
   int cap() const { return static_cast<int>(time_.size()) - 1; }
@@ -26,9 +55,25 @@ class AccumulationCost {
     const std::int64_t s = size();
     double best = kInfinity;
     int choice = 0;
-    // Largest micro-batch first, so ties prefer fewer micro-batches.
-    for (int b = static_cast<int>(std::min<std::int64_t>(s, cap())); b >= 1; --b) {
-      const double candidate = time_[b] + best_[s - b];
+    for (Segment& segment : segments_) {
+      // The window of u = s - b for b in [lo, min(hi, s)]: u in [s - hi, s - lo].
+      const std::int64_t newest = s - segment.lo;
+      if (newest < 0) continue;
+      const double key = best_[newest] - segment.slope * static_cast<double>(newest);
+      // Equal keys keep the older (smaller u: larger b) in front.
+      while (!segment.window.empty() && segment.keys.back() > key) {
+        segment.window.pop_back();
+        segment.keys.pop_back();
+      }
+      segment.window.push_back(newest);
+      segment.keys.push_back(key);
+      while (segment.window.front() < s - segment.hi) {
+        segment.window.pop_front();
+        segment.keys.pop_front();
+      }
+      const std::int64_t u = segment.window.front();
+      const int b = static_cast<int>(s - u);
+      const double candidate = time_[b] + best_[u];
       if (candidate < best) {
         best = candidate;
         choice = b;
@@ -54,6 +99,13 @@ class AccumulationCost {
   std::vector<double> time_;        // time_[b]: one micro-batch of b samples
   std::vector<double> best_ = {0};  // best_[s] = F(s)
   std::vector<int> last_ = {0};     // one micro-batch of an optimal split of s
+  struct Segment {
+    int lo = 1, hi = 1;  // micro-batch sizes on which time_ is linear
+    double slope = 0;
+    std::deque<std::int64_t> window;  // u = s - b, keys increasing from the front
+    std::deque<double> keys;          // best_[u] - slope * u
+  };
+  std::vector<Segment> segments_;  // largest sizes first
 };
 
 std::vector<int> UsableClasses(const StageProblem& problem) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
 
 #include "exhaustive_solver.h"
@@ -127,6 +129,25 @@ TEST(Search, GivesTheFasterDeviceMoreSamples) {
   EXPECT_EQ(fast, 20);
   EXPECT_EQ(slow, 10);
   EXPECT_DOUBLE_EQ(Simulate(problem, *schedule).compute_s, 20.0);
+}
+
+// Stages 0-1 split a device's samples by a sliding-window minimum per linear segment of
+// its curve: on a curve with kinks both ways and a cap of hundreds, its split costs
+// what the plain O(samples x cap) dynamic programme finds.
+TEST(Search, SplitsSamplesAsCheaplyAsThePlainDynamicProgramme) {
+  const DeviceClass device = MakeClass(
+      "gpu", 1, 400, {{1, 1.0}, {7, 1.3}, {50, 6.0}, {64, 6.2}, {200, 30.0}, {333, 33.0}, {400, 50.0}});
+  for (const std::int64_t batch : {1, 6, 64, 399, 997, 2500}) {
+    std::vector<double> best(batch + 1, 0.0);
+    for (std::int64_t s = 1; s <= batch; ++s) {
+      best[s] = std::numeric_limits<double>::infinity();
+      for (int b = 1; b <= std::min<std::int64_t>(s, 400); ++b) best[s] = std::min(best[s], device.Time(b) + best[s - b]);
+    }
+    const StageProblem problem = MakeProblem(0, batch, {device});
+    const auto schedule = SearchSchedule(problem);
+    ASSERT_TRUE(schedule);
+    EXPECT_NEAR(Simulate(problem, *schedule).compute_s, best[batch], 1e-9 * best[batch]) << "batch " << batch;
+  }
 }
 
 TEST(Search, UsesLargeMicroBatchesWhenEachCarriesOverhead) {
