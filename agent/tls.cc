@@ -111,12 +111,13 @@ void CheckTlsFilesServe(const std::shared_ptr<grpc::ServerCredentials>& tls, con
   server->Shutdown();
 }
 
-// The checks both sides make of their own files before gRPC gets them.
-void CheckOwnFiles(const CredentialPaths& paths, const std::string& source, const std::string& speaker,
-                   CertificateRole role) {
+// The checks both sides make of their own files before gRPC gets them: the certificate
+// (certificate_check.h), then that `tls`, made from the same files, serves.
+void CheckOwnFiles(const std::shared_ptr<grpc::ServerCredentials>& tls, const CredentialPaths& paths,
+                   const std::string& source, const std::string& speaker, CertificateRole role) {
   const std::string warning = CheckOwnCertificate(paths, source, role);
   if (!warning.empty()) std::cerr << speaker << ": warning: " << warning << std::endl;
-  CheckTlsFilesServe(ServerTls(paths, source), paths, source);
+  CheckTlsFilesServe(tls, paths, source);
 }
 
 }  // namespace
@@ -124,8 +125,8 @@ void CheckOwnFiles(const CredentialPaths& paths, const std::string& source, cons
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
                                                                 const std::string& source,
                                                                 const std::string& speaker) {
-  CheckOwnFiles(paths, source, speaker, CertificateRole::kAgent);
   auto credentials = ServerTls(paths, source);
+  CheckOwnFiles(credentials, paths, source, speaker, CertificateRole::kAgent);
   credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
   return credentials;
 }
@@ -134,7 +135,7 @@ std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const Credentia
                                                                  const std::string& source,
                                                                  const std::string& speaker) {
   // The head's certificate serves too: same CA, same checks.
-  CheckOwnFiles(paths, source, speaker, CertificateRole::kHead);
+  CheckOwnFiles(ServerTls(paths, source), paths, source, speaker, CertificateRole::kHead);
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
   options.pem_private_key = ReadCredential(paths.key, source, "key");

@@ -247,13 +247,17 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   std::set<std::string> names;
   std::map<std::string, std::string> agents;  // address -> the node it serves
   std::int64_t devices = 0;
+  bool multi_device_node = false;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
     cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
     const NodeSpec& node = cluster.nodes.back();
     // Ranks are ints, and a plan lists every one: 2^31 devices once overflowed into a
     // negative count (and a crash), 10 million ran the planner out of memory.
-    for (const auto& group : node.devices) devices += group.count;
+    std::int64_t node_devices = 0;
+    for (const auto& group : node.devices) node_devices += group.count;
+    multi_device_node = multi_device_node || node_devices > 1;
+    devices += node_devices;
     if (devices > kMostClusterDevices) {
       throw InputError(file, "nodes", "the cluster has more than " + std::to_string(kMostClusterDevices) +
                                           " devices (" + std::to_string(devices) + " by " + path + ")");
@@ -282,12 +286,6 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     network.Finish();
   } else {
     fields.Child("network");
-  }
-  bool multi_device_node = false;
-  for (const auto& node : cluster.nodes) {
-    int count = 0;
-    for (const auto& group : node.devices) count += group.count;
-    multi_device_node = multi_device_node || count > 1;
   }
   const bool measured = !cluster.measured_network_file.empty() || read == ClusterRead::kNetworkElsewhere;
   if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {

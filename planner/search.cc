@@ -61,17 +61,10 @@ class AccumulationCost {
       if (newest < 0) continue;
       const double key = best_[newest] - segment.slope * static_cast<double>(newest);
       // Equal keys keep the older (smaller u: larger b) in front.
-      while (!segment.window.empty() && segment.keys.back() > key) {
-        segment.window.pop_back();
-        segment.keys.pop_back();
-      }
-      segment.window.push_back(newest);
-      segment.keys.push_back(key);
-      while (segment.window.front() < s - segment.hi) {
-        segment.window.pop_front();
-        segment.keys.pop_front();
-      }
-      const std::int64_t u = segment.window.front();
+      while (!segment.window.empty() && segment.window.back().key > key) segment.window.pop_back();
+      segment.window.push_back({newest, key});
+      while (segment.window.front().u < s - segment.hi) segment.window.pop_front();
+      const std::int64_t u = segment.window.front().u;
       const int b = static_cast<int>(s - u);
       const double candidate = time_[b] + best_[u];
       if (candidate < best) {
@@ -102,8 +95,11 @@ class AccumulationCost {
   struct Segment {
     int lo = 1, hi = 1;  // micro-batch sizes on which time_ is linear
     double slope = 0;
-    std::deque<std::int64_t> window;  // u = s - b, keys increasing from the front
-    std::deque<double> keys;          // best_[u] - slope * u
+    struct Entry {
+      std::int64_t u;  // s - b
+      double key;      // best_[u] - slope * u
+    };
+    std::deque<Entry> window;  // keys increasing from the front
   };
   std::vector<Segment> segments_;  // largest sizes first
 };

@@ -126,14 +126,12 @@ bool AgentClient::Stop(const std::string& job_id, const std::string& reason, con
   return response.stopped();
 }
 
-std::optional<std::vector<std::string>> AgentClient::CheckLaunch(const v1::LaunchRequest& request) {
+void AgentClient::CheckLaunch(const v1::LaunchRequest& request) {
   grpc::ClientContext context;
   SetDeadline(context, std::chrono::seconds(30));  // it lists the node's devices (NVML)
   v1::CheckLaunchResponse response;
   const grpc::Status status = stub_->CheckLaunch(&context, request, &response);
-  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return std::nullopt;
-  if (!status.ok()) throw Failure(status, "the launch");
-  return std::vector<std::string>(response.devices().begin(), response.devices().end());
+  if (!status.ok() && status.error_code() != grpc::StatusCode::UNIMPLEMENTED) throw Failure(status, "the launch");
 }
 
 std::string AgentClient::Profile(const v1::ProfileRequest& request,

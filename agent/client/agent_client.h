@@ -9,7 +9,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -82,10 +81,10 @@ class AgentClient {
   // True if the job was running there.
   // `launch_id` (optional): stop the job only if that launch started it.
   bool Stop(const std::string& job_id, const std::string& reason, const std::string& launch_id = "");
-  // The agent's checks of a launch, with nothing started: the devices its ranks would
-  // take ("<type> <index>"), or nullopt from an agent too old to check (it checks when
-  // the launch comes). Throws AgentError with the agent's refusal.
-  std::optional<std::vector<std::string>> CheckLaunch(const v1::LaunchRequest& request);
+  // The agent's checks of a launch, with nothing started. Throws AgentError with the
+  // agent's refusal; an agent too old to check (UNIMPLEMENTED) passes, and checks when
+  // the launch comes.
+  void CheckLaunch(const v1::LaunchRequest& request);
   // Streams progress to `on_progress`; returns the profile file's text. `canceller`
   // (optional) ends it early: the agent stops the measurement and this throws.
   std::string Profile(const v1::ProfileRequest& request,

@@ -165,8 +165,8 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     constexpr auto kStall = kKeepaliveTimeout;
     constexpr auto kStallEffect = std::chrono::seconds(30);
     auto last_turn = std::chrono::steady_clock::now();
-    double stall_s = 0;
-    auto stall_end = std::chrono::steady_clock::time_point::min();
+    double stall_s = 0;  // the latest stall, 0 while none
+    std::chrono::steady_clock::time_point stall_end;
     while (open_streams > 0) {
       if (interruption.signal() != 0 && !stopping) {
         const std::string how = InterruptionName(interruption.signal());
@@ -227,7 +227,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       }
       if (monitor.failed() && !stopping) {
         // The first failure, and not the user's stop: a stall just before is its cause.
-        if (std::chrono::steady_clock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
+        if (stall_s > 0 && std::chrono::steady_clock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
         stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }

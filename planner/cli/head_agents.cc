@@ -160,16 +160,6 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
   CallCanceller canceller;
   std::vector<std::thread> threads;
   auto fetch_one = [&](ProfileFetch& fetch) {
-    struct Finished {  // however the fetch ends
-      std::mutex& mutex;
-      std::size_t& finished;
-      std::condition_variable& done;
-      ~Finished() {
-        std::lock_guard<std::mutex> lock(mutex);
-        ++finished;
-        done.notify_all();
-      }
-    } finished_guard{mutex, finished, done};
     try {
       fetch.text = fetch.agent->Profile(
           fetch.request,
@@ -184,6 +174,9 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
       if (!failure) failure = std::current_exception();  // the others' errors follow from it
       canceller.Cancel();
     }
+    std::lock_guard<std::mutex> lock(mutex);  // every way out of the try ends here
+    ++finished;
+    done.notify_all();
   };
   try {
     for (ProfileFetch& fetch : fetches) threads.emplace_back(fetch_one, std::ref(fetch));
