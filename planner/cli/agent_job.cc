@@ -48,6 +48,21 @@ class EventQueue {
   std::deque<NodeEvent> events_;
 };
 
+// Time that goes on while the machine is suspended (CLOCK_BOOTTIME): steady_clock's
+// CLOCK_MONOTONIC stops then, and a suspended head would show no stall.
+struct AwakeClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<AwakeClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() {
+    timespec now{};
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    return time_point(std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec));
+  }
+};
+
 // 16 hex digits, new for every launch.
 std::string LaunchId() {
   std::random_device random;
@@ -164,9 +179,9 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     // failure that comes later than kStallEffect after one has another cause.
     constexpr auto kStall = kKeepaliveTimeout;
     constexpr auto kStallEffect = std::chrono::seconds(30);
-    auto last_turn = std::chrono::steady_clock::now();
+    auto last_turn = AwakeClock::now();
     double stall_s = 0;  // the latest stall, 0 while none
-    std::chrono::steady_clock::time_point stall_end;
+    AwakeClock::time_point stall_end;
     while (open_streams > 0) {
       if (interruption.signal() != 0 && !stopping) {
         const std::string how = InterruptionName(interruption.signal());
@@ -179,15 +194,17 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         streams_canceller.Cancel();
         stop_deadline = std::chrono::steady_clock::time_point::max();
       }
+      NodeEvent item;
+      const bool popped = queue.Pop(&item, std::chrono::milliseconds(200));
       // This loop turns at least every 200 ms; a long gap means the head was not running.
-      const auto turn = std::chrono::steady_clock::now();
+      // Measured after the wait, so that the event that ends a stall sees it.
+      const auto turn = AwakeClock::now();
       if (turn - last_turn > kStall) {
         stall_s = std::chrono::duration<double>(turn - last_turn).count();
         stall_end = turn;
       }
       last_turn = turn;
-      NodeEvent item;
-      if (!queue.Pop(&item, std::chrono::milliseconds(200))) continue;
+      if (!popped) continue;
       const std::string& node_name = cluster.nodes[item.node].name;
       if (item.stream_ended) {
         --open_streams;
@@ -227,7 +244,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       }
       if (monitor.failed() && !stopping) {
         // The first failure, and not the user's stop: a stall just before is its cause.
-        if (stall_s > 0 && std::chrono::steady_clock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
+        if (stall_s > 0 && AwakeClock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
         stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }

@@ -116,28 +116,33 @@ void LaunchMonitor::Failure(const std::string& node, const std::string& reason) 
 }
 
 void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {
-  failures_.push_back({kStopped, node, reason});
+  failures_.push_back({kStopped, node, reason, true});
 }
 
 void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason) {
-  failures_.push_back({kCause, node, reason});
+  failures_.push_back({kCause, node, reason, true});
 }
 
 void LaunchMonitor::HeadStalled(double seconds) { head_stalled_s_ = std::max(head_stalled_s_, seconds); }
 
 std::string LaunchMonitor::RootCause() const {
   if (failures_.empty()) return "";
-  if (head_stalled_s_ > 0) {
-    return "the head (this poplar launch) was stalled for " + Fixed(head_stalled_s_, 0) +
-           " s (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
+  const std::string seconds = Fixed(head_stalled_s_, 0) + " s";
+  const Failed& first = failures_.front();
+  if (head_stalled_s_ > 0 &&
+      (first.connection || first.reason.find("the head node went away") != std::string::npos)) {
+    return "the head (this poplar launch) was stalled for " + seconds +
+           " (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
            "the agents to give up on it (they wait 10 to 20 s for a silent peer), so the job was stopped; run it "
            "under tmux, nohup or systemd-run, and resume with --resume";
   }
-  const Failed* best = &failures_.front();
+  const Failed* best = &first;
   for (const auto& failure : failures_) {
     if (failure.severity < best->severity) best = &failure;
   }
-  return "node '" + best->node + "': " + best->reason;
+  const std::string cause = "node '" + best->node + "': " + best->reason;
+  return head_stalled_s_ > 0 ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
+                             : cause;
 }
 
 std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {

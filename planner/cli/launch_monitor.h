@@ -50,9 +50,12 @@ class LaunchMonitor {
   void AgentLost(const std::string& node, const std::string& reason);
 
   // The job's first failure came just after the head itself did not run for `seconds`
-  // (suspended with Ctrl-Z or SIGSTOP, its machine paused, its output blocked): that is
-  // the root cause, whatever the nodes say (they saw a silent head; the head's
-  // keepalive, a silent node). The caller decides that the two belong together.
+  // (suspended with Ctrl-Z or SIGSTOP, its machine paused, its output blocked). When
+  // that failure is a lost connection (a node's stream broke, its agent was lost, or it
+  // says the head went away), the stall is the root cause, whatever the nodes say (they
+  // saw a silent head; the head's keepalive, a silent node). A failure of another kind
+  // (a rank out of memory while the head's output was blocked) stays the cause, and the
+  // stall is mentioned after it. The caller decides that the two are close in time.
   void HeadStalled(double seconds);
 
   bool failed() const { return !failures_.empty(); }
@@ -75,6 +78,7 @@ class LaunchMonitor {
     int severity;
     std::string node;
     std::string reason;
+    bool connection = false;  // a stream that broke or an agent lost, not a job's own failure
   };
   // run_dir/<folder>/rank-<rank><suffix>, opened for appending on first use.
   std::ofstream& RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder,

@@ -160,6 +160,19 @@ TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseOfTheFailureThatFollows) {
       << monitor.RootCause();
 }
 
+// A failure of the job's own that came after a stall (a rank out of memory while the
+// head's output was blocked: no connection dropped) stays the cause; the stall is said
+// after it. It once hid the failure behind "the head was stalled".
+TEST_F(LaunchMonitorTest, AStallIsNotBlamedForAFailureOfTheJobsOwn) {
+  LaunchMonitor monitor = Monitor();
+  monitor.HeadStalled(61.0);
+  monitor.Failure("b", "rank 1 exited with status 1: CUDA out of memory");
+  monitor.Stopped("a", "the job failed elsewhere");
+  EXPECT_EQ(monitor.RootCause(),
+            "node 'b': rank 1 exited with status 1: CUDA out of memory; the head (this poplar launch) had been "
+            "stalled for 61 s just before");
+}
+
 // A failed job's message says where its checkpoints are only when one was due (or it
 // resumed from one): it once said "checkpoints stay in ..." after a failure at step 2.
 TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
