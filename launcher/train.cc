@@ -62,7 +62,7 @@ void RequireWritableOutputs(const TrainOptions& options, int rank) {
   if (!options.checkpoint_dir.empty()) PrepareCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
   if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
   if (const std::string metrics = MetricsWriter::PathFor(options.metrics, rank); !metrics.empty()) {
-    RequireOutputApart(metrics, inputs, "--metrics");
+    RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do
   }
 }
 
@@ -196,6 +196,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
 struct LocalSetup {
   torch::Device device;
   CollectiveBackend backend;
+  GlooReduceScatter gloo_reduce_scatter;
   WorkerPlan plan;
   GptConfig config;
   TokenData data;
@@ -206,6 +207,8 @@ struct LocalSetup {
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
+  const GlooReduceScatter gloo_reduce_scatter =
+      ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
   WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
@@ -216,7 +219,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
   model->to(device);
-  return {device, backend, std::move(plan), config, std::move(data), baseline_bytes, model};
+  return {device, backend, gloo_reduce_scatter, std::move(plan), config, std::move(data), baseline_bytes, model};
 }
 
 }  // namespace
@@ -246,7 +249,7 @@ void Train(const TrainOptions& options) {
   const CollectiveBackend backend = local.backend;
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
-                            ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
+                            local.gloo_reduce_scatter);
   communicator.RequireAgreement("job settings", JobSettings(options, plan, config, data));
   std::optional<Resumed> resumed =
       ResumeFromNewestCheckpoint(communicator, model, options, config, device);
@@ -311,13 +314,16 @@ void Train(const TrainOptions& options) {
     const double grad_norm = engine.Step(tokens_per_step);
     const double optimizer_s = StretchCompute(
         SecondsSince(step_phase_start) - (communicator.communication_seconds() - waited_before_step), options.device.slowdown);
-    auto loss = torch::tensor({loss_sum}, torch::kFloat64).to(device);
+    // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
+    // computes the norm of its own all-reduced copy, which may round to inf on one alone.
+    auto loss = torch::tensor({loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0}, torch::kFloat64).to(device);
     communicator.AllReduceSum(loss);
-    const double mean_loss = loss.item<double>() / tokens_per_step;  // waits for the device
+    const auto totals = loss.cpu();  // waits for the device
+    const double mean_loss = totals[0].item<double>() / tokens_per_step;
     // Diverged: every rank sees the same (both are all-reduced) and stops before it
     // writes anything of this step, so the newest checkpoint stays the last good state
     // (a nan run once trained on to the end, wrote nan checkpoints and exited 0).
-    if (!std::isfinite(mean_loss) || !std::isfinite(grad_norm)) {
+    if (!std::isfinite(mean_loss) || totals[1].item<double>() > 0) {
       throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": the loss is " +
                                std::to_string(mean_loss) + " and the gradient norm " + std::to_string(grad_norm) +
                                "; nothing of this step was written. Lower --lr, or clip with --grad-clip");

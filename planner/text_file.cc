@@ -131,8 +131,9 @@ void RequireWritableFolder(const std::string& folder, const std::string& flag) {
   ::unlink(probe.c_str());
 }
 
-void RequireOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {
-  RequireFolderFor(output, flag);
+namespace {
+
+void RequireNotAnInput(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {
   for (const InputFile& input : inputs) {
     std::error_code ignored;
     if (!input.path.empty() && std::filesystem::equivalent(output, input.path, ignored)) {
@@ -141,6 +142,33 @@ void RequireOutputApart(const std::string& output, const std::vector<InputFile>&
                                      ", which this command reads; writing there would destroy it");
     }
   }
+}
+
+}  // namespace
+
+void RequireOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {
+  RequireFolderFor(output, flag);
+  RequireNotAnInput(output, inputs, flag);
+}
+
+void RequireStreamOutputApart(const std::string& output, const std::vector<InputFile>& inputs,
+                              const std::string& flag) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(output, error);  // through links
+  if (!std::filesystem::exists(status)) {
+    RequireFolderFor(output, flag);  // and a dangling link is refused there
+  } else if (std::filesystem::is_directory(status)) {
+    throw InputError(flag, "", output + ": cannot write: is a folder; name a file in it");
+  } else {
+    // Opened as the writer will, but neither truncated nor made; a pipe with no reader
+    // yet (ENXIO) will have one when the writer opens it.
+    const int fd = ::open(output.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno != ENXIO) {
+      throw InputError(flag, "", output + ": cannot write: " + std::strerror(errno));
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  RequireNotAnInput(output, inputs, flag);
 }
 
 void MakeOutputFolder(const std::string& path, const std::string& flag) {

@@ -146,6 +146,7 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
       {{"--save", "out/"}, {"--save", "is a folder; name a file in it"}},
       {{"--save", plan}, {"--save", "is the plan (--plan), which this command reads"}},
       {{"--metrics", tokens}, {"--metrics", "is the token file (--data)"}},
+      {{"--metrics", "out/"}, {"--metrics", "is a folder; name a file in it"}},
       {{"--metrics", "out/m{rank}.jsonl", "--save", "/proc/x.pt"}, {"--save", "/proc"}}};
   for (const auto& [flags, words] : cases) {
     std::vector<std::string> extra = flags;
@@ -157,6 +158,15 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
     EXPECT_FALSE(std::filesystem::exists(scratch_.path() + "/out/m0.jsonl")) << flags[1];
   }
   EXPECT_EQ(ReadWholeFile(tokens), tokens_before);
+}
+
+// Metrics are appended to, not replaced: a device will do (/dev/stdout, /dev/null, a
+// pipe), where a replaced output (--save) refuses one. The stricter check once refused
+// them all.
+TEST_F(WorkerBadInput, MetricsMayGoToADevice) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const JobOutcome job = RunJob(scratch_, 1, Args(plan, {"--metrics", "/dev/null"}, 2));
+  EXPECT_TRUE(job.AllSucceeded()) << job.Describe();
 }
 
 TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {

@@ -45,6 +45,36 @@ TEST(WriteFileAtomically, RefusesWhatIsNotARegularFileAndLeavesItAlone) {
       << "no temporary file is left";
 }
 
+// --metrics is appended to, never replaced: a device or a pipe is a fine target
+// (/dev/stdout, `>(jq ...)`), unlike for a replaced output. A read-only file (checked
+// before the work, not after the rendezvous), a folder, a missing folder or an input are
+// not.
+TEST(RequireStreamOutputApart, TakesDevicesAndPipesButNotFoldersOrInputs) {
+  ScratchDir dir("text-file");
+  const std::string fifo = dir.path() + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NO_THROW(RequireStreamOutputApart("/dev/null", {}, "--metrics"));
+  EXPECT_NO_THROW(RequireStreamOutputApart(fifo, {}, "--metrics")) << "a pipe with no reader yet";
+  EXPECT_NO_THROW(RequireStreamOutputApart(dir.path() + "/new.jsonl", {}, "--metrics"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/new.jsonl")) << "the check makes nothing";
+  const std::string kept = dir.Write("kept.jsonl", "{}\n");
+  EXPECT_NO_THROW(RequireStreamOutputApart(kept, {}, "--metrics"));
+  EXPECT_EQ(ReadTextFile(kept), "{}\n") << "the check truncates nothing";
+  auto refusal = [](const std::string& path, const std::vector<InputFile>& inputs) -> std::string {
+    try {
+      RequireStreamOutputApart(path, inputs, "--metrics");
+    } catch (const InputError& error) {
+      return error.what();
+    }
+    return "";
+  };
+  EXPECT_TRUE(Contains(refusal(dir.path(), {}), "is a folder")) << refusal(dir.path(), {});
+  EXPECT_TRUE(Contains(refusal(dir.path() + "/missing/m.jsonl", {}), "does not exist"));
+  const std::string input = refusal(kept, {{kept, "the plan (--plan)"}});
+  EXPECT_TRUE(Contains(input, "is the plan (--plan)")) << input;
+  EXPECT_TRUE(Contains(input, "--metrics")) << input;
+}
+
 TEST(ReadTextFile, RefusesDevices) {
   // /dev/null would read as empty, /dev/zero forever: neither is a file of poplar's.
   try {
