@@ -133,27 +133,49 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
   return step;
 }
 
+// A checkpoint is a state to go on from: one whose update overflowed (a finite loss
+// computed before it, then inf or nan in the parameters or moments) would only diverge
+// again on resume, and would take the place of the last good one.
+void RequireFinite(const std::string& name, const torch::Tensor& tensor, std::int64_t step) {
+  if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>()) {
+    throw std::runtime_error("training diverged at step " + std::to_string(step) + ": " + name +
+                             " holds inf or nan after its update, so its checkpoint was not written (the newest "
+                             "written one stays the last good state). Lower --lr, or clip with --grad-clip");
+  }
+}
+
 }  // namespace
 
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config) {
-  fs::create_directories(dir);
-  const std::string final_name = StepFolderName(checkpoint.step);
-  const fs::path temporary = fs::path(dir) / ("." + final_name + ".tmp" + std::to_string(::getpid()));
-  fs::remove_all(temporary);
-  fs::create_directories(temporary);
-  WriteStateDict((temporary / "model.pt").string(), checkpoint.model);
+  for (const auto& [name, tensor] : checkpoint.model) RequireFinite(name, tensor, checkpoint.step);
   StateDict optimizer;
   for (const auto& [name, moments] : checkpoint.moments) {
     optimizer["exp_avg." + name] = moments.exp_avg;
     optimizer["exp_avg_sq." + name] = moments.exp_avg_sq;
   }
-  WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
-  const nlohmann::json meta = {{"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
-  WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
-  // On the disk before any name leads to it, so that a power loss cannot leave `latest`
-  // naming a folder of empty files: the files are (WriteStateDict and meta.json go through
-  // WriteFileAtomically, which flushes them), and so are their names in the folder.
-  SyncToDisk(temporary.string());
+  for (const auto& [name, tensor] : optimizer) RequireFinite(name, tensor, checkpoint.step);
+  fs::create_directories(dir);
+  const std::string final_name = StepFolderName(checkpoint.step);
+  const fs::path temporary = fs::path(dir) / ("." + final_name + ".tmp" + std::to_string(::getpid()));
+  fs::remove_all(temporary);
+  try {
+    fs::create_directories(temporary);
+    WriteStateDict((temporary / "model.pt").string(), checkpoint.model);
+    WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
+    const nlohmann::json meta = {
+        {"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
+    WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
+    // On the disk before any name leads to it, so that a power loss cannot leave `latest`
+    // naming a folder of empty files: the files are (WriteStateDict and meta.json go
+    // through WriteFileAtomically, which flushes them), and so are their names in the
+    // folder.
+    SyncToDisk(temporary.string());
+  } catch (...) {
+    // A full disk leaves no gigabytes of half a checkpoint behind.
+    std::error_code ignored;
+    fs::remove_all(temporary, ignored);
+    throw;
+  }
   const fs::path final_path = fs::path(dir) / final_name;
   if (!fs::exists(final_path)) {
     fs::rename(temporary, final_path);
@@ -212,16 +234,26 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& c
 
 void PruneCheckpoints(const std::string& dir, std::int64_t keep) {
   if (keep <= 0) return;
-  std::vector<std::pair<std::int64_t, fs::path>> steps;  // the step folders, newest first
+  // Pruning costs disk when it fails, never the run: what it cannot read or remove stays.
+  std::optional<std::int64_t> latest_step;
+  std::string latest;
+  try {
+    latest = Trimmed(ReadTextFile((fs::path(dir) / "latest").string()));
+    latest_step = StepOfFolderName(latest);
+  } catch (const InputError&) {
+  }
+  if (!latest_step) return;
+  // The step folders up to `latest`'s, newest first. Those above it are an abandoned
+  // run's (this one resumed from an earlier step): not counted and not removed, they are
+  // replaced as this run reaches their steps.
+  std::vector<std::pair<std::int64_t, fs::path>> steps;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     const auto step = StepOfFolderName(entry.path().filename().string());
-    if (step && entry.is_directory(error)) steps.emplace_back(*step, entry.path());
+    if (step && *step <= *latest_step && entry.is_directory(error)) steps.emplace_back(*step, entry.path());
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  const std::string latest = Trimmed(ReadTextFile((fs::path(dir) / "latest").string()));
   for (std::size_t i = static_cast<std::size_t>(std::min<std::int64_t>(keep, steps.size())); i < steps.size(); ++i) {
-    // A folder that cannot be removed costs disk, not the run: it stays.
     if (steps[i].second.filename() != latest) fs::remove_all(steps[i].second, error);
   }
 }

@@ -1,5 +1,8 @@
 #include "launcher/checkpoint_writer.h"
 
+#include <exception>
+#include <iostream>
+
 namespace poplar {
 
 CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep)
@@ -9,6 +12,13 @@ CheckpointWriter::~CheckpointWriter() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     closing_ = true;  // leaving on an error: what was gathered is still a good checkpoint
+    // The error is printed once the writes end; the agent may stop this rank before
+    // then (the others failed too), so say now why it waits.
+    const std::optional<std::int64_t> pending = waiting_ ? std::optional<std::int64_t>(waiting_->step) : writing_;
+    if (pending && std::uncaught_exceptions() > 0) {
+      std::cerr << "poplar-worker[rank 0]: stopping on an error (below) once the checkpoint of step " << *pending
+                << " is written" << std::endl;
+    }
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -48,6 +58,7 @@ void CheckpointWriter::WriteQueued() {
     if (!waiting_) return;  // closing, nothing left
     Checkpoint checkpoint = std::move(*waiting_);
     waiting_.reset();
+    writing_ = checkpoint.step;
     lock.unlock();
     std::exception_ptr error;
     try {
@@ -56,7 +67,9 @@ void CheckpointWriter::WriteQueued() {
     } catch (...) {
       error = std::current_exception();
     }
+    checkpoint = Checkpoint{};  // its gigabytes freed before the lock is taken again
     lock.lock();
+    writing_.reset();
     if (error) {
       error_ = error;
       waiting_.reset();

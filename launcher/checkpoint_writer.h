@@ -54,7 +54,8 @@ class CheckpointWriter {
   const std::int64_t keep_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the two below
+  std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the three below
+  std::optional<std::int64_t> writing_;  // the step being written
   bool closing_ = false;               // no more checkpoints: write what waits, then end
   std::exception_ptr error_;
   std::thread thread_;                 // last: starts once the rest exists

@@ -353,10 +353,12 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
     for (int r = 0; r < world_size_; ++r) {
       if (!store_->check({keys[r]})) missing.push_back(r);
     }
-    throw std::runtime_error(std::string(missing.size() == 1 ? "rank " : "ranks ") +
-                             Join(missing, ", ", [](int rank) { return std::to_string(rank); }) +
-                             " did not send its " + what + " within --timeout (it stopped, or is stuck: its own "
-                             "output says why)");
+    const bool one = missing.size() == 1;
+    throw std::runtime_error(std::string(one ? "rank " : "ranks ") +
+                             Join(missing, ", ", [](int rank) { return std::to_string(rank); }) + " did not send " +
+                             (one ? "its " : "their ") + what + " within --timeout (" +
+                             (one ? "it stopped, or is stuck: its" : "they stopped, or are stuck: their") +
+                             " own output says why)");
   }
   for (int r = 0; r < world_size_; ++r) {
     const std::vector<uint8_t> bytes = store_->get(prefix + std::to_string(r));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "child_process.h"
+#include "launcher/checkpoint.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {
@@ -362,6 +364,66 @@ TEST_F(Resume, KeepsTheNewestCheckpointsOnly) {
   EXPECT_EQ(steps.back(), "step-00000005");
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000005\n");
   EXPECT_TRUE(RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints})).AllSucceeded());
+}
+
+// Resumed from an earlier step into the same folder, a run prunes among its own
+// checkpoints (up to `latest`) and leaves the abandoned run's later ones, which it
+// replaces as it reaches their steps. (Counting those, --keep-checkpoints 2 once left
+// the new run only its newest.)
+TEST_F(Resume, PrunesItsOwnCheckpointsNotThoseOfARunItWentBackFrom) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  // A run's last checkpoint is always written (a waiting one may be replaced by the
+  // next): steps 2 and 5 are on the disk, others may be.
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
+                  .AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 1,
+                     Args(scratch, one, 5,
+                          {"--resume", checkpoints, "--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
+                  .AllSucceeded());
+  const JobOutcome again =
+      RunJob(scratch, 1,
+             Args(scratch, one, 4, {"--resume", checkpoints + "/step-00000002", "--checkpoint-dir", checkpoints,
+                                    "--checkpoint-every", "1", "--keep-checkpoints", "2"}));
+  ASSERT_TRUE(again.AllSucceeded()) << again.Describe();
+  std::vector<std::string> up_to_latest;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("step-", 0) == 0 && name <= "step-00000004") up_to_latest.push_back(name);
+  }
+  std::sort(up_to_latest.begin(), up_to_latest.end());
+  ASSERT_EQ(up_to_latest.size(), 2u) << "the two newest of this run";
+  EXPECT_EQ(up_to_latest.back(), "step-00000004");
+  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/step-00000005")) << "the abandoned run's was removed";
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000004\n");
+}
+
+// A checkpoint is a state to go on from: parameters or moments that hold inf or nan (an
+// update that overflowed after a finite loss) are refused, and nothing of it is left on
+// the disk, not even its temporary folder; `latest` stays on the last good one.
+TEST_F(Resume, ACheckpointHoldingInfOrNanIsNotWritten) {
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const GptConfig config{2, 2, 32, 256, 16};
+  Checkpoint good{1, {{"w", torch::ones({3})}}, {}};
+  WriteCheckpoint(checkpoints, good, config);
+  for (const bool in_moments : {false, true}) {
+    torch::Tensor bad = torch::ones({3});
+    bad[1] = std::numeric_limits<float>::infinity();
+    Checkpoint checkpoint{2, {{"w", in_moments ? torch::ones({3}) : bad}}, {}};
+    if (in_moments) checkpoint.moments["w"] = {torch::zeros({3}), bad};
+    try {
+      WriteCheckpoint(checkpoints, checkpoint, config);
+      ADD_FAILURE() << "a checkpoint with inf was written";
+    } catch (const std::runtime_error& error) {
+      EXPECT_TRUE(Contains(error.what(), "training diverged at step 2")) << error.what();
+      EXPECT_TRUE(Contains(error.what(), in_moments ? "exp_avg_sq.w holds inf or nan" : "w holds inf or nan"))
+          << error.what();
+    }
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000001"}));
+  }
 }
 
 }  // namespace
