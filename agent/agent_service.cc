@@ -191,8 +191,10 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       }
       if (event.kind == JobEvent::Kind::kFinished || event.kind == JobEvent::Kind::kFailed) {
         std::fprintf(stderr, "poplar-agent: job %s: %s\n", settings.job_id.c_str(), event.text.c_str());
-        // A network job's measurements reached the head; a failed one keeps its logs.
-        if (event.kind == JobEvent::Kind::kFinished && settings.kind == LaunchSettings::Kind::kNetwork) {
+        // A network job's measurements reached the head; a failed one keeps its logs, as
+        // does one whose head went away (its measurements live only in the folder).
+        if (event.kind == JobEvent::Kind::kFinished && settings.kind == LaunchSettings::Kind::kNetwork &&
+            !caller_gone) {
           RemoveJobFolder(config_, settings.job_id);
         }
         break;

@@ -86,10 +86,17 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
                             "the new ca.pem)";
   if (X509_verify_cert(context.get()) != 1) {
     const int error = X509_STORE_CTX_get_error(context.get());
+    const int depth = X509_STORE_CTX_get_error_depth(context.get());  // 0: the leaf; above: a CA
     ERR_clear_error();
     if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
       throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
                                                      X509_verify_cert_error_string(error) + renew);
+    }
+    if (error == X509_V_ERR_INVALID_PURPOSE && depth > 0) {
+      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert +
+                                                     " is not meant to sign " +
+                                                     (role == CertificateRole::kAgent ? "agents'" : "the head's") +
+                                                     " certificates (its extended key usage)" + renew);
     }
     if (error == X509_V_ERR_INVALID_PURPOSE) {
       throw InputError(source, "credentials.cert",
@@ -98,8 +105,13 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
                                                             : "the head (it lacks clientAuth; head.pem has it)") +
                            ": the other side would refuse it");
     }
+    const bool unsigned_by_ca = error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
+                                error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||
+                                error == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE ||
+                                error == X509_V_ERR_CERT_SIGNATURE_FAILURE;
     throw InputError(source, "credentials.cert",
-                     paths.cert + " is not signed by the cluster's CA in credentials.ca (" + paths.ca +
+                     paths.cert + (unsigned_by_ca ? " is not signed by" : " does not verify against") +
+                         " the cluster's CA in credentials.ca (" + paths.ca +
                          "): are both from one scripts/make-cluster-credentials run? (OpenSSL: " +
                          X509_verify_cert_error_string(error) + ")");
   }
@@ -117,7 +129,8 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
   }
   if (soonest < 0) return "";
   const ASN1_TIME* end = X509_get0_notAfter(sk_X509_value(verified, soonest));
-  const std::string in = ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
+  const std::string in = soonest_days == 0 ? ", within a day"
+                                           : ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
   if (soonest == 0) return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(end) + in + made;
   return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert +
          " expires on " + TimeText(end) + in + renew;

@@ -45,9 +45,17 @@ void CheckJobId(const std::string& job_id) {
 WorkDirLock::WorkDirLock(const std::string& work_dir, const std::string& config_file) {
   const std::string path = (fs::path(work_dir) / ".agent.lock").string();
   // Close-on-exec: a worker that inherited it would hold the lock after the agent died.
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // No following a link: the lock file is the agent's own, never somewhere else.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) throw InputError(config_file, "work_dir", "cannot open " + path + ": " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) {  // not held by another: locks do not work here (NFS without them)
+      const std::string reason = std::strerror(errno);
+      ::close(fd_);
+      fd_ = -1;
+      throw InputError(config_file, "work_dir", "cannot lock " + path + ": " + reason +
+                                                    "; the work_dir must be on a file system with locks (a local disk)");
+    }
     char holder[32] = {};
     const ssize_t read = ::pread(fd_, holder, sizeof(holder) - 1, 0);
     ::close(fd_);
