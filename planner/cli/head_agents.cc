@@ -197,11 +197,12 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
     }
   }
   for (std::thread& thread : threads) thread.join();
+  const bool measuring_stopped = interrupted != 0;
   // A signal after the last fetch ended (every profile cached) still stops here.
   if (interrupted == 0) interrupted = interruption.signal();
   if (interrupted != 0) {
-    throw CommandFailed("stopped by the user (" + InterruptionName(interrupted) +
-                            ") while the agents profiled; they stopped measuring, and no profile was written",
+    throw CommandFailed("stopped by the user (" + InterruptionName(interrupted) + ") while the agents profiled; " +
+                            (measuring_stopped ? "they stopped measuring, and " : "") + "no profile was written",
                         128 + interrupted);
   }
   if (failure) {
