@@ -36,6 +36,15 @@ std::optional<std::int64_t> CheckpointWriter::Start(Checkpoint checkpoint) {
   return replaced;
 }
 
+std::optional<std::int64_t> CheckpointWriter::DropWaiting() {
+  std::optional<Checkpoint> dropped;  // its gigabytes freed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(waiting_);
+  }
+  return dropped ? std::optional<std::int64_t>(dropped->step) : std::nullopt;
+}
+
 void CheckpointWriter::Check() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);

@@ -9,7 +9,8 @@
 //
 // At most one checkpoint waits while another is written: when the disk is slower than
 // --checkpoint-every, a newer checkpoint replaces the waiting one (the newest is the
-// one a resume wants), so memory holds at most two. A write that failed is reported
+// one a resume wants); dropped before the newer one is gathered (DropWaiting), so
+// memory holds at most two. A write that failed is reported
 // (rethrown) by the next Start, Check or Finish, so the job ends with the writer's own
 // error. The destructor, as Finish, writes what waits (a job ending on another rank's
 // error keeps its last gathered checkpoint), without throwing; every write is atomic,
@@ -41,6 +42,10 @@ class CheckpointWriter {
   // step of a waiting checkpoint it replaced, not to be written. Throws a failed write's
   // error.
   std::optional<std::int64_t> Start(Checkpoint checkpoint);
+  // Drops the checkpoint waiting to be written, if any, and returns its step: called
+  // before the next one is gathered, which would replace it, so that memory never holds
+  // three (the one being written, the waiting one, the new one).
+  std::optional<std::int64_t> DropWaiting();
   // Throws the error of a write that has failed; returns at once otherwise.
   void Check();
   // Writes what is queued and waits for it; throws a failed write's error.

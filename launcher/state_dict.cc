@@ -118,10 +118,20 @@ StateDict ReadStateDict(const std::string& path) {
 }
 
 void WriteStateDict(const std::string& path, const StateDict& tensors) {
+  // Each tensor is saved with a storage of its own, no larger than it (a view into a
+  // flat ZeRO buffer would save the whole buffer, and a tied tensor would share): a
+  // copy is made only where that is not so already (the checkpoint writer's tensors are
+  // private copies; a GPT-2 medium checkpoint is gigabytes).
   c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.contiguous().clone());
+  std::set<const void*> storages;
+  for (const auto& [name, tensor] : tensors) {
+    const bool own_storage = tensor.is_contiguous() && tensor.storage_offset() == 0 &&
+                             tensor.storage().nbytes() == tensor.nbytes() &&
+                             storages.insert(tensor.storage().data()).second;
+    dict.insert(name, own_storage ? tensor : tensor.contiguous().clone());
+  }
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  WriteFileAtomically(path, std::string(bytes.begin(), bytes.end()));
+  WriteFileAtomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 StateDict ModelStateDict(const Gpt& model) {

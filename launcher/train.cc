@@ -356,11 +356,14 @@ void Train(const TrainOptions& options) {
     const bool last = step + 1 == options.steps;
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
-      // Gathered by every rank (collectives), written by rank 0 in the background.
+      // Gathered by every rank (collectives), written by rank 0 in the background. One
+      // still waiting to be written gives way to it first.
+      std::int64_t replaced = 0;  // the step of the one that gave way; 0: none did
+      if (writer) replaced = writer->DropWaiting().value_or(0);
       Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
-      const std::optional<std::int64_t> replaced = writer ? writer->Start(std::move(checkpoint)) : std::nullopt;
-      if (replaced) {
-        std::cerr << "poplar-worker[rank 0]: the checkpoint of step " << *replaced << " was not written: the one of "
+      if (writer) replaced = writer->Start(std::move(checkpoint)).value_or(replaced);
+      if (replaced > 0) {
+        std::cerr << "poplar-worker[rank 0]: the checkpoint of step " << replaced << " was not written: the one of "
                   << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
                   << "than --checkpoint-every)\n";
       }

@@ -78,13 +78,13 @@ void SyncToDisk(const std::string& path) {
   if (!synced) throw InputError(path, "", std::string("cannot flush to disk: ") + std::strerror(error));
 }
 
-void WriteFileAtomically(const std::string& named, const std::string& contents) {
+void WriteFileAtomically(const std::string& named, std::string_view contents) {
   const std::string path = WriteTarget(named);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
-    out << contents;
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
     out.flush();
     if (!out) {
       std::remove(temporary.c_str());

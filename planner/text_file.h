@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace poplar {
@@ -17,7 +18,7 @@ void RequireRegularFile(const std::string& path);
 // Writes through a symbolic link (the link stays); refuses a path that is a folder, a
 // device or a pipe, rather than replacing it. The contents are on the disk (fsync)
 // before the name is, so that not even a power loss leaves the name on half a file.
-void WriteFileAtomically(const std::string& path, const std::string& contents);
+void WriteFileAtomically(const std::string& path, std::string_view contents);
 // Flushes the file or folder `path` to the disk (fsync): a folder's flush makes the
 // names made or renamed in it durable. Throws InputError naming `path`.
 void SyncToDisk(const std::string& path);
