@@ -29,6 +29,7 @@
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
@@ -276,7 +277,7 @@ void Train(const TrainOptions& options) {
   }
   const double tokens_per_step = static_cast<double>(plan.global_batch) * config.block_size;
   if (rank == 0 && options.log_every > 0) {
-    std::cerr << "poplar-worker[rank 0]: " << env.world_size << " ranks, ZeRO stage " << plan.stage
+    std::cerr << "poplar-worker[rank 0]: " << Count(env.world_size, "rank") << ", ZeRO stage " << plan.stage
               << ", global batch " << plan.global_batch << ", " << config.ParameterCount()
               << " parameters, steps " << first_step << ".." << options.steps << ", on "
               << device.str() << ", collectives " << communicator.backend_name() << "\n";

@@ -40,8 +40,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MODELS = os.path.join(ROOT, "configs", "models")
 DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
 WORK = "/tmp/poplar-gpu"
-DEVICE_TYPE = "NVIDIA-H200"  # the agents' name for the card (NVML name, spaces as '-')
-H200_BF16_PEAK = 989.4e12    # dense bf16 FLOP/s of the H100/H200 SXM datasheet
+# Dense bf16 FLOP/s of the datasheets, by a part of the card's name, first match wins:
+# MFU is against this. The device tool lends an H200 or an H100 (SXM: the same peak).
+BF16_PEAKS = [("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100 NVL", 835.0e12), ("H100", 989.4e12),
+              ("A100", 312.0e12)]
+DEFAULT_PEAK = 989.4e12
 
 # check: 5 steps of global batch 12, uneven two-rank plans as in the CPU suite.
 CHECK_STEPS, CHECK_LR = 5, 1e-3
@@ -57,7 +60,9 @@ class Setup:
         self.dry_run = dry_run
         self.device = "cpu" if dry_run else "cuda"
         self.small, self.medium = ("gpt-tiny", "gpt-small") if dry_run else ("gpt2-small", "gpt2-medium")
-        self.device_type = "emu-cpu" if dry_run else DEVICE_TYPE
+        # The agents' name for the card: NVML's (torch's) name with spaces as '-'.
+        self.device_type = "emu-cpu" if dry_run else device_name(self).replace(" ", "-")
+        self.peak_flops = DEFAULT_PEAK if dry_run else bf16_peak(device_name(self))
         self.train_steps, self.train_batch, self.train_fall = (30, 8, 1.0) if dry_run else (300, 16, 3.0)
         self.profile_args = ["--repeats", "1", "--largest-micro-batch", "8"] if dry_run else \
             ["--repeats", "3", "--largest-micro-batch", "512"]
@@ -154,8 +159,19 @@ def model_flops_per_token(config):
 
 
 def device_name(setup):
+    if setup.device != "cuda":
+        return "CPU (dry run)"
     import torch
-    return torch.cuda.get_device_name(0) if setup.device == "cuda" else "CPU (dry run)"
+    return torch.cuda.get_device_name(0)
+
+
+def bf16_peak(name):
+    for part, peak in BF16_PEAKS:
+        if part in name:
+            return peak
+    print(f"gpu_runs: no bf16 peak known for '{name}': MFU is against {DEFAULT_PEAK / 1e12:.0f} TFLOP/s",
+          file=sys.stderr)
+    return DEFAULT_PEAK
 
 
 def load_config(name):
@@ -316,7 +332,7 @@ def phase_speed(runner, out, setup):
     pytorch = [sys.executable, os.path.join(ROOT, "scripts", "pytorch", "train_pytorch.py")]
     setups = setup.speed_setups
     if setup.dry_run:  # PyTorch's FSDP needs a GPU: DDP on the CPU only
-        ceiling = H200_BF16_PEAK
+        ceiling = setup.peak_flops
         systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3"]
     else:
         ceiling = matmul_ceiling()
@@ -351,7 +367,7 @@ def phase_speed(runner, out, setup):
             baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
             # The dry run has no FSDP to set stage 3 against: no ratio rather than nan.
             base = statistics.median(measured[(name, baseline)]) if (name, baseline) in measured else None
-            mfu = tokens * flops / H200_BF16_PEAK
+            mfu = tokens * flops / setup.peak_flops
             results.append({"model": name, "system": system, "micro_batch": size, "count": count,
                             "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
                             "of_matmul_ceiling": tokens * flops / ceiling,
@@ -360,11 +376,11 @@ def phase_speed(runner, out, setup):
                          f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x" if base else "-"])
     import torch
     save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
-                                  "peak_flops": H200_BF16_PEAK, "matmul_ceiling_flops": ceiling,
+                                  "peak_flops": setup.peak_flops, "matmul_ceiling_flops": ceiling,
                                   "torch": torch.__version__, "device": device_name(setup),
                                   "results": results})
     print(f"\nspeed, bf16, one {device_name(setup)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
-          f"MFU against {H200_BF16_PEAK / 1e12:.0f}):")
+          f"MFU against {setup.peak_flops / 1e12:.0f}):")
     print(table(["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"], rows))
 
 
