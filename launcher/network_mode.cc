@@ -118,7 +118,8 @@ void MeasureNetwork(const NetworkOptions& options) {
   const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
 
   // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
-  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank, /*append=*/false);
+  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank);
+  lines.Start(/*append=*/false);
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
   communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(options.max_bytes) +

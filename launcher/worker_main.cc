@@ -3,6 +3,7 @@
 // Every error — bad input, a libtorch or Gloo failure, a dead peer, out of memory — is
 // caught by RunApp and becomes one line on stderr naming the rank, and a non-zero exit:
 //   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
+#include <csignal>
 #include <cstdlib>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "launcher/profile_mode.h"
 #include "launcher/train.h"
 #include "planner/cli/run_app.h"
+#include "planner/training_limits.h"
 
 namespace {
 
@@ -48,7 +50,10 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
-  train->add_option("--lr", o.adamw.lr, "AdamW learning rate")->check(kPositive)->capture_default_str();
+  train->add_option("--lr", o.adamw.lr, "AdamW learning rate, at most 1e6")
+      ->check(NumberWhere([](double v) { return v > 0 && v <= poplar::kMostLearningRate; },
+                          "a positive number, at most 1e6"))
+      ->capture_default_str();
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(kPositive)->capture_default_str();
@@ -100,6 +105,9 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A reader that went away (`--metrics >(head)`, `| head`) is a failed write, reported
+  // as such, not a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
                "poplar-worker"};
   // The agents' profile cache keys on this line: change it when measurements change.

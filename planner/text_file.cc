@@ -156,18 +156,16 @@ void RequireStreamOutputApart(const std::string& output, const std::vector<Input
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(output, error);  // through links
   if (!std::filesystem::exists(status)) {
+    const std::filesystem::path folder = std::filesystem::path(output).parent_path();
+    if (folder == "/dev/fd" || folder == "/proc/self/fd") {
+      throw InputError(flag, "", output + ": cannot write: no such open file descriptor in this process");
+    }
     RequireFolderFor(output, flag);  // and a dangling link is refused there
   } else if (std::filesystem::is_directory(status)) {
     throw InputError(flag, "", output + ": cannot write: is a folder; name a file in it");
-  } else {
-    // Opened as the writer will, but neither truncated nor made; a pipe with no reader
-    // yet (ENXIO) will have one when the writer opens it.
-    const int fd = ::open(output.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0 && errno != ENXIO) {
-      throw InputError(flag, "", output + ": cannot write: " + std::strerror(errno));
-    }
-    if (fd >= 0) ::close(fd);
   }
+  // An existing file is not opened here: the writer opens it for real (opening a pipe
+  // and closing it again would end its reader's input).
   RequireNotAnInput(output, inputs, flag);
 }
 

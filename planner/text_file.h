@@ -42,10 +42,11 @@ struct InputFile {
 // path or link): a command's output must not replace what it reads. Also checks, as
 // RequireFolderFor, that the output's folder exists.
 void RequireOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag);
-// For an output written as a stream (opened, truncated or appended to, never replaced by
-// a rename, as --metrics): refused if `output` is one of `inputs`, a folder, or an
-// existing file that does not open for writing (read-only); a device or a pipe is fine
-// (/dev/stdout, a pipe to jq); a missing file needs its folder, as RequireFolderFor.
+// For an output written as a stream (opened, emptied or appended to, never replaced by
+// a rename, as --metrics): refused if `output` is one of `inputs` or a folder; a device
+// or a pipe is fine (/dev/stdout, a pipe to jq); a missing file needs its folder, as
+// RequireFolderFor. Whether an existing file opens for writing is the writer's to find
+// out, when it opens it (launcher/metrics_writer.h).
 void RequireStreamOutputApart(const std::string& output, const std::vector<InputFile>& inputs,
                               const std::string& flag);
 // Creates the folder `path` (and its parents) to write into, or throws InputError naming

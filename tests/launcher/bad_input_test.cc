@@ -1,12 +1,14 @@
 // Bad inputs to poplar-worker: each gives one clear error naming the file and reason,
 // a non-zero exit on every rank, and no process left running.
 #include <gtest/gtest.h>
-
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -167,6 +169,30 @@ TEST_F(WorkerBadInput, MetricsMayGoToADevice) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const JobOutcome job = RunJob(scratch_, 1, Args(plan, {"--metrics", "/dev/null"}, 2));
   EXPECT_TRUE(job.AllSucceeded()) << job.Describe();
+}
+
+// A pipe is written to as it is: with a reader, every line reaches it (the check once
+// opened and closed the pipe, which ended the reader's input, and the worker then
+// waited for a reader forever); without one, the rank stops at once saying so. A write
+// that fails (a full disk) stops the job rather than losing the lines.
+TEST_F(WorkerBadInput, MetricsToAPipeReachItsReaderAndFailedWritesStopTheJob) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const std::string pipe = scratch_.path() + "/pipe";
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  const JobOutcome unread = RunJob(scratch_, 1, Args(plan, {"--metrics", pipe}, 2));
+  ExpectRejected(unread, {"--metrics", "no process reads this pipe"});
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(pipe);  // blocks until the worker opens it for writing
+    received.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the reader waits in its open
+  const JobOutcome read = RunJob(scratch_, 1, Args(plan, {"--metrics", pipe}, 3));
+  reader.join();
+  EXPECT_TRUE(read.AllSucceeded()) << read.Describe();
+  EXPECT_EQ(std::count(received.begin(), received.end(), '\n'), 3) << received;
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--metrics", "/dev/full"}, 2)),
+                 {"--metrics", "/dev/full: cannot write: No space left on device"});
 }
 
 TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {

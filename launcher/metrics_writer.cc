@@ -1,0 +1,91 @@
+#include "launcher/metrics_writer.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "planner/input_error.h"
+
+namespace poplar {
+namespace {
+
+// The descriptor a path of this process's own names (/dev/stdout, /dev/stderr,
+// /dev/fd/N, /proc/self/fd/N), or -1 when it names a file.
+int OwnDescriptor(const std::string& path) {
+  if (path == "/dev/stdout") return STDOUT_FILENO;
+  if (path == "/dev/stderr") return STDERR_FILENO;
+  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
+        path.find_first_not_of("0123456789", prefix.size()) == std::string::npos && path.size() - prefix.size() < 9) {
+      return std::stoi(path.substr(prefix.size()));
+    }
+  }
+  return -1;
+}
+
+InputError Unwritable(const std::string& path, const std::string& reason) {
+  return InputError("--metrics", "", path + ": cannot write: " + reason);
+}
+
+}  // namespace
+
+std::string MetricsWriter::PathFor(const std::string& pattern, int rank) {
+  const std::string placeholder = "{rank}";
+  if (pattern.empty() || (pattern.find(placeholder) == std::string::npos && rank != 0)) return "";
+  std::string path = pattern;
+  for (auto at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
+    path.replace(at, placeholder.size(), std::to_string(rank));
+  }
+  return path;
+}
+
+MetricsWriter::MetricsWriter(const std::string& pattern, int rank) : path_(PathFor(pattern, rank)) {
+  if (path_.empty()) return;
+  if (const int own = OwnDescriptor(path_); own >= 0) {
+    fd_ = ::fcntl(own, F_DUPFD_CLOEXEC, 0);  // the same open file: its offset, its flags
+    if (fd_ < 0) throw Unwritable(path_, "file descriptor " + std::to_string(own) + " is not open");
+    return;
+  }
+  struct stat status {};
+  if (::stat(path_.c_str(), &status) == 0 && S_ISFIFO(status.st_mode)) {
+    // Without O_NONBLOCK the open would wait for a reader forever; with it, no reader
+    // is ENXIO. The descriptor then blocks as usual: a slow reader slows the writes.
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ < 0 && errno == ENXIO) throw Unwritable(path_, "no process reads this pipe (start its reader first)");
+    if (fd_ < 0) throw Unwritable(path_, std::strerror(errno));
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+    return;
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Unwritable(path_, std::strerror(errno));
+  emptiable_ = ::fstat(fd_, &status) == 0 && S_ISREG(status.st_mode);
+}
+
+MetricsWriter::MetricsWriter(MetricsWriter&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), emptiable_(other.emptiable_) {
+  other.fd_ = -1;
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsWriter::Start(bool append) {
+  if (fd_ >= 0 && emptiable_ && !append && ::ftruncate(fd_, 0) != 0) throw Unwritable(path_, std::strerror(errno));
+}
+
+void MetricsWriter::Write(const nlohmann::json& line) {
+  if (fd_ < 0) return;
+  const std::string text = line.dump() + "\n";
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t written = ::write(fd_, text.data() + done, text.size() - done);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) throw Unwritable(path_, written < 0 ? std::strerror(errno) : "nothing was written");
+    done += static_cast<std::size_t>(written);
+  }
+}
+
+}  // namespace poplar
