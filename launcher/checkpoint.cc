@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <regex>
 
@@ -133,27 +134,29 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
   return step;
 }
 
-// A checkpoint is a state to go on from: one whose update overflowed (a finite loss
-// computed before it, then inf or nan in the parameters or moments) would only diverge
-// again on resume, and would take the place of the last good one.
-void RequireFinite(const std::string& name, const torch::Tensor& tensor, std::int64_t step) {
-  if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>()) {
-    throw std::runtime_error("training diverged at step " + std::to_string(step) + ": " + name +
-                             " holds inf or nan after its update, so its checkpoint was not written (the newest "
-                             "written one stays the last good state). Lower --lr, or clip with --grad-clip");
+}  // namespace
+
+void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::string& not_written) {
+  for (const auto& [name, tensor] : tensors) {
+    if (tensor.is_floating_point() && !torch::isfinite(tensor).all().item<bool>()) {
+      throw std::runtime_error("training diverged at step " + std::to_string(step) + ": " + name +
+                               " holds inf or nan after its update, so " + not_written +
+                               ". Lower --lr, or clip with --grad-clip");
+    }
   }
 }
 
-}  // namespace
-
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config) {
-  for (const auto& [name, tensor] : checkpoint.model) RequireFinite(name, tensor, checkpoint.step);
+  // A state to go on from: one whose update overflowed (a finite loss computed before
+  // it, then inf or nan in the parameters or moments) would only diverge again on resume.
+  const std::string not_written = "its checkpoint was not written (the newest written one stays the last good state)";
+  RequireFiniteState(checkpoint.model, checkpoint.step, not_written);
   StateDict optimizer;
   for (const auto& [name, moments] : checkpoint.moments) {
     optimizer["exp_avg." + name] = moments.exp_avg;
     optimizer["exp_avg_sq." + name] = moments.exp_avg_sq;
   }
-  for (const auto& [name, tensor] : optimizer) RequireFinite(name, tensor, checkpoint.step);
+  RequireFiniteState(optimizer, checkpoint.step, not_written);
   fs::create_directories(dir);
   const std::string final_name = StepFolderName(checkpoint.step);
   const fs::path temporary = fs::path(dir) / ("." + final_name + ".tmp" + std::to_string(::getpid()));
@@ -254,7 +257,11 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep) {
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (std::size_t i = static_cast<std::size_t>(std::min<std::int64_t>(keep, steps.size())); i < steps.size(); ++i) {
-    if (steps[i].second.filename() != latest) fs::remove_all(steps[i].second, error);
+    if (steps[i].second.filename() == latest) continue;
+    if (fs::remove_all(steps[i].second, error); error) {
+      std::cerr << "poplar-worker[rank 0]: warning: --keep-checkpoints: cannot remove " << steps[i].second.string()
+                << ": " << error.message() << "; it stays\n";
+    }
   }
 }
 

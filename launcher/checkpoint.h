@@ -31,6 +31,11 @@ struct Checkpoint {
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config);
 
+// Throws "training diverged at step N: <name> holds inf or nan after its update, so
+// <not_written>. ..." when a floating-point tensor of `tensors` is not finite: the
+// check before any state to go on from is written (a checkpoint, --save).
+void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::string& not_written);
+
 // Removes the step folders of `dir` but the `keep` newest (highest steps) and the one
 // `latest` names; keep 0 keeps every one. After WriteCheckpoint, so that a crash at any
 // moment leaves `latest` on a complete folder.

@@ -124,11 +124,7 @@ GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::str
   throw InputError(flag, "", "must be alltoall or allreduce, got '" + name + "'");
 }
 
-Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
-                           torch::Device device, CollectiveBackend backend, GlooReduceScatter gloo_reduce_scatter)
-    : rank_(env.rank), world_size_(env.world_size), timeout_(timeout), gloo_reduce_scatter_(gloo_reduce_scatter) {
-  // A backend named explicitly gets a process group even for one rank, so that a
-  // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
+void Communicator::RequireUsableBackend(torch::Device device, CollectiveBackend backend, int world_size) {
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
   if (backend == CollectiveBackend::kAuto) {
     backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
@@ -137,11 +133,26 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     throw InputError("--backend", "", "nccl carries CUDA tensors only; use gloo with --device cpu");
   }
 #ifndef USE_C10D_NCCL
-  if (backend == CollectiveBackend::kNccl && (world_size_ > 1 || explicit_backend)) {
+  if (backend == CollectiveBackend::kNccl && (world_size > 1 || explicit_backend)) {
     throw InputError("--backend", "", "nccl: this libtorch was built without NCCL; use "
                                       "--backend gloo, or build against a CUDA libtorch");
   }
+#else
+  (void)world_size;
+  (void)explicit_backend;
 #endif
+}
+
+Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
+                           torch::Device device, CollectiveBackend backend, GlooReduceScatter gloo_reduce_scatter)
+    : rank_(env.rank), world_size_(env.world_size), timeout_(timeout), gloo_reduce_scatter_(gloo_reduce_scatter) {
+  // A backend named explicitly gets a process group even for one rank, so that a
+  // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
+  const bool explicit_backend = backend != CollectiveBackend::kAuto;
+  RequireUsableBackend(device, backend, world_size_);
+  if (backend == CollectiveBackend::kAuto) {
+    backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
+  }
   if (world_size_ == 1 && !explicit_backend) return;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);

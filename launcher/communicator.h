@@ -127,6 +127,11 @@ class Communicator {
   // late process sets, such as a third RANK given twice.)
   void RequireAgreement(const std::string& what, const std::string& value);
 
+  // Throws InputError naming --backend when `backend` cannot carry `device`'s tensors in
+  // this build (nccl with the CPU, nccl without NCCL): checked by each rank before it
+  // meets the others, so that its error reaches them, and again by the constructor.
+  static void RequireUsableBackend(torch::Device device, CollectiveBackend backend, int world_size);
+
   // For a rank other than 0 that stops before its rendezvous (a bad flag, file or plan
   // of its own): tells the ranks waiting at rank 0's store why, so that they stop at
   // once, naming it, rather than wait out --timeout for a rank that "never joined".

@@ -203,11 +203,13 @@ struct LocalSetup {
   TokenData data;
   std::int64_t baseline_bytes;  // device memory in use before the model
   Gpt model;                    // from --seed or --init; a --resume replaces it later
+  MetricsWriter metrics;        // opened, not yet started (a resume appends)
 };
 
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
+  Communicator::RequireUsableBackend(device, backend, env.world_size);
   const GlooReduceScatter gloo_reduce_scatter =
       ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
   WorkerPlan plan = LoadWorkerPlan(options.plan);
@@ -215,12 +217,14 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const GptConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
   RequireWritableOutputs(options, env.rank);
+  MetricsWriter metrics(options.metrics, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
   model->to(device);
-  return {device, backend, gloo_reduce_scatter, std::move(plan), config, std::move(data), baseline_bytes, model};
+  return {device,         backend, gloo_reduce_scatter, std::move(plan), config, std::move(data),
+          baseline_bytes, model,   std::move(metrics)};
 }
 
 }  // namespace
@@ -255,7 +259,8 @@ void Train(const TrainOptions& options) {
   std::optional<Resumed> resumed =
       ResumeFromNewestCheckpoint(communicator, model, options, config, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
-  MetricsWriter metrics(options.metrics, env.rank, resumed.has_value());
+  MetricsWriter& metrics = local.metrics;
+  metrics.Start(/*append=*/resumed.has_value());
   communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
   const std::unique_ptr<TrainingEngine> engine_owner =
       MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
@@ -375,7 +380,10 @@ void Train(const TrainOptions& options) {
   // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
   // waits for the disk in a collective.
   communicator.Barrier();
-  if (rank == 0 && !options.save.empty()) WriteStateDict(options.save, saved);
+  if (rank == 0 && !options.save.empty()) {
+    RequireFiniteState(saved, options.steps, "--save was not written");
+    WriteStateDict(options.save, saved);
+  }
   if (writer) writer->Finish();
 }
 

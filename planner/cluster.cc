@@ -7,6 +7,7 @@
 #include "planner/host_port.h"
 #include "planner/input_error.h"
 #include "planner/text_file.h"
+#include "planner/training_limits.h"
 #include "planner/yaml_fields.h"
 
 namespace poplar {
@@ -85,6 +86,9 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
   job.data = fields.String("data");
   job.steps = fields.IntegerIn("steps", 1, kMostJobSteps, "a number of optimizer steps");
   job.lr = OptionalPositive(fields, "lr", false);
+  if (job.lr && *job.lr > kMostLearningRate) {
+    fields.Fail("lr", "must be at most 1e6 (a larger rate only diverges), got " + fields.Child("lr").Scalar());
+  }
   job.weight_decay = OptionalPositive(fields, "weight_decay", true);
   job.grad_clip = OptionalPositive(fields, "grad_clip", true);
   if (fields.Has("checkpoint_every")) {

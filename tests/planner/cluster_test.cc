@@ -281,6 +281,10 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
                  "optimizer steps from 1 to 1099511627776, got 0 (line");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: -1"), "job.lr",
                  "must be a positive number, got -1 (line");
+  // From about 1e37 the worker's fp32 update overflowed in libtorch, with an error that
+  // named nothing.
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: 1e38"), "job.lr",
+                 "must be at most 1e6 (a larger rate only diverges), got 1e38 (line");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, grad_clip: -1"),
                  "job.grad_clip", "zero or more");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, checkpoint_every: -2"),

@@ -1,0 +1,12 @@
+// Limits on training settings that the cluster file (job.*) and the worker's flags
+// share, so that the head refuses what the worker would.
+#pragma once
+
+namespace poplar {
+
+// The largest learning rate taken: larger ones only diverge, and from about 1e37 the
+// fp32 update overflows inside libtorch ("cannot be converted to type float"), an error
+// that names nothing.
+inline constexpr double kMostLearningRate = 1e6;
+
+}  // namespace poplar
