@@ -235,6 +235,7 @@ void RunLaunch(const LaunchOptions& options) {
   std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
             << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr
             << ":" << master_port << "; run directory " << run_dir << std::endl;
+  directory.Record();
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
   if (options.resume) monitor.ExpectResume(job_id);
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
@@ -256,7 +257,13 @@ void RunLaunch(const LaunchOptions& options) {
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; every worker was stopped; " +
+    // The user's own stop is not a failure of the job's (unless one came first).
+    const std::string cause = monitor.RootCause();
+    const std::string user_stop = "node 'head': stopped by the user (";
+    const std::string what = cause.rfind(user_stop, 0) == 0
+                                 ? "was stopped by the user (" + cause.substr(user_stop.size())
+                                 : "failed: " + cause;
+    throw CommandFailed("job " + job_id + " " + what + "; every worker was stopped; " +
                             monitor.CheckpointsKept(job.checkpoint_every,
                                                     "the agents' work directories under jobs/" + job_id +
                                                         "/checkpoints (rank 0's node writes them)") +

@@ -151,15 +151,19 @@ std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const 
   // A resume went on from a checkpoint, or meant to (a resume that failed before its
   // first step reported none); either way those stay.
   const bool resumed = first > 1 || !resume_job_.empty();
-  if (resumed || (checkpoint_every > 0 && last >= checkpoint_every)) {
+  // The last step writes one too: a job shorter than checkpoint_every has it due there.
+  const std::int64_t first_due = checkpoint_every > 0 ? std::min(checkpoint_every, steps_) : steps_;
+  if (resumed || (checkpoint_every > 0 && last >= first_due)) {
     // Rank 0 writes in the background: one due may not have been completed.
     return "the checkpoints rank 0's node completed" +
-           (checkpoint_every > 0 ? " (every " + std::to_string(checkpoint_every) + " steps)" : std::string()) +
+           (checkpoint_every == 1   ? std::string(" (every step)")
+            : checkpoint_every > 1 ? " (every " + std::to_string(checkpoint_every) + " steps)"
+                                   : std::string()) +
            " stay in " + where;
   }
   return checkpoint_every > 0 ? "no checkpoint was due by step " + std::to_string(last) +
                                     ", the last the head heard of (the first is due at step " +
-                                    std::to_string(checkpoint_every) + ")"
+                                    std::to_string(first_due) + ")"
                               : "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)";
 }
 

@@ -1,6 +1,9 @@
 #include "planner/cli/run_directory.h"
 
 #include <algorithm>
+#include <cerrno>
+
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +19,22 @@ namespace fs = std::filesystem;
 constexpr const char* kReplacedByEachAttempt[] = {"plan.json", "summary.json", "profiles"};
 // What a launch appends to (the launch monitor makes them).
 constexpr const char* kAppendedTo[] = {"logs", "metrics"};
+
+// Removes `dir`'s NAME.tmp.PID files (WriteFileAtomically's) whose writer is no longer
+// running: a head killed while writing summary.json left one.
+void RemoveDeadWritersTemporaries(const fs::path& dir) {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto marker = name.rfind(".tmp.");
+    if (marker == std::string::npos || marker + 5 == name.size() ||
+        name.find_first_not_of("0123456789", marker + 5) != std::string::npos || name.size() - marker > 15) {
+      continue;
+    }
+    const long pid = std::stol(name.substr(marker + 5));
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), error);
+  }
+}
 
 // The job whose run `dir` holds: its job_id file, else its summary.json's job_id; empty
 // when neither says.
@@ -55,7 +74,9 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
   for (const char* name : kAppendedTo) {
     if (fs::exists(dir / name)) present_at_open_.push_back(name);
   }
+  if (fs::exists(dir / "job_id")) present_at_open_.push_back("job_id");
   MakeOutputFolder(path, "--run-dir");
+  RemoveDeadWritersTemporaries(dir);
 }
 
 RunDirectory::~RunDirectory() {
@@ -76,6 +97,7 @@ RunDirectory::~RunDirectory() {
   for (const char* name : kAppendedTo) {
     if (!listed(present_at_open_, name)) fs::remove(dir / name, ignored);  // only if empty: nothing ran
   }
+  if (!listed(present_at_open_, "job_id")) fs::remove(dir / "job_id", ignored);  // Record's
   for (const std::string& name : moved_) fs::rename(attempt_ / name, dir / name, ignored);
   if (!attempt_.empty()) {
     fs::remove(attempt_, ignored);                // only if empty: all moved back
@@ -100,8 +122,10 @@ std::string RunDirectory::KeepPreviousAttempt() {
   return attempt_.string();
 }
 
+void RunDirectory::Record() { WriteFileAtomically((fs::path(path_) / "job_id").string(), job_id_ + "\n"); }
+
 void RunDirectory::Keep() {
-  WriteFileAtomically((fs::path(path_) / "job_id").string(), job_id_ + "\n");
+  Record();
   kept_ = true;
 }
 

@@ -11,7 +11,9 @@ namespace poplar {
 
 class RunDirectory {
  public:
-  // Opens `path` for job `job_id`, making it if missing. Throws InputError naming
+  // Opens `path` for job `job_id`, making it if missing, and removes the temporaries a
+  // head that died left there (`summary.json.tmp.PID` of a PID no longer running).
+  // Throws InputError naming
   // --run-dir, before anything is made or changed:
   //  - without `resume`, if it already holds a run (a plan.json or a job_id file);
   //  - with `resume`, if it holds the run of another job (its job_id file, or for a
@@ -29,6 +31,10 @@ class RunDirectory {
   // replace them. Logs and metrics stay where they are and are appended to. Returns the
   // folder they went to, empty when there was nothing to keep.
   std::string KeepPreviousAttempt();
+  // The workers are about to start: writes the job_id file, so that a head that dies
+  // from here on (SIGKILL, a second Ctrl-C) leaves a directory that says whose run it
+  // is. Until Keep(), a refused launch still removes it again.
+  void Record();
   // A worker has started: writes the job_id file and keeps the directory.
   void Keep();
 

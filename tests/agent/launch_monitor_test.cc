@@ -194,6 +194,15 @@ TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
   LaunchMonitor failed_resume = Monitor();
   failed_resume.ExpectResume("rr");
   EXPECT_EQ(failed_resume.CheckpointsKept(5, "D"), "the checkpoints rank 0's node completed (every 5 steps) stay in D");
+  // A job of 10 steps checkpointing every 20 has its first (and only) at its end.
+  LaunchMonitor short_job = Monitor();
+  short_job.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));
+  short_job.Metrics(0, Record(4, 0, 5.0, 0.2, 0.1));
+  EXPECT_EQ(short_job.CheckpointsKept(20, "D"),
+            "no checkpoint was due by step 4, the last the head heard of (the first is due at step 10)");
+  short_job.Metrics(0, Record(10, 0, 5.0, 0.2, 0.1));
+  EXPECT_EQ(short_job.CheckpointsKept(20, "D"), "the checkpoints rank 0's node completed (every 20 steps) stay in D");
+  EXPECT_EQ(short_job.CheckpointsKept(1, "D"), "the checkpoints rank 0's node completed (every step) stay in D");
 }
 
 }  // namespace

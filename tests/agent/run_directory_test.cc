@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "planner/input_error.h"
@@ -131,6 +133,41 @@ TEST(RunDirectory, ALaunchRefusedInAFolderThatExistedRemovesOnlyWhatItWrote) {
   EXPECT_FALSE(fs::exists(path + "/logs"));
   EXPECT_FALSE(fs::exists(path + "/metrics"));
   EXPECT_FALSE(fs::exists(path + "/job_id"));
+}
+
+// The job id is on the disk from the moment the workers are started: a head killed then
+// (a second Ctrl-C) once left a directory that another job could resume into. A launch
+// refused after Record (every agent refused) still removes it.
+TEST(RunDirectory, RecordsTheJobBeforeTheWorkersStart) {
+  ScratchDir scratch("run-dir");
+  const std::string path = scratch.path() + "/run";
+  scratch.Write("run/notes.txt", "mine");
+  {
+    RunDirectory refused(path, "j1", false);
+    refused.Record();
+    EXPECT_EQ(ReadTextFile(path + "/job_id"), "j1\n");
+  }
+  EXPECT_FALSE(fs::exists(path + "/job_id"));
+  {
+    RunDirectory died(path, "j1", false);
+    died.Record();
+    died.Keep();  // as if the head died here: the file stays
+  }
+  EXPECT_TRUE(ContainsAll(OpenError(path, "j2", true).what(), {"holds the run of job 'j1'"}));
+}
+
+// A head killed while writing summary.json leaves summary.json.tmp.PID; the next launch
+// there removes it (its writer is gone), and leaves a live writer's alone.
+TEST(RunDirectory, RemovesTheTemporariesOfHeadsThatDied) {
+  ScratchDir scratch("run-dir");
+  const std::string path = scratch.path() + "/run";
+  scratch.Write("run/job_id", "j1\n");
+  scratch.Write("run/summary.json.tmp.999999999", "half");  // above pid_max: no such process
+  const std::string live = "run/summary.json.tmp." + std::to_string(::getpid());
+  scratch.Write(live, "being written");
+  RunDirectory resumed(path, "j1", true);
+  EXPECT_FALSE(fs::exists(path + "/summary.json.tmp.999999999"));
+  EXPECT_TRUE(fs::exists(scratch.path() + "/" + live));
 }
 
 }  // namespace
