@@ -19,8 +19,11 @@
 
 namespace {
 
+// The prefix of every error line: the rank as given (0 when RANK is unset, as for one
+// process; an empty RANK is an error of its own, named in the line).
 std::string Who() {
   const char* rank = std::getenv("RANK");
+  if (rank != nullptr && *rank == '\0') return "poplar-worker";
   return std::string("poplar-worker[rank ") + (rank ? rank : "0") + "]";
 }
 
@@ -64,9 +67,18 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "How Gloo reduce-scatters: alltoall (a reduce-scatter's bytes) or allreduce (the former emulation, twice the bytes; for comparison)")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
   train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)")->check(poplar::NotEmpty());
-  train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)")->check(poplar::NotEmpty());
-  train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")->check(kCount);
-  train->add_option("--keep-checkpoints", o.keep_checkpoints, "Keep the N newest checkpoints, removing older ones (0: every one)")->check(kCount)->capture_default_str();
+  CLI::Option* checkpoint_dir =
+      train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)")
+          ->check(poplar::NotEmpty());
+  // Without a folder to write in they would do nothing, silently.
+  train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")
+      ->check(kCount)
+      ->needs(checkpoint_dir);
+  train->add_option("--keep-checkpoints", o.keep_checkpoints,
+                    "Keep the N newest checkpoints, removing older ones (0: every one)")
+      ->check(kCount)
+      ->capture_default_str()
+      ->needs(checkpoint_dir);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();

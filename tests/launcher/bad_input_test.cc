@@ -119,10 +119,20 @@ TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--lr", "nan"}, {"--eps", "inf"}, {"--weight-decay", "nan"}, {"--grad-clip", "-1"},
-           {"--slowdown", "nan"}, {"--bucket-mb", "nan"}, {"--threads", "1.5"}}) {
+           {"--slowdown", "nan"}, {"--bucket-mb", "nan"}, {"--threads", "1.5"}, {"--lr", "1e38"}}) {
     const JobOutcome job = RunJob(scratch_, 1, Args(plan, {flag, value}));
     EXPECT_EQ(job.exit_codes[0], 2) << flag << " " << value << ": " << job.Describe();
     EXPECT_TRUE(ContainsAll(job.errors[0], {flag + ": must be", "got '" + value + "'"})) << job.errors[0];
+  }
+}
+
+// Checkpoint settings without a folder to write in once did nothing, silently.
+TEST_F(WorkerBadInput, CheckpointSettingsNeedACheckpointFolder) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  for (const std::string flag : {"--checkpoint-every", "--keep-checkpoints"}) {
+    const JobOutcome job = RunJob(scratch_, 1, Args(plan, {flag, "2"}));
+    EXPECT_EQ(job.exit_codes[0], 2) << job.Describe();
+    EXPECT_TRUE(Contains(job.errors[0], flag + " requires --checkpoint-dir")) << job.errors[0];
   }
 }
 
