@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,19 @@ InputError Unwritable(const std::string& path, const std::string& reason) {
   return InputError("--metrics", "", path + ": cannot write: " + reason);
 }
 
+// Whether `fd` is the file this process's stdout or stderr writes to (by another name:
+// a link to /dev/stdout, /proc/PID/fd/1, the file the agent sends output to), which a
+// fresh run must not empty.
+bool IsOwnOutput(int fd) {
+  struct stat file {};
+  if (::fstat(fd, &file) != 0) return false;
+  for (const int output : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat other {};
+    if (::fstat(output, &other) == 0 && other.st_dev == file.st_dev && other.st_ino == file.st_ino) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string MetricsWriter::PathFor(const std::string& pattern, int rank) {
@@ -45,8 +59,13 @@ std::string MetricsWriter::PathFor(const std::string& pattern, int rank) {
 MetricsWriter::MetricsWriter(const std::string& pattern, int rank) : path_(PathFor(pattern, rank)) {
   if (path_.empty()) return;
   if (const int own = OwnDescriptor(path_); own >= 0) {
+    const int mode = ::fcntl(own, F_GETFL);
+    if (mode < 0) throw Unwritable(path_, "file descriptor " + std::to_string(own) + " is not open");
+    if ((mode & O_ACCMODE) == O_RDONLY) {
+      throw Unwritable(path_, "file descriptor " + std::to_string(own) + " is open for reading only");
+    }
     fd_ = ::fcntl(own, F_DUPFD_CLOEXEC, 0);  // the same open file: its offset, its flags
-    if (fd_ < 0) throw Unwritable(path_, "file descriptor " + std::to_string(own) + " is not open");
+    if (fd_ < 0) throw Unwritable(path_, std::strerror(errno));
     return;
   }
   struct stat status {};
@@ -61,7 +80,7 @@ MetricsWriter::MetricsWriter(const std::string& pattern, int rank) : path_(PathF
   }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Unwritable(path_, std::strerror(errno));
-  emptiable_ = ::fstat(fd_, &status) == 0 && S_ISREG(status.st_mode);
+  emptiable_ = ::fstat(fd_, &status) == 0 && S_ISREG(status.st_mode) && !IsOwnOutput(fd_);
 }
 
 MetricsWriter::MetricsWriter(MetricsWriter&& other) noexcept
@@ -83,6 +102,13 @@ void MetricsWriter::Write(const nlohmann::json& line) {
   for (std::size_t done = 0; done < text.size();) {
     const ssize_t written = ::write(fd_, text.data() + done, text.size() - done);
     if (written < 0 && errno == EINTR) continue;
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // A descriptor shared with a parent that made it non-blocking: wait until it
+      // takes more, as a blocking one would.
+      pollfd ready{fd_, POLLOUT, 0};
+      ::poll(&ready, 1, -1);
+      continue;
+    }
     if (written <= 0) throw Unwritable(path_, written < 0 ? std::strerror(errno) : "nothing was written");
     done += static_cast<std::size_t>(written);
   }

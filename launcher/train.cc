@@ -329,9 +329,11 @@ void Train(const TrainOptions& options) {
     // Diverged: every rank sees the same (both are all-reduced) and stops before it
     // writes anything of this step, so the newest checkpoint stays the last good state
     // (a nan run once trained on to the end, wrote nan checkpoints and exited 0).
-    if (!std::isfinite(mean_loss) || totals[1].item<double>() > 0) {
+    if (const double ranks_not_finite = totals[1].item<double>(); !std::isfinite(mean_loss) || ranks_not_finite > 0) {
+      const std::string norm = ranks_not_finite > 0 ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
+                                                    : std::to_string(grad_norm);
       throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": the loss is " +
-                               std::to_string(mean_loss) + " and the gradient norm " + std::to_string(grad_norm) +
+                               std::to_string(mean_loss) + " and the gradient norm " + norm +
                                "; nothing of this step was written. Lower --lr, or clip with --grad-clip");
     }
     const double step_s = SecondsSince(step_start);
@@ -363,7 +365,8 @@ void Train(const TrainOptions& options) {
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       // Gathered by every rank (collectives), written by rank 0 in the background. One
-      // still waiting to be written gives way to it first.
+      // still waiting to be written gives way to it first, so that memory holds at most
+      // two (if this gather then fails, a peer gone, the waiting one is lost with it).
       std::int64_t replaced = 0;  // the step of the one that gave way; 0: none did
       if (writer) replaced = writer->DropWaiting().value_or(0);
       Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};

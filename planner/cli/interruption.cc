@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace poplar {
@@ -13,25 +14,29 @@ constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 constexpr int kSignalCount = 3;
 
 // Interruptions are made and ended on the head's main thread; the handler only records,
-// and on a second signal ends the process (all async-signal-safe).
+// and on a second Ctrl-C ends the process (all async-signal-safe).
 std::atomic<int> g_received{0};  // the first signal since the outermost Interruption began
 int g_depth = 0;                 // Interruptions alive
 struct sigaction g_replaced[kSignalCount];  // what the outermost one replaced
 bool g_installed[kSignalCount] = {};        // false where the signal was ignored (nohup)
 
 extern "C" void OnSignal(int signal_number) {
+  const int saved_errno = errno;
   int none = 0;
   if (g_received.compare_exchange_strong(none, signal_number)) {
     if (signal_number == SIGINT) {  // someone at a terminal, who may be kept waiting
       constexpr char kNote[] = "poplar: stopping in order; press Ctrl-C again to end at once\n";
       [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, kNote, sizeof kNote - 1);
     }
-    return;
+  } else if (signal_number == SIGINT) {
+    // A second Ctrl-C: the user will not wait for the orderly stop (an agent that does
+    // not answer, a search that runs on). The agents stop the job when its head is gone.
+    // A repeated SIGTERM or SIGHUP is not a person's (a closing terminal sends SIGHUP
+    // more than once; a wrapper forwards SIGTERM): it waits for the orderly stop.
+    ::signal(signal_number, SIG_DFL);
+    ::raise(signal_number);
   }
-  // The second: the user will not wait for the orderly stop (an agent that does not
-  // answer, a search that runs on). The agents stop the job when its head is gone.
-  ::signal(signal_number, SIG_DFL);
-  ::raise(signal_number);
+  errno = saved_errno;
 }
 
 }  // namespace

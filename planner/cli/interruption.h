@@ -2,7 +2,8 @@
 // Interruption lives, those signals are recorded instead of ending the process, and the
 // waiting code polls signal() and ends what it started in order (stops the job on every
 // node, cancels the agents' measurements), so that destructors run and nothing is left
-// half-written. Outside one, they end the process as usual. A signal that was ignored
+// half-written; a second Ctrl-C ends the process at once. Outside one, they end the
+// process as usual. A signal that was ignored
 // already (SIGHUP under nohup) stays ignored. Interruptions may nest; the first signal
 // of an outer one is seen by the inner ones too.
 #pragma once

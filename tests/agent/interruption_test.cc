@@ -37,20 +37,34 @@ TEST(Interruption, RecordsTheFirstSignalAndPutsTheHandlersBack) {
 }
 
 // A second Ctrl-C ends the process at once, as the signal would without a handler: the
-// user will not wait for an orderly stop that hangs (an agent that does not answer).
-TEST(Interruption, ASecondSignalEndsTheProcessAtOnce) {
+// user will not wait for an orderly stop that hangs (an agent that does not answer). A
+// repeated SIGTERM or SIGHUP (a closing terminal sends SIGHUP more than once) waits for
+// the orderly stop.
+TEST(Interruption, ASecondCtrlCEndsTheProcessAtOnce) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   EXPECT_EXIT(
       {
         std::signal(SIGINT, SIG_DFL);
         std::signal(SIGTERM, SIG_DFL);
+        std::signal(SIGHUP, SIG_DFL);
         const Interruption interruption;
-        std::raise(SIGINT);
-        if (interruption.signal() != SIGINT) std::_Exit(3);
         std::raise(SIGTERM);
+        std::raise(SIGHUP);
+        std::raise(SIGTERM);
+        if (interruption.signal() != SIGTERM) std::_Exit(3);
+        std::raise(SIGINT);
         std::_Exit(4);  // not reached
       },
-      ::testing::KilledBySignal(SIGTERM), "press Ctrl-C again to end at once");
+      ::testing::KilledBySignal(SIGINT), "");
+  EXPECT_EXIT(
+      {
+        std::signal(SIGINT, SIG_DFL);
+        const Interruption interruption;
+        std::raise(SIGINT);
+        std::raise(SIGINT);
+        std::_Exit(4);  // not reached
+      },
+      ::testing::KilledBySignal(SIGINT), "press Ctrl-C again to end at once");
 }
 
 // Under nohup SIGHUP is ignored, and must stay so: a job started under nohup once

@@ -157,16 +157,19 @@ TEST(RunDirectory, RecordsTheJobBeforeTheWorkersStart) {
 }
 
 // A head killed while writing summary.json leaves summary.json.tmp.PID; the next launch
-// there removes it (its writer is gone), and leaves a live writer's alone.
+// there removes it (its writer is gone), and leaves a live writer's, and files that are
+// not the head's, alone.
 TEST(RunDirectory, RemovesTheTemporariesOfHeadsThatDied) {
   ScratchDir scratch("run-dir");
   const std::string path = scratch.path() + "/run";
   scratch.Write("run/job_id", "j1\n");
   scratch.Write("run/summary.json.tmp.999999999", "half");  // above pid_max: no such process
+  scratch.Write("run/model.bin.tmp.999999999", "the user's");  // not the head's: left alone
   const std::string live = "run/summary.json.tmp." + std::to_string(::getpid());
   scratch.Write(live, "being written");
   RunDirectory resumed(path, "j1", true);
   EXPECT_FALSE(fs::exists(path + "/summary.json.tmp.999999999"));
+  EXPECT_TRUE(fs::exists(path + "/model.bin.tmp.999999999"));
   EXPECT_TRUE(fs::exists(scratch.path() + "/" + live));
 }
 
