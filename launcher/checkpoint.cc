@@ -73,10 +73,11 @@ StateDict ReadCheckpointTensors(const fs::path& path) {
 // The process that named a temporary `name` in a checkpoint folder: WriteCheckpoint's
 // ".step-NNNNNNNN.tmpPID" and ".step-NNNNNNNN.oldPID", WriteFileAtomically's
 // "latest.tmp.PID"; 0 for any other name.
-pid_t WriterOfTemporary(const std::string& name) {
-  static const std::regex kTemporary(R"((?:\.step-[0-9]{8,18}\.(?:tmp|old)|latest\.tmp\.)([1-9][0-9]{0,8}))");
+long WriterOfTemporary(const std::string& name) {
+  static const std::regex kStepTemporary(R"(\.step-[0-9]{8,18}\.(?:tmp|old)([1-9][0-9]{0,8}))");
   std::smatch match;
-  return std::regex_match(name, match, kTemporary) ? static_cast<pid_t>(std::stol(match[1].str())) : 0;
+  if (std::regex_match(name, match, kStepTemporary)) return std::stol(match[1].str());
+  return AtomicWriteTemporaryOwner(name, "latest");
 }
 
 // The step folder `path` names: itself, or the one its `latest` names.
@@ -279,8 +280,7 @@ void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
                                               "; remove it or choose another " + flag);
   }
   for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const pid_t writer = WriterOfTemporary(entry.path().filename().string());
-    if (writer > 0 && ::kill(writer, 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), error);
+    if (ProcessIsGone(WriterOfTemporary(entry.path().filename().string()))) fs::remove_all(entry.path(), error);
   }
 }
 

@@ -9,23 +9,10 @@
 #include <unistd.h>
 
 #include "planner/input_error.h"
+#include "planner/text_file.h"
 
 namespace poplar {
 namespace {
-
-// The descriptor a path of this process's own names (/dev/stdout, /dev/stderr,
-// /dev/fd/N, /proc/self/fd/N), or -1 when it names a file.
-int OwnDescriptor(const std::string& path) {
-  if (path == "/dev/stdout") return STDOUT_FILENO;
-  if (path == "/dev/stderr") return STDERR_FILENO;
-  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
-    if (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
-        path.find_first_not_of("0123456789", prefix.size()) == std::string::npos && path.size() - prefix.size() < 9) {
-      return std::stoi(path.substr(prefix.size()));
-    }
-  }
-  return -1;
-}
 
 InputError Unwritable(const std::string& path, const std::string& reason) {
   return InputError("--metrics", "", path + ": cannot write: " + reason);
@@ -58,7 +45,7 @@ std::string MetricsWriter::PathFor(const std::string& pattern, int rank) {
 
 MetricsWriter::MetricsWriter(const std::string& pattern, int rank) : path_(PathFor(pattern, rank)) {
   if (path_.empty()) return;
-  if (const int own = OwnDescriptor(path_); own >= 0) {
+  if (const int own = OwnDescriptorOf(path_); own >= 0) {
     const int mode = ::fcntl(own, F_GETFL);
     if (mode < 0) throw Unwritable(path_, "file descriptor " + std::to_string(own) + " is not open");
     if ((mode & O_ACCMODE) == O_RDONLY) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "planner/input_error.h"
@@ -104,6 +105,28 @@ void WriteFileAtomically(const std::string& named, std::string_view contents) {
   }
 }
 
+long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_name) {
+  const std::string prefix = file_name + ".tmp.";  // as WriteFileAtomically names it
+  const bool digits = name.size() > prefix.size() && name.size() <= prefix.size() + 9 &&
+                      name.compare(0, prefix.size(), prefix) == 0 &&
+                      name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+  return digits ? std::stol(name.substr(prefix.size())) : 0;
+}
+
+bool ProcessIsGone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+int OwnDescriptorOf(const std::string& path) {
+  if (path == "/dev/stdout") return STDOUT_FILENO;
+  if (path == "/dev/stderr") return STDERR_FILENO;
+  for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (path.size() > prefix.size() && path.size() - prefix.size() <= 9 && path.compare(0, prefix.size(), prefix) == 0 &&
+        path.find_first_not_of("0123456789", prefix.size()) == std::string::npos) {
+      return std::stoi(path.substr(prefix.size()));
+    }
+  }
+  return -1;
+}
+
 void RequireFolderFor(const std::string& path, const std::string& flag) {
   // What the write would refuse (a folder, a device, a dangling link), refused now.
   std::string target;
@@ -155,11 +178,9 @@ void RequireStreamOutputApart(const std::string& output, const std::vector<Input
                               const std::string& flag) {
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(output, error);  // through links
-  if (!std::filesystem::exists(status)) {
-    const std::filesystem::path folder = std::filesystem::path(output).parent_path();
-    if (folder == "/dev/fd" || folder == "/proc/self/fd") {
-      throw InputError(flag, "", output + ": cannot write: no such open file descriptor in this process");
-    }
+  if (OwnDescriptorOf(output) >= 0) {
+    // A descriptor: the writer finds out whether it is open for writing.
+  } else if (!std::filesystem::exists(status)) {
     RequireFolderFor(output, flag);  // and a dangling link is refused there
   } else if (std::filesystem::is_directory(status)) {
     throw InputError(flag, "", output + ": cannot write: is a folder; name a file in it");

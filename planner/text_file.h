@@ -19,6 +19,17 @@ void RequireRegularFile(const std::string& path);
 // device or a pipe, rather than replacing it. The contents are on the disk (fsync)
 // before the name is, so that not even a power loss leaves the name on half a file.
 void WriteFileAtomically(const std::string& path, std::string_view contents);
+// The process that wrote `name`, when `name` is the temporary WriteFileAtomically makes
+// for `file_name` in the same folder ("summary.json.tmp.4242" for summary.json: 4242);
+// 0 for any other name. A writer that died before its rename left it behind.
+long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_name);
+// Whether the process `pid` no longer exists (kill(pid, 0) says ESRCH): its temporaries
+// can go.
+bool ProcessIsGone(long pid);
+// The descriptor of this process that `path` names (/dev/stdout: 1, /dev/stderr: 2,
+// /dev/fd/N and /proc/self/fd/N: N), or -1 when it names a file. Writing through the
+// descriptor keeps its offset: the lines join the process's other output.
+int OwnDescriptorOf(const std::string& path);
 // Flushes the file or folder `path` to the disk (fsync): a folder's flush makes the
 // names made or renamed in it durable. Throws InputError naming `path`.
 void SyncToDisk(const std::string& path);
@@ -45,8 +56,8 @@ void RequireOutputApart(const std::string& output, const std::vector<InputFile>&
 // For an output written as a stream (opened, emptied or appended to, never replaced by
 // a rename, as --metrics): refused if `output` is one of `inputs` or a folder; a device
 // or a pipe is fine (/dev/stdout, a pipe to jq); a missing file needs its folder, as
-// RequireFolderFor. Whether an existing file opens for writing is the writer's to find
-// out, when it opens it (launcher/metrics_writer.h).
+// RequireFolderFor. Whether an existing file or a descriptor (OwnDescriptorOf) takes
+// writes is the writer's to find out, when it opens it (launcher/metrics_writer.h).
 void RequireStreamOutputApart(const std::string& output, const std::vector<InputFile>& inputs,
                               const std::string& flag);
 // Creates the folder `path` (and its parents) to write into, or throws InputError naming

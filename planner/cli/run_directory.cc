@@ -1,9 +1,6 @@
 #include "planner/cli/run_directory.h"
 
 #include <algorithm>
-#include <cerrno>
-
-#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -20,21 +17,16 @@ constexpr const char* kReplacedByEachAttempt[] = {"plan.json", "summary.json", "
 // What a launch appends to (the launch monitor makes them).
 constexpr const char* kAppendedTo[] = {"logs", "metrics"};
 
-// Removes the temporaries of the head's own files in `dir` (`summary.json.tmp.PID`,
-// WriteFileAtomically's) whose writer is no longer running: a head killed while writing
-// left them. Nothing else is touched: a run directory may be a folder of the user's.
+// Removes the temporaries of the head's own files in `dir` whose writer died before its
+// rename (a head killed while writing summary.json). Nothing else is touched: a run
+// directory may be a folder of the user's.
 void RemoveDeadWritersTemporaries(const fs::path& dir) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    for (const std::string own : {"plan.json", "summary.json", "job_id"}) {
-      const std::string prefix = own + ".tmp.";
-      if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 || name.compare(0, prefix.size(), prefix) != 0 ||
-          name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
-        continue;
+    for (const char* own : {"plan.json", "summary.json", "job_id"}) {
+      if (ProcessIsGone(AtomicWriteTemporaryOwner(entry.path().filename().string(), own))) {
+        fs::remove(entry.path(), error);
       }
-      const long pid = std::stol(name.substr(prefix.size()));  // at most 9 digits: a valid pid_t
-      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), error);
     }
   }
 }
