@@ -24,16 +24,13 @@ CheckpointWriter::~CheckpointWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::optional<std::int64_t> CheckpointWriter::Start(Checkpoint checkpoint) {
-  std::optional<std::int64_t> replaced;
+void CheckpointWriter::Start(Checkpoint checkpoint) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
-    if (waiting_) replaced = waiting_->step;
     waiting_ = std::move(checkpoint);
   }
   changed_.notify_all();
-  return replaced;
 }
 
 std::optional<std::int64_t> CheckpointWriter::DropWaiting() {

@@ -38,10 +38,9 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Queues `checkpoint` to be written (WriteCheckpoint) and returns at once. Returns the
-  // step of a waiting checkpoint it replaced, not to be written. Throws a failed write's
-  // error.
-  std::optional<std::int64_t> Start(Checkpoint checkpoint);
+  // Queues `checkpoint` to be written (WriteCheckpoint) and returns at once; one still
+  // waiting (DropWaiting was not called) gives way to it. Throws a failed write's error.
+  void Start(Checkpoint checkpoint);
   // Drops the checkpoint waiting to be written, if any, and returns its step: called
   // before the next one is gathered, which would replace it, so that memory never holds
   // three (the one being written, the waiting one, the new one).

@@ -124,7 +124,7 @@ GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::str
   throw InputError(flag, "", "must be alltoall or allreduce, got '" + name + "'");
 }
 
-void Communicator::RequireUsableBackend(torch::Device device, CollectiveBackend backend, int world_size) {
+CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBackend backend, int world_size) {
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
   if (backend == CollectiveBackend::kAuto) {
     backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
@@ -141,6 +141,7 @@ void Communicator::RequireUsableBackend(torch::Device device, CollectiveBackend 
   (void)world_size;
   (void)explicit_backend;
 #endif
+  return backend;
 }
 
 Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
@@ -149,10 +150,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   // A backend named explicitly gets a process group even for one rank, so that a
   // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
-  RequireUsableBackend(device, backend, world_size_);
-  if (backend == CollectiveBackend::kAuto) {
-    backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
-  }
+  backend = UsableBackend(device, backend, world_size_);
   if (world_size_ == 1 && !explicit_backend) return;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);

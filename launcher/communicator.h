@@ -127,10 +127,11 @@ class Communicator {
   // late process sets, such as a third RANK given twice.)
   void RequireAgreement(const std::string& what, const std::string& value);
 
-  // Throws InputError naming --backend when `backend` cannot carry `device`'s tensors in
-  // this build (nccl with the CPU, nccl without NCCL): checked by each rank before it
-  // meets the others, so that its error reaches them, and again by the constructor.
-  static void RequireUsableBackend(torch::Device device, CollectiveBackend backend, int world_size);
+  // The backend that carries `device`'s tensors for `backend` (auto: NCCL for CUDA, else
+  // Gloo). Throws InputError naming --backend when this build cannot (nccl with the CPU,
+  // nccl without NCCL): called by each rank before it meets the others, so that its error
+  // reaches them, and by the constructor.
+  static CollectiveBackend UsableBackend(torch::Device device, CollectiveBackend backend, int world_size);
 
   // For a rank other than 0 that stops before its rendezvous (a bad flag, file or plan
   // of its own): tells the ranks waiting at rank 0's store why, so that they stop at

@@ -209,7 +209,7 @@ struct LocalSetup {
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-  Communicator::RequireUsableBackend(device, backend, env.world_size);
+  Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter gloo_reduce_scatter =
       ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
   WorkerPlan plan = LoadWorkerPlan(options.plan);
@@ -367,12 +367,11 @@ void Train(const TrainOptions& options) {
       // Gathered by every rank (collectives), written by rank 0 in the background. One
       // still waiting to be written gives way to it first, so that memory holds at most
       // two (if this gather then fails, a peer gone, the waiting one is lost with it).
-      std::int64_t replaced = 0;  // the step of the one that gave way; 0: none did
-      if (writer) replaced = writer->DropWaiting().value_or(0);
+      const std::optional<std::int64_t> replaced = writer ? writer->DropWaiting() : std::nullopt;
       Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
-      if (writer) replaced = writer->Start(std::move(checkpoint)).value_or(replaced);
-      if (replaced > 0) {
-        std::cerr << "poplar-worker[rank 0]: the checkpoint of step " << replaced << " was not written: the one of "
+      if (writer) writer->Start(std::move(checkpoint));
+      if (replaced) {
+        std::cerr << "poplar-worker[rank 0]: the checkpoint of step " << *replaced << " was not written: the one of "
                   << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
                   << "than --checkpoint-every)\n";
       }

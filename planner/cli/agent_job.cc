@@ -186,7 +186,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
       if (interruption.signal() != 0 && !stopping) {
         const std::string how = InterruptionName(interruption.signal());
         out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
-        monitor.Stopped("head", "stopped by the user (" + how + ")");
+        monitor.UserStopped(how);
         stop_everywhere("stopped by the user (" + how + " on the head node)");
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       }

@@ -6,12 +6,13 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace poplar {
 namespace {
 
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
-constexpr int kSignalCount = 3;
+constexpr int kSignalCount = static_cast<int>(std::size(kSignals));
 
 // Interruptions are made and ended on the head's main thread; the handler only records,
 // and on a second Ctrl-C ends the process (all async-signal-safe).

@@ -258,11 +258,8 @@ void RunLaunch(const LaunchOptions& options) {
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   if (monitor.failed()) {
     // The user's own stop is not a failure of the job's (unless one came first).
-    const std::string cause = monitor.RootCause();
-    const std::string user_stop = "node 'head': stopped by the user (";
-    const std::string what = cause.rfind(user_stop, 0) == 0
-                                 ? "was stopped by the user (" + cause.substr(user_stop.size())
-                                 : "failed: " + cause;
+    const std::string user_stop = monitor.UserStop();
+    const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
     throw CommandFailed("job " + job_id + " " + what + "; every worker was stopped; " +
                             monitor.CheckpointsKept(job.checkpoint_every,
                                                     "the agents' work directories under jobs/" + job_id +

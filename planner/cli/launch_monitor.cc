@@ -116,11 +116,15 @@ void LaunchMonitor::Failure(const std::string& node, const std::string& reason) 
 }
 
 void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {
-  failures_.push_back({kStopped, node, reason, true});
+  failures_.push_back({kStopped, node, reason, Failed::Kind::kConnection});
+}
+
+void LaunchMonitor::UserStopped(const std::string& how) {
+  failures_.push_back({kStopped, "head", "stopped by the user (" + how + ")", Failed::Kind::kUser});
 }
 
 void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason) {
-  failures_.push_back({kCause, node, reason, true});
+  failures_.push_back({kCause, node, reason, Failed::Kind::kConnection});
 }
 
 void LaunchMonitor::HeadStalled(double seconds) { head_stalled_s_ = std::max(head_stalled_s_, seconds); }
@@ -129,20 +133,30 @@ std::string LaunchMonitor::RootCause() const {
   if (failures_.empty()) return "";
   const std::string seconds = Fixed(head_stalled_s_, 0) + " s";
   const Failed& first = failures_.front();
-  if (head_stalled_s_ > 0 &&
-      (first.connection || first.reason.find("the head node went away") != std::string::npos)) {
+  if (head_stalled_s_ > 0 && first.kind == Failed::Kind::kConnection) {
     return "the head (this poplar launch) was stalled for " + seconds +
            " (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
            "the agents to give up on it (they wait 10 to 20 s for a silent peer), so the job was stopped; run it "
            "under tmux, nohup or systemd-run, and resume with --resume";
   }
-  const Failed* best = &first;
+  const Failed& best = MostTelling();
+  const std::string cause = "node '" + best.node + "': " + best.reason;
+  return head_stalled_s_ > 0 ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
+                             : cause;
+}
+
+const LaunchMonitor::Failed& LaunchMonitor::MostTelling() const {
+  const Failed* best = &failures_.front();
   for (const auto& failure : failures_) {
     if (failure.severity < best->severity) best = &failure;
   }
-  const std::string cause = "node '" + best->node + "': " + best->reason;
-  return head_stalled_s_ > 0 ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
-                             : cause;
+  return *best;
+}
+
+std::string LaunchMonitor::UserStop() const {
+  if (failures_.empty() || head_stalled_s_ > 0) return "";
+  const Failed& best = MostTelling();
+  return best.kind == Failed::Kind::kUser ? best.reason : "";
 }
 
 std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {

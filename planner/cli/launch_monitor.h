@@ -48,11 +48,14 @@ class LaunchMonitor {
   // cause (ranked with a rank failing on its own), which the peers' lost connections
   // and the other nodes' "failed elsewhere" stops never outrank.
   void AgentLost(const std::string& node, const std::string& reason);
+  // The user stopped the job from the head (`how`: "Ctrl-C", ...): a stop, as above,
+  // which UserStop names when nothing outranks it.
+  void UserStopped(const std::string& how);
 
   // The job's first failure came just after the head itself did not run for `seconds`
   // (suspended with Ctrl-Z or SIGSTOP, its machine paused, its output blocked). When
-  // that failure is a lost connection (a node's stream broke, its agent was lost, or it
-  // says the head went away), the stall is the root cause, whatever the nodes say (they
+  // that failure is a lost connection (a node's stream broke, its agent was lost), the
+  // stall is the root cause, whatever the nodes say (they
   // saw a silent head; the head's keepalive, a silent node). A failure of another kind
   // (a rank out of memory while the head's output was blocked) stays the cause, and the
   // stall is mentioned after it. The caller decides that the two are close in time.
@@ -61,6 +64,9 @@ class LaunchMonitor {
   bool failed() const { return !failures_.empty(); }
   // "node 'b': rank 1 was killed by signal 9 (Killed)", or the head's stall.
   std::string RootCause() const;
+  // "stopped by the user (Ctrl-C)" when the user's stop is the root cause (no failure of
+  // the job's came before it); empty otherwise.
+  std::string UserStop() const;
 
   // Of a failed job, in words: whether checkpoints were due by rank 0's last step
   // reported (every `checkpoint_every` steps), or the launch resumed: "the checkpoints
@@ -78,8 +84,11 @@ class LaunchMonitor {
     int severity;
     std::string node;
     std::string reason;
-    bool connection = false;  // a stream that broke or an agent lost, not a job's own failure
+    enum class Kind { kJob, kConnection, kUser };
+    Kind kind = Kind::kJob;  // kConnection: a stream that broke or an agent lost
   };
+  // The failure RootCause names when the head did not stall: the most telling.
+  const Failed& MostTelling() const;
   // run_dir/<folder>/rank-<rank><suffix>, opened for appending on first use.
   std::ofstream& RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder,
                           const char* suffix, int rank);

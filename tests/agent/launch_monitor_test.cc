@@ -173,6 +173,24 @@ TEST_F(LaunchMonitorTest, AStallIsNotBlamedForAFailureOfTheJobsOwn) {
             "stalled for 61 s just before");
 }
 
+// The user's stop is what the launch reports ("job J was stopped by the user (Ctrl-C)")
+// only when no failure of the job's outranks it; a node named "head" losing its stream is
+// not the user's stop.
+TEST_F(LaunchMonitorTest, SaysWhenTheUsersStopIsTheCause) {
+  LaunchMonitor stopped = Monitor();
+  stopped.UserStopped("Ctrl-C");
+  stopped.Stopped("a", "the launch was cancelled");
+  EXPECT_EQ(stopped.UserStop(), "stopped by the user (Ctrl-C)");
+  EXPECT_EQ(stopped.RootCause(), "node 'head': stopped by the user (Ctrl-C)");
+  LaunchMonitor failed = Monitor();
+  failed.Failure("b", "rank 1 was killed by signal 9 (Killed)");
+  failed.UserStopped("Ctrl-C");
+  EXPECT_EQ(failed.UserStop(), "");
+  LaunchMonitor node_named_head = Monitor();
+  node_named_head.Stopped("head", "the launch was cancelled");
+  EXPECT_EQ(node_named_head.UserStop(), "");
+}
+
 // A failed job's message says where its checkpoints are only when one was due (or it
 // resumed from one): it once said "checkpoints stay in ..." after a failure at step 2.
 TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
