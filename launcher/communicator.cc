@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cctype>
+#include <cstdint>
 #include <exception>
 #include <stdexcept>
 #include <thread>
@@ -212,6 +213,12 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
 namespace {
 
 constexpr const char* kEndedKey = "poplar/rendezvous-ended";
+// How many ranks other than 0 know the rendezvous ended: rank 0, whose process holds
+// the store, waits for them before it exits (a store gone mid-read is a connection error
+// naming nothing).
+constexpr const char* kEndedKnownKey = "poplar/rendezvous-ended-known";
+// The longest rank 0 keeps the store up for ranks that have not yet read the end.
+constexpr std::chrono::seconds kEndedLinger{5};
 
 }  // namespace
 
@@ -222,6 +229,11 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
     if (store_->check(keys)) return true;
     if (in_rendezvous && store_->check({kEndedKey})) {
       const std::vector<uint8_t> reason = store_->get(kEndedKey);
+      try {
+        store_->add(kEndedKnownKey, 1);
+      } catch (const std::exception&) {
+        // Rank 0 stopped waiting for this rank: the reason is read all the same.
+      }
       throw std::runtime_error(std::string(reason.begin(), reason.end()));
     }
     const auto now = std::chrono::steady_clock::now();
@@ -251,7 +263,23 @@ void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const
 }
 
 void Communicator::EndRendezvous(const std::string& here, const std::string& for_the_others) {
-  store_->set(kEndedKey, std::vector<uint8_t>(for_the_others.begin(), for_the_others.end()));
+  try {
+    store_->set(kEndedKey, std::vector<uint8_t>(for_the_others.begin(), for_the_others.end()));
+    if (rank_ != 0) {
+      store_->add(kEndedKnownKey, 1);
+    } else {
+      // Every process that counted itself in (two may share a RANK) less this one.
+      std::int64_t others = -1;
+      for (int rank = 0; rank < world_size_; ++rank) others += store_->add("poplar/started/" + std::to_string(rank), 0);
+      const auto until = std::chrono::steady_clock::now() + kEndedLinger;
+      while (store_->add(kEndedKnownKey, 0) < others && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  } catch (const std::exception&) {
+    // The store is gone with rank 0, which ended the rendezvous itself or will time out:
+    // this rank's own error is the one that says what is wrong.
+  }
   throw std::runtime_error(here);
 }
 

@@ -182,7 +182,8 @@ class Communicator {
   bool PollUntilSet(const std::vector<std::string>& keys, std::chrono::steady_clock::time_point deadline,
                     bool in_rendezvous = true);
   // Ends the rendezvous for every rank still polling, with `for_the_others` as their
-  // error, and throws `here` as this rank's.
+  // error, and throws `here` as this rank's. Rank 0 first waits (a few seconds at most)
+  // until every other rank that joined knows, since the store ends with its process.
   [[noreturn]] void EndRendezvous(const std::string& here, const std::string& for_the_others);
   // A started collective (`work` null when nothing travels, with one rank) and what to
   // do once it is done.

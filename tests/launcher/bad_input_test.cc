@@ -61,6 +61,10 @@ class WorkerBadInput : public ::testing::Test {
     return options;
   }
 
+  // The --timeout of StartRanks' ranks: far above what the tests wait for an error
+  // said "at once", so that a rank that waits it out fails them even on a loaded machine.
+  static constexpr int kRanksTimeoutSeconds = 300;
+
   // Starts one worker process per entry of `ranks` ({RANK, WORLD_SIZE}) on one rendezvous,
   // each with a plan for its WORLD_SIZE, as from several plan files; stderr in rank<i>.err.
   std::vector<std::unique_ptr<ChildProcess>> StartRanks(const std::vector<std::pair<int, int>>& ranks, int steps = 2) {
@@ -69,7 +73,9 @@ class WorkerBadInput : public ::testing::Test {
     for (const auto& [rank, world_size] : ranks) {
       const std::string plan = WritePlan(scratch_, "plan" + std::to_string(world_size) + ".json", 0,
                                          std::vector<std::vector<int>>(world_size, std::vector<int>{4}));
-      ChildOptions options = RankOptions(Args(plan, {}, steps), rank, world_size, port);
+      std::vector<std::string> args = Args(plan, {}, steps);
+      *(std::find(args.begin(), args.end(), "--timeout") + 1) = std::to_string(kRanksTimeoutSeconds);
+      ChildOptions options = RankOptions(args, rank, world_size, port);
       options.stderr_path = scratch_.path() + "/rank" + std::to_string(processes.size()) + ".err";
       processes.push_back(std::make_unique<ChildProcess>(options));
     }
@@ -389,7 +395,7 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentWorldSizesAreToldSo) {
   for (std::size_t job = 0; job < jobs.size(); ++job) {
     auto ranks = StartRanks(jobs[job]);
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(10)), 1) << "job " << job << " rank " << r;  // --timeout is 20
+      EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(60)), 1) << "job " << job << " rank " << r;
       const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
       EXPECT_TRUE(Contains(err, said[job][r])) << err;
     }
@@ -403,7 +409,7 @@ TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
   auto processes = StartRanks({{0, 2}, {1, 2}, {1, 2}}, 1000000);
   const auto err = [&](std::size_t i) { return ReadWholeFile(scratch_.path() + "/rank" + std::to_string(i) + ".err"); };
   std::size_t taken = processes.size();
-  for (int tick = 0; tick < 300 && taken == processes.size(); ++tick) {  // 15 s; --timeout is 20
+  for (int tick = 0; tick < 1200 && taken == processes.size(); ++tick) {  // 60 s
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (std::size_t i = 0; i < processes.size(); ++i) {
       if (Contains(err(i), "RANK 1 is taken by another process")) taken = i;
