@@ -30,12 +30,19 @@ class WorkerBadInput : public ::testing::Test {
     WriteModelConfig(scratch_);
     WriteTokens(scratch_, 4000);
   }
+  // The workers' --timeout: far above kAtOnce, so that a rank that waits it out instead of
+  // stopping at once fails the test even on a loaded machine (tests of the timeout itself
+  // set a short one).
+  static constexpr int kTimeoutSeconds = 300;
+  // How long a test waits for an error said "at once": long for a start under load.
+  static constexpr std::chrono::seconds kAtOnce{60};
+
   std::vector<std::string> Args(const std::string& plan, std::vector<std::string> extra = {},
                                 int steps = 2) {
     std::vector<std::string> args = {"train", "--plan", plan, "--model-config",
                                      scratch_.path() + "/model.json", "--data",
                                      scratch_.path() + "/tokens.bin", "--steps", std::to_string(steps),
-                                     "--log-every", "0", "--timeout", "20"};
+                                     "--log-every", "0", "--timeout", std::to_string(kTimeoutSeconds)};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -61,10 +68,6 @@ class WorkerBadInput : public ::testing::Test {
     return options;
   }
 
-  // The --timeout of StartRanks' ranks: far above what the tests wait for an error
-  // said "at once", so that a rank that waits it out fails them even on a loaded machine.
-  static constexpr int kRanksTimeoutSeconds = 300;
-
   // Starts one worker process per entry of `ranks` ({RANK, WORLD_SIZE}) on one rendezvous,
   // each with a plan for its WORLD_SIZE, as from several plan files; stderr in rank<i>.err.
   std::vector<std::unique_ptr<ChildProcess>> StartRanks(const std::vector<std::pair<int, int>>& ranks, int steps = 2) {
@@ -73,9 +76,7 @@ class WorkerBadInput : public ::testing::Test {
     for (const auto& [rank, world_size] : ranks) {
       const std::string plan = WritePlan(scratch_, "plan" + std::to_string(world_size) + ".json", 0,
                                          std::vector<std::vector<int>>(world_size, std::vector<int>{4}));
-      std::vector<std::string> args = Args(plan, {}, steps);
-      *(std::find(args.begin(), args.end(), "--timeout") + 1) = std::to_string(kRanksTimeoutSeconds);
-      ChildOptions options = RankOptions(args, rank, world_size, port);
+      ChildOptions options = RankOptions(Args(plan, {}, steps), rank, world_size, port);
       options.stderr_path = scratch_.path() + "/rank" + std::to_string(processes.size()) + ".err";
       processes.push_back(std::make_unique<ChildProcess>(options));
     }
@@ -272,7 +273,7 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
   std::vector<std::string> saving = Args(plan, {"--save", "out.pt"});
   auto ranks = StartJob(scratch_, {saving, Args(plan)});
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(60)), 1);
+    EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1);
     EXPECT_TRUE(ContainsAll(ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err"),
                             {"job settings", "differ", "'save' is"}));
   }
@@ -285,7 +286,7 @@ TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   auto ranks = StartJob(scratch_, {Args(plan), Args(plan, {"--lr", "0.1"})});
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;
+    EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
     const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
     EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'optimizer' is", "\"lr\":0.1"})) << err;
   }
@@ -296,7 +297,7 @@ TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
       scratch_.Write("other.bin", tokens);
   ranks = StartJob(scratch_, {Args(plan), other_data});
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;
+    EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
     const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
     EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'data' is", "fingerprint"})) << err;
   }
@@ -315,7 +316,7 @@ TEST_F(WorkerBadInput, RanksResumingWithDifferentModelsAreToldWhatDiffers) {
   *std::find(other_model.begin(), other_model.end(), scratch_.path() + "/model.json") = smaller;
   auto ranks = StartJob(scratch_, {Args(plan, {"--resume", checkpoints}, 4), other_model});
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(15)), 1) << "rank " << r;  // --timeout is 20
+    EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
     EXPECT_TRUE(ContainsAll(ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err"),
                             {"job settings", "differ", "'model' is", "\"n_embd\":32", "\"n_embd\":16"}))
         << ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
@@ -395,7 +396,7 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentWorldSizesAreToldSo) {
   for (std::size_t job = 0; job < jobs.size(); ++job) {
     auto ranks = StartRanks(jobs[job]);
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(60)), 1) << "job " << job << " rank " << r;
+      EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "job " << job << " rank " << r;
       const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
       EXPECT_TRUE(Contains(err, said[job][r])) << err;
     }
@@ -416,7 +417,7 @@ TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
     }
   }
   ASSERT_LT(taken, processes.size()) << err(0) << err(1) << err(2);
-  EXPECT_EQ(processes[taken]->Wait(std::chrono::seconds(5)), 1);
+  EXPECT_EQ(processes[taken]->Wait(kAtOnce), 1);
   // The others train on, or stopped saying why (Wait would stop a running one, and its
   // peer's error would then be the test's doing: their output is read instead).
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -457,12 +458,12 @@ TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodChec
 // joined", though it had started.
 TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
-  const auto args = Args(plan, {"--checkpoint-dir", scratch_.path() + "/checkpoints"}, 1000000);  // --timeout 20
+  const auto args = Args(plan, {"--checkpoint-dir", scratch_.path() + "/checkpoints"}, 1000000);
   std::vector<std::string> bad = args;
   *(std::find(bad.begin(), bad.end(), "--checkpoint-dir") + 1) = "/proc";  // no file can be made there
   auto ranks = StartJob(scratch_, {args, bad});
-  EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(10)), 1);
-  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(10)), 1) << "rank 0 waited for a rank that had stopped";
+  EXPECT_EQ(ranks[1]->Wait(kAtOnce), 1);
+  EXPECT_EQ(ranks[0]->Wait(kAtOnce), 1) << "rank 0 waited for a rank that had stopped";
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
   EXPECT_TRUE(ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"})) << err;
 }
@@ -477,8 +478,8 @@ TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   }
   ASSERT_FALSE(ReadLines(scratch_.path() + "/m1.jsonl").empty());
   ranks[1]->Signal(SIGKILL);
-  EXPECT_EQ(ranks[1]->Wait(std::chrono::seconds(10)), 128 + SIGKILL);
-  const int survivor = ranks[0]->Wait(std::chrono::seconds(60));
+  EXPECT_EQ(ranks[1]->Wait(kAtOnce), 128 + SIGKILL);
+  const int survivor = ranks[0]->Wait(kAtOnce);
   EXPECT_EQ(survivor, 1) << "rank 0 should fail cleanly, not hang (-1) or crash";
   // In a user's terms, not Gloo's bare "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer".
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
