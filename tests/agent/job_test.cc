@@ -73,7 +73,7 @@ TEST(Job, FirstFailureStopsTheOtherRanksAndNamesTheRank) {
   const auto start = std::chrono::steady_clock::now();
   job.Start(spawner);
   const auto events = Drain(job);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // the sleeper did not run on
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // the sleeper did not run its 60 s
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().kind, JobEvent::Kind::kFailed);
   EXPECT_TRUE(Contains(events.back().text, "rank 1 exited with status 3: rank 1 broke"));
@@ -117,7 +117,7 @@ TEST(Job, AJobStoppedBeforeItStartsStartsNothing) {
   const auto start = std::chrono::steady_clock::now();
   job.Start(spawner);
   const auto events = Drain(job);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // nothing slept its 60 s
   ASSERT_FALSE(events.empty());
   for (const auto& event : events) EXPECT_NE(event.kind, JobEvent::Kind::kStarted) << event.text;
   EXPECT_EQ(events.back().kind, JobEvent::Kind::kFailed);
@@ -147,7 +147,8 @@ TEST(Job, RanksStartWithNoSignalBlocked) {
   const auto stop = std::chrono::steady_clock::now();
   job.Stop("asked to stop");
   const auto events = Drain(job);
-  EXPECT_LT(std::chrono::steady_clock::now() - stop, std::chrono::seconds(5)) << "SIGTERM did not end the rank";
+  // The grace before SIGKILL is 20 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - stop, std::chrono::seconds(15)) << "SIGTERM did not end the rank";
   bool terminated = false;
   for (const auto& e : events) terminated = terminated || (e.kind == JobEvent::Kind::kExited && e.exit_code == 128 + SIGTERM);
   EXPECT_TRUE(terminated);
