@@ -1,14 +1,9 @@
 #include "agent/work_dir.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
-
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include "planner/input_error.h"
 
@@ -42,37 +37,24 @@ void CheckJobId(const std::string& job_id) {
   }
 }
 
-WorkDirLock::WorkDirLock(const std::string& work_dir, const std::string& config_file) {
-  const std::string path = (fs::path(work_dir) / ".agent.lock").string();
-  // Close-on-exec: a worker that inherited it would hold the lock after the agent died.
-  // No following a link: the lock file is the agent's own, never somewhere else.
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd_ < 0) throw InputError(config_file, "work_dir", "cannot open " + path + ": " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK) {  // not held by another: locks do not work here (NFS without them)
-      const std::string reason = std::strerror(errno);
-      ::close(fd_);
-      fd_ = -1;
-      throw InputError(config_file, "work_dir", "cannot lock " + path + ": " + reason +
+WorkDirLock::WorkDirLock(const std::string& work_dir, const std::string& config_file)
+    : lock_([&] {
+        try {
+          return FolderLock(work_dir, ".agent.lock");
+        } catch (const std::runtime_error& error) {
+          throw InputError(config_file, "work_dir", error.what());
+        }
+      }()) {
+  switch (lock_.outcome()) {
+    case FolderLock::Outcome::kLocked:
+      return;
+    case FolderLock::Outcome::kUnsupported:
+      throw InputError(config_file, "work_dir", "cannot lock " + lock_.path() + ": " + lock_.reason() +
                                                     "; the work_dir must be on a file system with locks (a local disk)");
-    }
-    char holder[32] = {};
-    const ssize_t read = ::pread(fd_, holder, sizeof(holder) - 1, 0);
-    ::close(fd_);
-    fd_ = -1;
-    const std::string pid = read > 0 ? std::string(holder, static_cast<std::size_t>(read)) : "";
-    throw InputError(config_file, "work_dir",
-                     work_dir + " is in use by another poplar-agent" +
-                         (pid.empty() ? std::string() : " (pid " + pid.substr(0, pid.find('\n')) + ")") +
-                         "; each agent needs a work_dir of its own");
+    case FolderLock::Outcome::kHeldByAnother:
+      throw InputError(config_file, "work_dir", work_dir + " is in use by another poplar-agent" + lock_.holder() +
+                                                    "; each agent needs a work_dir of its own");
   }
-  // The holder's pid, for a second agent's message (the lock holds without it).
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
-}
-
-WorkDirLock::~WorkDirLock() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace poplar

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "planner/folder_lock.h"
+
 namespace poplar {
 
 // The absolute path of `relative` inside `work_dir`, following symbolic links.
@@ -26,12 +28,9 @@ class WorkDirLock {
   // Throws InputError naming `config_file` and work_dir, with the holder's pid, when
   // another process holds the lock.
   WorkDirLock(const std::string& work_dir, const std::string& config_file);
-  ~WorkDirLock();
-  WorkDirLock(const WorkDirLock&) = delete;
-  WorkDirLock& operator=(const WorkDirLock&) = delete;
 
  private:
-  int fd_ = -1;
+  FolderLock lock_;
 };
 
 }  // namespace poplar

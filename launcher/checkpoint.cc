@@ -9,6 +9,7 @@
 #include <iostream>
 #include <optional>
 #include <regex>
+#include <stdexcept>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -282,6 +283,29 @@ void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     if (ProcessIsGone(WriterOfTemporary(entry.path().filename().string()))) fs::remove_all(entry.path(), error);
   }
+}
+
+std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std::string& flag) {
+  FolderLock lock = [&] {
+    try {
+      return FolderLock(dir, ".poplar.lock");
+    } catch (const std::runtime_error& error) {
+      throw InputError(flag, "", error.what());
+    }
+  }();
+  switch (lock.outcome()) {
+    case FolderLock::Outcome::kLocked:
+      break;
+    case FolderLock::Outcome::kHeldByAnother:
+      throw InputError(flag, "", dir + " is being written by another run" + lock.holder() +
+                                     ": two runs would overwrite each other's checkpoints; give this one another " +
+                                     flag + ", or resume from that folder with --resume");
+    case FolderLock::Outcome::kUnsupported:
+      std::cerr << "poplar-worker[rank 0]: warning: " << flag << ": cannot lock " << lock.path() << " ("
+                << lock.reason() << "); nothing keeps another run from writing into " << dir << " too\n";
+      return std::nullopt;
+  }
+  return lock;
 }
 
 }  // namespace poplar

@@ -7,12 +7,15 @@
 // step count and the model configuration. A step folder is written under a temporary
 // name and renamed when complete, then `latest` is replaced atomically: a crash at any
 // moment leaves the previous checkpoint intact and `latest` pointing at a complete one.
+// DIR/.poplar.lock is the writing run's lock (LockCheckpointFolder).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
+#include "planner/folder_lock.h"
 #include "planner/model_config.h"
 #include "launcher/state_dict.h"
 #include "launcher/training_engine.h"
@@ -46,6 +49,12 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep);
 // files can be made in it, refuses a `latest` that is not a regular file, and removes the temporaries that writers which
 // are no longer running (a SIGKILL, a power loss) left behind. `flag` names it in errors.
 void PrepareCheckpointFolder(const std::string& dir, const std::string& flag);
+
+// The lock of the run that writes checkpoints into `dir` (rank 0's), held while it
+// runs: two runs on one folder would overwrite each other's step folders and `latest`,
+// and a resume would go on from the other run's state. Throws InputError(`flag`) naming
+// the run that holds it; on a file system without locks, warns and returns nothing.
+std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std::string& flag);
 
 // What a checkpoint gives back besides the parameters, which RestoreCheckpoint copies
 // into the model. The moments are as read, on the CPU.

@@ -54,17 +54,21 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
 // Output paths are checked before the rendezvous, so a typo or a folder that takes no
 // files fails at once on its own rank instead of after training (or as a peer's
 // connection error); and no output may be one of the files the job reads. --save is
-// rank 0's alone to write; --metrics each rank's own file, if any.
-void RequireWritableOutputs(const TrainOptions& options, int rank) {
+// rank 0's alone to write; --metrics each rank's own file, if any. Returns the lock of
+// --checkpoint-dir, which rank 0 holds while it runs.
+std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, int rank) {
   const std::vector<InputFile> inputs = {{options.data, "the token file (--data)"},
                                          {options.plan, "the plan (--plan)"},
                                          {options.model_config, "the model configuration (--model-config)"},
                                          {options.init, "the initial state (--init)"}};
-  if (!options.checkpoint_dir.empty()) PrepareCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
   if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
   if (const std::string metrics = MetricsWriter::PathFor(options.metrics, rank); !metrics.empty()) {
     RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do
   }
+  if (options.checkpoint_dir.empty()) return std::nullopt;
+  PrepareCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
+  if (rank != 0) return std::nullopt;
+  return LockCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
 }
 
 // What every rank must agree on before any collective that depends on it (the resume's
@@ -204,6 +208,7 @@ struct LocalSetup {
   std::int64_t baseline_bytes;  // device memory in use before the model
   Gpt model;                    // from --seed or --init; a --resume replaces it later
   MetricsWriter metrics;        // opened, not yet started (a resume appends)
+  std::optional<FolderLock> checkpoint_lock;  // rank 0's, of --checkpoint-dir
 };
 
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
@@ -216,7 +221,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
-  RequireWritableOutputs(options, env.rank);
+  std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
   MetricsWriter metrics(options.metrics, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
@@ -224,7 +229,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
   model->to(device);
   return {device,         backend, gloo_reduce_scatter, std::move(plan), config, std::move(data),
-          baseline_bytes, model,   std::move(metrics)};
+          baseline_bytes, model,   std::move(metrics), std::move(checkpoint_lock)};
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -219,7 +221,7 @@ TEST_F(Resume, AStepWrittenAgainReplacesTheOldFolderWhole) {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) names.push_back(entry.path().filename());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000001", "step-00000002"}));
+  EXPECT_EQ(names, (std::vector<std::string>{".poplar.lock", "latest", "step-00000001", "step-00000002"}));
   const JobOutcome resumed = RunJob(scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints}));
   EXPECT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
 }
@@ -318,7 +320,7 @@ TEST_F(Resume, TemporariesOfWritersNoLongerRunningAreRemoved) {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) names.push_back(entry.path().filename());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{".step-00000001.tmp" + alive, "latest", "step-00000001"}));
+  EXPECT_EQ(names, (std::vector<std::string>{".poplar.lock", ".step-00000001.tmp" + alive, "latest", "step-00000001"}));
 }
 
 // A disk slower than --timeout does not end the job: rank 0 writes its checkpoints in
@@ -326,6 +328,29 @@ TEST_F(Resume, TemporariesOfWritersNoLongerRunningAreRemoved) {
 // while another is written replaces the waiting one. (The barrier after each
 // checkpoint once timed out on rank 1, blaming a stuck rank.) Every fsync sleeps 700 ms
 // here: a checkpoint flushes 7 times, 4.9 s against a --timeout of 3.
+// Two runs on one --checkpoint-dir would overwrite each other's step folders and
+// `latest`: the second is refused before it trains, naming the first, and the folder is
+// free again once the first has ended, however it ended.
+TEST_F(Resume, ASecondRunOnOneCheckpointFolderIsRefused) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  auto first = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
+                                                               "1", "--metrics", "first.jsonl"})});
+  for (int i = 0; i < 1200 && !std::filesystem::exists(checkpoints + "/latest"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(checkpoints + "/latest")) << ReadWholeFile(scratch.path() + "/rank0.err");
+  const JobOutcome second = RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints}));
+  EXPECT_EQ(second.exit_codes[0], 1) << second.Describe();
+  EXPECT_TRUE(ContainsAll(second.errors[0], {"--checkpoint-dir", checkpoints + " is being written by another run (pid " +
+                                                                     std::to_string(first[0]->pid()) + ")"}))
+      << second.errors[0];
+  first[0]->Signal(SIGKILL);
+  first[0]->Wait(std::chrono::seconds(60));
+  const JobOutcome third = RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints}));
+  EXPECT_TRUE(third.AllSucceeded()) << third.Describe();
+}
+
 TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{4}, {4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
