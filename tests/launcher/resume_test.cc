@@ -323,11 +323,6 @@ TEST_F(Resume, TemporariesOfWritersNoLongerRunningAreRemoved) {
   EXPECT_EQ(names, (std::vector<std::string>{".poplar.lock", ".step-00000001.tmp" + alive, "latest", "step-00000001"}));
 }
 
-// A disk slower than --timeout does not end the job: rank 0 writes its checkpoints in
-// the background, so no rank waits for the disk in a collective, and a checkpoint due
-// while another is written replaces the waiting one. (The barrier after each
-// checkpoint once timed out on rank 1, blaming a stuck rank.) Every fsync sleeps 700 ms
-// here: a checkpoint flushes 7 times, 4.9 s against a --timeout of 3.
 // Two runs on one --checkpoint-dir would overwrite each other's step folders and
 // `latest`: the second is refused before it trains, naming the first, and the folder is
 // free again once the first has ended, however it ended.
@@ -351,6 +346,11 @@ TEST_F(Resume, ASecondRunOnOneCheckpointFolderIsRefused) {
   EXPECT_TRUE(third.AllSucceeded()) << third.Describe();
 }
 
+// A disk slower than --timeout does not end the job: rank 0 writes its checkpoints in
+// the background, so no rank waits for the disk in a collective, and a checkpoint due
+// while another is written replaces the waiting one. (The barrier after each
+// checkpoint once timed out on rank 1, blaming a stuck rank.) Every fsync sleeps 700 ms
+// here: a checkpoint flushes 7 times, 4.9 s against a --timeout of 3.
 TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{4}, {4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
