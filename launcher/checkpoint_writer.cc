@@ -3,6 +3,8 @@
 #include <exception>
 #include <iostream>
 
+#include "launcher/stop_signals.h"
+
 namespace poplar {
 
 CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep)
@@ -29,6 +31,7 @@ void CheckpointWriter::Start(Checkpoint checkpoint) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
     waiting_ = std::move(checkpoint);
+    UpdateInFlight();
   }
   changed_.notify_all();
 }
@@ -38,6 +41,7 @@ std::optional<std::int64_t> CheckpointWriter::DropWaiting() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     dropped.swap(waiting_);
+    UpdateInFlight();
   }
   return dropped ? std::optional<std::int64_t>(dropped->step) : std::nullopt;
 }
@@ -79,8 +83,23 @@ void CheckpointWriter::WriteQueued() {
     if (error) {
       error_ = error;
       waiting_.reset();
+      if (StopRequested() != 0) SayError(error);  // UpdateInFlight ends the process
+      UpdateInFlight();
       return;
     }
+    UpdateInFlight();
+  }
+}
+
+void CheckpointWriter::UpdateInFlight() { SetCheckpointInFlight(waiting_.has_value() || writing_.has_value()); }
+
+void CheckpointWriter::SayError(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& failure) {
+    std::cerr << "poplar-worker[rank 0]: error: " << failure.what() << std::endl;
+  } catch (...) {
+    std::cerr << "poplar-worker[rank 0]: error: the checkpoint could not be written" << std::endl;
   }
 }
 

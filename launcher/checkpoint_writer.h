@@ -14,7 +14,8 @@
 // (rethrown) by the next Start, Check or Finish, so the job ends with the writer's own
 // error. The destructor, as Finish, writes what waits (a job ending on another rank's
 // error keeps its last gathered checkpoint), without throwing; every write is atomic,
-// so `latest` names a complete checkpoint whatever happens.
+// so `latest` names a complete checkpoint whatever happens. A stop signal (SIGTERM,
+// SIGINT) that comes while a checkpoint is in flight waits for it (stop_signals.h).
 #pragma once
 
 #include <condition_variable>
@@ -52,6 +53,11 @@ class CheckpointWriter {
 
  private:
   void WriteQueued();  // the writing thread
+  // Tells stop_signals.h whether a checkpoint is in flight (waiting or being written):
+  // a stop then waits for it. Called with mutex_ held, after every change of either.
+  void UpdateInFlight();
+  // Prints a failed write's error, which no one will rethrow once a stop ends the process.
+  static void SayError(const std::exception_ptr& error);
 
   const std::string dir_;
   const GptConfig config_;

@@ -26,6 +26,7 @@
 #include "launcher/metrics_writer.h"
 #include "planner/model_config.h"
 #include "launcher/state_dict.h"
+#include "launcher/stop_signals.h"
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"
 #include "planner/input_error.h"
@@ -235,6 +236,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
 }  // namespace
 
 void Train(const TrainOptions& options) {
+  InstallStopHandlers();
   const DistributedEnv env = DistributedEnv::FromEnvironment();
   // A rank that stops here tells the others why (rank 0 would wait out --timeout for
   // it). It tries for 3 s at most, which its own error waits for: long enough for a
@@ -293,7 +295,16 @@ void Train(const TrainOptions& options) {
               << device.str() << ", collectives " << communicator.backend_name() << "\n";
   }
 
+  // A stop that came while a checkpoint was in flight (stop_signals.h): no further step,
+  // and no newer checkpoint to take its place; the writer ends the process once it is on
+  // the disk.
+  const auto stop_if_asked = [&writer] {
+    if (StopRequested() == 0) return;
+    writer.reset();  // finishes what is in flight
+    EndByStopSignal();
+  };
   for (std::int64_t step = first_step; step < options.steps; ++step) {
+    stop_if_asked();
     const auto step_start = Clock::now();
     const double communication_before = communicator.communication_seconds();
     const Communicator::Volume volume_before = communicator.volume();
@@ -372,6 +383,7 @@ void Train(const TrainOptions& options) {
       // Gathered by every rank (collectives), written by rank 0 in the background. One
       // still waiting to be written gives way to it first, so that memory holds at most
       // two (if this gather then fails, a peer gone, the waiting one is lost with it).
+      stop_if_asked();
       const std::optional<std::int64_t> replaced = writer ? writer->DropWaiting() : std::nullopt;
       Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
       if (writer) writer->Start(std::move(checkpoint));

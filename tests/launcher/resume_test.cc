@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -12,6 +13,8 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include "child_process.h"
 #include "launcher/checkpoint.h"
@@ -369,6 +372,75 @@ TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
   EXPECT_EQ(MaxAbsDifference(ReadStateDict(checkpoints + "/step-00000004/model.pt"),
                              ReadStateDict(scratch.path() + "/whole.pt")),
             0.0);
+}
+
+// The step of the checkpoint being written into `dir` (its temporary folder,
+// .step-N.tmpPID), waiting up to 60 s for one; 0 if none came.
+std::int64_t StepBeingWritten(const std::string& dir) {
+  for (int i = 0; i < 1200; ++i) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      const std::string name = entry.path().filename();
+      if (name.rfind(".step-", 0) == 0 && name.find(".tmp") != std::string::npos) return std::stoll(name.substr(6, 8));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+// A stop (SIGTERM, as from the agent or a scheduler's preemption) that comes while
+// rank 0 writes a checkpoint lets the checkpoint finish, trains no further step, and
+// then ends the rank by SIGTERM. (The rank once died at once, and the checkpoint being
+// written was lost.) Every fsync sleeps 300 ms here: a checkpoint takes about 2 s.
+TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);  // inherited by the worker alone
+  ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", "300", 1);
+  auto job = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
+                                                             "1", "--metrics", "m.jsonl"})});
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  const std::int64_t writing = StepBeingWritten(checkpoints);
+  ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
+  job[0]->Signal(SIGTERM);
+  EXPECT_EQ(job[0]->Wait(std::chrono::seconds(60)), 128 + SIGTERM);
+  const std::string err = ReadWholeFile(scratch.path() + "/rank0.err");
+  EXPECT_TRUE(Contains(err, "stopping once the checkpoint in flight is on the disk")) << err;
+  const std::string latest = ReadWholeFile(checkpoints + "/latest");
+  ASSERT_EQ(latest.size(), 14u) << latest;
+  const std::int64_t latest_step = std::stoll(latest.substr(5, 8));
+  EXPECT_GE(latest_step, writing) << "the checkpoint being written when the stop came was lost";
+  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/step-" + latest.substr(5, 8) + "/optimizer.pt"));
+  // No further step: the last trained is the one in progress when the newest checkpoint
+  // was taken, at most.
+  const std::vector<std::string> lines = ReadLines(scratch.path() + "/m.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_LE(nlohmann::json::parse(lines.back()).at("step").get<std::int64_t>(), latest_step + 1) << lines.back();
+}
+
+// A second stop does not wait: it ends the rank at once, the checkpoint being written
+// left as a temporary (the next run removes it) and `latest` on the one before.
+TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);
+  ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", "3000", 1);  // a checkpoint takes 21 s
+  auto job = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
+                                                             "1"})});
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  const std::int64_t writing = StepBeingWritten(checkpoints);
+  ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
+  job[0]->Signal(SIGTERM);
+  for (int i = 0; i < 600 && !Contains(ReadWholeFile(scratch.path() + "/rank0.err"), "stopping once"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  job[0]->Signal(SIGTERM);
+  EXPECT_EQ(job[0]->Wait(std::chrono::seconds(60)), 128 + SIGTERM);
+  char name[32];
+  std::snprintf(name, sizeof(name), "/step-%08lld", static_cast<long long>(writing));
+  EXPECT_FALSE(std::filesystem::exists(checkpoints + name)) << "the second stop waited for the checkpoint";
 }
 
 // --keep-checkpoints N keeps the N newest step folders (a GPT-2 medium checkpoint is
