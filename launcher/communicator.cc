@@ -245,10 +245,10 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
 
 void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const std::string& reason,
                                                 std::chrono::milliseconds within) {
-  if (env.world_size == 1 || env.rank == 0) return;
+  if (env.world_size == 1) return;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = false;
+  store_options.isServer = env.rank == 0;  // rank 0 hosts the store for this message alone
   store_options.numWorkers = env.world_size;
   store_options.waitWorkers = false;
   store_options.timeout = within;
@@ -256,9 +256,21 @@ void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const
   const std::string message = "rank " + std::to_string(env.rank) + " stopped before the rendezvous: " + reason;
   try {
     c10d::TCPStore store(env.master_addr, store_options);
+    if (env.rank != 0) {
+      store.set(kEndedKey, std::vector<uint8_t>(message.begin(), message.end()));
+      store.add(kEndedKnownKey, 1);  // this rank needs no telling, should rank 0 be waiting to tell it
+      return;
+    }
     store.set(kEndedKey, std::vector<uint8_t>(message.begin(), message.end()));
+    // The store ends with this process: wait until every other rank has read why (or
+    // stopped on its own).
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (store.add(kEndedKnownKey, 0) < env.world_size - 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   } catch (const std::exception&) {
-    // No rank 0 to tell (not started, or gone): its own wait names this rank.
+    // No rank 0 to tell (not started, or gone): its own wait names this rank. Rank 0
+    // unable to host (its port taken): the others say they cannot reach it.
   }
 }
 

@@ -133,11 +133,13 @@ class Communicator {
   // reaches them, and by the constructor.
   static CollectiveBackend UsableBackend(torch::Device device, CollectiveBackend backend, int world_size);
 
-  // For a rank other than 0 that stops before its rendezvous (a bad flag, file or plan
-  // of its own): tells the ranks waiting at rank 0's store why, so that they stop at
-  // once, naming it, rather than wait out --timeout for a rank that "never joined".
-  // Best effort, trying to reach rank 0's store for at most `within`: a rank 0 not yet
-  // there (still loading) or gone is told nothing, and waits out its own --timeout.
+  // For a rank that stops before its rendezvous (a bad flag, file or plan of its own):
+  // tells the ranks waiting at rank 0's store why, so that they stop at once, naming it,
+  // rather than wait out --timeout for a rank that "never joined". Best effort, for at
+  // most `within`: a rank other than 0 tries to reach rank 0's store (a rank 0 not yet
+  // there, still loading, or gone is told nothing, and waits out its own --timeout);
+  // rank 0 hosts the store for the message alone and waits until every other rank has
+  // read it (one that comes later says it cannot reach rank 0).
   static void TellTheOthersThisRankStopped(const DistributedEnv& env, const std::string& reason,
                                            std::chrono::milliseconds within);
 

@@ -238,17 +238,18 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
 void Train(const TrainOptions& options) {
   InstallStopHandlers();
   const DistributedEnv env = DistributedEnv::FromEnvironment();
-  // A rank that stops here tells the others why (rank 0 would wait out --timeout for
-  // it). It tries for 3 s at most, which its own error waits for: long enough for a
-  // rank 0 started with it to be listening, short when rank 0 stopped too (the same
-  // typo on every rank).
+  // A rank that stops here tells the others why (they would wait out --timeout for it).
+  // It tries for 3 s at most, which its own error waits for: long enough for a rank 0
+  // started with it to be listening, short when rank 0 stopped too (the same typo on
+  // every rank). Rank 0 waits up to 10 s for the others to read it: they may still be
+  // loading (a GPU's start-up takes seconds).
   LocalSetup local = [&] {
     try {
       return SetUpLocally(options, env);
     } catch (const std::exception& error) {
       Communicator::TellTheOthersThisRankStopped(
           env, error.what(), std::min<std::chrono::milliseconds>(std::chrono::seconds(options.timeout_s),
-                                                                 std::chrono::seconds(3)));
+                                                                 std::chrono::seconds(env.rank == 0 ? 10 : 3)));
       throw;
     }
   }();

@@ -468,6 +468,25 @@ TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
   EXPECT_TRUE(ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"})) << err;
 }
 
+// And the other way round: rank 0 stopping before the rendezvous hosts the store long
+// enough to tell the others why. They once waited out --timeout, then said they could not
+// reach rank 0 ("is rank 0 started?"), though it had started.
+TEST_F(WorkerBadInput, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}, {4}});
+  const auto args = Args(plan, {"--checkpoint-dir", scratch_.path() + "/checkpoints"}, 1000000);
+  std::vector<std::string> bad = args;
+  *(std::find(bad.begin(), bad.end(), "--checkpoint-dir") + 1) = "/proc";  // no file can be made there
+  auto ranks = StartJob(scratch_, {bad, args, args});
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
+  for (int r = 1; r < 3; ++r) {
+    const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
+    EXPECT_TRUE(Contains(err, "poplar-worker[rank " + std::to_string(r) +
+                                  "]: error: rank 0 stopped before the rendezvous: --checkpoint-dir: cannot write in "
+                                  "folder /proc"))
+        << err;
+  }
+}
+
 TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const auto args = Args(plan, {"--metrics", scratch_.path() + "/m{rank}.jsonl"}, 1000000);
