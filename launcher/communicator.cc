@@ -213,12 +213,37 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
 namespace {
 
 constexpr const char* kEndedKey = "poplar/rendezvous-ended";
-// How many ranks other than 0 know the rendezvous ended: rank 0, whose process holds
-// the store, waits for them before it exits (a store gone mid-read is a connection error
-// naming nothing).
-constexpr const char* kEndedKnownKey = "poplar/rendezvous-ended-known";
+// Set by rank 0 once every rank has joined with its WORLD_SIZE: the others wait for it,
+// so that none goes on to the process group's rendezvous while rank 0 may still end it.
+constexpr const char* kAgreedKey = "poplar/rendezvous-agreed";
 // The longest rank 0 keeps the store up for ranks that have not yet read the end.
 constexpr std::chrono::seconds kEndedLinger{5};
+
+std::string StartedKey(int rank) { return "poplar/started/" + std::to_string(rank); }
+// Rank `rank` knows the rendezvous ended (it read why, or ended it itself): rank 0, whose
+// process holds the store, waits for these before it exits, since a store gone mid-read
+// is a connection error naming nothing.
+std::string KnownKey(int rank) { return "poplar/rendezvous-ended-known/" + std::to_string(rank); }
+
+void MarkKnown(c10d::Store& store, int rank) {
+  const std::string yes = "1";
+  store.set(KnownKey(rank), std::vector<uint8_t>(yes.begin(), yes.end()));
+}
+
+// Rank 0: waits until every other rank below `world_size` knows the rendezvous ended, or
+// `until`. With `started_only`, a rank that has not started its rendezvous is not waited
+// for (one that comes later says it cannot reach rank 0).
+void WaitUntilTheOthersKnow(c10d::Store& store, int world_size, bool started_only,
+                            std::chrono::steady_clock::time_point until) {
+  for (int rank = 1; rank < world_size;) {
+    if (store.check({KnownKey(rank)}) || (started_only && !store.check({StartedKey(rank)}))) {
+      ++rank;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
 
 }  // namespace
 
@@ -230,7 +255,12 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
     if (in_rendezvous && store_->check({kEndedKey})) {
       const std::vector<uint8_t> reason = store_->get(kEndedKey);
       try {
-        store_->add(kEndedKnownKey, 1);
+        if (rank_ == 0) {
+          WaitUntilTheOthersKnow(*store_, world_size_, /*started_only=*/true,
+                                 std::chrono::steady_clock::now() + kEndedLinger);
+        } else {
+          MarkKnown(*store_, rank_);
+        }
       } catch (const std::exception&) {
         // Rank 0 stopped waiting for this rank: the reason is read all the same.
       }
@@ -256,17 +286,13 @@ void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const
   const std::string message = "rank " + std::to_string(env.rank) + " stopped before the rendezvous: " + reason;
   try {
     c10d::TCPStore store(env.master_addr, store_options);
-    if (env.rank != 0) {
-      store.set(kEndedKey, std::vector<uint8_t>(message.begin(), message.end()));
-      store.add(kEndedKnownKey, 1);  // this rank needs no telling, should rank 0 be waiting to tell it
-      return;
-    }
     store.set(kEndedKey, std::vector<uint8_t>(message.begin(), message.end()));
-    // The store ends with this process: wait until every other rank has read why (or
-    // stopped on its own).
-    const auto until = std::chrono::steady_clock::now() + within;
-    while (store.add(kEndedKnownKey, 0) < env.world_size - 1 && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (env.rank != 0) {
+      MarkKnown(store, env.rank);  // needs no telling, should rank 0 be waiting to tell it
+    } else {
+      // The store ends with this process: every other rank is to read why (or stop on
+      // its own), none has started yet.
+      WaitUntilTheOthersKnow(store, env.world_size, /*started_only=*/false, std::chrono::steady_clock::now() + within);
     }
   } catch (const std::exception&) {
     // No rank 0 to tell (not started, or gone): its own wait names this rank. Rank 0
@@ -278,15 +304,9 @@ void Communicator::EndRendezvous(const std::string& here, const std::string& for
   try {
     store_->set(kEndedKey, std::vector<uint8_t>(for_the_others.begin(), for_the_others.end()));
     if (rank_ != 0) {
-      store_->add(kEndedKnownKey, 1);
+      MarkKnown(*store_, rank_);
     } else {
-      // Every process that counted itself in (two may share a RANK) less this one.
-      std::int64_t others = -1;
-      for (int rank = 0; rank < world_size_; ++rank) others += store_->add("poplar/started/" + std::to_string(rank), 0);
-      const auto until = std::chrono::steady_clock::now() + kEndedLinger;
-      while (store_->add(kEndedKnownKey, 0) < others && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      WaitUntilTheOthersKnow(*store_, world_size_, /*started_only=*/true, std::chrono::steady_clock::now() + kEndedLinger);
     }
   } catch (const std::exception&) {
     // The store is gone with rank 0, which ended the rendezvous itself or will time out:
@@ -300,7 +320,7 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
   auto key = [](int rank) { return "poplar/joined/" + std::to_string(rank); };
   const std::string rank_text = std::to_string(rank_);
   // A RANK given to two processes: the second to count itself ends the rendezvous.
-  if (store_->add("poplar/started/" + rank_text, 1) > 1) {
+  if (store_->add(StartedKey(rank_), 1) > 1) {
     EndRendezvous("RANK " + rank_text + " is taken by another process: every rank of a job needs its own RANK",
                   "RANK " + rank_text + " was given to two processes: every rank of a job needs its own RANK");
   }
@@ -335,12 +355,18 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
     }
     throw RendezvousIncomplete(env, missing);
   }
-  for (int rank = 1; rank < world_size_ && rank_ == 0; ++rank) {
+  if (rank_ != 0) {
+    if (!PollUntilSet({kAgreedKey}, deadline)) throw RendezvousIncomplete(env, {});
+    return;
+  }
+  for (int rank = 1; rank < world_size_; ++rank) {
     if (const std::string difference = world_size_difference(rank); !difference.empty()) {
       EndRendezvous(difference, "rank " + std::to_string(rank) + " was started with another WORLD_SIZE than rank 0's " +
                                     own + ": every rank of a job must be started with the same WORLD_SIZE");
     }
   }
+  const std::string yes = "1";
+  store_->set(kAgreedKey, std::vector<uint8_t>(yes.begin(), yes.end()));
 }
 
 std::runtime_error Communicator::RendezvousIncomplete(const DistributedEnv& env,

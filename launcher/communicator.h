@@ -172,7 +172,8 @@ class Communicator {
   // `timeout` in all, until every rank has; then the process group's own rendezvous does
   // not wait. Throws naming the ranks that never joined; a rank started with another
   // WORLD_SIZE (each rank compares with rank 0's; rank 0 with every rank's) or a RANK
-  // given twice ends every rank's wait at once (EndRendezvous).
+  // given twice ends every rank's wait at once (EndRendezvous). The others then wait for
+  // rank 0's word that all agree, so that none goes on while rank 0 may still end it.
   void WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout);
   // The error of a rendezvous that timed out: the ranks `missing` (none known: not all
   // joined).
