@@ -280,10 +280,20 @@ void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
     throw InputError(latest.string(), "", "is not a regular file, so no checkpoint could be recorded in " + dir +
                                               "; remove it or choose another " + flag);
   }
+}
+
+namespace {
+
+// Removes the temporaries that writers no longer running (a SIGKILL, a power loss) left
+// in `dir`.
+void RemoveDeadTemporaries(const std::string& dir) {
+  std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     if (ProcessIsGone(WriterOfTemporary(entry.path().filename().string()))) fs::remove_all(entry.path(), error);
   }
 }
+
+}  // namespace
 
 std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std::string& flag) {
   FolderLock lock = [&] {
@@ -293,8 +303,12 @@ std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std
       throw InputError(flag, "", error.what());
     }
   }();
+  // The temporaries are removed only by the folder's writer, once it holds the lock: a
+  // run in another PID namespace, or on another NFS client, would take a live writer's
+  // pid for a dead one's.
   switch (lock.outcome()) {
     case FolderLock::Outcome::kLocked:
+      RemoveDeadTemporaries(dir);
       break;
     case FolderLock::Outcome::kHeldByAnother:
       throw InputError(flag, "", dir + " is being written by another run" + lock.holder() +
@@ -303,6 +317,7 @@ std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std
     case FolderLock::Outcome::kUnsupported:
       std::cerr << "poplar-worker[rank 0]: warning: " << flag << ": cannot lock " << lock.path() << " ("
                 << lock.reason() << "); nothing keeps another run from writing into " << dir << " too\n";
+      RemoveDeadTemporaries(dir);
       return std::nullopt;
   }
   return lock;

@@ -46,14 +46,16 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep);
 
 // Makes `dir` ready to hold checkpoints before training starts, so that what would stop
 // the first checkpoint stops the job at once instead: creates the folder, checks that
-// files can be made in it, refuses a `latest` that is not a regular file, and removes the temporaries that writers which
-// are no longer running (a SIGKILL, a power loss) left behind. `flag` names it in errors.
+// files can be made in it and refuses a `latest` that is not a regular file. `flag` names
+// it in errors.
 void PrepareCheckpointFolder(const std::string& dir, const std::string& flag);
 
 // The lock of the run that writes checkpoints into `dir` (rank 0's), held while it
 // runs: two runs on one folder would overwrite each other's step folders and `latest`,
 // and a resume would go on from the other run's state. Throws InputError(`flag`) naming
 // the run that holds it; on a file system without locks, warns and returns nothing.
+// Then removes the temporaries that writers no longer running (a SIGKILL, a power loss)
+// left behind.
 std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std::string& flag);
 
 // What a checkpoint gives back besides the parameters, which RestoreCheckpoint copies

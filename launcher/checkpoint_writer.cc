@@ -40,6 +40,9 @@ std::optional<std::int64_t> CheckpointWriter::DropWaiting() {
   std::optional<Checkpoint> dropped;  // its gigabytes freed outside the lock
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A stop came: the waiting checkpoint may be the last this rank makes (the gather of
+    // the next can fail, peers gone), so it stays to be written.
+    if (StopRequested() != 0) return std::nullopt;
     dropped.swap(waiting_);
     UpdateInFlight();
   }

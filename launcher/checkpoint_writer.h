@@ -44,7 +44,8 @@ class CheckpointWriter {
   void Start(Checkpoint checkpoint);
   // Drops the checkpoint waiting to be written, if any, and returns its step: called
   // before the next one is gathered, which would replace it, so that memory never holds
-  // three (the one being written, the waiting one, the new one).
+  // three (the one being written, the waiting one, the new one). After a stop signal it
+  // drops nothing (stop_signals.h).
   std::optional<std::int64_t> DropWaiting();
   // Throws the error of a write that has failed; returns at once otherwise.
   void Check();

@@ -1,6 +1,8 @@
 #include "launcher/stop_signals.h"
 
 #include <atomic>
+#include <cerrno>
+#include <ctime>
 
 #include <pthread.h>
 #include <signal.h>
@@ -12,7 +14,20 @@ namespace {
 // Shared with the handler: lock-free atomics are async-signal-safe.
 std::atomic<int> g_stop_signal{0};
 std::atomic<bool> g_checkpoint_in_flight{false};
-static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free);
+std::atomic<long long> g_first_stop_ns{0};  // CLOCK_MONOTONIC
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free &&
+              std::atomic<long long>::is_always_lock_free);
+
+// A stop this soon after the first is the same stop arriving twice (the agent signals the
+// rank's process group while a scheduler signals every process of the job; a terminal's
+// Ctrl-C reaches a wrapper that passes it on), not a user asking again.
+constexpr long long kSecondStopAfterNs = 1'000'000'000;
+
+long long MonotonicNs() {  // clock_gettime is async-signal-safe
+  timespec now = {};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
 
 // The signal's default action, now, on this thread. Async-signal-safe.
 [[noreturn]] void DieBy(int signal_number) {
@@ -29,13 +44,24 @@ static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_alw
 }
 
 void OnStop(int signal_number) {
+  const int saved_errno = errno;  // of the code this interrupts
+  const long long now = MonotonicNs();
   int before = 0;
   const bool first = g_stop_signal.compare_exchange_strong(before, signal_number);
-  if (!first || !g_checkpoint_in_flight.load()) DieBy(signal_number);
+  if (first) g_first_stop_ns.store(now);
+  if (!g_checkpoint_in_flight.load()) DieBy(signal_number);
+  if (!first) {
+    // 0: the first is still in its handler on another thread, so this is the same stop.
+    const long long first_at = g_first_stop_ns.load();
+    if (first_at != 0 && now - first_at >= kSecondStopAfterNs) DieBy(signal_number);
+    errno = saved_errno;
+    return;
+  }
   // Only rank 0 writes checkpoints.
   static constexpr char kSaid[] =
       "poplar-worker[rank 0]: stopping once the checkpoint in flight is on the disk (a second stop ends it now)\n";
   (void)!::write(STDERR_FILENO, kSaid, sizeof(kSaid) - 1);
+  errno = saved_errno;
 }
 
 void Handle(int signal_number) {

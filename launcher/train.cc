@@ -241,15 +241,15 @@ void Train(const TrainOptions& options) {
   // A rank that stops here tells the others why (they would wait out --timeout for it).
   // It tries for 3 s at most, which its own error waits for: long enough for a rank 0
   // started with it to be listening, short when rank 0 stopped too (the same typo on
-  // every rank). Rank 0 waits up to 10 s for the others to read it: they may still be
-  // loading (a GPU's start-up takes seconds).
+  // every rank). Rank 0 waits up to 30 s for the others to read it (it goes as soon as
+  // they have): they may still be loading, and a GPU's start-up takes seconds.
   LocalSetup local = [&] {
     try {
       return SetUpLocally(options, env);
     } catch (const std::exception& error) {
       Communicator::TellTheOthersThisRankStopped(
           env, error.what(), std::min<std::chrono::milliseconds>(std::chrono::seconds(options.timeout_s),
-                                                                 std::chrono::seconds(env.rank == 0 ? 10 : 3)));
+                                                                 std::chrono::seconds(env.rank == 0 ? 30 : 3)));
       throw;
     }
   }();
@@ -396,6 +396,7 @@ void Train(const TrainOptions& options) {
     }
     if (writer) writer->Check();
   }
+  stop_if_asked();  // no --save after a stop
   const StateDict saved = options.save.empty() ? StateDict{} : engine.FullState(rank == 0);  // collective at stage 3
   // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
   // waits for the disk in a collective.

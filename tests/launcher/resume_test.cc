@@ -333,7 +333,7 @@ TEST_F(Resume, ASecondRunOnOneCheckpointFolderIsRefused) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   auto first = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                                               "1", "--metrics", "first.jsonl"})});
+                                                               "1", "--keep-checkpoints", "2"})});
   for (int i = 0; i < 1200 && !std::filesystem::exists(checkpoints + "/latest"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -403,6 +403,8 @@ TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
   const std::int64_t writing = StepBeingWritten(checkpoints);
   ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
+  // Twice at once, as when the agent and a scheduler both send it: still one stop.
+  job[0]->Signal(SIGTERM);
   job[0]->Signal(SIGTERM);
   EXPECT_EQ(job[0]->Wait(std::chrono::seconds(60)), 128 + SIGTERM);
   const std::string err = ReadWholeFile(scratch.path() + "/rank0.err");
@@ -419,8 +421,9 @@ TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   EXPECT_LE(nlohmann::json::parse(lines.back()).at("step").get<std::int64_t>(), latest_step + 1) << lines.back();
 }
 
-// A second stop does not wait: it ends the rank at once, the checkpoint being written
-// left as a temporary (the next run removes it) and `latest` on the one before.
+// A second stop (a second or more after the first) does not wait: it ends the rank at
+// once, the checkpoint being written left as a temporary (the next run removes it) and
+// `latest` on the one before.
 TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -436,6 +439,9 @@ TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
   for (int i = 0; i < 600 && !Contains(ReadWholeFile(scratch.path() + "/rank0.err"), "stopping once"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  ASSERT_TRUE(Contains(ReadWholeFile(scratch.path() + "/rank0.err"), "stopping once"))
+      << "the first stop did not wait for the checkpoint";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a second stop, not the first one twice
   job[0]->Signal(SIGTERM);
   EXPECT_EQ(job[0]->Wait(std::chrono::seconds(60)), 128 + SIGTERM);
   char name[32];

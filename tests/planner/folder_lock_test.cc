@@ -35,6 +35,14 @@ TEST(FolderLock, IsHeldByOneProcessAtATimeAndFreedWhenItDies) {
     ::pause();
     ::_exit(0);
   }
+  struct KillAtEnd {  // a failed ASSERT must not leave the holder paused forever
+    pid_t pid;
+    ~KillAtEnd() {
+      if (pid <= 0) return;
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } kill_at_end{holder};
   char said = 0;
   ASSERT_EQ(::read(ready[0], &said, 1), 1);
   EXPECT_EQ(said, 'y');
@@ -45,6 +53,7 @@ TEST(FolderLock, IsHeldByOneProcessAtATimeAndFreedWhenItDies) {
   }
   ::kill(holder, SIGKILL);
   ASSERT_EQ(::waitpid(holder, nullptr, 0), holder);
+  kill_at_end.pid = -1;
   const FolderLock after(dir.path(), ".lock");
   EXPECT_EQ(after.outcome(), FolderLock::Outcome::kLocked);
   ::close(ready[0]);
