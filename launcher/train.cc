@@ -223,11 +223,11 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const GptConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
   std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
-  MetricsWriter metrics(options.metrics, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   Gpt model(config);
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
+  MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
   model->to(device);
   return {device,         backend, gloo_reduce_scatter, std::move(plan), config, std::move(data),
           baseline_bytes, model,   std::move(metrics), std::move(checkpoint_lock)};

@@ -221,7 +221,8 @@ TEST_F(WorkerBadInput, TokenFileWithAnOddNumberOfBytes) {
 TEST_F(WorkerBadInput, InitFileThatIsNotAStateDict) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const std::string init = scratch_.Write("init.pt", "this is not a pickle");
-  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", init})), {init, "not a state dict"});
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", init, "--metrics", "m.jsonl"})), {init, "not a state dict"});
+  EXPECT_FALSE(std::filesystem::exists(scratch_.path() + "/m.jsonl")) << "a run that never started left its metrics file";
 }
 
 // `path`, a state dict file, with its data record `record` cut to `keep` bytes, as a
