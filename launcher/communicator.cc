@@ -72,13 +72,14 @@ void WaitForWork(c10d::Work& work, const char* collective) {
     cause = cause.substr(0, cause.find('\n'));
     if (cause.rfind("[", 0) == 0 && cause.find("] ") != std::string::npos) cause = cause.substr(cause.find("] ") + 2);
     const auto says = [&cause](const char* words) { return cause.find(words) != std::string::npos; };
-    std::string reason;
+    const std::string failed = std::string("the ") + collective + " failed: ";
     if (says("closed by peer") || says("reset by peer") || says("Broken pipe") || says("Connection refused")) {
-      reason = "another rank left the job (its own output says why); ";
-    } else if (SaysTimedOut(cause)) {
-      reason = "not every rank took part within --timeout (a rank stopped or is stuck); ";
+      throw PeerFailure(failed + "another rank left the job (its own output says why); " + cause);
     }
-    throw std::runtime_error(std::string("the ") + collective + " failed: " + reason + cause);
+    if (SaysTimedOut(cause)) {
+      throw PeerFailure(failed + "not every rank took part within --timeout (a rank stopped or is stuck); " + cause);
+    }
+    throw std::runtime_error(failed + cause);
   }
 }
 
@@ -174,7 +175,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     // A rank other than 0 that never reached rank 0's store ("The client socket has
     // timed out after 10s while trying to connect to (127.0.0.1, 29615).").
     if (rank_ != 0 && SaysTimedOut(what)) {
-      throw std::runtime_error("cannot reach rank 0's rendezvous at " + env.master_addr + ":" +
+      throw PeerFailure("cannot reach rank 0's rendezvous at " + env.master_addr + ":" +
                                std::to_string(env.master_port) +
                                " within --timeout; is rank 0 started, with the same MASTER_ADDR and MASTER_PORT? (" +
                                what.substr(0, what.find('\n')) + ")");
@@ -204,7 +205,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     // c10d says only "Socket Timeout" when a rank never joins.
     const std::string what = error.what();
     if (SaysTimedOut(what)) {
-      throw std::runtime_error(RendezvousIncomplete(env, {}).what() + (" (" + what.substr(0, what.find('\n')) + ")"));
+      throw PeerFailure(RendezvousIncomplete(env, {}).what() + (" (" + what.substr(0, what.find('\n')) + ")"));
     }
     throw;
   }
@@ -264,7 +265,7 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
       } catch (const std::exception&) {
         // Rank 0 stopped waiting for this rank: the reason is read all the same.
       }
-      throw std::runtime_error(std::string(reason.begin(), reason.end()));
+      throw PeerFailure(std::string(reason.begin(), reason.end()));
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
@@ -369,10 +370,9 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
   store_->set(kAgreedKey, std::vector<uint8_t>(yes.begin(), yes.end()));
 }
 
-std::runtime_error Communicator::RendezvousIncomplete(const DistributedEnv& env,
-                                                      const std::vector<int>& missing) const {
+PeerFailure Communicator::RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const {
   const std::string who = Join(missing, ", ", [](int rank) { return std::to_string(rank); });
-  return std::runtime_error(
+  return PeerFailure(
       "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
       " did not complete within --timeout: " +
       (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
@@ -429,7 +429,7 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
       if (!store_->check({keys[r]})) missing.push_back(r);
     }
     const bool one = missing.size() == 1;
-    throw std::runtime_error(std::string(one ? "rank " : "ranks ") +
+    throw PeerFailure(std::string(one ? "rank " : "ranks ") +
                              Join(missing, ", ", [](int rank) { return std::to_string(rank); }) + " did not send " +
                              (one ? "its " : "their ") + what + " within --timeout (" +
                              (one ? "it stopped, or is stuck: its" : "they stopped, or are stuck: their") +

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/cli/command_failed.h"
+
 namespace c10d {
 class Backend;
 class ProcessGroup;
@@ -177,7 +179,7 @@ class Communicator {
   void WaitForEveryRank(const DistributedEnv& env, std::chrono::milliseconds timeout);
   // The error of a rendezvous that timed out: the ranks `missing` (none known: not all
   // joined).
-  std::runtime_error RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const;
+  PeerFailure RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const;
   // Waits until every key in `keys` is in the store: true, or false at `deadline`. Polls
   // with check(), which never blocks (a wait() that times out may leave its answer in
   // the connection). During the rendezvous (`in_rendezvous`), throws the reason when a

@@ -29,6 +29,7 @@
 #include "launcher/stop_signals.h"
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"
+#include "planner/cli/command_failed.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
 #include "planner/text_file.h"
@@ -149,7 +150,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   int source = 0;
   for (int r = 0; r < world_size; ++r) {
     if (steps[r].item<std::int64_t>() == kUnreadable) {
-      throw std::runtime_error("rank " + std::to_string(r) + " cannot read its --resume checkpoint (its error says why)");
+      throw PeerFailure("rank " + std::to_string(r) + " cannot read its --resume checkpoint (its error says why)");
     }
     if (steps[r].item<std::int64_t>() > steps[source].item<std::int64_t>()) source = r;
   }
@@ -177,7 +178,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   communicator.Broadcast(readable, source);
   if (own_error) std::rethrow_exception(own_error);
   if (readable.cpu().item<std::int64_t>() == 0) {
-    throw std::runtime_error("rank " + std::to_string(source) + ", which holds the newest checkpoint (step " +
+    throw PeerFailure("rank " + std::to_string(source) + ", which holds the newest checkpoint (step " +
                              std::to_string(step) + "), cannot read it (its error says why)");
   }
   Resumed resumed;

@@ -233,7 +233,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
             // Every rank that failed is a candidate cause, not only the first one its
             // agent saw: on one node, rank 0 failing to host the rendezvous may exit
             // after rank 1, which lost it.
-            if (event.exit_code() != 0) monitor.Failure(node_name, event.text());
+            if (event.exit_code() != 0) monitor.Failure(node_name, event.text(), event.exit_code());
             break;
           case v1::LaunchEvent::JOB_FAILED:
             monitor.Failure(node_name, event.text());

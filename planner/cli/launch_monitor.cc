@@ -1,9 +1,11 @@
 #include "planner/cli/launch_monitor.h"
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 
+#include "planner/cli/command_failed.h"
 #include "planner/cli/text_table.h"
 #include "planner/median.h"
 
@@ -16,7 +18,9 @@ constexpr int kCause = 1;     // a rank failing on its own, or a node losing its
 constexpr int kLostPeer = 2;  // a rank failing because a peer went away
 constexpr int kStopped = 3;   // poplar stopping the job, and what that stop led to
 
-int Severity(const std::string& reason) {
+// A reason without an exit status (a node's final reason, a stop), or from a worker
+// before kPeerFailureExitStatus: by its words.
+int SeverityOfText(const std::string& reason) {
   auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
   // "failed elsewhere": the head's own stop, echoed back by a node it stopped; "the
   // stop's grace over": the agent's SIGKILL of a rank slow to stop (agent/job.cc).
@@ -30,6 +34,16 @@ int Severity(const std::string& reason) {
     return kLostPeer;
   }
   if (has("killed by signal")) return kKilled;
+  return kCause;
+}
+
+// A rank's exit, by its status.
+int SeverityOfExit(int status, const std::string& reason) {
+  // SIGTERM is poplar's stop; SIGKILL after it, the agent's end of the stop's grace
+  // (agent/job.cc says so in the reason).
+  if (status == 128 + SIGTERM || reason.find("the stop's grace over") != std::string::npos) return kStopped;
+  if (status > 128) return kKilled;
+  if (status == kPeerFailureExitStatus) return kLostPeer;
   return kCause;
 }
 
@@ -111,8 +125,15 @@ std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
   return line;
 }
 
-void LaunchMonitor::Failure(const std::string& node, const std::string& reason) {
-  failures_.push_back({Severity(reason), node, reason});
+void LaunchMonitor::Failure(const std::string& node, const std::string& reason, std::optional<int> exit_status) {
+  int severity = exit_status ? SeverityOfExit(*exit_status, reason) : SeverityOfText(reason);
+  if (!exit_status) {
+    // A node's final reason repeats the exit of its first failed rank.
+    for (const Failed& failed : failures_) {
+      if (failed.node == node && failed.reason == reason) severity = failed.severity;
+    }
+  }
+  failures_.push_back({severity, node, reason});
 }
 
 void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {

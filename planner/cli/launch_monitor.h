@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -37,10 +38,13 @@ class LaunchMonitor {
   // A rank's metrics record. Rank 0's first one is always followed by a progress line,
   // after "resumed from the checkpoint of step N" when it is not step 1.
   void Metrics(int rank, const std::string& json_line);
-  // A node's job failed with this reason (the agent's text). The reason reported is the
-  // likeliest root cause: a rank killed by a signal or failing on its own outranks
-  // ranks that failed because a peer went away, which outrank stops.
-  void Failure(const std::string& node, const std::string& reason);
+  // A node's job failed with this reason (the agent's text), with the rank's exit status
+  // when a rank exited (an EXITED event), none for the node's final reason (JOB_FAILED).
+  // The reason reported is the likeliest root cause: a rank killed by a signal or
+  // failing on its own outranks ranks that failed because a peer went away (exit status
+  // kPeerFailureExitStatus, command_failed.h), which outrank stops. Without a status,
+  // the reason is ranked as the same reason of the node's rank exit, else by its words.
+  void Failure(const std::string& node, const std::string& reason, std::optional<int> exit_status = std::nullopt);
   // The head stopped the job or lost a node's stream (Ctrl-C, a broken or cancelled
   // stream): a failure that outranks no job failure, whatever its text.
   void Stopped(const std::string& node, const std::string& reason);

@@ -3,7 +3,9 @@
 // line on stderr and an exit status:
 //   0 success; 1 bad input (InputError: file, key, reason), or, when
 //   `runtime_errors_fail`, any failure while running (a libtorch or Gloo error, a dead
-//   peer, out of memory); 2 bad usage (flags, a missing command); 70 internal error.
+//   peer, out of memory); 2 bad usage (flags, a missing command); a CommandFailed's own
+//   status (command_failed.h: 3 for a worker failing because another rank did); 70
+//   internal error.
 #pragma once
 
 #include <functional>
@@ -12,20 +14,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "planner/cli/command_failed.h"
+
 namespace poplar {
-
-// A command that ran and failed for a reason outside the program (a training job that
-// failed, an agent that is unreachable): RunApp prints "speaker: error: what" and exits
-// with `exit_code`.
-class CommandFailed : public std::runtime_error {
- public:
-  CommandFailed(const std::string& message, int exit_code = 1)
-      : std::runtime_error(message), exit_code_(exit_code) {}
-  int exit_code() const { return exit_code_; }
-
- private:
-  int exit_code_;
-};
 
 // A flag's check: the value is a finite number (a whole one when `whole`) that `ok`
 // accepts; otherwise "must be <what>, got <text>". Unlike CLI::PositiveNumber and

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "planner/cli/command_failed.h"
 #include "planner/cli/launch_monitor.h"
 #include "test_support.h"
 
@@ -84,6 +85,27 @@ TEST_F(LaunchMonitorTest, AFailingRankOutranksPeersThatLostIt) {
   monitor.Failure("a", "rank 0 exited with status 1: Connection closed by peer");
   monitor.Failure("b", "rank 1 exited with status 1: out of memory on emulated device");
   EXPECT_EQ(monitor.RootCause(), "node 'b': rank 1 exited with status 1: out of memory on emulated device");
+}
+
+// With the exit status the agents report, the ranking goes by what each rank said it
+// was (kPeerFailureExitStatus: failed because another rank did), not by words: a rank's
+// own error that reads like a lost connection is still the cause, and a peer's
+// consequence phrased in no known words is still not. A node's final reason, which
+// repeats its first failed rank's, ranks as that exit did.
+TEST_F(LaunchMonitorTest, ExitStatusesSayWhichRankFailedOnItsOwn) {
+  LaunchMonitor monitor = Monitor();
+  const std::string peer = "rank 0 exited with status 3: poplar-worker[rank 0]: error: rank 1 is gone";
+  monitor.Failure("a", peer, kPeerFailureExitStatus);
+  monitor.Failure("a", peer);  // the node's JOB_FAILED
+  const std::string own = "rank 1 exited with status 1: poplar-worker[rank 1]: error: --data: cannot read "
+                          "/mnt/shared/tokens.bin: Connection timed out";
+  monitor.Failure("b", own, 1);
+  EXPECT_EQ(monitor.RootCause(), "node 'b': " + own);
+  // A SIGTERM exit is poplar's stop, any other signal a cause.
+  LaunchMonitor stopped = Monitor();
+  stopped.Failure("a", "rank 0 was killed by signal 15 (Terminated)", 128 + 15);
+  stopped.Failure("b", "rank 1 was killed by signal 11 (Segmentation fault)", 128 + 11);
+  EXPECT_EQ(stopped.RootCause(), "node 'b': rank 1 was killed by signal 11 (Segmentation fault)");
 }
 
 TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {

@@ -17,6 +17,7 @@
 
 #include "child_process.h"
 #include "launcher/device.h"
+#include "planner/cli/command_failed.h"
 #include "planner/free_port.h"
 #include "planner/text_file.h"
 #include "worker_harness.h"
@@ -370,7 +371,7 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   const auto start = std::chrono::steady_clock::now();
   const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
+  EXPECT_EQ(outcome.exit_code, kPeerFailureExitStatus) << outcome.err;
   EXPECT_TRUE(ContainsAll(outcome.err, {"poplar-worker[rank 0]: error: the rendezvous at 127.0.0.1:" +
                                             std::to_string(port) + " did not complete within --timeout",
                                         "rank 1 of 2 (WORLD_SIZE) never joined"}))
@@ -380,7 +381,7 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   // And rank 1 alone says it never reached rank 0, not c10d's "client socket has timed out".
   options.env["RANK"] = "1";
   const ProcessOutcome alone = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
-  EXPECT_EQ(alone.exit_code, 1) << alone.err;
+  EXPECT_EQ(alone.exit_code, kPeerFailureExitStatus) << alone.err;
   EXPECT_TRUE(Contains(alone.err, "poplar-worker[rank 1]: error: cannot reach rank 0's rendezvous at 127.0.0.1:" +
                                       std::to_string(port) + " within --timeout; is rank 0 started"))
       << alone.err;
@@ -394,10 +395,13 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentWorldSizesAreToldSo) {
   const std::vector<std::vector<std::string>> said = {
       {"WORLD_SIZE is 2 here but 3 on rank 1", "WORLD_SIZE is 3 here but 2 on rank 0"},
       {"rank 1 was started with WORLD_SIZE 2", "WORLD_SIZE is 2 here but 3 on rank 0"}};
+  // A rank that saw the difference itself failed on its own (1); one told by the other,
+  // because of it (kPeerFailureExitStatus).
+  const std::vector<std::vector<int>> status = {{1, 1}, {kPeerFailureExitStatus, 1}};
   for (std::size_t job = 0; job < jobs.size(); ++job) {
     auto ranks = StartRanks(jobs[job]);
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "job " << job << " rank " << r;
+      EXPECT_EQ(ranks[r]->Wait(kAtOnce), status[job][r]) << "job " << job << " rank " << r;
       const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
       EXPECT_TRUE(Contains(err, said[job][r])) << err;
     }
@@ -464,7 +468,7 @@ TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
   *(std::find(bad.begin(), bad.end(), "--checkpoint-dir") + 1) = "/proc";  // no file can be made there
   auto ranks = StartJob(scratch_, {args, bad});
   EXPECT_EQ(ranks[1]->Wait(kAtOnce), 1);
-  EXPECT_EQ(ranks[0]->Wait(kAtOnce), 1) << "rank 0 waited for a rank that had stopped";
+  EXPECT_EQ(ranks[0]->Wait(kAtOnce), kPeerFailureExitStatus) << "rank 0 waited for a rank that had stopped";
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
   EXPECT_TRUE(ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"})) << err;
 }
@@ -478,7 +482,7 @@ TEST_F(WorkerBadInput, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
   std::vector<std::string> bad = args;
   *(std::find(bad.begin(), bad.end(), "--checkpoint-dir") + 1) = "/proc";  // no file can be made there
   auto ranks = StartJob(scratch_, {bad, args, args});
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r]->Wait(kAtOnce), r == 0 ? 1 : kPeerFailureExitStatus) << "rank " << r;
   for (int r = 1; r < 3; ++r) {
     const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
     EXPECT_TRUE(Contains(err, "poplar-worker[rank " + std::to_string(r) +
@@ -500,7 +504,7 @@ TEST_F(WorkerBadInput, AKilledRankEndsTheOthersWithAnError) {
   ranks[1]->Signal(SIGKILL);
   EXPECT_EQ(ranks[1]->Wait(kAtOnce), 128 + SIGKILL);
   const int survivor = ranks[0]->Wait(kAtOnce);
-  EXPECT_EQ(survivor, 1) << "rank 0 should fail cleanly, not hang (-1) or crash";
+  EXPECT_EQ(survivor, kPeerFailureExitStatus) << "rank 0 should fail cleanly, not hang (-1) or crash";
   // In a user's terms, not Gloo's bare "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer".
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
   EXPECT_TRUE(ContainsAll(err, {"poplar-worker[rank 0]: error: the ", " failed: another rank left the job"})) << err;
@@ -519,7 +523,7 @@ TEST_F(WorkerBadInput, AStuckRankEndsTheOthersAfterTheTimeout) {
   }
   ASSERT_FALSE(ReadLines(scratch_.path() + "/m1.jsonl").empty());
   ranks[1]->Signal(SIGSTOP);
-  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(30)), 1) << "rank 0 should give up after --timeout, not hang";
+  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(30)), kPeerFailureExitStatus) << "rank 0 should give up after --timeout, not hang";
   ranks[1]->Signal(SIGKILL);
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
   EXPECT_TRUE(ContainsAll(err, {"poplar-worker[rank 0]: error: the ", " failed: not every rank took part within --timeout"}))
