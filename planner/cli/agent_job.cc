@@ -179,6 +179,11 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     // failure that comes later than kStallEffect after one has another cause.
     constexpr auto kStall = kKeepaliveTimeout;
     constexpr auto kStallEffect = std::chrono::seconds(30);
+    // How long the head waits for the nodes' final events once it has stopped the job:
+    // longer than the agents' stop grace (30 s, agent/job.h), in which a rank 0 may be
+    // finishing a checkpoint; then it cancels the streams (the agents stop the job when
+    // they break).
+    constexpr auto kStopWait = std::chrono::seconds(45);
     auto last_turn = AwakeClock::now();
     double stall_s = 0;  // the latest stall, 0 while none
     AwakeClock::time_point stall_end;
@@ -188,7 +193,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
         monitor.UserStopped(how);
         stop_everywhere("stopped by the user (" + how + " on the head node)");
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        stop_deadline = std::chrono::steady_clock::now() + kStopWait;
       }
       if (std::chrono::steady_clock::now() > stop_deadline) {
         streams_canceller.Cancel();
@@ -246,7 +251,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         // The first failure, and not the user's stop: a stall just before is its cause.
         if (stall_s > 0 && AwakeClock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
         stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        stop_deadline = std::chrono::steady_clock::now() + kStopWait;
       }
     }
   } catch (...) {
