@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -28,12 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "poplar-checkpoint/1";
-
-std::string StepFolderName(std::int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return name;
-}
 
 // Swaps the folders `a` and `b` in one step (renameat2's RENAME_EXCHANGE: Linux 3.15, and
 // file systems that support it); false, with nothing changed, where it is not supported.
@@ -137,6 +130,12 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
 }
 
 }  // namespace
+
+std::string StepFolderName(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return name;
+}
 
 void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::string& not_written) {
   for (const auto& [name, tensor] : tensors) {
@@ -303,22 +302,19 @@ std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std
       throw InputError(flag, "", error.what());
     }
   }();
+  if (lock.outcome() == FolderLock::Outcome::kHeldByAnother) {
+    throw InputError(flag, "", dir + " is being written by another run" + lock.holder() +
+                                   ": two runs would overwrite each other's checkpoints; give this one another " +
+                                   flag + ", or resume from that folder with --resume");
+  }
   // The temporaries are removed only by the folder's writer, once it holds the lock: a
   // run in another PID namespace, or on another NFS client, would take a live writer's
   // pid for a dead one's.
-  switch (lock.outcome()) {
-    case FolderLock::Outcome::kLocked:
-      RemoveDeadTemporaries(dir);
-      break;
-    case FolderLock::Outcome::kHeldByAnother:
-      throw InputError(flag, "", dir + " is being written by another run" + lock.holder() +
-                                     ": two runs would overwrite each other's checkpoints; give this one another " +
-                                     flag + ", or resume from that folder with --resume");
-    case FolderLock::Outcome::kUnsupported:
-      std::cerr << "poplar-worker[rank 0]: warning: " << flag << ": cannot lock " << lock.path() << " ("
-                << lock.reason() << "); nothing keeps another run from writing into " << dir << " too\n";
-      RemoveDeadTemporaries(dir);
-      return std::nullopt;
+  RemoveDeadTemporaries(dir);
+  if (lock.outcome() == FolderLock::Outcome::kUnsupported) {
+    std::cerr << "poplar-worker[rank 0]: warning: " << flag << ": cannot lock " << lock.path() << " ("
+              << lock.reason() << "); nothing keeps another run from writing into " << dir << " too\n";
+    return std::nullopt;
   }
   return lock;
 }

@@ -44,6 +44,9 @@ void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::
 // moment leaves `latest` on a complete folder.
 void PruneCheckpoints(const std::string& dir, std::int64_t keep);
 
+// The name of the folder of the checkpoint after `step` steps: "step-00000012".
+std::string StepFolderName(std::int64_t step);
+
 // Makes `dir` ready to hold checkpoints before training starts, so that what would stop
 // the first checkpoint stops the job at once instead: creates the folder, checks that
 // files can be made in it and refuses a `latest` that is not a regular file. `flag` names

@@ -221,28 +221,41 @@ constexpr const char* kAgreedKey = "poplar/rendezvous-agreed";
 constexpr std::chrono::seconds kEndedLinger{5};
 
 std::string StartedKey(int rank) { return "poplar/started/" + std::to_string(rank); }
-// Rank `rank` knows the rendezvous ended (it read why, or ended it itself): rank 0, whose
-// process holds the store, waits for these before it exits, since a store gone mid-read
-// is a connection error naming nothing.
+// Rank `rank` knows the rendezvous ended (it read why, or ended it itself).
 std::string KnownKey(int rank) { return "poplar/rendezvous-ended-known/" + std::to_string(rank); }
 
-void MarkKnown(c10d::Store& store, int rank) {
-  const std::string yes = "1";
-  store.set(KnownKey(rank), std::vector<uint8_t>(yes.begin(), yes.end()));
+void SetText(c10d::Store& store, const std::string& key, const std::string& text) {
+  store.set(key, std::vector<uint8_t>(text.begin(), text.end()));
 }
 
-// Rank 0: waits until every other rank below `world_size` knows the rendezvous ended, or
-// `until`. With `started_only`, a rank that has not started its rendezvous is not waited
-// for (one that comes later says it cannot reach rank 0).
-void WaitUntilTheOthersKnow(c10d::Store& store, int world_size, bool started_only,
-                            std::chrono::steady_clock::time_point until) {
-  for (int rank = 1; rank < world_size;) {
-    if (store.check({KnownKey(rank)}) || (started_only && !store.check({StartedKey(rank)}))) {
-      ++rank;
-      continue;
+std::string GetText(c10d::Store& store, const std::string& key) {
+  const std::vector<uint8_t> bytes = store.get(key);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// Once `rank` knows the rendezvous ended. A rank other than 0 says so (KnownKey). Rank 0,
+// whose process holds the store, waits until every other rank below `world_size` has
+// said so, or `until`, since a store gone mid-read is a connection error naming nothing;
+// with `started_only`, a rank that has not started its rendezvous is not waited for (one
+// that comes later says it cannot reach rank 0). Best effort: a store already gone is
+// this rank's to ignore, its own error says what is wrong.
+void AfterTheEnd(c10d::Store& store, int rank, int world_size, bool started_only,
+                 std::chrono::steady_clock::time_point until) {
+  try {
+    if (rank != 0) {
+      SetText(store, KnownKey(rank), "1");
+      return;
     }
-    if (std::chrono::steady_clock::now() >= until) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int other = 1; other < world_size;) {
+      if (store.check({KnownKey(other)}) || (started_only && !store.check({StartedKey(other)}))) {
+        ++other;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= until) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const std::exception&) {
+    // The store went with rank 0 (or rank 0 could no longer serve): nothing to wait for.
   }
 }
 
@@ -254,18 +267,9 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
   while (true) {
     if (store_->check(keys)) return true;
     if (in_rendezvous && store_->check({kEndedKey})) {
-      const std::vector<uint8_t> reason = store_->get(kEndedKey);
-      try {
-        if (rank_ == 0) {
-          WaitUntilTheOthersKnow(*store_, world_size_, /*started_only=*/true,
-                                 std::chrono::steady_clock::now() + kEndedLinger);
-        } else {
-          MarkKnown(*store_, rank_);
-        }
-      } catch (const std::exception&) {
-        // Rank 0 stopped waiting for this rank: the reason is read all the same.
-      }
-      throw PeerFailure(std::string(reason.begin(), reason.end()));
+      const std::string reason = GetText(*store_, kEndedKey);
+      AfterTheEnd(*store_, rank_, world_size_, /*started_only=*/true, std::chrono::steady_clock::now() + kEndedLinger);
+      throw PeerFailure(reason);
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
@@ -287,14 +291,9 @@ void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const
   const std::string message = "rank " + std::to_string(env.rank) + " stopped before the rendezvous: " + reason;
   try {
     c10d::TCPStore store(env.master_addr, store_options);
-    store.set(kEndedKey, std::vector<uint8_t>(message.begin(), message.end()));
-    if (env.rank != 0) {
-      MarkKnown(store, env.rank);  // needs no telling, should rank 0 be waiting to tell it
-    } else {
-      // The store ends with this process: every other rank is to read why (or stop on
-      // its own), none has started yet.
-      WaitUntilTheOthersKnow(store, env.world_size, /*started_only=*/false, std::chrono::steady_clock::now() + within);
-    }
+    SetText(store, kEndedKey, message);
+    // Rank 0 waits for every other rank, none of which has started its rendezvous yet.
+    AfterTheEnd(store, env.rank, env.world_size, /*started_only=*/false, std::chrono::steady_clock::now() + within);
   } catch (const std::exception&) {
     // No rank 0 to tell (not started, or gone): its own wait names this rank. Rank 0
     // unable to host (its port taken): the others say they cannot reach it.
@@ -303,16 +302,12 @@ void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const
 
 void Communicator::EndRendezvous(const std::string& here, const std::string& for_the_others) {
   try {
-    store_->set(kEndedKey, std::vector<uint8_t>(for_the_others.begin(), for_the_others.end()));
-    if (rank_ != 0) {
-      MarkKnown(*store_, rank_);
-    } else {
-      WaitUntilTheOthersKnow(*store_, world_size_, /*started_only=*/true, std::chrono::steady_clock::now() + kEndedLinger);
-    }
+    SetText(*store_, kEndedKey, for_the_others);
   } catch (const std::exception&) {
     // The store is gone with rank 0, which ended the rendezvous itself or will time out:
     // this rank's own error is the one that says what is wrong.
   }
+  AfterTheEnd(*store_, rank_, world_size_, /*started_only=*/true, std::chrono::steady_clock::now() + kEndedLinger);
   throw std::runtime_error(here);
 }
 
@@ -326,12 +321,11 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
                   "RANK " + rank_text + " was given to two processes: every rank of a job needs its own RANK");
   }
   const std::string own = std::to_string(world_size_);
-  store_->set(key(rank_), std::vector<uint8_t>(own.begin(), own.end()));
+  SetText(*store_, key(rank_), own);
   // A rank whose WORLD_SIZE differs would otherwise wait for ranks that do not exist, or
   // be waited for as one that never joined. Empty when `rank`'s is this rank's.
   auto world_size_difference = [&](int rank) -> std::string {
-    const std::vector<uint8_t> value = store_->get(key(rank));
-    const std::string theirs(value.begin(), value.end());
+    const std::string theirs = GetText(*store_, key(rank));
     if (theirs == own) return "";
     return "WORLD_SIZE is " + own + " here but " + theirs + " on rank " + std::to_string(rank) +
            ": every rank of a job must be started with the same WORLD_SIZE";
@@ -366,8 +360,7 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
                                     own + ": every rank of a job must be started with the same WORLD_SIZE");
     }
   }
-  const std::string yes = "1";
-  store_->set(kAgreedKey, std::vector<uint8_t>(yes.begin(), yes.end()));
+  SetText(*store_, kAgreedKey, "1");
 }
 
 PeerFailure Communicator::RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const {
@@ -420,7 +413,7 @@ std::string Difference(const std::string& mine, const std::string& theirs, int o
 void Communicator::RequireAgreement(const std::string& what, const std::string& value) {
   if (world_size_ == 1) return;
   const std::string prefix = "poplar/agree/" + what + "/";
-  store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+  SetText(*store_, prefix + std::to_string(rank_), value);
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) keys.push_back(prefix + std::to_string(r));
   if (!PollUntilSet(keys, std::chrono::steady_clock::now() + timeout_, /*in_rendezvous=*/false)) {
@@ -436,8 +429,7 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
                              " own output says why)");
   }
   for (int r = 0; r < world_size_; ++r) {
-    const std::vector<uint8_t> bytes = store_->get(prefix + std::to_string(r));
-    const std::string theirs(bytes.begin(), bytes.end());
+    const std::string theirs = GetText(*store_, prefix + std::to_string(r));
     if (theirs != value) {
       throw InputError("ranks " + std::to_string(rank_) + " and " + std::to_string(r), what,
                        "differ: every rank must run with the same " + what + " (" + Difference(value, theirs, r) +

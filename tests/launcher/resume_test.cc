@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -32,6 +31,22 @@ std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
+
+// A slow disk for the workers started while it lives (slow_fsync.cc, by LD_PRELOAD, which
+// the test process itself never loads): every fsync first sleeps `delay_ms`.
+class SlowDisk {
+ public:
+  explicit SlowDisk(int delay_ms) {
+    ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);
+    ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", std::to_string(delay_ms).c_str(), 1);
+  }
+  ~SlowDisk() {
+    ::unsetenv("LD_PRELOAD");
+    ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  }
+  SlowDisk(const SlowDisk&) = delete;
+  SlowDisk& operator=(const SlowDisk&) = delete;
+};
 
 // Every test's scratch folder, with the tiny model and 6000 tokens.
 class Resume : public ::testing::Test {
@@ -360,11 +375,10 @@ TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
   std::vector<std::string> args =
       Args(scratch, two, 4, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1", "--save", "whole.pt"});
   *(std::find(args.begin(), args.end(), "--timeout") + 1) = "3";
-  ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);  // inherited by the workers alone
-  ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", "700", 1);
-  const JobOutcome job = RunJob(scratch, 2, args);
-  ::unsetenv("LD_PRELOAD");
-  ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  const JobOutcome job = [&] {
+    const SlowDisk slow_disk(700);
+    return RunJob(scratch, 2, args);
+  }();
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000004\n");
   EXPECT_TRUE(Contains(job.errors[0], "the checkpoint of step 3 was not written: the one of step 4 came")) << job.errors[0];
@@ -395,12 +409,11 @@ std::int64_t StepBeingWritten(const std::string& dir) {
 TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);  // inherited by the worker alone
-  ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", "300", 1);
-  auto job = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                                             "1", "--metrics", "m.jsonl"})});
-  ::unsetenv("LD_PRELOAD");
-  ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  auto job = [&] {
+    const SlowDisk slow_disk(300);
+    return StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
+                                                           "1", "--metrics", "m.jsonl"})});
+  }();
   const std::int64_t writing = StepBeingWritten(checkpoints);
   ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
   // Twice at once, as when the agent and a scheduler both send it: still one stop.
@@ -413,7 +426,7 @@ TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   ASSERT_EQ(latest.size(), 14u) << latest;
   const std::int64_t latest_step = std::stoll(latest.substr(5, 8));
   EXPECT_GE(latest_step, writing) << "the checkpoint being written when the stop came was lost";
-  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/step-" + latest.substr(5, 8) + "/optimizer.pt"));
+  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + StepFolderName(latest_step) + "/optimizer.pt"));
   // No further step: the last trained is the one in progress when the newest checkpoint
   // was taken, at most.
   const std::vector<std::string> lines = ReadLines(scratch.path() + "/m.jsonl");
@@ -427,12 +440,11 @@ TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
 TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  ::setenv("LD_PRELOAD", SLOW_FSYNC_LIBRARY, 1);
-  ::setenv("POPLAR_TEST_FSYNC_DELAY_MS", "3000", 1);  // a checkpoint takes 21 s
-  auto job = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                                             "1"})});
-  ::unsetenv("LD_PRELOAD");
-  ::unsetenv("POPLAR_TEST_FSYNC_DELAY_MS");
+  auto job = [&] {
+    const SlowDisk slow_disk(3000);  // a checkpoint takes 21 s
+    return StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
+                                                           "1"})});
+  }();
   const std::int64_t writing = StepBeingWritten(checkpoints);
   ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
   job[0]->Signal(SIGTERM);
@@ -444,9 +456,8 @@ TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a second stop, not the first one twice
   job[0]->Signal(SIGTERM);
   EXPECT_EQ(job[0]->Wait(std::chrono::seconds(60)), 128 + SIGTERM);
-  char name[32];
-  std::snprintf(name, sizeof(name), "/step-%08lld", static_cast<long long>(writing));
-  EXPECT_FALSE(std::filesystem::exists(checkpoints + name)) << "the second stop waited for the checkpoint";
+  EXPECT_FALSE(std::filesystem::exists(checkpoints + "/" + StepFolderName(writing)))
+      << "the second stop waited for the checkpoint";
 }
 
 // --keep-checkpoints N keeps the N newest step folders (a GPT-2 medium checkpoint is
