@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -33,6 +34,22 @@ auto UseClassicStoreServer(Options& options, int) -> decltype(options.useLibUV =
 }
 template <typename Options>
 void UseClassicStoreServer(Options& /*options*/, long) {}
+
+// While it lives, c10d does not log its errors: a store it cannot reach is logged on
+// stderr ("E... socket.cpp:860] [c10d] The client socket has timed out after 3s ...")
+// before the exception that this rank reports in its own words (and, in TellTheOthers-
+// ThisRankStopped, after the rank's own error). For the store's connection alone; the
+// errors of training itself are logged as libtorch does.
+class QuietC10dErrors {
+ public:
+  QuietC10dErrors() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = 3; }  // fatal ones only
+  ~QuietC10dErrors() { FLAGS_caffe2_log_level = saved_; }
+  QuietC10dErrors(const QuietC10dErrors&) = delete;
+  QuietC10dErrors& operator=(const QuietC10dErrors&) = delete;
+
+ private:
+  int saved_;
+};
 
 // Gloo (libtorch 1.13) has no bf16 type. Collectives that only move bits (all-gather,
 // all-to-all) send bf16 as fp16 of the same width; other types go as they are.
@@ -164,6 +181,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.timeout = timeout;
   UseClassicStoreServer(store_options, 0);
   try {
+    const QuietC10dErrors quiet;
     store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& error) {
     // c10d's message lists every address it tried; the cause fits in a few words.
@@ -290,6 +308,7 @@ void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const
   UseClassicStoreServer(store_options, 0);
   const std::string message = "rank " + std::to_string(env.rank) + " stopped before the rendezvous: " + reason;
   try {
+    const QuietC10dErrors quiet;
     c10d::TCPStore store(env.master_addr, store_options);
     SetText(store, kEndedKey, message);
     // Rank 0 waits for every other rank, none of which has started its rendezvous yet.

@@ -3,13 +3,16 @@
 // Every error — bad input, a libtorch or Gloo failure, a dead peer, out of memory — is
 // caught by RunApp and becomes one line on stderr naming the rank, and a non-zero exit:
 //   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
+#include "launcher/communicator.h"
 #include "launcher/device.h"
 #include "launcher/network_mode.h"
 #include "launcher/profile_mode.h"
@@ -114,6 +117,22 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   network->callback([&o] { poplar::MeasureNetwork(o); });
 }
 
+// A rank of `train` or `network` whose command line is refused (a flag its build does
+// not know, a value out of range) tells the ranks waiting for it at the rendezvous, as a
+// rank stopping on bad input does (Train): they would wait out --timeout for it. For 3 s
+// at most, or rank 0 hosting the message for 30 s; the --timeout of a refused command
+// line is not known.
+void TellTheOthersOfAUsageError(int argc, char** argv, const std::string& message) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command != "train" && command != "network") return;
+  try {
+    const poplar::DistributedEnv env = poplar::DistributedEnv::FromEnvironment();
+    poplar::Communicator::TellTheOthersThisRankStopped(env, message, std::chrono::seconds(env.rank == 0 ? 30 : 3));
+  } catch (const std::exception&) {
+    // An environment that cannot be read: the others' rendezvous names this rank.
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,5 +151,7 @@ int main(int argc, char** argv) {
   AddProfileCommand(app, profile_options);
   AddNetworkCommand(app, network_options);
   return poplar::RunApp(app, argc, argv, "poplar-worker", Who(), "train, profile or network",
-                        /*runtime_errors_fail=*/true);
+                        /*runtime_errors_fail=*/true, [argc, argv](const std::string& message) {
+                          TellTheOthersOfAUsageError(argc, argv, message);
+                        });
 }

@@ -80,10 +80,16 @@ CLI::Validator NotEmpty() {
 }
 
 int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
-           const std::string& speaker, const std::string& commands, bool runtime_errors_fail) {
+           const std::string& speaker, const std::string& commands, bool runtime_errors_fail,
+           const std::function<void(const std::string& message)>& on_usage_error) {
   // At most one command; "none" is reported here, after CLI11 has had the chance to name
   // an unknown flag or command (require_subcommand(1) would hide it).
   if (!commands.empty()) app.require_subcommand(0, 1);
+  const auto usage_error = [&](const std::string& message) {
+    std::cerr << message << "\n";
+    if (on_usage_error) on_usage_error(message);
+    return 2;
+  };
   try {
     if (const std::string unknown = UnknownLongOption(app, argc, argv); !unknown.empty()) {
       std::string command = program;
@@ -92,14 +98,11 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
         if (CommandNamed(app, argv[i]) != nullptr) command += " " + std::string(argv[i]);
         break;
       }
-      std::cerr << command << ": " << unknown << " (see '" << command << " --help')\n";
-      return 2;
+      return usage_error(command + ": " + unknown + " (see '" + command + " --help')");
     }
     app.parse(argc, argv);
     if (!commands.empty() && app.get_subcommands().empty()) {
-      std::cerr << program << ": a command is required: " << commands << " (see '" << program
-                << " --help')\n";
-      return 2;
+      return usage_error(program + ": a command is required: " + commands + " (see '" + program + " --help')");
     }
   } catch (const CLI::CallForHelp& help) {
     return app.exit(help);
@@ -122,8 +125,7 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
       what = "unknown command '" + extras.front() + "'" +
              (suggestion.empty() ? "; the commands are " + commands : suggestion);
     }
-    std::cerr << command << ": " << what << " (see '" << command << " --help')\n";
-    return 2;
+    return usage_error(command + ": " + what + " (see '" + command + " --help')");
   } catch (const InputError& error) {
     std::cerr << speaker << ": error: " << error.what() << "\n";
     return 1;

@@ -385,6 +385,8 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   EXPECT_TRUE(Contains(alone.err, "poplar-worker[rank 1]: error: cannot reach rank 0's rendezvous at 127.0.0.1:" +
                                       std::to_string(port) + " within --timeout; is rank 0 started"))
       << alone.err;
+  // Its error is the one line: c10d's own log of the failed connection is not printed too.
+  EXPECT_FALSE(Contains(alone.err, "socket.cpp")) << alone.err;
 }
 
 // A rank started with another WORLD_SIZE (and a plan for it) is named as such, at once,
@@ -471,6 +473,25 @@ TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
   EXPECT_EQ(ranks[0]->Wait(kAtOnce), kPeerFailureExitStatus) << "rank 0 waited for a rank that had stopped";
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
   EXPECT_TRUE(ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"})) << err;
+}
+
+// So does a rank whose command line its build refuses (a worker older than the flags it
+// was given): rank 0 once waited out --timeout for it.
+TEST_F(WorkerBadInput, ARankRefusingItsCommandLineTellsRankZeroWhy) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
+  const auto args = Args(plan, {}, 1000000);
+  std::vector<std::string> bad = args;
+  bad.push_back("--stepz");
+  auto ranks = StartJob(scratch_, {args, bad});
+  EXPECT_EQ(ranks[1]->Wait(kAtOnce), 2);
+  EXPECT_EQ(ranks[0]->Wait(kAtOnce), kPeerFailureExitStatus) << "rank 0 waited for a rank that had stopped";
+  const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
+  EXPECT_TRUE(Contains(err, "poplar-worker[rank 0]: error: rank 1 stopped before the rendezvous: poplar-worker train: "
+                            "unknown option '--stepz'"))
+      << err;
+  const std::string own = ReadWholeFile(scratch_.path() + "/rank1.err");
+  EXPECT_EQ(own, "poplar-worker train: unknown option '--stepz'; did you mean --steps? (see 'poplar-worker train "
+                 "--help')\n");
 }
 
 // And the other way round: rank 0 stopping before the rendezvous hosts the store long
