@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -79,12 +77,11 @@ void RemoveTemporariesOfStoppedAgents(const std::filesystem::path& folder) {
   // WriteFileAtomically's "<file>.tmp.<pid>": each names the agent that wrote it.
   static const std::regex kTemporary(R"(.+\.([1-9][0-9]{0,8})-[0-9]+\.(?:model|partial)\.json|.+\.tmp\.([1-9][0-9]{0,8}))");
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(folder, error)) {
+  for (const fs::path entry : FolderEntries(folder.string())) {
     std::smatch match;
-    const std::string name = entry.path().filename().string();
+    const std::string name = entry.filename().string();
     if (!std::regex_match(name, match, kTemporary)) continue;
-    const pid_t writer = static_cast<pid_t>(std::stol(match[1].matched ? match[1].str() : match[2].str()));
-    if (::kill(writer, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), error);
+    if (ProcessIsGone(std::stol(match[1].matched ? match[1].str() : match[2].str()))) fs::remove(entry, error);
   }
 }
 

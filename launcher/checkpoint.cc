@@ -252,9 +252,9 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep) {
   // replaced as this run reaches their steps.
   std::vector<std::pair<std::int64_t, fs::path>> steps;
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const auto step = StepOfFolderName(entry.path().filename().string());
-    if (step && *step <= *latest_step && entry.is_directory(error)) steps.emplace_back(*step, entry.path());
+  for (const fs::path entry : FolderEntries(dir)) {
+    const auto step = StepOfFolderName(entry.filename().string());
+    if (step && *step <= *latest_step && fs::is_directory(entry, error)) steps.emplace_back(*step, entry);
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (std::size_t i = static_cast<std::size_t>(std::min<std::int64_t>(keep, steps.size())); i < steps.size(); ++i) {
@@ -287,8 +287,8 @@ namespace {
 // in `dir`.
 void RemoveDeadTemporaries(const std::string& dir) {
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    if (ProcessIsGone(WriterOfTemporary(entry.path().filename().string()))) fs::remove_all(entry.path(), error);
+  for (const fs::path entry : FolderEntries(dir)) {
+    if (ProcessIsGone(WriterOfTemporary(entry.filename().string()))) fs::remove_all(entry, error);
   }
 }
 

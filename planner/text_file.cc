@@ -115,6 +115,16 @@ long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_
 
 bool ProcessIsGone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
+std::vector<std::string> FolderEntries(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> entries;
+  std::error_code error;
+  for (fs::directory_iterator entry(folder, error), end; !error && entry != end; entry.increment(error)) {
+    entries.push_back(entry->path().string());
+  }
+  return entries;
+}
+
 int OwnDescriptorOf(const std::string& path) {
   if (path == "/dev/stdout") return STDOUT_FILENO;
   if (path == "/dev/stderr") return STDERR_FILENO;

@@ -26,6 +26,11 @@ long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_
 // Whether the process `pid` no longer exists (kill(pid, 0) says ESRCH): its temporaries
 // can go.
 bool ProcessIsGone(long pid);
+// The paths in `folder`, for the scans that tidy up (temporaries of dead writers, old
+// checkpoints): as many as can be read, never an exception. A folder that cannot be
+// opened gives none; one that fails, or is removed, while being read gives those read
+// before (a range-for over directory_iterator would throw from its increment).
+std::vector<std::string> FolderEntries(const std::string& folder);
 // The descriptor of this process that `path` names (/dev/stdout: 1, /dev/stderr: 2,
 // /dev/fd/N and /proc/self/fd/N: N), or -1 when it names a file. Writing through the
 // descriptor keeps its offset: the lines join the process's other output.

@@ -22,11 +22,9 @@ constexpr const char* kAppendedTo[] = {"logs", "metrics"};
 // directory may be a folder of the user's.
 void RemoveDeadWritersTemporaries(const fs::path& dir) {
   std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
+  for (const fs::path entry : FolderEntries(dir.string())) {
     for (const char* own : {"plan.json", "summary.json", "job_id"}) {
-      if (ProcessIsGone(AtomicWriteTemporaryOwner(entry.path().filename().string(), own))) {
-        fs::remove(entry.path(), error);
-      }
+      if (ProcessIsGone(AtomicWriteTemporaryOwner(entry.filename().string(), own))) fs::remove(entry, error);
     }
   }
 }

@@ -1,6 +1,9 @@
 #include "planner/text_file.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -84,6 +87,18 @@ TEST(ReadTextFile, RefusesDevices) {
     EXPECT_TRUE(Contains(error.what(), "/dev/null")) << error.what();
     EXPECT_TRUE(Contains(error.what(), "not a regular file")) << error.what();
   }
+}
+
+TEST(FolderEntries, ListsFilesAndFoldersAndNeverThrows) {
+  ScratchDir dir("text-file");
+  WriteFileAtomically(dir.path() + "/a.json", "{}");
+  fs::create_directory(dir.path() + "/step-00000001");
+  std::vector<std::string> entries = FolderEntries(dir.path());
+  std::sort(entries.begin(), entries.end());
+  EXPECT_EQ(entries, (std::vector<std::string>{dir.path() + "/a.json", dir.path() + "/step-00000001"}));
+  // What cannot be listed lists nothing: a folder that is gone, a file.
+  EXPECT_TRUE(FolderEntries(dir.path() + "/gone").empty());
+  EXPECT_TRUE(FolderEntries(dir.path() + "/a.json").empty());
 }
 
 TEST(Trimmed, DropsTheBlanksAndLineEndsAroundTheValueOnly) {
