@@ -236,32 +236,36 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& c
   return restored;
 }
 
-void PruneCheckpoints(const std::string& dir, std::int64_t keep) {
+void PruneCheckpoints(const std::string& dir, std::int64_t keep, const CheckpointLine& line) {
   if (keep <= 0) return;
   // Pruning costs disk when it fails, never the run: what it cannot read or remove stays.
-  std::optional<std::int64_t> latest_step;
   std::string latest;
   try {
     latest = Trimmed(ReadTextFile((fs::path(dir) / "latest").string()));
-    latest_step = StepOfFolderName(latest);
   } catch (const InputError&) {
   }
-  if (!latest_step) return;
-  // The step folders up to `latest`'s, newest first. Those above it are an abandoned
-  // run's (this one resumed from an earlier step): not counted and not removed, they are
-  // replaced as this run reaches their steps.
-  std::vector<std::pair<std::int64_t, fs::path>> steps;
+  if (!StepOfFolderName(latest)) return;
+  std::vector<std::pair<std::int64_t, fs::path>> steps;  // every step folder, newest first
   std::error_code error;
   for (const fs::path entry : FolderEntries(dir)) {
     const auto step = StepOfFolderName(entry.filename().string());
-    if (step && *step <= *latest_step && fs::is_directory(entry, error)) steps.emplace_back(*step, entry);
+    if (step && fs::is_directory(entry, error)) steps.emplace_back(*step, entry);
   }
   std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (std::size_t i = static_cast<std::size_t>(std::min<std::int64_t>(keep, steps.size())); i < steps.size(); ++i) {
-    if (steps[i].second.filename() == latest) continue;
-    if (fs::remove_all(steps[i].second, error); error) {
-      std::cerr << "poplar-worker[rank 0]: warning: --keep-checkpoints: cannot remove " << steps[i].second.string()
-                << ": " << error.message() << "; it stays\n";
+  std::optional<std::int64_t> oldest_kept;
+  std::int64_t kept = 0;
+  for (const auto& [step, path] : steps) {
+    if (line.Holds(step) && ++kept == keep) {
+      oldest_kept = step;
+      break;
+    }
+  }
+  if (!oldest_kept) return;
+  for (const auto& [step, path] : steps) {
+    if (step >= *oldest_kept || path.filename() == latest) continue;
+    if (fs::remove_all(path, error); error) {
+      std::cerr << "poplar-worker[rank 0]: warning: --keep-checkpoints: cannot remove " << path.string() << ": "
+                << error.message() << "; it stays\n";
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "planner/folder_lock.h"
@@ -39,10 +40,23 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
 // check before any state to go on from is written (a checkpoint, --save).
 void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::string& not_written);
 
-// Removes the step folders of `dir` but the `keep` newest (highest steps) and the one
-// `latest` names; keep 0 keeps every one. After WriteCheckpoint, so that a crash at any
-// moment leaves `latest` on a complete folder.
-void PruneCheckpoints(const std::string& dir, std::int64_t keep);
+// The checkpoints of one run's line of training: those it went on from (every step up to
+// the one it resumed from; 0 without --resume) and those it wrote itself. A folder may
+// also hold another line's: a run that this one resumed from an earlier step of, or one
+// that wrote there before.
+struct CheckpointLine {
+  std::int64_t resumed_from = 0;
+  std::set<std::int64_t> written;
+  bool Holds(std::int64_t step) const { return step <= resumed_from || written.count(step) > 0; }
+};
+
+// Keeps the `keep` newest step folders of `line` in `dir` (keep 0: every one) and the
+// one `latest` names, and removes every step folder older than the oldest kept. Another
+// line's folders are not counted (they would take the place of this run's own): those
+// newer than that are left, replaced as this run reaches their steps or removed once
+// they are older than the oldest it keeps. After WriteCheckpoint, so that a crash at
+// any moment leaves `latest` on a complete folder.
+void PruneCheckpoints(const std::string& dir, std::int64_t keep, const CheckpointLine& line);
 
 // The name of the folder of the checkpoint after `step` steps: "step-00000012".
 std::string StepFolderName(std::int64_t step);

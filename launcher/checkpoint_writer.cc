@@ -7,8 +7,8 @@
 
 namespace poplar {
 
-CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep)
-    : dir_(std::move(dir)), config_(config), keep_(keep), thread_([this] { WriteQueued(); }) {}
+CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep, std::int64_t resumed_from)
+    : dir_(std::move(dir)), config_(config), keep_(keep), line_{resumed_from, {}}, thread_([this] { WriteQueued(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -76,7 +76,8 @@ void CheckpointWriter::WriteQueued() {
     std::exception_ptr error;
     try {
       WriteCheckpoint(dir_, checkpoint, config_);
-      PruneCheckpoints(dir_, keep_);
+      line_.written.insert(checkpoint.step);
+      PruneCheckpoints(dir_, keep_, line_);
     } catch (...) {
       error = std::current_exception();
     }

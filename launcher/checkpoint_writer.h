@@ -33,8 +33,9 @@ namespace poplar {
 
 class CheckpointWriter {
  public:
-  // Keeps the `keep` newest checkpoints in `dir` (PruneCheckpoints; 0: every one).
-  CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep);
+  // Keeps the `keep` newest checkpoints in `dir` of the line of training that went on
+  // from step `resumed_from` (PruneCheckpoints; 0: every one).
+  CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep, std::int64_t resumed_from);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -63,6 +64,7 @@ class CheckpointWriter {
   const std::string dir_;
   const GptConfig config_;
   const std::int64_t keep_;
+  CheckpointLine line_;                // the writing thread's alone
   std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the three below

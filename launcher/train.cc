@@ -282,7 +282,9 @@ void Train(const TrainOptions& options) {
 
   const int rank = env.rank;
   std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
-  if (rank == 0 && !options.checkpoint_dir.empty()) writer.emplace(options.checkpoint_dir, config, options.keep_checkpoints);
+  if (rank == 0 && !options.checkpoint_dir.empty()) {
+    writer.emplace(options.checkpoint_dir, config, options.keep_checkpoints, first_step);
+  }
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);
   std::size_t last_computing_entry = micro_batches.size();

@@ -512,6 +512,42 @@ TEST_F(Resume, PrunesItsOwnCheckpointsNotThoseOfARunItWentBackFrom) {
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000004\n");
 }
 
+// The step folders in `dir`, by step.
+std::vector<std::string> StepFolders(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("step-", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The same when the new run checkpoints at other steps than the abandoned one: the
+// abandoned run's folders below `latest` are not counted either. (Counted, a run resumed
+// from step 4 with --checkpoint-every 3 kept 7 and the abandoned 6, and removed 4: one
+// checkpoint of its own where it asked for two.)
+TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const GptConfig config{2, 2, 32, 256, 16};
+  const auto write = [&](std::int64_t step) { WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config); };
+  for (std::int64_t step : {2, 4, 6, 8, 10}) write(step);  // the abandoned run, every 2 steps
+  CheckpointLine line{4, {}};                              // resumed from step 4, every 3
+  const auto write_own = [&](std::int64_t step) {
+    write(step);
+    line.written.insert(step);
+    PruneCheckpoints(checkpoints, 2, line);
+  };
+  write_own(7);
+  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000007",
+                                                                "step-00000008", "step-00000010"}));
+  write_own(10);  // replaces the abandoned run's 10
+  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000007", "step-00000008", "step-00000010"}));
+  write_own(13);
+  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000010", "step-00000013"}));
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000013\n");
+}
+
 // A checkpoint is a state to go on from: parameters or moments that hold inf or nan (an
 // update that overflowed after a finite loss) are refused, and nothing of it is left on
 // the disk, not even its temporary folder; `latest` stays on the last good one.
