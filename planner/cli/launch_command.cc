@@ -190,6 +190,7 @@ void RunLaunch(const LaunchOptions& options) {
   if (given) RequireDevicesAsProfiled(cluster, agents, *given);
   StopIfInterrupted(interruption, job_id);
   const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
+  directory.Record();
   const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
   StopIfInterrupted(interruption, job_id);
   const std::string& plan_text = prepared.text;
@@ -235,7 +236,6 @@ void RunLaunch(const LaunchOptions& options) {
   std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
             << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr
             << ":" << master_port << "; run directory " << run_dir << std::endl;
-  directory.Record();
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
   if (options.resume) monitor.ExpectResume(job_id);
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);

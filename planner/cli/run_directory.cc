@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/text_file.h"
 
 namespace poplar {
@@ -49,7 +50,20 @@ std::string RecordedJobId(const fs::path& dir) {
 RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, bool resume)
     : path_(path), job_id_(job_id) {
   const fs::path dir(path);
-  if (!resume && (fs::exists(dir / "plan.json") || fs::exists(dir / "job_id"))) {
+  const bool holds_run = fs::exists(dir / "job_id") || fs::exists(dir / "summary.json");
+  if (!holds_run) {
+    // `poplar plan`'s output (a plan.json, its profiles/ beside it) or the user's own: a
+    // launch would write over them, a resume move them into attempts/.
+    std::vector<std::string> found;
+    if (fs::exists(dir / "plan.json")) found.push_back("plan.json");
+    if (fs::exists(dir / "profiles")) found.push_back("profiles/");
+    if (!found.empty()) {
+      throw InputError("--run-dir", "", path + " holds " + Join(found, " and ") +
+                                            " but no run of poplar launch (no job_id or summary.json): is it a folder "
+                                            "that poplar plan wrote? A run directory is the launch's own: choose "
+                                            "another --run-dir (the default is runs/<job id>)");
+    }
+  } else if (!resume) {
     throw InputError("--run-dir", "", path + " already holds a run; choose another --run-dir or --job-id, or --resume");
   }
   if (resume) {

@@ -15,7 +15,9 @@ class RunDirectory {
   // head that died left there (`summary.json.tmp.PID` of a PID no longer running).
   // Throws InputError naming
   // --run-dir, before anything is made or changed:
-  //  - without `resume`, if it already holds a run (a plan.json or a job_id file);
+  //  - if it holds a plan.json or profiles/ but no run (no job_id file, no
+  //    summary.json): `poplar plan`'s output, which a resume would move into attempts/;
+  //  - without `resume`, if it already holds a run (a job_id file or a summary.json);
   //  - with `resume`, if it holds the run of another job (its job_id file, or for a
   //    directory written before that file existed, its summary.json's job_id).
   RunDirectory(const std::string& path, const std::string& job_id, bool resume);
@@ -31,9 +33,10 @@ class RunDirectory {
   // replace them. Logs and metrics stay where they are and are appended to. Returns the
   // folder they went to, empty when there was nothing to keep.
   std::string KeepPreviousAttempt();
-  // The workers are about to start: writes the job_id file, so that a head that dies
-  // from here on (SIGKILL, a second Ctrl-C) leaves a directory that says whose run it
-  // is. Until Keep(), a refused launch still removes it again.
+  // Before the launch writes its own files here (profiles/, plan.json): writes the
+  // job_id file, so that a head that dies from here on (SIGKILL, a second Ctrl-C) leaves
+  // a directory that says whose run it is, which --resume goes on in. Until Keep(), a
+  // refused launch still removes it again.
   void Record();
   // A worker has started: writes the job_id file and keeps the directory.
   void Keep();

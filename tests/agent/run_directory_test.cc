@@ -60,6 +60,26 @@ TEST(RunDirectory, RefusesADirectoryHoldingARunUnlessResuming) {
   RunDirectory resumed(scratch.path() + "/old", "j1", true);
 }
 
+// The folder `poplar plan` wrote (plan.json, profiles/ beside it) is no run directory:
+// given as --run-dir, a launch would write over the plan and a resume once moved both
+// into attempts/1. Refused either way, untouched.
+TEST(RunDirectory, RefusesAFolderThatPoplarPlanWrote) {
+  ScratchDir scratch("run-dir");
+  scratch.Write("planned/plan.json", "plan");
+  scratch.Write("planned/profiles/fast.json", "profile");
+  for (const bool resume : {false, true}) {
+    const InputError error = OpenError(scratch.path() + "/planned", "j1", resume);
+    EXPECT_EQ(error.file(), "--run-dir");
+    EXPECT_TRUE(ContainsAll(error.reason(), {"holds plan.json and profiles/ but no run of poplar launch",
+                                             "choose another --run-dir"}))
+        << error.reason();
+  }
+  EXPECT_EQ(ReadTextFile(scratch.path() + "/planned/plan.json"), "plan");
+  EXPECT_EQ(ReadTextFile(scratch.path() + "/planned/profiles/fast.json"), "profile");
+  EXPECT_FALSE(fs::exists(scratch.path() + "/planned/attempts"));
+  EXPECT_FALSE(fs::exists(scratch.path() + "/planned/job_id"));
+}
+
 TEST(RunDirectory, RefusesToResumeAnotherJobsRun) {
   ScratchDir scratch("run-dir");
   scratch.Write("mine/job_id", "j1\n");
@@ -135,10 +155,11 @@ TEST(RunDirectory, ALaunchRefusedInAFolderThatExistedRemovesOnlyWhatItWrote) {
   EXPECT_FALSE(fs::exists(path + "/job_id"));
 }
 
-// The job id is on the disk from the moment the workers are started: a head killed then
-// (a second Ctrl-C) once left a directory that another job could resume into. A launch
-// refused after Record (every agent refused) still removes it.
-TEST(RunDirectory, RecordsTheJobBeforeTheWorkersStart) {
+// The job id is on the disk before the launch writes anything there (profiles, the plan,
+// the workers' logs): a head killed then (a second Ctrl-C) once left a directory that
+// another job could resume into. A launch refused after Record (every agent refused)
+// still removes it.
+TEST(RunDirectory, RecordsTheJobBeforeTheLaunchWritesInIt) {
   ScratchDir scratch("run-dir");
   const std::string path = scratch.path() + "/run";
   scratch.Write("run/notes.txt", "mine");
