@@ -40,10 +40,11 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
 // check before any state to go on from is written (a checkpoint, --save).
 void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::string& not_written);
 
-// The checkpoints of one run's line of training: those it went on from (every step up to
-// the one it resumed from; 0 without --resume) and those it wrote itself. A folder may
-// also hold another line's: a run that this one resumed from an earlier step of, or one
-// that wrote there before.
+// The checkpoints of one run's line of training, as far as the run knows it: every step
+// up to the one it resumed from (0 without --resume), and those it wrote itself. A folder
+// may also hold another line's above that step: a run that this one resumed from an
+// earlier step of, or one that wrote there before. (Below it, a line abandoned by an
+// earlier resume counts too: folders do not record which run wrote them.)
 struct CheckpointLine {
   std::int64_t resumed_from = 0;
   std::set<std::int64_t> written;

@@ -38,8 +38,9 @@ void UseClassicStoreServer(Options& /*options*/, long) {}
 // While it lives, c10d does not log its errors: a store it cannot reach is logged on
 // stderr ("E... socket.cpp:860] [c10d] The client socket has timed out after 3s ...")
 // before the exception that this rank reports in its own words (and, in TellTheOthers-
-// ThisRankStopped, after the rank's own error). For the store's connection alone; the
-// errors of training itself are logged as libtorch does.
+// ThisRankStopped, after the rank's own error). Held while the rendezvous's store is
+// reached (or, stopping before the rendezvous, hosted for its message); the errors of
+// training itself are logged as libtorch does.
 class QuietC10dErrors {
  public:
   QuietC10dErrors() : saved_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = 3; }  // fatal ones only

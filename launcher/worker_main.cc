@@ -119,15 +119,19 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
 
 // A rank of `train` or `network` whose command line is refused (a flag its build does
 // not know, a value out of range) tells the ranks waiting for it at the rendezvous, as a
-// rank stopping on bad input does (Train): they would wait out --timeout for it. For 3 s
-// at most, or rank 0 hosting the message for 30 s; the --timeout of a refused command
-// line is not known.
+// rank stopping on bad input does (Train): they would wait out --timeout for it. It
+// tries for 30 s, whatever its rank: its error is printed already, and rank 0 opens its
+// store only after loading its plan, data and model (a GPU's start-up takes seconds). A
+// rank 0 hosts the message until every other rank has read it, 30 s at most.
 void TellTheOthersOfAUsageError(int argc, char** argv, const std::string& message) {
-  const std::string command = argc > 1 ? argv[1] : "";
+  std::string command;  // the first word that is not a flag, as RunApp reads it
+  for (int i = 1; i < argc && command.empty(); ++i) {
+    if (argv[i][0] != '-') command = argv[i];
+  }
   if (command != "train" && command != "network") return;
   try {
     const poplar::DistributedEnv env = poplar::DistributedEnv::FromEnvironment();
-    poplar::Communicator::TellTheOthersThisRankStopped(env, message, std::chrono::seconds(env.rank == 0 ? 30 : 3));
+    poplar::Communicator::TellTheOthersThisRankStopped(env, message, std::chrono::seconds(30));
   } catch (const std::exception&) {
     // An environment that cannot be read: the others' rendezvous names this rank.
   }

@@ -50,7 +50,10 @@ std::string RecordedJobId(const fs::path& dir) {
 RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, bool resume)
     : path_(path), job_id_(job_id) {
   const fs::path dir(path);
-  const bool holds_run = fs::exists(dir / "job_id") || fs::exists(dir / "summary.json");
+  // A run's own files: logs/ and metrics/ too, for a run of a head from before job_id that
+  // died before its summary.
+  bool holds_run = false;
+  for (const char* name : {"job_id", "summary.json", "logs", "metrics"}) holds_run = holds_run || fs::exists(dir / name);
   if (!holds_run) {
     // `poplar plan`'s output (a plan.json, its profiles/ beside it) or the user's own: a
     // launch would write over them, a resume move them into attempts/.
@@ -59,9 +62,9 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
     if (fs::exists(dir / "profiles")) found.push_back("profiles/");
     if (!found.empty()) {
       throw InputError("--run-dir", "", path + " holds " + Join(found, " and ") +
-                                            " but no run of poplar launch (no job_id or summary.json): is it a folder "
-                                            "that poplar plan wrote? A run directory is the launch's own: choose "
-                                            "another --run-dir (the default is runs/<job id>)");
+                                            " but no run of poplar launch (no job_id, summary.json, logs/ or "
+                                            "metrics/): is it a folder that poplar plan wrote? A run directory is the "
+                                            "launch's own: choose another --run-dir (the default is runs/<job id>)");
     }
   } else if (!resume) {
     throw InputError("--run-dir", "", path + " already holds a run; choose another --run-dir or --job-id, or --resume");

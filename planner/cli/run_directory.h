@@ -15,9 +15,10 @@ class RunDirectory {
   // head that died left there (`summary.json.tmp.PID` of a PID no longer running).
   // Throws InputError naming
   // --run-dir, before anything is made or changed:
-  //  - if it holds a plan.json or profiles/ but no run (no job_id file, no
-  //    summary.json): `poplar plan`'s output, which a resume would move into attempts/;
-  //  - without `resume`, if it already holds a run (a job_id file or a summary.json);
+  //  - if it holds a plan.json or profiles/ but no run (no job_id file, summary.json,
+  //    logs/ or metrics/): `poplar plan`'s output, which a resume would move into
+  //    attempts/;
+  //  - without `resume`, if it already holds a run (any of those four);
   //  - with `resume`, if it holds the run of another job (its job_id file, or for a
   //    directory written before that file existed, its summary.json's job_id).
   RunDirectory(const std::string& path, const std::string& job_id, bool resume);

@@ -78,6 +78,12 @@ TEST(RunDirectory, RefusesAFolderThatPoplarPlanWrote) {
   EXPECT_EQ(ReadTextFile(scratch.path() + "/planned/profiles/fast.json"), "profile");
   EXPECT_FALSE(fs::exists(scratch.path() + "/planned/attempts"));
   EXPECT_FALSE(fs::exists(scratch.path() + "/planned/job_id"));
+  // A run of a head from before the job_id file that died before its summary: its logs
+  // say it is a run, which --resume goes on in.
+  scratch.Write("old-run/plan.json", "plan");
+  scratch.Write("old-run/logs/rank-0.log", "log");
+  EXPECT_TRUE(ContainsAll(OpenError(scratch.path() + "/old-run", "j1", false).reason(), {"already holds a run"}));
+  RunDirectory resumed(scratch.path() + "/old-run", "j1", true);
 }
 
 TEST(RunDirectory, RefusesToResumeAnotherJobsRun) {

@@ -548,6 +548,30 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000013\n");
 }
 
+// End to end: the worker gives the writer the step it resumed from. Steps 2 and 4 of
+// the first line, 8 (and perhaps 6) of a later run; resumed from 4 to step 5 with
+// --keep-checkpoints 2, the run keeps its 5 and 4, removes 2, and leaves the abandoned
+// run's later folders (without the resume step it counted only 5 and removed nothing).
+TEST_F(Resume, AResumedRunKeepsTheCheckpointItWentOnFrom) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const std::vector<std::string> every_two = {"--checkpoint-dir", checkpoints, "--checkpoint-every", "2"};
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, every_two)).AllSucceeded());  // a run's last is always written
+  std::vector<std::string> resumed = every_two;
+  resumed.insert(resumed.end(), {"--resume", checkpoints});
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 4, resumed)).AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 8, resumed)).AllSucceeded());
+  const JobOutcome again =
+      RunJob(scratch, 1,
+             Args(scratch, one, 5, {"--resume", checkpoints + "/step-00000004", "--checkpoint-dir", checkpoints,
+                                    "--keep-checkpoints", "2"}));
+  ASSERT_TRUE(again.AllSucceeded()) << again.Describe();
+  std::vector<std::string> folders = StepFolders(checkpoints);
+  folders.erase(std::remove(folders.begin(), folders.end(), "step-00000006"), folders.end());  // written or not
+  EXPECT_EQ(folders, (std::vector<std::string>{"step-00000004", "step-00000005", "step-00000008"}));
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000005\n");
+}
+
 // A checkpoint is a state to go on from: parameters or moments that hold inf or nan (an
 // update that overflowed after a finite loss) are refused, and nothing of it is left on
 // the disk, not even its temporary folder; `latest` stays on the last good one.
