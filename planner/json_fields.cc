@@ -1,6 +1,7 @@
 #include "planner/json_fields.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "planner/input_error.h"
@@ -45,7 +46,11 @@ nlohmann::json ParseJsonObject(const std::string& text, const std::string& file)
     using Event = nlohmann::json::parse_event_t;
     const bool element = event == Event::object_start || event == Event::array_start || event == Event::value;
     if (element && !open.empty() && open.back().list) ++open.back().index;
-    if (event == Event::object_start || event == Event::array_start) open.push_back({event == Event::array_start});
+    if (event == Event::object_start || event == Event::array_start) {
+      Open level;
+      level.list = event == Event::array_start;
+      open.push_back(std::move(level));
+    }
     if ((event == Event::object_end || event == Event::array_end) && !open.empty()) open.pop_back();
     if (event == Event::key && !open.empty()) {
       open.back().key = parsed.get<std::string>();

@@ -69,7 +69,10 @@ Certificate Make(const std::string& name, EVP_PKEY* key, long from_s, long until
 
 std::string WritePem(const ScratchDir& dir, const std::string& name, X509* certificate) {
   const std::string path = dir.path() + "/" + name;
-  std::unique_ptr<FILE, decltype(&std::fclose)> file(std::fopen(path.c_str(), "w"), std::fclose);
+  struct CloseFile {
+    void operator()(FILE* file) const { std::fclose(file); }
+  };
+  std::unique_ptr<FILE, CloseFile> file(std::fopen(path.c_str(), "w"));
   PEM_write_X509(file.get(), certificate);
   return path;
 }
