@@ -2,6 +2,7 @@
 // `poplar` command line, real poplar-worker ranks. Credentials come from
 // scripts/make-cluster-credentials, as a user makes them.
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -985,10 +986,27 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
                                              "/CN=poplar-agent", "-out", root + "/" + name + ".csr"}),
                                     root);
     ASSERT_EQ(request.exit_code, 0) << request.err;
-    const auto signed_ = RunProcess(Command({"/usr/bin/openssl", "x509", "-req", "-in", root + "/" + name + ".csr", "-CA",
-                                             c + "ca.pem", "-CAkey", c + "ca.key", "-days", days, "-out",
-                                             root + "/creds/" + name + ".pem"}),
-                                    root);
+    const std::vector<std::string> x509 = {"/usr/bin/openssl", "x509", "-req", "-in", root + "/" + name + ".csr",
+                                           "-CA", c + "ca.pem", "-CAkey", c + "ca.key", "-out",
+                                           root + "/creds/" + name + ".pem"};
+    auto with = [&x509](std::vector<std::string> validity) {
+      validity.insert(validity.begin(), x509.begin(), x509.end());
+      return validity;
+    };
+    auto signed_ = RunProcess(Command(with({"-days", days})), root);
+    if (signed_.exit_code != 0 && days.front() == '-') {
+      // OpenSSL 3.4 and later refuse a negative -days ("end date before start date") and
+      // take the dates themselves instead (3.0 has no -not_before).
+      const auto utc = [](std::chrono::hours from_now) {
+        const std::time_t when = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + from_now);
+        char text[32];
+        std::strftime(text, sizeof(text), "%Y%m%d%H%M%SZ", std::gmtime(&when));
+        return std::string(text);
+      };
+      signed_ = RunProcess(Command(with({"-not_before", utc(std::chrono::hours(-48)), "-not_after",
+                                         utc(std::chrono::hours(24 * std::stoi(days)))})),
+                           root);
+    }
     ASSERT_EQ(signed_.exit_code, 0) << signed_.err;
   };
   sign("expired", "-1");
