@@ -77,7 +77,7 @@ void RemoveTemporariesOfStoppedAgents(const std::filesystem::path& folder) {
   // WriteFileAtomically's "<file>.tmp.<pid>": each names the agent that wrote it.
   static const std::regex kTemporary(R"(.+\.([1-9][0-9]{0,8})-[0-9]+\.(?:model|partial)\.json|.+\.tmp\.([1-9][0-9]{0,8}))");
   std::error_code error;
-  for (const fs::path entry : FolderEntries(folder.string())) {
+  for (const fs::path& entry : FolderEntries(folder)) {
     std::smatch match;
     const std::string name = entry.filename().string();
     if (!std::regex_match(name, match, kTemporary)) continue;

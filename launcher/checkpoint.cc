@@ -247,7 +247,7 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep, const Checkpoin
   if (!StepOfFolderName(latest)) return;
   std::vector<std::pair<std::int64_t, fs::path>> steps;  // every step folder, newest first
   std::error_code error;
-  for (const fs::path entry : FolderEntries(dir)) {
+  for (const fs::path& entry : FolderEntries(dir)) {
     const auto step = StepOfFolderName(entry.filename().string());
     if (step && fs::is_directory(entry, error)) steps.emplace_back(*step, entry);
   }
@@ -291,7 +291,7 @@ namespace {
 // in `dir`.
 void RemoveDeadTemporaries(const std::string& dir) {
   std::error_code error;
-  for (const fs::path entry : FolderEntries(dir)) {
+  for (const fs::path& entry : FolderEntries(dir)) {
     if (ProcessIsGone(WriterOfTemporary(entry.filename().string()))) fs::remove_all(entry, error);
   }
 }

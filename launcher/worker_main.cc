@@ -123,11 +123,7 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
 // tries for 30 s, whatever its rank: its error is printed already, and rank 0 opens its
 // store only after loading its plan, data and model (a GPU's start-up takes seconds). A
 // rank 0 hosts the message until every other rank has read it, 30 s at most.
-void TellTheOthersOfAUsageError(int argc, char** argv, const std::string& message) {
-  std::string command;  // the first word that is not a flag, as RunApp reads it
-  for (int i = 1; i < argc && command.empty(); ++i) {
-    if (argv[i][0] != '-') command = argv[i];
-  }
+void TellTheOthersOfAUsageError(const std::string& command, const std::string& message) {
   if (command != "train" && command != "network") return;
   try {
     const poplar::DistributedEnv env = poplar::DistributedEnv::FromEnvironment();
@@ -155,7 +151,5 @@ int main(int argc, char** argv) {
   AddProfileCommand(app, profile_options);
   AddNetworkCommand(app, network_options);
   return poplar::RunApp(app, argc, argv, "poplar-worker", Who(), "train, profile or network",
-                        /*runtime_errors_fail=*/true, [argc, argv](const std::string& message) {
-                          TellTheOthersOfAUsageError(argc, argv, message);
-                        });
+                        /*runtime_errors_fail=*/true, TellTheOthersOfAUsageError);
 }

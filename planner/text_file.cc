@@ -115,12 +115,12 @@ long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_
 
 bool ProcessIsGone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
 
-std::vector<std::string> FolderEntries(const std::string& folder) {
+std::vector<std::filesystem::path> FolderEntries(const std::filesystem::path& folder) {
   namespace fs = std::filesystem;
-  std::vector<std::string> entries;
+  std::vector<fs::path> entries;
   std::error_code error;
   for (fs::directory_iterator entry(folder, error), end; !error && entry != end; entry.increment(error)) {
-    entries.push_back(entry->path().string());
+    entries.push_back(entry->path());
   }
   return entries;
 }

@@ -3,6 +3,7 @@
 // same folder, then rename), so a reader never sees half a file.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +31,7 @@ bool ProcessIsGone(long pid);
 // checkpoints): as many as can be read, never an exception. A folder that cannot be
 // opened gives none; one that fails, or is removed, while being read gives those read
 // before (a range-for over directory_iterator would throw from its increment).
-std::vector<std::string> FolderEntries(const std::string& folder);
+std::vector<std::filesystem::path> FolderEntries(const std::filesystem::path& folder);
 // The descriptor of this process that `path` names (/dev/stdout: 1, /dev/stderr: 2,
 // /dev/fd/N and /proc/self/fd/N: N), or -1 when it names a file. Writing through the
 // descriptor keeps its offset: the lines join the process's other output.

@@ -81,28 +81,32 @@ CLI::Validator NotEmpty() {
 
 int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
            const std::string& speaker, const std::string& commands, bool runtime_errors_fail,
-           const std::function<void(const std::string& message)>& on_usage_error) {
+           const std::function<void(const std::string& command, const std::string& message)>& on_usage_error) {
   // At most one command; "none" is reported here, after CLI11 has had the chance to name
   // an unknown flag or command (require_subcommand(1) would hide it).
   if (!commands.empty()) app.require_subcommand(0, 1);
-  const auto usage_error = [&](const std::string& message) {
+  // "poplar plan: what (see 'poplar plan --help')" on stderr, for the command `name` ("":
+  // none was chosen), and the hook.
+  const auto usage_error = [&](const std::string& name, const std::string& what) {
+    const std::string command = name.empty() ? program : program + " " + name;
+    const std::string message = command + ": " + what + " (see '" + command + " --help')";
     std::cerr << message << "\n";
-    if (on_usage_error) on_usage_error(message);
+    if (on_usage_error) on_usage_error(name, message);
     return 2;
   };
   try {
     if (const std::string unknown = UnknownLongOption(app, argc, argv); !unknown.empty()) {
-      std::string command = program;
+      std::string name;
       for (int i = 1; i < argc; ++i) {
         if (argv[i][0] == '-') continue;
-        if (CommandNamed(app, argv[i]) != nullptr) command += " " + std::string(argv[i]);
+        if (CommandNamed(app, argv[i]) != nullptr) name = argv[i];
         break;
       }
-      return usage_error(command + ": " + unknown + " (see '" + command + " --help')");
+      return usage_error(name, unknown);
     }
     app.parse(argc, argv);
     if (!commands.empty() && app.get_subcommands().empty()) {
-      return usage_error(program + ": a command is required: " + commands + " (see '" + program + " --help')");
+      return usage_error("", "a command is required: " + commands);
     }
   } catch (const CLI::CallForHelp& help) {
     return app.exit(help);
@@ -111,12 +115,11 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
   } catch (const CLI::CallForVersion& version) {
     return app.exit(version);
   } catch (const CLI::ParseError& error) {
-    std::string command = program;
-    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    const std::vector<CLI::App*> chosen = app.get_subcommands();
     std::string what = error.what();
     // A first word that is not a command ("poplar plna", "poplar help"): say so.
     const std::vector<std::string> extras = app.remaining();
-    if (!commands.empty() && app.get_subcommands().empty() && !extras.empty() && extras.front().rfind("-", 0) != 0) {
+    if (!commands.empty() && chosen.empty() && !extras.empty() && extras.front().rfind("-", 0) != 0) {
       std::vector<std::string> names;
       for (const CLI::App* sub : Commands(app)) {
         names.push_back(sub->get_name());
@@ -125,7 +128,7 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
       what = "unknown command '" + extras.front() + "'" +
              (suggestion.empty() ? "; the commands are " + commands : suggestion);
     }
-    return usage_error(command + ": " + what + " (see '" + command + " --help')");
+    return usage_error(chosen.empty() ? "" : chosen.front()->get_name(), what);
   } catch (const InputError& error) {
     std::cerr << speaker << ": error: " << error.what() << "\n";
     return 1;

@@ -30,11 +30,11 @@ CLI::Validator NotEmpty();
 // `program` starts usage messages ("poplar plan: ..."); `speaker` starts error lines
 // ("poplar-worker[rank 1]: error: ..."); `commands` lists the subcommands for the
 // message when none is given (empty: the program has no subcommands, its app's own
-// callback does the work). `on_usage_error` (optional) is called with the usage message
-// once it is printed, before RunApp returns 2: a worker rank tells the ranks waiting for
-// it.
+// callback does the work). `on_usage_error` (optional) is called with the chosen
+// command ("" when none) and the usage message once it is printed, before RunApp
+// returns 2: a worker rank tells the ranks waiting for it.
 int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
            const std::string& speaker, const std::string& commands, bool runtime_errors_fail,
-           const std::function<void(const std::string& message)>& on_usage_error = {});
+           const std::function<void(const std::string& command, const std::string& message)>& on_usage_error = {});
 
 }  // namespace poplar

@@ -23,7 +23,7 @@ constexpr const char* kAppendedTo[] = {"logs", "metrics"};
 // directory may be a folder of the user's.
 void RemoveDeadWritersTemporaries(const fs::path& dir) {
   std::error_code error;
-  for (const fs::path entry : FolderEntries(dir.string())) {
+  for (const fs::path& entry : FolderEntries(dir)) {
     for (const char* own : {"plan.json", "summary.json", "job_id"}) {
       if (ProcessIsGone(AtomicWriteTemporaryOwner(entry.filename().string(), own))) fs::remove(entry, error);
     }
@@ -52,8 +52,8 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
   const fs::path dir(path);
   // A run's own files: logs/ and metrics/ too, for a run of a head from before job_id that
   // died before its summary.
-  bool holds_run = false;
-  for (const char* name : {"job_id", "summary.json", "logs", "metrics"}) holds_run = holds_run || fs::exists(dir / name);
+  const auto names = {"job_id", "summary.json", "logs", "metrics"};
+  const bool holds_run = std::any_of(names.begin(), names.end(), [&](const char* name) { return fs::exists(dir / name); });
   if (!holds_run) {
     // `poplar plan`'s output (a plan.json, its profiles/ beside it) or the user's own: a
     // launch would write over them, a resume move them into attempts/.

@@ -50,7 +50,6 @@ class ServedAgent {
   }
   ~ServedAgent() { server_->Shutdown(std::chrono::system_clock::now()); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  int port() const { return port_; }
 
  private:
   int port_ = 0;

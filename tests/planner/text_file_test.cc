@@ -93,9 +93,9 @@ TEST(FolderEntries, ListsFilesAndFoldersAndNeverThrows) {
   ScratchDir dir("text-file");
   WriteFileAtomically(dir.path() + "/a.json", "{}");
   fs::create_directory(dir.path() + "/step-00000001");
-  std::vector<std::string> entries = FolderEntries(dir.path());
+  std::vector<fs::path> entries = FolderEntries(dir.path());
   std::sort(entries.begin(), entries.end());
-  EXPECT_EQ(entries, (std::vector<std::string>{dir.path() + "/a.json", dir.path() + "/step-00000001"}));
+  EXPECT_EQ(entries, (std::vector<fs::path>{dir.path() + "/a.json", dir.path() + "/step-00000001"}));
   // What cannot be listed lists nothing: a folder that is gone, a file.
   EXPECT_TRUE(FolderEntries(dir.path() + "/gone").empty());
   EXPECT_TRUE(FolderEntries(dir.path() + "/a.json").empty());
