@@ -59,6 +59,7 @@ LaunchSettings SettingsOf(const v1::LaunchRequest& request) {
   if (request.has_grad_clip()) settings.grad_clip = request.grad_clip();
   settings.checkpoint_every = request.checkpoint_every();
   settings.keep_checkpoints = request.keep_checkpoints();
+  settings.stop_grace_s = request.stop_grace_s();
   settings.timeout_s = request.timeout_s();
   settings.resume = request.resume();
   switch (request.kind()) {
@@ -163,7 +164,8 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       RequireNotRunning(settings.job_id);
       // Checks the job id, the paths and the plan, and picks free devices; writes
       // jobs/<id>/ (hence under the lock).
-      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_));
+      job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_),
+                                  StopGrace(settings));
       jobs_[settings.job_id] = {job, request->launch_id()};
       held = Hold(job->devices(), "job '" + settings.job_id + "'");
     }

@@ -11,6 +11,7 @@
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"
 #include "planner/precision.h"
+#include "planner/stop_grace.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
@@ -53,6 +54,10 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
   ParseWorkerPrecision(s.precision, "precision");
   if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
+  if (s.stop_grace_s < 0 || s.stop_grace_s > kMostStopGraceSeconds) {
+    throw InputError("stop_grace_s", "", "must be 0 (the default, " + std::to_string(kDefaultStopGraceSeconds) +
+                                             " s) to " + std::to_string(kMostStopGraceSeconds) + " seconds");
+  }
   if (s.kind == LaunchSettings::Kind::kNetwork) {
     if (s.resume) throw InputError("resume", "", "a network job measures afresh; it does not resume");
     if (s.network_max_bytes != 0 && (s.network_max_bytes < 8192 || s.network_max_bytes > (std::int64_t{1} << 40))) {
@@ -203,6 +208,10 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     for (const RankProcess& process : processes) fs::remove(process.metrics_path, ignored);
   }
   return processes;
+}
+
+std::chrono::seconds StopGrace(const LaunchSettings& settings) {
+  return std::chrono::seconds(settings.stop_grace_s > 0 ? settings.stop_grace_s : kDefaultStopGraceSeconds);
 }
 
 void RemoveJobFolder(const AgentConfig& config, const std::string& job_id) {

@@ -6,6 +6,7 @@
 // The agent only ever runs its own poplar-worker, with arguments built here.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ struct LaunchSettings {
   std::optional<double> lr, weight_decay, grad_clip;  // unset: the worker's default
   std::int64_t checkpoint_every = 0;
   std::int64_t keep_checkpoints = 0;  // 0: every one
+  int stop_grace_s = 0;               // 0: kDefaultStopGraceSeconds
   int timeout_s = 0;
   bool resume = false;
   std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default
@@ -48,6 +50,9 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
 // logs/, metrics/; a fresh start's old metrics files go).
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
                                         const LaunchSettings& settings, const DeviceHolders& busy = {});
+
+// How long the job's stopped ranks may take to end before SIGKILL (Job's stop_grace).
+std::chrono::seconds StopGrace(const LaunchSettings& settings);
 
 // Removes the job's folder on this node (<work_dir>/jobs/<job id>), as after a network
 // job that finished: its measurements went to the head, nothing in it is wanted again.

@@ -99,6 +99,10 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
     job.keep_checkpoints =
         fields.IntegerIn("keep_checkpoints", 0, 1'000'000, "a number of checkpoints (0: every one)");
   }
+  if (fields.Has("stop_grace_s")) {
+    job.stop_grace_s = static_cast<int>(fields.IntegerIn("stop_grace_s", 1, kMostStopGraceSeconds,
+                                                         "a number of seconds a stopped rank may take to end"));
+  }
   fields.Finish();
   return job;
 }

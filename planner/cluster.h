@@ -25,7 +25,7 @@
 //     data: wikitext.bin            # token file, relative to each agent's work_dir
 //     steps: 1000
 //     lr: 3e-4                      # optional: weight_decay, grad_clip, checkpoint_every,
-//                                   #   keep_checkpoints
+//                                   #   keep_checkpoints, stop_grace_s
 #pragma once
 
 #include <cstdint>
@@ -37,6 +37,7 @@
 #include "planner/model_config.h"
 #include "planner/network.h"
 #include "planner/precision.h"
+#include "planner/stop_grace.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
@@ -68,6 +69,9 @@ struct JobSpec {
   std::optional<double> lr, weight_decay, grad_clip;
   std::int64_t checkpoint_every = 0;  // 0: only at the end
   std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
+  // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
+  // rank 0 first finishes a checkpoint in flight (a GPT-2 medium one is 4.3 GB).
+  int stop_grace_s = kDefaultStopGraceSeconds;
 };
 
 inline constexpr int kDefaultAgentPort = 7150;

@@ -180,10 +180,14 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     constexpr auto kStall = kKeepaliveTimeout;
     constexpr auto kStallEffect = std::chrono::seconds(30);
     // How long the head waits for the nodes' final events once it has stopped the job:
-    // longer than the agents' stop grace (30 s, agent/job.h), in which a rank 0 may be
+    // 15 s longer than the job's stop grace (agent/job.h), in which a rank 0 may be
     // finishing a checkpoint; then it cancels the streams (the agents stop the job when
     // they break).
-    constexpr auto kStopWait = std::chrono::seconds(45);
+    int stop_grace_s = kDefaultStopGraceSeconds;
+    for (const auto& [node, request] : requests) {
+      if (request.stop_grace_s() > 0) stop_grace_s = std::max(stop_grace_s, request.stop_grace_s());
+    }
+    const auto stop_wait = std::chrono::seconds(stop_grace_s + 15);
     auto last_turn = AwakeClock::now();
     double stall_s = 0;  // the latest stall, 0 while none
     AwakeClock::time_point stall_end;
@@ -193,7 +197,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
         monitor.UserStopped(how);
         stop_everywhere("stopped by the user (" + how + " on the head node)");
-        stop_deadline = std::chrono::steady_clock::now() + kStopWait;
+        stop_deadline = std::chrono::steady_clock::now() + stop_wait;
       }
       if (std::chrono::steady_clock::now() > stop_deadline) {
         streams_canceller.Cancel();
@@ -251,7 +255,7 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         // The first failure, and not the user's stop: a stall just before is its cause.
         if (stall_s > 0 && AwakeClock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
         stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
-        stop_deadline = std::chrono::steady_clock::now() + kStopWait;
+        stop_deadline = std::chrono::steady_clock::now() + stop_wait;
       }
     }
   } catch (...) {

@@ -227,6 +227,7 @@ void RunLaunch(const LaunchOptions& options) {
     if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
     request.set_checkpoint_every(job.checkpoint_every);
     request.set_keep_checkpoints(job.keep_checkpoints);
+    request.set_stop_grace_s(job.stop_grace_s);
     request.set_timeout_s(options.timeout_s);
     request.set_resume(options.resume);
     requests.emplace_back(node, std::move(request));

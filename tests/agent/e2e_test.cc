@@ -78,7 +78,7 @@ class TwoAgents : public ::testing::Test {
           "listen: 127.0.0.1:0\n"
           "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
           "work_dir: " + spec.node + "/work\n"
-          "worker: " POPLAR_WORKER_BINARY "\n"
+          "worker: " + worker_ + "\n"
           "gpus: none\n"
           "emulated:\n  - {type: " + spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
           ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
@@ -159,9 +159,9 @@ class TwoAgents : public ::testing::Test {
     int rank1 = -1;
     bool started() const { return rank0 > 0 && rank1 > 0; }
   };
-  Training StartTraining(const std::string& run_dir, int steps) {
+  Training StartTraining(const std::string& run_dir, int steps, const std::string& cluster = "cluster.yaml") {
     Training training;
-    training.launch = StartLaunch(run_dir, 100000);
+    training.launch = StartLaunch(run_dir, 100000, cluster);
     training.rank1 = WaitForSteps(run_dir, 1, steps);
     training.rank0 = WaitForSteps(run_dir, 0, steps);
     return training;
@@ -189,6 +189,7 @@ class TwoAgents : public ::testing::Test {
   void StopTheHeadWith(int signal_number, const std::string& how);
 
   ScratchDir dir_{"e2e"};
+  std::string worker_ = POPLAR_WORKER_BINARY;  // what the agents start
   std::vector<std::unique_ptr<ChildProcess>> agents_;
   std::vector<int> ports_;
 };
@@ -404,6 +405,41 @@ TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/agentstop.err");
   EXPECT_TRUE(Contains(err, "failed: node 'b': its poplar-agent was stopped (Terminated)")) << err;
+  EXPECT_FALSE(Alive(training.rank1));
+}
+
+// Agents whose ranks take 60 s to end once stopped, as a rank 0 finishing a large
+// checkpoint on a slow disk would: a shell around poplar-worker that waits that long
+// after its SIGTERM (the worker itself, in the same process group, ends at once).
+class SlowToStopWorkers : public TwoAgents {
+ protected:
+  SlowToStopWorkers() {
+    worker_ = dir_.Write("slow-to-stop-worker",
+                         "#!/bin/sh\n"
+                         "trap 'sleep 60; exit 0' TERM\n"
+                         POPLAR_WORKER_BINARY " \"$@\" &\n"
+                         "wait $!\n");
+    fs::permissions(worker_, fs::perms::owner_all);
+  }
+};
+
+// The job's stop grace (job.stop_grace_s), not a fixed 30 s, is how long a stopped rank
+// may take: the agents SIGKILL the ranks once 2 s are over, and the head says so.
+TEST_F(SlowToStopWorkers, TheJobsStopGraceBoundsHowLongAStoppedRankMayTake) {
+  dir_.Write("grace.yaml", ReplaceOnce(ReadWholeFile(dir_.path() + "/cluster.yaml"), "checkpoint_every: 5}",
+                                       "checkpoint_every: 5, stop_grace_s: 2}"));
+  Training training = StartTraining("grace", 2, "grace.yaml");
+  ASSERT_TRUE(training.started());
+  const auto stop = std::chrono::steady_clock::now();
+  training.launch->Signal(SIGINT);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 130);
+  const auto took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - stop).count();
+  EXPECT_GE(took_ms, 2000) << "the ranks were not given their grace";
+  EXPECT_LT(took_ms, 20000) << "the agents waited longer than the job's stop grace of 2 s";
+  const std::string log = ReadWholeFile(dir_.path() + "/grace/logs/rank-0.log");
+  EXPECT_TRUE(Contains(log, "by its agent, the stop's grace over")) << log;
+  EXPECT_FALSE(Alive(training.rank0));
   EXPECT_FALSE(Alive(training.rank1));
 }
 

@@ -173,6 +173,24 @@ TEST(NodeJob, RefusesBadFields) {
   refused([](LaunchSettings& s) { s.plan_json = R"({"stage": 2, "global_batch": 5, "ranks": []})"; });
 }
 
+// The stop grace the head sends: 0 (a head older than it) is the default; more than an
+// hour is refused, naming the field.
+TEST(NodeJob, TheStopGraceIsTheRequestsOrTheDefault) {
+  Fixture f;
+  EXPECT_EQ(StopGrace(f.settings), std::chrono::seconds(30));
+  f.settings.stop_grace_s = 120;
+  EXPECT_EQ(StopGrace(f.settings), std::chrono::seconds(120));
+  EXPECT_NO_THROW(CheckNodeJob(f.config, f.devices, f.settings));
+  f.settings.stop_grace_s = 3601;
+  try {
+    CheckNodeJob(f.config, f.devices, f.settings);
+    ADD_FAILURE() << "a stop grace over an hour was accepted";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "stop_grace_s")) << error.what();
+    EXPECT_TRUE(Contains(error.what(), "to 3600 seconds")) << error.what();
+  }
+}
+
 TEST(NodeJob, KeepsCheckpointsUnlessAskedToResume) {
   Fixture f;
   std::filesystem::create_directories(f.config.work_dir + "/jobs/j1/checkpoints");

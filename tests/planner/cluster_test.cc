@@ -297,6 +297,19 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
             3);
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, keep_checkpoints: -1"),
                  "job.keep_checkpoints", "a number of checkpoints (0: every one) from 0 to 1000000, got -1");
+  // The stop grace: 30 s unless given, a whole number of seconds from 1 to an hour.
+  EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->stop_grace_s, 30);
+  EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: 120"),
+                             kFile)
+                .job->stop_grace_s,
+            120);
+  const auto with_grace = [](const std::string& grace) {
+    return std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: " + grace);
+  };
+  ExpectRejected(with_grace("0"), "job.stop_grace_s",
+                 "must be a number of seconds a stopped rank may take to end from 1 to 3600, got 0");
+  ExpectRejected(with_grace("3601"), "job.stop_grace_s", "from 1 to 3600, got 3601");
+  ExpectRejected(with_grace("30s"), "job.stop_grace_s", "30s");
 }
 
 TEST(ClusterFile, RejectsMalformedYaml) {
