@@ -7,10 +7,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "planner/lr_schedule.h"
+
 namespace poplar {
 
 struct AdamWOptions {
-  double lr = 6e-4;
+  double lr = 6e-4;  // the peak rate: `schedule` gives each step's (LearningRateAt)
+  LrSchedule schedule;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;

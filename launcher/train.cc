@@ -53,6 +53,33 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
   return {loss_sum, StretchCompute(SecondsSince(start), slowdown)};
 }
 
+// --lr and the schedule flags as AdamW's options; throws InputError naming the flag.
+AdamWOptions OptimizerOptions(const TrainOptions& options) {
+  AdamWOptions adamw = options.adamw;
+  LrSchedule& schedule = adamw.schedule;
+  schedule.warmup_steps = options.warmup_steps;
+  const std::optional<LrDecay> decay = LrDecayNamed(options.lr_decay);
+  if (!decay) throw InputError("--lr-decay", "", "must be constant, cosine or linear, got '" + options.lr_decay + "'");
+  schedule.decay = *decay;
+  if (schedule.decay == LrDecay::kConstant) {
+    // They would change nothing, silently.
+    if (options.decay_steps > 0) throw InputError("--decay-steps", "", "is for a decay: add --lr-decay cosine or linear");
+    if (options.min_lr) throw InputError("--min-lr", "", "is for a decay: add --lr-decay cosine or linear");
+  }
+  schedule.decay_steps = options.decay_steps > 0 ? options.decay_steps : options.steps;
+  schedule.min_lr = options.min_lr.value_or(adamw.lr / 10);
+  std::string key;
+  if (const std::string problem = LrScheduleProblem(schedule, adamw.lr, &key); !problem.empty()) {
+    // The flag that set it: --steps stands for an unset --decay-steps.
+    const std::map<std::string, std::string> flags = {
+        {"warmup_steps", "--warmup-steps"},
+        {"decay_steps", options.decay_steps > 0 ? "--decay-steps" : "--steps"},
+        {"min_lr", options.min_lr ? "--min-lr" : "--lr"}};
+    throw InputError(flags.at(key), "", problem);
+  }
+  return adamw;
+}
+
 // Output paths are checked before the rendezvous, so a typo or a folder that takes no
 // files fails at once on its own rank instead of after training (or as a peer's
 // connection error); and no output may be one of the files the job reads. --save is
@@ -76,14 +103,21 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
 // What every rank must agree on before any collective that depends on it (the resume's
 // broadcasts are shaped by the model): anything that decides which collectives run, or
 // what is trained. Keys in the order a mismatch is most likely explained by.
-std::string JobSettings(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config,
-                        const TokenData& data) {
+std::string JobSettings(const TrainOptions& options, const AdamWOptions& adamw, const WorkerPlan& plan,
+                        const GptConfig& config, const TokenData& data) {
   nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
                               {"micro_batches", plan.micro_batches}};
-  const AdamWOptions& adamw = options.adamw;
-  nlohmann::json adamw_json = {{"lr", adamw.lr},   {"beta1", adamw.beta1},
-                               {"beta2", adamw.beta2}, {"eps", adamw.eps},
-                               {"weight_decay", adamw.weight_decay}, {"grad_clip", adamw.grad_clip}};
+  const LrSchedule& schedule = adamw.schedule;
+  nlohmann::json adamw_json = {{"lr", adamw.lr},
+                               {"warmup_steps", schedule.warmup_steps},
+                               {"lr_decay", LrDecayName(schedule.decay)},
+                               {"decay_steps", schedule.decay_steps},
+                               {"min_lr", schedule.min_lr},
+                               {"beta1", adamw.beta1},
+                               {"beta2", adamw.beta2},
+                               {"eps", adamw.eps},
+                               {"weight_decay", adamw.weight_decay},
+                               {"grad_clip", adamw.grad_clip}};
   // The same global samples on every rank: the same tokens, wherever each rank's file is.
   nlohmann::json data_json = {{"tokens", data.tokens()}, {"fingerprint", data.fingerprint()}};
   return nlohmann::ordered_json{{"model", ModelConfigObject(config)},
@@ -204,6 +238,7 @@ struct LocalSetup {
   torch::Device device;
   CollectiveBackend backend;
   GlooReduceScatter gloo_reduce_scatter;
+  AdamWOptions adamw;
   WorkerPlan plan;
   GptConfig config;
   TokenData data;
@@ -219,6 +254,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter gloo_reduce_scatter =
       ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
+  const AdamWOptions adamw = OptimizerOptions(options);
   WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
@@ -230,7 +266,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
   MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
   model->to(device);
-  return {device,         backend, gloo_reduce_scatter, std::move(plan), config, std::move(data),
+  return {device,         backend, gloo_reduce_scatter, adamw, std::move(plan), config, std::move(data),
           baseline_bytes, model,   std::move(metrics), std::move(checkpoint_lock)};
 }
 
@@ -264,7 +300,8 @@ void Train(const TrainOptions& options) {
 
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             local.gloo_reduce_scatter);
-  communicator.RequireAgreement("job settings", JobSettings(options, plan, config, data));
+  const AdamWOptions& adamw = local.adamw;
+  communicator.RequireAgreement("job settings", JobSettings(options, adamw, plan, config, data));
   std::optional<Resumed> resumed =
       ResumeFromNewestCheckpoint(communicator, model, options, config, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
@@ -272,7 +309,7 @@ void Train(const TrainOptions& options) {
   metrics.Start(/*append=*/resumed.has_value());
   communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
   const std::unique_ptr<TrainingEngine> engine_owner =
-      MakeEngine(plan.stage, model, communicator, options.adamw, BucketElements(options.bucket_mb, device),
+      MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
                  WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   TrainingEngine& engine = *engine_owner;
   if (resumed) {
@@ -365,6 +402,7 @@ void Train(const TrainOptions& options) {
                    {"stage", plan.stage},
                    {"loss", mean_loss},
                    {"grad_norm", grad_norm},
+                   {"lr", LearningRateAt(adamw.schedule, adamw.lr, step + 1)},
                    {"step_s", step_s},
                    {"compute_s", compute_s},
                    {"communication_s", communicator.communication_seconds() - communication_before},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "launcher/adamw.h"
@@ -17,7 +18,11 @@ struct TrainOptions {
   std::int64_t steps = 1;    // train until this many optimizer steps are done
   std::string init;          // optional initial state dict (torch.save(dict))
   std::string save;          // optional final state dict, written by rank 0
-  AdamWOptions adamw;
+  AdamWOptions adamw;           // its schedule is made from the four fields below
+  std::int64_t warmup_steps = 0;  // the learning rate rises linearly over these steps
+  std::string lr_decay = "constant";  // then stays, or decays: cosine, linear
+  std::int64_t decay_steps = 0;       // the decay reaches min_lr after this step; 0: --steps
+  std::optional<double> min_lr;       // the decay's floor; unset: --lr / 10
   DeviceFlags device;
   std::string backend = "auto";  // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
   std::string gloo_reduce_scatter = "alltoall";  // or allreduce (GlooReduceScatter)

@@ -87,6 +87,8 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   const double scale = ClipCoefficient(norm, options_.grad_clip) / token_count;
 
   ++step_;
+  AdamWOptions options = options_;
+  options.lr = LearningRateAt(options_.schedule, options_.lr, step_);
   for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
     const FlatBucket& bucket = layout_.buckets()[b];
     auto& gradient = gradients[b];
@@ -95,7 +97,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
                               : OwnedParameters(bucket);
     AdamWStep(parameters, gradient, exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size),
               exp_avg_sq_.narrow(0, bucket.shard_offset, bucket.owned_size), bucket.owned_decay,
-              options_, step_);
+              options, step_);
     if (Mixed()) OwnedParameters(bucket).copy_(parameters);
   }
   Synchronize(device_);  // on a GPU the update is queued: Step() returns it done, so callers can time it

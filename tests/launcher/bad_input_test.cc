@@ -134,6 +134,27 @@ TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   }
 }
 
+// A learning-rate schedule that would change nothing, or leave no step to decay over,
+// is named by the flag that set it, before the rendezvous.
+TEST_F(WorkerBadInput, ScheduleFlagsThatChangeNothingOrLeaveNoDecayAreNamed) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--min-lr", "1e-5"}, "--min-lr: is for a decay: add --lr-decay cosine or linear"},
+           {{"--decay-steps", "3"}, "--decay-steps: is for a decay"},
+           {{"--lr-decay", "cosine", "--warmup-steps", "2"},
+            "--steps: is 2, not more than the 2 warm-up steps: no step is left to decay over"},
+           {{"--lr-decay", "linear", "--decay-steps", "1", "--warmup-steps", "1"}, "--decay-steps: is 1"},
+           {{"--lr-decay", "cosine", "--lr", "1e-3", "--min-lr", "0.01"},
+            "--min-lr: must be from 0 to the peak learning rate (0.001), got 0.01"}}) {
+    const JobOutcome job = RunJob(scratch_, 1, Args(plan, flags));
+    EXPECT_EQ(job.exit_codes[0], 1) << job.Describe();
+    EXPECT_TRUE(Contains(job.errors[0], expected)) << job.errors[0];
+  }
+  const JobOutcome job = RunJob(scratch_, 1, Args(plan, {"--lr-decay", "step"}));
+  EXPECT_EQ(job.exit_codes[0], 2) << job.Describe();
+  EXPECT_TRUE(Contains(job.errors[0], "--lr-decay: step not in {constant,cosine,linear}")) << job.errors[0];
+}
+
 // Checkpoint settings without a folder to write in once did nothing, silently.
 TEST_F(WorkerBadInput, CheckpointSettingsNeedACheckpointFolder) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});

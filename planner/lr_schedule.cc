@@ -1,0 +1,66 @@
+#include "planner/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace poplar {
+namespace {
+
+// 6e-05, not 0.000060.
+std::string Shortest(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+}  // namespace
+
+const char* LrDecayName(LrDecay decay) {
+  switch (decay) {
+    case LrDecay::kConstant: return "constant";
+    case LrDecay::kCosine: return "cosine";
+    case LrDecay::kLinear: return "linear";
+  }
+  return "constant";
+}
+
+std::optional<LrDecay> LrDecayNamed(const std::string& name) {
+  for (LrDecay decay : {LrDecay::kConstant, LrDecay::kCosine, LrDecay::kLinear}) {
+    if (name == LrDecayName(decay)) return decay;
+  }
+  return std::nullopt;
+}
+
+std::string LrScheduleProblem(const LrSchedule& schedule, double lr, std::string* key) {
+  const auto problem = [key](const char* which, std::string reason) {
+    *key = which;
+    return reason;
+  };
+  if (schedule.warmup_steps < 0) return problem("warmup_steps", "must be zero or more");
+  if (schedule.decay == LrDecay::kConstant) return "";
+  if (schedule.decay_steps <= schedule.warmup_steps) {
+    return problem("decay_steps", "is " + std::to_string(schedule.decay_steps) + ", not more than the " +
+                                      std::to_string(schedule.warmup_steps) +
+                                      " warm-up steps: no step is left to decay over");
+  }
+  if (!(schedule.min_lr >= 0 && schedule.min_lr <= lr)) {
+    return problem("min_lr", "must be from 0 to the peak learning rate (" + Shortest(lr) + "), got " +
+                                 Shortest(schedule.min_lr));
+  }
+  return "";
+}
+
+double LearningRateAt(const LrSchedule& schedule, double lr, std::int64_t step) {
+  const std::int64_t done = step - 1;  // e: the steps before this one
+  if (done < schedule.warmup_steps) {
+    return lr * static_cast<double>(done + 1) / static_cast<double>(schedule.warmup_steps);
+  }
+  if (schedule.decay == LrDecay::kConstant) return lr;
+  const double span = static_cast<double>(schedule.decay_steps - schedule.warmup_steps);
+  const double t = std::min(static_cast<double>(done - schedule.warmup_steps), span);
+  const double fraction = schedule.decay == LrDecay::kCosine ? (1 + std::cos(M_PI * t / span)) / 2 : 1 - t / span;
+  return schedule.min_lr + (lr - schedule.min_lr) * fraction;
+}
+
+}  // namespace poplar
