@@ -57,6 +57,10 @@ LaunchSettings SettingsOf(const v1::LaunchRequest& request) {
   if (request.has_lr()) settings.lr = request.lr();
   if (request.has_weight_decay()) settings.weight_decay = request.weight_decay();
   if (request.has_grad_clip()) settings.grad_clip = request.grad_clip();
+  settings.warmup_steps = request.warmup_steps();
+  settings.lr_decay = request.lr_decay();
+  settings.decay_steps = request.decay_steps();
+  if (request.has_min_lr()) settings.min_lr = request.min_lr();
   settings.checkpoint_every = request.checkpoint_every();
   settings.keep_checkpoints = request.keep_checkpoints();
   settings.stop_grace_s = request.stop_grace_s();

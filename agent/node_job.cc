@@ -10,6 +10,7 @@
 #include "agent/work_dir.h"
 #include "agent/worker_settings.h"
 #include "planner/input_error.h"
+#include "planner/lr_schedule.h"
 #include "planner/precision.h"
 #include "planner/stop_grace.h"
 #include "planner/text_file.h"
@@ -69,6 +70,12 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.lr && !(*s.lr > 0)) throw InputError("lr", "", "must be positive");
   if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
   if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
+  if (s.warmup_steps < 0) throw InputError("warmup_steps", "", "must be zero or positive");
+  if (!s.lr_decay.empty() && !LrDecayNamed(s.lr_decay)) {
+    throw InputError("lr_decay", "", "must be constant, cosine or linear, got '" + s.lr_decay + "'");
+  }
+  if (s.decay_steps < 0) throw InputError("decay_steps", "", "must be zero or positive");
+  if (s.min_lr && !(*s.min_lr >= 0)) throw InputError("min_lr", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
   if (s.keep_checkpoints < 0) throw InputError("keep_checkpoints", "", "must be zero or positive");
   RequireModelConfig(s.model_config_json);
@@ -97,6 +104,11 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
   if (settings.lr) args.insert(args.end(), {"--lr", Number(*settings.lr)});
   if (settings.weight_decay) args.insert(args.end(), {"--weight-decay", Number(*settings.weight_decay)});
   if (settings.grad_clip) args.insert(args.end(), {"--grad-clip", Number(*settings.grad_clip)});
+  // The schedule's flags only when set, so that a job without one runs on older workers.
+  if (settings.warmup_steps > 0) args.insert(args.end(), {"--warmup-steps", std::to_string(settings.warmup_steps)});
+  if (!settings.lr_decay.empty()) args.insert(args.end(), {"--lr-decay", settings.lr_decay});
+  if (settings.decay_steps > 0) args.insert(args.end(), {"--decay-steps", std::to_string(settings.decay_steps)});
+  if (settings.min_lr) args.insert(args.end(), {"--min-lr", Number(*settings.min_lr)});
   if (has_checkpoint) args.insert(args.end(), {"--resume", checkpoints.string()});
   return args;
 }

@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "planner/lr_schedule.h"
+#include "planner/training_limits.h"
 
 namespace poplar {
 
 struct AdamWOptions {
-  double lr = 6e-4;  // the peak rate: `schedule` gives each step's (LearningRateAt)
+  double lr = kDefaultLearningRate;  // the peak rate: `schedule` gives each step's (LearningRateAt)
   LrSchedule schedule;
   double beta1 = 0.9;
   double beta2 = 0.95;

@@ -24,7 +24,8 @@
 //     model: models/gpt-small.json  # model config, relative to this file
 //     data: wikitext.bin            # token file, relative to each agent's work_dir
 //     steps: 1000
-//     lr: 3e-4                      # optional: weight_decay, grad_clip, checkpoint_every,
+//     lr: 3e-4                      # optional: weight_decay, grad_clip, warmup_steps,
+//                                   #   lr_decay, decay_steps, min_lr, checkpoint_every,
 //                                   #   keep_checkpoints, stop_grace_s
 #pragma once
 
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "planner/credentials.h"
+#include "planner/lr_schedule.h"
 #include "planner/model_config.h"
 #include "planner/network.h"
 #include "planner/precision.h"
@@ -67,12 +69,25 @@ struct JobSpec {
   std::string data;          // relative to each agent's work directory
   std::int64_t steps = 0;    // 1..kMostJobSteps
   std::optional<double> lr, weight_decay, grad_clip;
+  // The learning-rate schedule (planner/lr_schedule.h); ScheduleOf fills in the defaults.
+  std::int64_t warmup_steps = 0;
+  LrDecay lr_decay = LrDecay::kConstant;
+  std::optional<std::int64_t> decay_steps;  // unset: steps
+  std::optional<double> min_lr;             // unset: lr / 10
   std::int64_t checkpoint_every = 0;  // 0: only at the end
   std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
   // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
   // rank 0 first finishes a checkpoint in flight (a GPT-2 medium one is 4.3 GB).
   int stop_grace_s = kDefaultStopGraceSeconds;
 };
+
+// The schedule the workers will follow: decay_steps and min_lr filled in as the worker
+// fills them in (steps, lr / 10).
+LrSchedule ScheduleOf(const JobSpec& job);
+// Throws InputError naming `file` and the job's key when the schedule leaves no step to
+// decay over or its floor is above the rate; `steps_flag` names where the steps came from
+// when not from the file (`--steps` of poplar launch), else empty.
+void CheckSchedule(const JobSpec& job, const std::string& file, const std::string& steps_flag);
 
 inline constexpr int kDefaultAgentPort = 7150;
 

@@ -9,4 +9,7 @@ namespace poplar {
 // that names nothing.
 inline constexpr double kMostLearningRate = 1e6;
 
+// The worker's --lr when none is given (nanoGPT's for GPT-2 small).
+inline constexpr double kDefaultLearningRate = 6e-4;
+
 }  // namespace poplar

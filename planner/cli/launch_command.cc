@@ -165,7 +165,10 @@ void RunLaunch(const LaunchOptions& options) {
   const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
   const std::string model = ModelConfigText(cluster, "by poplar launch");
   JobSpec job = *cluster.job;
-  if (options.steps > 0) job.steps = options.steps;
+  if (options.steps > 0) {
+    job.steps = options.steps;
+    CheckSchedule(job, cluster.file, "--steps");  // a decay over the job's steps may have none left
+  }
   const std::string job_id = options.job_id.empty() ? DefaultJobId(cluster.name) : options.job_id;
   try {
     CheckJobId(job_id);
@@ -225,6 +228,10 @@ void RunLaunch(const LaunchOptions& options) {
     if (job.lr) request.set_lr(*job.lr);
     if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
     if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
+    request.set_warmup_steps(job.warmup_steps);
+    if (job.lr_decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(job.lr_decay));
+    if (job.decay_steps) request.set_decay_steps(*job.decay_steps);
+    if (job.min_lr) request.set_min_lr(*job.min_lr);
     request.set_checkpoint_every(job.checkpoint_every);
     request.set_keep_checkpoints(job.keep_checkpoints);
     request.set_stop_grace_s(job.stop_grace_s);

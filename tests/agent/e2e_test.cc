@@ -109,8 +109,9 @@ class TwoAgents : public ::testing::Test {
         "training: {global_batch: 24, precision: fp32, stage: 2}\n"
         "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n"
         "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: " + token + "}\n"
+        // A warm-up and a decay too slow to matter here, whose rates the launch test reads.
         "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 12, lr: 3e-3, "
-        "checkpoint_every: 5}\n"
+        "warmup_steps: 2, lr_decay: linear, decay_steps: 1000, min_lr: 3e-4, checkpoint_every: 5}\n"
         "nodes:\n";
     for (std::size_t i = with_node_a ? 0 : 1; i < 2; ++i) {
       yaml += "  - {name: " + kAgents[i].node + ", host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(ports_[i]) +
@@ -267,6 +268,13 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_TRUE(summary["ok"].get<bool>());
   EXPECT_EQ(summary["steps"], 12);
   EXPECT_LT(summary["last_loss"].get<double>(), summary["first_loss"].get<double>() - 1.0) << summary.dump();
+  // The cluster file's schedule reached the workers: half the rate at the first of 2
+  // warm-up steps, then a line from 3e-3 down to 3e-4 over 998 steps.
+  const auto rates = ReadLines(dir_.path() + "/run/metrics/rank-1.jsonl");
+  ASSERT_EQ(rates.size(), 12u);
+  EXPECT_NEAR(nlohmann::json::parse(rates[0])["lr"].get<double>(), 1.5e-3, 1e-12);
+  EXPECT_NEAR(nlohmann::json::parse(rates[2])["lr"].get<double>(), 3e-3, 1e-12);
+  EXPECT_NEAR(nlohmann::json::parse(rates[11])["lr"].get<double>(), 3e-4 + 2.7e-3 * (1 - 9.0 / 998), 1e-12);
   EXPECT_TRUE(fs::exists(dir_.path() + "/run/logs/rank-1.log"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/model.pt"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));

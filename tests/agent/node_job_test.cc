@@ -61,11 +61,18 @@ TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   Fixture f;
   f.settings.weight_decay = 0.0;  // a value (decay off), not "the default"
   f.settings.keep_checkpoints = 3;
+  f.settings.warmup_steps = 100;
+  f.settings.lr_decay = "cosine";
+  f.settings.min_lr = 0.0;  // a value, not "the default" (lr / 10)
   const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
   ASSERT_EQ(ranks.size(), 3u);  // ranks 1, 2, 3 run on node b
   EXPECT_EQ(After(ranks[0].spec.args, "--weight-decay"), "0");
   EXPECT_EQ(After(ranks[0].spec.args, "--lr"), "");  // unset: the worker's default
   EXPECT_EQ(After(ranks[0].spec.args, "--keep-checkpoints"), "3");
+  EXPECT_EQ(After(ranks[0].spec.args, "--warmup-steps"), "100");
+  EXPECT_EQ(After(ranks[0].spec.args, "--lr-decay"), "cosine");
+  EXPECT_EQ(After(ranks[0].spec.args, "--min-lr"), "0");
+  EXPECT_FALSE(Has(ranks[0].spec.args, "--decay-steps"));  // unset: the worker's default, --steps
   EXPECT_EQ(ranks[0].rank, 1);
   EXPECT_EQ(ranks[2].rank, 3);
   EXPECT_EQ(After(ranks[0].spec.args, "--slowdown"), "2.5");
@@ -165,6 +172,8 @@ TEST(NodeJob, RefusesBadFields) {
   refused([](LaunchSettings& s) { s.master_addr = "host; rm -rf /"; });
   refused([](LaunchSettings& s) { s.master_port = 0; });
   refused([](LaunchSettings& s) { s.precision = "fp8"; });
+  refused([](LaunchSettings& s) { s.lr_decay = "step"; });
+  refused([](LaunchSettings& s) { s.warmup_steps = -1; });
   refused([](LaunchSettings& s) { s.model_config_json = "not json"; });
   // A model the worker would refuse is refused before any worker starts.
   refused([](LaunchSettings& s) {

@@ -297,6 +297,31 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
             3);
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, keep_checkpoints: -1"),
                  "job.keep_checkpoints", "a number of checkpoints (0: every one) from 0 to 1000000, got -1");
+  // The learning-rate schedule: named decays, and settings that would change nothing or
+  // leave no step to decay over are refused, naming the key that made it so.
+  const auto with_job = [](const std::string& more) {
+    return std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, " + more);
+  };
+  const JobSpec scheduled = *ParseClusterYaml(with_job("lr: 1e-3, warmup_steps: 2, lr_decay: cosine"), kFile).job;
+  EXPECT_EQ(ScheduleOf(scheduled).decay, LrDecay::kCosine);
+  EXPECT_EQ(ScheduleOf(scheduled).decay_steps, 10);  // the job's steps
+  EXPECT_DOUBLE_EQ(ScheduleOf(scheduled).min_lr, 1e-4);
+  ExpectRejected(with_job("lr_decay: step"), "job.lr_decay", "must be constant, cosine or linear, got 'step'");
+  ExpectRejected(with_job("min_lr: 1e-5"), "job.min_lr", "is for a decay: add lr_decay: cosine or linear");
+  ExpectRejected(with_job("lr_decay: constant, decay_steps: 5"), "job.decay_steps", "is for a decay");
+  ExpectRejected(with_job("lr_decay: linear, warmup_steps: 10"), "job.steps",
+                 "is 10, not more than the 10 warm-up steps: no step is left to decay over");
+  ExpectRejected(with_job("lr_decay: linear, warmup_steps: 4, decay_steps: 4"), "job.decay_steps", "is 4");
+  ExpectRejected(with_job("lr_decay: linear, min_lr: 1e-3"), "job.min_lr",
+                 "must be from 0 to the peak learning rate (0.0006), got 0.001");
+  JobSpec overridden = scheduled;
+  overridden.steps = 2;  // `poplar launch --steps 2`
+  try {
+    CheckSchedule(overridden, "cluster.yaml", "--steps");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "--steps: is 2, not more than the 2 warm-up steps")) << error.what();
+  }
   // The stop grace: 30 s unless given, a whole number of seconds from 1 to an hour.
   EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->stop_grace_s, 30);
   EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: 120"),
