@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
@@ -60,8 +63,8 @@ class BytesReader : public caffe2::serialize::ReadAdapterInterface {
 // record cut short would be read past its end, crashing the worker or training on
 // whatever lay beyond. (The sizes are matched as multisets: records are named by
 // storage, which libtorch does not tell a tensor's.)
-void RequireDataRecords(const std::string& bytes, const StateDict& tensors, const std::string& path) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReader>(bytes));
+void RequireDataRecords(caffe2::serialize::PyTorchStreamReader& reader, const StateDict& tensors,
+                        const std::string& path) {
   std::multiset<std::int64_t> records;
   for (const std::string& name : reader.getAllRecords()) {
     if (name.rfind("data/", 0) == 0) records.insert(static_cast<std::int64_t>(std::get<1>(reader.getRecord(name))));
@@ -86,9 +89,18 @@ void RequireDataRecords(const std::string& bytes, const StateDict& tensors, cons
 
 StateDict ReadStateDict(const std::string& path) {
   const std::string bytes = ReadTextFile(path);
+  std::optional<caffe2::serialize::PyTorchStreamReader> reader;
   c10::IValue value;
   try {
-    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    // torch::pickle_load, with one storage per data record: Python's torch.save names a
+    // storage that tensors share (nanoGPT's tied wte and lm_head) by the same record
+    // each time, which pickle_load loads anew every time it is named.
+    reader.emplace(std::make_shared<BytesReader>(bytes));
+    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                              /*type_resolver=*/c10::nullopt, /*obj_loader=*/c10::nullopt,
+                                              /*device=*/c10::nullopt, *reader,
+                                              torch::jit::Unpickler::defaultTypeParser,
+                                              std::make_shared<torch::jit::DeserializationStorageContext>());
   } catch (const std::exception& error) {
     std::string reason = error.what();
     reason = reason.substr(0, reason.find('\n'));
@@ -107,7 +119,7 @@ StateDict ReadStateDict(const std::string& path) {
       tensors[name] = entry.value().toTensor();
       RequireWithinStorage(tensors[name], path, name);
     }
-    RequireDataRecords(bytes, tensors, path);
+    RequireDataRecords(*reader, tensors, path);
   } catch (const c10::Error& error) {  // a damaged or crafted file: libtorch's own checks
     std::string reason = error.what_without_backtrace();
     reason = reason.substr(0, reason.find('\n'));

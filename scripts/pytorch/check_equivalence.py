@@ -5,13 +5,17 @@
 
 Trains STEPS steps of global batch 12 with PyTorch (reference_gpt.py), then with
 poplar-worker on 2 ranks for ZeRO stages 0-3 with uneven plans, from the same
-initial state dict, and prints the largest parameter difference per stage.
+initial state dict, and prints the largest parameter difference per stage. Then the
+same with a learning-rate schedule (a warm-up, then a cosine decay), PyTorch's own
+SequentialLR of LinearLR and CosineAnnealingLR against poplar-worker's --warmup-steps,
+--lr-decay cosine, --decay-steps and --min-lr.
 """
 import json
 import os
 import socket
 import subprocess
 import sys
+import warnings
 
 import torch
 
@@ -20,6 +24,39 @@ import reference_gpt as ref  # noqa: E402
 
 STEPS, BATCH, LR = 5, 12, 1e-3
 PLANS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
+# Warm-up over 2 steps, then a cosine to MIN_LR over DECAY_STEPS - WARMUP = 3 steps.
+WARMUP, DECAY_STEPS, MIN_LR = 2, 5, 1e-4
+SCHEDULE_FLAGS = ["--warmup-steps", str(WARMUP), "--lr-decay", "cosine", "--decay-steps", str(DECAY_STEPS),
+                  "--min-lr", str(MIN_LR)]
+
+
+def pytorch_schedule(opt):
+    """PyTorch's own schedulers for SCHEDULE_FLAGS (docs/worker.md, "Learning rate")."""
+    S = torch.optim.lr_scheduler
+    # SequentialLR steps the scheduler it switches to with an epoch, which PyTorch warns of.
+    warnings.filterwarnings("ignore", message="The epoch parameter", category=UserWarning)
+    warm = S.LinearLR(opt, start_factor=1 / WARMUP, end_factor=1.0, total_iters=WARMUP - 1)
+    cosine = S.CosineAnnealingLR(opt, T_max=DECAY_STEPS - WARMUP, eta_min=MIN_LR)
+    return S.SequentialLR(opt, [warm, cosine], milestones=[WARMUP])
+
+
+def reference(model_path, tokens_path, init, scheduled):
+    """PyTorch's parameters after STEPS steps from `init`, and its rates."""
+    config = ref.load_config(model_path)
+    model = ref.GPT(config)
+    model.load_state_dict(torch.load(init))
+    tokens = ref.Tokens(tokens_path, config["block_size"])
+    opt = ref.optimizer(model, LR)
+    schedule = pytorch_schedule(opt) if scheduled else None
+    losses, rates = [], []
+    for step in range(STEPS):
+        rates.append(opt.param_groups[0]["lr"])
+        losses.append(ref.train_step(model, opt, tokens, step, BATCH, 4))
+        if schedule:
+            schedule.step()
+    print(f"PyTorch {torch.__version__}{', scheduled' if scheduled else ''}: loss {losses[0]:.4f} -> "
+          f"{losses[-1]:.4f}" + (f", rates {', '.join(f'{r:.3g}' for r in rates)}" if scheduled else ""))
+    return model.state_dict(), rates
 
 
 def main():
@@ -27,16 +64,21 @@ def main():
     os.makedirs(work, exist_ok=True)
     config = ref.load_config(model_path)
     torch.manual_seed(0)
-    model = ref.GPT(config)
     init = os.path.join(work, "init.pt")
-    torch.save(dict(model.state_dict()), init)
-    tokens = ref.Tokens(tokens_path, config["block_size"])
-    opt = ref.optimizer(model, LR)
-    losses = [ref.train_step(model, opt, tokens, step, BATCH, 4) for step in range(STEPS)]
-    expected = model.state_dict()
-    print(f"PyTorch {torch.__version__}: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    torch.save(dict(ref.GPT(config).state_dict()), init)
+    worst = 0.0
+    for scheduled in (False, True):
+        worst = max(worst, compare(worker, model_path, tokens_path, work, init, scheduled))
+    sys.exit(0 if worst < 1e-5 else 1)
+
+
+def compare(worker, model_path, tokens_path, work, init, scheduled):
+    """The largest |poplar - PyTorch| over the stages' plans (infinity on a rate mismatch)."""
+    expected, rates = reference(model_path, tokens_path, init, scheduled)
     worst = 0.0
     for stage, ranks in PLANS.items():
+        if scheduled and stage not in (1, 3):
+            continue  # the schedule is the engines' shared step: two stages suffice
         plan = os.path.join(work, f"plan{stage}.json")
         with open(plan, "w") as f:
             json.dump({"stage": stage, "global_batch": BATCH,
@@ -44,10 +86,14 @@ def main():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        out = os.path.join(work, f"poplar{stage}.pt")
+        out = os.path.join(work, f"poplar{stage}{'-scheduled' if scheduled else ''}.pt")
+        metrics = out.replace(".pt", ".jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
         procs = [subprocess.Popen([worker, "train", "--plan", plan, "--model-config", model_path,
                                    "--data", tokens_path, "--steps", str(STEPS), "--init", init,
-                                   "--save", out, "--lr", str(LR), "--log-every", "0"],
+                                   "--save", out, "--lr", str(LR), "--log-every", "0", "--metrics", metrics]
+                                  + (SCHEDULE_FLAGS if scheduled else []),
                                   env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(len(ranks)),
                                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
                  for r in range(len(ranks))]
@@ -56,10 +102,15 @@ def main():
         actual = torch.load(out, weights_only=False)  # libtorch's pickler tags types
         difference = max((expected[k] - actual[k]).abs().max().item() for k in expected if k in actual)
         missing = set(expected) ^ set(actual)
-        worst = max(worst, difference)
-        print(f"stage {stage}, plan {ranks}: max |poplar - pytorch| = {difference:.2e}"
-              + (f", key mismatch {sorted(missing)}" if missing else ""))
-    sys.exit(0 if worst < 1e-5 else 1)
+        with open(metrics) as f:
+            poplar_rates = [json.loads(line)["lr"] for line in f]
+        if len(poplar_rates) != len(rates):
+            sys.exit(f"stage {stage}: {metrics} has {len(poplar_rates)} steps, not {len(rates)}")
+        rate_error = max(abs(a - b) / b for a, b in zip(poplar_rates, rates))
+        worst = max(worst, difference, 0.0 if rate_error < 1e-9 else float("inf"))
+        print(f"stage {stage}, plan {ranks}{', scheduled' if scheduled else ''}: max |poplar - pytorch| = "
+              f"{difference:.2e}, rates within {rate_error:.1e}" + (f", key mismatch {sorted(missing)}" if missing else ""))
+    return worst
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@
 #include <memory>
 #include <thread>
 
-#include <caffe2/serialize/inline_container.h>
 #include <torch/cuda.h>
 
 #include "child_process.h"
@@ -245,26 +244,6 @@ TEST_F(WorkerBadInput, InitFileThatIsNotAStateDict) {
   const std::string init = scratch_.Write("init.pt", "this is not a pickle");
   ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", init, "--metrics", "m.jsonl"})), {init, "not a state dict"});
   EXPECT_FALSE(std::filesystem::exists(scratch_.path() + "/m.jsonl")) << "a run that never started left its metrics file";
-}
-
-// `path`, a state dict file, with its data record `record` cut to `keep` bytes, as a
-// torn copy leaves it: the archive still opens, and the pickle still declares the
-// whole tensor.
-void TruncateDataRecord(const std::string& path, const std::string& record, std::size_t keep) {
-  std::vector<std::pair<std::string, std::string>> records;
-  {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    for (const std::string& name : reader.getAllRecords()) {
-      if (name == "version" || name == ".data/serialization_id") continue;  // written anew at the end
-      auto [data, size] = reader.getRecord(name);
-      std::string bytes(static_cast<const char*>(data.get()), size);
-      if (name == record) bytes.resize(std::min(keep, bytes.size()));
-      records.emplace_back(name, std::move(bytes));
-    }
-  }
-  caffe2::serialize::PyTorchStreamWriter writer(path);
-  for (const auto& [name, bytes] : records) writer.writeRecord(name, bytes.data(), bytes.size());
-  writer.writeEndOfFile();
 }
 
 // A tensor whose data record is shorter than the pickle says was read past its end: the

@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 
+#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
 #include "planner/free_port.h"
@@ -98,6 +99,23 @@ JobOutcome RunJob(const ScratchDir& scratch, const std::vector<std::vector<std::
     outcome.errors.push_back(ReadWholeFile(scratch.path() + "/rank" + std::to_string(r) + ".err"));
   }
   return outcome;
+}
+
+void TruncateDataRecord(const std::string& path, const std::string& record, std::size_t keep) {
+  std::vector<std::pair<std::string, std::string>> records;
+  {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    for (const std::string& name : reader.getAllRecords()) {
+      if (name == "version" || name == ".data/serialization_id") continue;  // written anew at the end
+      auto [data, size] = reader.getRecord(name);
+      std::string bytes(static_cast<const char*>(data.get()), size);
+      if (name == record) bytes.resize(std::min(keep, bytes.size()));
+      records.emplace_back(name, std::move(bytes));
+    }
+  }
+  caffe2::serialize::PyTorchStreamWriter writer(path);
+  for (const auto& [name, bytes] : records) writer.writeRecord(name, bytes.data(), bytes.size());
+  writer.writeEndOfFile();
 }
 
 double MaxAbsDifference(const StateDict& a, const StateDict& b) {

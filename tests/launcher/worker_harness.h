@@ -45,6 +45,11 @@ JobOutcome RunJob(const ScratchDir& scratch, int world_size, const std::vector<s
 JobOutcome RunJob(const ScratchDir& scratch, const std::vector<std::vector<std::string>>& args_per_rank,
                   std::chrono::seconds deadline = std::chrono::seconds(180));
 
+// `path`, a state dict file, with its data record `record` (a name such as "data/0") cut
+// to `keep` bytes, as a torn copy leaves it: the archive still opens, and the pickle
+// still declares the whole tensor.
+void TruncateDataRecord(const std::string& path, const std::string& record, std::size_t keep);
+
 // Largest |a - b| over every tensor of two state dicts with the same keys and shapes
 // (infinity if they differ in keys or shapes).
 double MaxAbsDifference(const StateDict& a, const StateDict& b);

@@ -1,0 +1,49 @@
+// Reading state dicts that Python's torch.save wrote (--init): tensors that share a
+// storage there, as nanoGPT's tied transformer.wte.weight and lm_head.weight do, share
+// one here too and pass the data-record check (a nanoGPT state dict was refused as
+// "damaged or truncated"); a record cut short is still refused.
+//
+// data/python_tied_state_dict.pt was written by Python (PyTorch 1.13):
+//   tied = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+//   torch.save({"a": tied, "b": tied.detach(), "c": tied * 2 + 1}, "python_tied_state_dict.pt")
+// ("b" is another tensor on the same storage, as state_dict() gives for tied weights;
+// the same tensor object twice would be pickled once.)
+#include "launcher/state_dict.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "planner/input_error.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+const std::string kTied = POPLAR_TEST_DATA_DIR "/python_tied_state_dict.pt";
+
+TEST(StateDict, TensorsThatSharedAStorageInPythonShareOneHere) {
+  const StateDict tensors = ReadStateDict(kTied);
+  ASSERT_EQ(tensors.size(), 3u);
+  const auto expected = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  EXPECT_TRUE(torch::equal(tensors.at("a"), expected));
+  EXPECT_TRUE(torch::equal(tensors.at("b"), expected));
+  EXPECT_TRUE(torch::equal(tensors.at("c"), expected * 2 + 1));
+  EXPECT_EQ(tensors.at("a").storage().data(), tensors.at("b").storage().data());
+}
+
+TEST(StateDict, APythonFileWithARecordCutShortIsRefused) {
+  ScratchDir scratch("poplar_state_dict");
+  const std::string torn = scratch.path() + "/torn.pt";
+  std::filesystem::copy_file(kTied, torn);
+  TruncateDataRecord(torn, "data/1", 8);  // c's 24 bytes
+  try {
+    ReadStateDict(torn);
+    ADD_FAILURE() << "a record cut short was read";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "is damaged or truncated: no data record holds the 24 bytes of ")) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace poplar::testing
