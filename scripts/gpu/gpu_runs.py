@@ -247,13 +247,15 @@ def phase_check(runner, out, setup):
 def phase_train(runner, out, setup):
     steps = setup.train_steps
     model, config = load_config(setup.small)
-    lines = runner.train("train", 0, [[setup.train_batch]], model, steps, setup.device, "bf16", extra=["--lr", "6e-4"])
+    # nanoGPT's recipe: a warm-up over a tenth of the steps, then a cosine to lr / 10.
+    schedule = ["--lr", "6e-4", "--warmup-steps", str(max(1, steps // 10)), "--lr-decay", "cosine"]
+    lines = runner.train("train", 0, [[setup.train_batch]], model, steps, setup.device, "bf16", extra=schedule)
     losses = [line["loss"] for line in lines]
     tokens = statistics.median(line["tokens_per_s"] for line in lines[10:])
     marks = [1, 10, 50, 100, 200, steps]
     rows = [[m, f"{losses[m - 1]:.4f}"] for m in marks if m <= len(losses)]
     save_json(out, "train.json", {"model": setup.small, "precision": "bf16", "global_batch": setup.train_batch,
-                                  "steps": steps, "lr": 6e-4, "losses": losses,
+                                  "steps": steps, "lr": 6e-4, "schedule": " ".join(schedule[2:]), "losses": losses,
                                   "median_tokens_per_s": tokens})
     print(f"\n{setup.small}, bf16, batch {setup.train_batch} x {config['block_size']} tokens, WikiText-2 valid; "
           f"median {tokens:,.0f} tokens/s")
