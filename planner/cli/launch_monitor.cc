@@ -1,7 +1,9 @@
 #include "planner/cli/launch_monitor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 
@@ -118,8 +120,14 @@ std::map<std::string, double> LaunchMonitor::BusyShares() const {
 std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
   const auto& record = rank0_steps_.back();
   std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) +
-                     "  loss " + Fixed(NumberOf(record, "loss", kNoNumber), 4) +
-                     "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
+                     "  loss " + Fixed(NumberOf(record, "loss", kNoNumber), 4);
+  // The step's learning rate, from workers that report it.
+  if (const double lr = NumberOf(record, "lr", kNoNumber); !std::isnan(lr)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2e", lr);
+    line += std::string("  lr ") + text;
+  }
+  line += "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
                      "  step " + Seconds(NumberOf(record, "step_s")) + "  busy";
   for (const auto& [type, share] : BusyShares()) line += " " + type + " " + Fixed(100.0 * share, 0) + "%";
   return line;

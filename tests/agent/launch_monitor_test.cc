@@ -115,7 +115,7 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
     monitor.Metrics(0, Record(step, 0, 5.0 - step * 0.1, step == 1 ? 1.0 : 0.2, 0.1));
   }
   const std::string text = out_.str();
-  EXPECT_TRUE(ContainsAll(text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000", "120.0 samples/s",
+  EXPECT_TRUE(ContainsAll(text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000  120.0 samples/s",
                                  "busy fast 50% slow 90%"}));
   EXPECT_EQ(text.find("step 4/10"), std::string::npos);
   const auto summary = monitor.Summary(0.25);
@@ -129,6 +129,13 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
   int lines = 0;
   for (std::string line; std::getline(metrics, line);) ++lines;
   EXPECT_EQ(lines, 10);
+}
+
+// A worker that reports its step's learning rate has it shown after the loss.
+TEST_F(LaunchMonitorTest, ProgressShowsTheLearningRateWhenReported) {
+  LaunchMonitor monitor = Monitor(/*progress_every=*/1);
+  monitor.Metrics(0, R"({"step": 1, "rank": 0, "loss": 5.5, "lr": 0.0003, "step_s": 0.2, "samples_per_s": 120})");
+  EXPECT_TRUE(ContainsAll(out_.str(), {"step 1/10  loss 5.5000  lr 3.00e-04  120.0 samples/s"})) << out_.str();
 }
 
 // A worker writes a nan loss as null, and records come from other nodes: an odd one is
