@@ -92,13 +92,15 @@ StateDict ReadStateDict(const std::string& path) {
   std::optional<caffe2::serialize::PyTorchStreamReader> reader;
   c10::IValue value;
   try {
-    // torch::pickle_load, with one storage per data record: Python's torch.save names a
-    // storage that tensors share (nanoGPT's tied wte and lm_head) by the same record
-    // each time, which pickle_load loads anew every time it is named.
+    // torch::pickle_load, with one storage per data record and every tensor on the CPU:
+    // Python's torch.save names a storage that tensors share (nanoGPT's tied wte and
+    // lm_head) by the same record each time, which pickle_load loads anew every time it
+    // is named; and it moves each tensor to the device it was saved from (a GPU model's
+    // state_dict()), one by one, unsharing them again (and failing without a GPU).
     reader.emplace(std::make_shared<BytesReader>(bytes));
     value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
                                               /*type_resolver=*/c10::nullopt, /*obj_loader=*/c10::nullopt,
-                                              /*device=*/c10::nullopt, *reader,
+                                              /*device=*/at::Device(at::kCPU), *reader,
                                               torch::jit::Unpickler::defaultTypeParser,
                                               std::make_shared<torch::jit::DeserializationStorageContext>());
   } catch (const std::exception& error) {

@@ -7,7 +7,9 @@
 //   tied = torch.arange(6, dtype=torch.float32).reshape(2, 3)
 //   torch.save({"a": tied, "b": tied.detach(), "c": tied * 2 + 1}, "python_tied_state_dict.pt")
 // ("b" is another tensor on the same storage, as state_dict() gives for tied weights;
-// the same tensor object twice would be pickled once.)
+// the same tensor object twice would be pickled once), and data/python_cuda_tied_state_dict.pt
+// the same with torch.serialization.location_tag returning "cuda:0", as a GPU model's
+// state dict is saved.
 #include "launcher/state_dict.h"
 
 #include <filesystem>
@@ -22,14 +24,20 @@ namespace {
 
 const std::string kTied = POPLAR_TEST_DATA_DIR "/python_tied_state_dict.pt";
 
-TEST(StateDict, TensorsThatSharedAStorageInPythonShareOneHere) {
-  const StateDict tensors = ReadStateDict(kTied);
-  ASSERT_EQ(tensors.size(), 3u);
-  const auto expected = torch::arange(6, torch::kFloat32).reshape({2, 3});
-  EXPECT_TRUE(torch::equal(tensors.at("a"), expected));
-  EXPECT_TRUE(torch::equal(tensors.at("b"), expected));
-  EXPECT_TRUE(torch::equal(tensors.at("c"), expected * 2 + 1));
-  EXPECT_EQ(tensors.at("a").storage().data(), tensors.at("b").storage().data());
+// Read on the CPU, wherever they were saved from: the worker moves the model to its
+// device after loading it, and a CPU worker has no GPU to put them on.
+TEST(StateDict, TensorsThatSharedAStorageInPythonShareOneHereOnTheCpu) {
+  for (const std::string& path : {kTied, std::string(POPLAR_TEST_DATA_DIR "/python_cuda_tied_state_dict.pt")}) {
+    SCOPED_TRACE(path);
+    const StateDict tensors = ReadStateDict(path);
+    ASSERT_EQ(tensors.size(), 3u);
+    const auto expected = torch::arange(6, torch::kFloat32).reshape({2, 3});
+    EXPECT_TRUE(torch::equal(tensors.at("a"), expected));
+    EXPECT_TRUE(torch::equal(tensors.at("b"), expected));
+    EXPECT_TRUE(torch::equal(tensors.at("c"), expected * 2 + 1));
+    EXPECT_TRUE(tensors.at("a").device().is_cpu());
+    EXPECT_EQ(tensors.at("a").storage().data(), tensors.at("b").storage().data());
+  }
 }
 
 TEST(StateDict, APythonFileWithARecordCutShortIsRefused) {
