@@ -1,5 +1,6 @@
 #include "agent/agent_service.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <unistd.h>
@@ -94,9 +95,14 @@ AgentService::AgentService(AgentConfig config, std::string worker_version)
 
 AgentService::~AgentService() { StopAll("the agent is shutting down"); }
 
-void AgentService::StopAll(const std::string& reason) {
+std::chrono::milliseconds AgentService::StopAll(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [id, running] : jobs_) running.job->Stop(reason);
+  std::chrono::milliseconds longest{0};
+  for (auto& [id, running] : jobs_) {
+    running.job->Stop(reason);
+    longest = std::max(longest, running.job->stop_grace());
+  }
+  return longest;
 }
 
 grpc::Status AgentService::Describe(grpc::ServerContext*, const v1::DescribeRequest*,

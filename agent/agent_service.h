@@ -4,6 +4,7 @@
 //   anything else -> INTERNAL; each with a message a user can act on.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,8 +38,9 @@ class AgentService final : public v1::Agent::Service {
   grpc::Status FreePort(grpc::ServerContext* context, const v1::FreePortRequest* request,
                         v1::FreePortResponse* response) override;
 
-  // Stops every job (the agent is shutting down).
-  void StopAll(const std::string& reason);
+  // Stops every job (the agent is shutting down). Returns the longest stop grace among
+  // them (zero when none runs): how long their ranks may still take to end.
+  std::chrono::milliseconds StopAll(const std::string& reason);
 
  private:
   const AgentConfig config_;

@@ -64,6 +64,7 @@ class Job {
   const std::string& id() const { return id_; }
   std::vector<int> ranks() const;
   std::vector<std::string> devices() const;  // each rank's RankProcess::device
+  std::chrono::milliseconds stop_grace() const { return stop_grace_; }
   std::int64_t last_step() const;
   double seconds() const;
 

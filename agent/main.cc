@@ -135,8 +135,11 @@ void Serve(const AgentOptions& options) {
     int received = 0;
     sigwait(&stop_signals, &received);
     std::fprintf(stderr, "poplar-agent: %s: stopping every job and exiting\n", strsignal(received));
-    service.StopAll(std::string("its poplar-agent was stopped (") + strsignal(received) + ")");
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const auto grace = service.StopAll(std::string("its poplar-agent was stopped (") + strsignal(received) + ")");
+    // The Launch streams stay open while the ranks may take to end (a rank 0 finishing
+    // a checkpoint), so that each ends with its job's reason rather than cut off.
+    server->Shutdown(std::chrono::system_clock::now() + std::max<std::chrono::milliseconds>(
+                                                            std::chrono::seconds(10), grace + std::chrono::seconds(5)));
   });
   server->Wait();
   stopper.join();

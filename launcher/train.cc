@@ -402,7 +402,7 @@ void Train(const TrainOptions& options) {
                    {"stage", plan.stage},
                    {"loss", mean_loss},
                    {"grad_norm", grad_norm},
-                   {"lr", LearningRateAt(adamw.schedule, adamw.lr, step + 1)},
+                   {"lr", engine.learning_rate()},  // the rate the update took
                    {"step_s", step_s},
                    {"compute_s", compute_s},
                    {"communication_s", communicator.communication_seconds() - communication_before},

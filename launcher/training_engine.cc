@@ -88,7 +88,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
 
   ++step_;
   AdamWOptions options = options_;
-  options.lr = LearningRateAt(options_.schedule, options_.lr, step_);
+  options.lr = learning_rate_ = LearningRateAt(options_.schedule, options_.lr, step_);
   for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
     const FlatBucket& bucket = layout_.buckets()[b];
     auto& gradient = gradients[b];

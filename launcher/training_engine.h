@@ -48,6 +48,8 @@ class TrainingEngine {
   // AdamW and makes the parameters whole again where the stage needs it. Returns the
   // global gradient norm before clipping.
   virtual double Step(double token_count) = 0;
+  // The learning rate the latest Step() updated with (its schedule's, AdamWOptions).
+  virtual double learning_rate() const = 0;
 
   // Full Adam moments by parameter name, on the CPU. Collective at stages 1-3; only a
   // rank that passes `keep` (the one that writes) builds the CPU copies, the others
@@ -86,6 +88,7 @@ class ShardedAdamW : public TrainingEngine {
  public:
   std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
+  double learning_rate() const override { return learning_rate_; }
 
  protected:
   ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
@@ -125,6 +128,7 @@ class ShardedAdamW : public TrainingEngine {
   torch::Tensor exp_avg_;     // shard layout
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;
+  double learning_rate_ = 0;  // of the latest update
 };
 
 }  // namespace poplar

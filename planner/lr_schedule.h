@@ -12,9 +12,9 @@
 // which is PyTorch's SequentialLR of LinearLR(start_factor=1/W, total_iters=W-1) and then
 // CosineAnnealingLR(T_max=T, eta_min=min_lr) or LinearLR(end_factor=min_lr/lr,
 // total_iters=T), stepped once per optimizer step, except that the cosine stays at
-// min_lr after T instead of rising again. The rate reaches min_lr at step D + 1: with
-// D = the run's last step, as by default, its last step is one decay step above it, as
-// in nanoGPT.
+// min_lr after T instead of rising again (milestones=[W]; with W = 0 the decay scheduler
+// alone, and W = 1 is the same as none). The rate reaches min_lr at step D + 1: with D =
+// the run's last step, as by default, its last step is one decay step above it.
 #pragma once
 
 #include <cstdint>

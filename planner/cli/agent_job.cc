@@ -180,7 +180,8 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
     constexpr auto kStall = kKeepaliveTimeout;
     constexpr auto kStallEffect = std::chrono::seconds(30);
     // How long the head waits for the nodes' final events once it has stopped the job:
-    // 15 s longer than the job's stop grace (agent/job.h), in which a rank 0 may be
+    // 15 s longer than the job's stop grace or 30 s (what agents older than the grace
+    // give), whichever is longer (agent/job.h): in the grace a rank 0 may be
     // finishing a checkpoint; then it cancels the streams (the agents stop the job when
     // they break).
     int stop_grace_s = kDefaultStopGraceSeconds;

@@ -1,7 +1,8 @@
 // Running one job on a cluster's agents: a Launch stream per node, their events in
 // arrival order, and the job stopped everywhere on the first failure, on Ctrl-C or on
 // SIGTERM (the agents are asked to stop it; a node that has not ended it 15 s after the
-// job's stop grace has its stream cancelled, which makes its agent stop it). `poplar launch` (training) and
+// job's stop grace, or after 30 s when that is shorter, has its stream cancelled, which
+// makes its agent stop it). `poplar launch` (training) and
 // `poplar network` (timing the collectives) run their jobs through it.
 #pragma once
 

@@ -24,10 +24,12 @@
 #include "planner/input_error.h"
 #include "planner/cluster_profiles.h"
 #include "planner/join.h"
+#include "planner/lr_schedule.h"
 #include "planner/precision.h"
 #include "planner/plan_file.h"
 #include "planner/planner.h"
 #include "planner/text_file.h"
+#include "planner/training_limits.h"
 #include "planner/worker_plan.h"
 
 namespace poplar {
@@ -168,6 +170,11 @@ void RunLaunch(const LaunchOptions& options) {
   if (options.steps > 0) {
     job.steps = options.steps;
     CheckSchedule(job, cluster.file, "--steps");  // a decay over the job's steps may have none left
+    if (options.resume && job.lr_decay != LrDecay::kConstant && !job.decay_steps) {
+      std::cerr << "poplar: warning: --steps " << job.steps << " moves the end of the learning-rate decay, which "
+                << "ends at the job's last step unless job.decay_steps says otherwise: the resumed steps take "
+                << "other rates than the run they continue would have; set job.decay_steps to keep them\n";
+    }
   }
   const std::string job_id = options.job_id.empty() ? DefaultJobId(cluster.name) : options.job_id;
   try {
@@ -246,6 +253,10 @@ void RunLaunch(const LaunchOptions& options) {
             << ":" << master_port << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
   if (options.resume) monitor.ExpectResume(job_id);
+  if (job.warmup_steps > 0 || job.lr_decay != LrDecay::kConstant) {
+    monitor.ExpectLearningRates([schedule = ScheduleOf(job), lr = job.lr.value_or(kDefaultLearningRate)](
+                                    std::int64_t step) { return LearningRateAt(schedule, lr, step); });
+  }
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
   // A launch every agent refused leaves the run directory as it was (RunDirectory).
   if (!outcome.any_started && monitor.failed()) {

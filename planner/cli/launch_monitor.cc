@@ -89,6 +89,7 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   auto record = nlohmann::json::parse(json_line, nullptr, false);
   if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return;
   latest_[rank] = record;
+  CheckLearningRate(rank, record);
   if (rank != 0) return;
   const bool first = rank0_steps_.empty();
   rank0_steps_.push_back(record);
@@ -100,6 +101,25 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   }
   if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || first)) {
     out_ << ProgressLine(step) << std::endl;
+  }
+}
+
+void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
+  if (!expected_rate_ || !rates_checked_.insert(rank).second) return;
+  const std::string node = rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
+  const std::int64_t step = record["step"].get<std::int64_t>();
+  const double expected = expected_rate_(step);
+  const double reported = NumberOf(record, "lr", kNoNumber);
+  if (std::isnan(reported)) {
+    Failure(node, "rank " + std::to_string(rank) + " reports no learning rate: its poplar-worker predates the " +
+                      "learning-rate schedule the cluster file asks for; update poplar-worker on this node");
+  } else if (std::abs(reported - expected) > 1e-9 * expected) {
+    char text[96];
+    std::snprintf(text, sizeof text, "step %lld at learning rate %.4g, not the %.4g", static_cast<long long>(step),
+                  reported, expected);
+    Failure(node, "rank " + std::to_string(rank) + " trained " + text + " of the cluster file's schedule: its " +
+                      "poplar-agent left the schedule out (it predates job.warmup_steps and job.lr_decay); " +
+                      "update poplar-agent on this node");
   }
 }
 

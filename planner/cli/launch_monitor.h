@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <memory>
 #include <ostream>
@@ -33,6 +35,12 @@ class LaunchMonitor {
   // A resume of job `job_id` (launch --resume): rank 0's first step then tells at once,
   // not after the run, whether it went on from a checkpoint or started over.
   void ExpectResume(std::string job_id) { resume_job_ = std::move(job_id); }
+  // A job with a learning-rate schedule: `rate` gives each step's. Each rank's first
+  // record must report that rate, or the job fails naming the node: a node whose agent
+  // predates the schedule leaves its flags out (proto3 drops the fields it does not
+  // know) and would train at the constant rate, silently; one whose worker predates it
+  // reports no rate.
+  void ExpectLearningRates(std::function<double(std::int64_t step)> rate) { expected_rate_ = std::move(rate); }
 
   void Output(int rank, const std::string& line);
   // A rank's metrics record. Rank 0's first one is always followed by a progress line,
@@ -99,6 +107,8 @@ class LaunchMonitor {
   std::string ProgressLine(std::int64_t step) const;
   // Device type -> mean over its ranks of compute_s / step_s in their latest record.
   std::map<std::string, double> BusyShares() const;
+  // Fails the job when `rank`'s first record does not take the expected rate.
+  void CheckLearningRate(int rank, const nlohmann::json& record);
 
   std::string run_dir_;
   std::vector<RankInfo> ranks_;
@@ -109,6 +119,8 @@ class LaunchMonitor {
   std::map<int, nlohmann::json> latest_;    // rank -> last metrics record
   std::vector<nlohmann::json> rank0_steps_; // rank 0's records in order
   std::string resume_job_;                  // ExpectResume's job, or empty
+  std::function<double(std::int64_t)> expected_rate_;  // ExpectLearningRates', or empty
+  std::set<int> rates_checked_;             // the ranks whose first record was checked
   std::vector<Failed> failures_;
   double head_stalled_s_ = 0;  // the longest HeadStalled
 };

@@ -188,6 +188,7 @@ class TwoAgents : public ::testing::Test {
   }
 
   void StopTheHeadWith(int signal_number, const std::string& how);
+  void StopAgentBAndExpectTheHeadToSaySo(Training& training, const std::string& run_dir, std::chrono::seconds limit);
 
   ScratchDir dir_{"e2e"};
   std::string worker_ = POPLAR_WORKER_BINARY;  // what the agents start
@@ -409,9 +410,16 @@ TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
 TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
   Training training = StartTraining("agentstop", 3);
   ASSERT_TRUE(training.started());
+  StopAgentBAndExpectTheHeadToSaySo(training, "agentstop", std::chrono::seconds(60));
+}
+
+// SIGTERM to node b's agent, as systemctl stop sends: the launch of `run_dir` must end
+// within `limit` with exit 1, saying so, and b's rank must be gone.
+void TwoAgents::StopAgentBAndExpectTheHeadToSaySo(Training& training, const std::string& run_dir,
+                                                  std::chrono::seconds limit) {
   agents_[1]->Signal(SIGTERM);
-  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
-  const std::string err = ReadWholeFile(dir_.path() + "/agentstop.err");
+  EXPECT_EQ(training.launch->Wait(limit), 1);
+  const std::string err = ReadWholeFile(dir_.path() + "/" + run_dir + ".err");
   EXPECT_TRUE(Contains(err, "failed: node 'b': its poplar-agent was stopped (Terminated)")) << err;
   EXPECT_FALSE(Alive(training.rank1));
 }
@@ -429,14 +437,19 @@ class SlowToStopWorkers : public TwoAgents {
                          "wait $!\n");
     fs::permissions(worker_, fs::perms::owner_all);
   }
+  // A long job of the fixture's cluster with job.stop_grace_s `grace_s`, once both ranks
+  // have trained 2 steps.
+  Training StartWithGrace(const std::string& run_dir, int grace_s) {
+    dir_.Write(run_dir + ".yaml", ReplaceOnce(ReadWholeFile(dir_.path() + "/cluster.yaml"), "checkpoint_every: 5}",
+                                              "checkpoint_every: 5, stop_grace_s: " + std::to_string(grace_s) + "}"));
+    return StartTraining(run_dir, 2, run_dir + ".yaml");
+  }
 };
 
 // The job's stop grace (job.stop_grace_s), not a fixed 30 s, is how long a stopped rank
 // may take: the agents SIGKILL the ranks once 2 s are over, and the head says so.
 TEST_F(SlowToStopWorkers, TheJobsStopGraceBoundsHowLongAStoppedRankMayTake) {
-  dir_.Write("grace.yaml", ReplaceOnce(ReadWholeFile(dir_.path() + "/cluster.yaml"), "checkpoint_every: 5}",
-                                       "checkpoint_every: 5, stop_grace_s: 2}"));
-  Training training = StartTraining("grace", 2, "grace.yaml");
+  Training training = StartWithGrace("grace", 2);
   ASSERT_TRUE(training.started());
   const auto stop = std::chrono::steady_clock::now();
   training.launch->Signal(SIGINT);
@@ -449,6 +462,15 @@ TEST_F(SlowToStopWorkers, TheJobsStopGraceBoundsHowLongAStoppedRankMayTake) {
   EXPECT_TRUE(Contains(log, "by its agent, the stop's grace over")) << log;
   EXPECT_FALSE(Alive(training.rank0));
   EXPECT_FALSE(Alive(training.rank1));
+}
+
+// systemctl stop of an agent whose ranks take their grace (14 s here) to end: its Launch
+// stream stays open until they have, so the head hears why the job ended (it once closed
+// after 10 s, and the head reported a lost agent).
+TEST_F(SlowToStopWorkers, AStoppedAgentAnswersUntilItsRanksHaveEnded) {
+  Training training = StartWithGrace("agentgrace", 14);
+  ASSERT_TRUE(training.started());
+  StopAgentBAndExpectTheHeadToSaySo(training, "agentgrace", std::chrono::seconds(90));
 }
 
 // The nodes share no file system: the checkpoints are on rank 0's node only, and the

@@ -138,6 +138,34 @@ TEST_F(LaunchMonitorTest, ProgressShowsTheLearningRateWhenReported) {
   EXPECT_TRUE(ContainsAll(out_.str(), {"step 1/10  loss 5.5000  lr 3.00e-04  120.0 samples/s"})) << out_.str();
 }
 
+// A job with a schedule: a node whose agent left the schedule's flags out (an agent
+// older than it) trains at the constant rate, and one whose worker is older reports no
+// rate: the job fails naming the node, instead of training the wrong schedule silently.
+TEST_F(LaunchMonitorTest, ARankNotTakingTheSchedulesRateFailsTheJobNamingItsNode) {
+  const auto half_then_full = [](std::int64_t step) { return step == 1 ? 1.5e-3 : 3e-3; };
+  LaunchMonitor right = Monitor();
+  right.ExpectLearningRates(half_then_full);
+  right.Metrics(0, R"({"step": 1, "rank": 0, "loss": 5.5, "lr": 0.0015})");
+  right.Metrics(1, R"({"step": 1, "rank": 1, "loss": 5.5, "lr": 0.0015})");
+  EXPECT_FALSE(right.failed()) << right.RootCause();
+
+  LaunchMonitor old_agent = Monitor();
+  old_agent.ExpectLearningRates(half_then_full);
+  old_agent.Metrics(0, R"({"step": 1, "rank": 0, "loss": 5.5, "lr": 0.0015})");
+  old_agent.Metrics(1, R"({"step": 1, "rank": 1, "loss": 5.5, "lr": 0.003})");
+  ASSERT_TRUE(old_agent.failed());
+  EXPECT_EQ(old_agent.RootCause(), "node 'b': rank 1 trained step 1 at learning rate 0.003, not the 0.0015 of the "
+                                   "cluster file's schedule: its poplar-agent left the schedule out (it predates "
+                                   "job.warmup_steps and job.lr_decay); update poplar-agent on this node");
+
+  LaunchMonitor old_worker = Monitor();
+  old_worker.ExpectLearningRates(half_then_full);
+  old_worker.Metrics(0, R"({"step": 4, "rank": 0, "loss": 5.5})");  // a resumed run's first step
+  ASSERT_TRUE(old_worker.failed());
+  EXPECT_TRUE(ContainsAll(old_worker.RootCause(), {"node 'a': rank 0 reports no learning rate", "update poplar-worker"}))
+      << old_worker.RootCause();
+}
+
 // A worker writes a nan loss as null, and records come from other nodes: an odd one is
 // kept in the run directory and shown as it is, and never stops the head (a null loss
 // once threw out of the progress line).

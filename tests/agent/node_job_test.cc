@@ -73,6 +73,8 @@ TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   EXPECT_EQ(After(ranks[0].spec.args, "--lr-decay"), "cosine");
   EXPECT_EQ(After(ranks[0].spec.args, "--min-lr"), "0");
   EXPECT_FALSE(Has(ranks[0].spec.args, "--decay-steps"));  // unset: the worker's default, --steps
+  f.settings.decay_steps = 5000;
+  EXPECT_EQ(After(PrepareNodeJob(f.config, f.devices, f.settings)[0].spec.args, "--decay-steps"), "5000");
   EXPECT_EQ(ranks[0].rank, 1);
   EXPECT_EQ(ranks[2].rank, 3);
   EXPECT_EQ(After(ranks[0].spec.args, "--slowdown"), "2.5");

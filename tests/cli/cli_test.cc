@@ -454,6 +454,24 @@ TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {
   EXPECT_TRUE(ContainsAll(run_dir.err, {"--run-dir", "a file is in the way"})) << run_dir.err;
 }
 
+// A --steps that leaves a decay ending at the job's last step no step after its warm-up
+// is refused before any agent is asked, naming --steps (the worker would refuse it on
+// every rank).
+TEST_F(Cli, LaunchRefusesStepsThatLeaveTheScheduleNoDecay) {
+  const std::string cluster = WriteExampleVariant(
+      "v100-and-t4", "nodes:",
+      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+      "job: {model: " + std::string(POPLAR_SOURCE_DIR) +
+          "/configs/models/gpt-tiny.json, data: t.bin, steps: 20, warmup_steps: 5, lr_decay: cosine}\n"
+          "nodes:");
+  const Outcome run = Poplar({"launch", cluster, "--steps", "5", "--run-dir", work_ + "/run"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+  EXPECT_TRUE(Contains(run.err, "--steps: is 5, not more than the 5 warm-up steps: no step is left to decay over"))
+      << run.err;
+  EXPECT_FALSE(Exists(work_ + "/run"));
+}
+
 // The head checks job.model as the worker will, before it asks any agent: a bad model
 // used to reach the workers, and the error named the agent's copy of the file.
 TEST_F(Cli, LaunchAndProfileRefuseABadModelNamingTheHeadsFile) {
