@@ -146,9 +146,15 @@ CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Col
     fixed = 0;
     rate = sbt / sbb;
   }
-  if (!(rate > 0)) {  // no size dependence measurable: all fixed cost
-    rate = 1e-300;
-    fixed = st / sw;
+  // Within the network file's range (kLeastLinkGbps to kMostLinkGbps), which the file
+  // must read back: a slope beyond it is noise, chiefly no size dependence measurable
+  // (times that fall with size on a busy host; the fastest rate then), and the fixed
+  // cost is refitted under it.
+  const double fastest = 1.0 / (kMostLinkGbps * 1e9 / kBitsPerByte);  // seconds per byte
+  const double slowest = 1.0 / (kLeastLinkGbps * 1e9 / kBitsPerByte);
+  if (!(rate >= fastest && rate <= slowest)) {
+    rate = rate > slowest ? slowest : fastest;
+    fixed = std::max(0.0, (st - rate * sb) / sw);
   }
   return {fixed, 1.0 / rate};
 }

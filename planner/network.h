@@ -71,8 +71,8 @@ struct CollectivePoint {
 };
 
 // The line through one collective's points that minimises the squared *relative*
-// residuals (so that 4 KiB and 64 MiB weigh alike), with fixed_s >= 0 and a positive
-// rate. Throws InputError(file, key) unless there are points at two or more sizes.
+// residuals (so that 4 KiB and 64 MiB weigh alike), with fixed_s >= 0 and a rate within
+// kLeastLinkGbps to kMostLinkGbps (the fastest where time does not grow with size). Throws InputError(file, key) unless there are points at two or more sizes.
 CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Collective collective,
                                  const std::string& file, const std::string& key);
 

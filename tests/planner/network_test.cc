@@ -65,6 +65,21 @@ TEST(FitCollectiveLine, NeverGivesANegativeFixedCost) {
   EXPECT_GT(line.payload_bytes_per_s, 0.0);
 }
 
+// On a busy host the larger sizes may time faster than the smaller: no size dependence
+// is measurable. The line stays within the file's range, so that the file `poplar
+// network` writes reads back (it once held 1e+291 Gb/s, refused by its own reader).
+TEST(FitCollectiveLine, TimesThatFallWithSizeGiveALineTheFileCanHold) {
+  std::vector<CollectivePoint> points;
+  for (Collective collective : kCollectives) {
+    for (double bytes = 4096; bytes <= 64 << 20; bytes *= 4) points.push_back({collective, bytes, 1e-3 - bytes * 1e-12});
+  }
+  const MeasuredNetwork fitted = FitNetwork(points, ThreeRanks(), "gloo", Precision::kFp32, "net.json");
+  EXPECT_NEAR(fitted.times.all_reduce.payload_bytes_per_s, kMostLinkGbps * 1e9 / 8, 1.0);
+  EXPECT_NEAR(fitted.times.all_reduce.fixed_s, 1e-3, 2e-5);
+  const MeasuredNetwork read = ParseNetworkJson(NetworkToJson(fitted).dump(), "net.json");
+  EXPECT_NEAR(read.times.all_gather.fixed_s, fitted.times.all_gather.fixed_s, 1e-12);
+}
+
 TEST(FitCollectiveLine, NeedsTwoSizes) {
   const std::vector<CollectivePoint> one = {{Collective::kAllGather, 4096, 1e-4}, {Collective::kAllGather, 4096, 2e-4}};
   try {
