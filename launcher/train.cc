@@ -55,28 +55,14 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
 
 // --lr and the schedule flags as AdamW's options; throws InputError naming the flag.
 AdamWOptions OptimizerOptions(const TrainOptions& options) {
-  AdamWOptions adamw = options.adamw;
-  LrSchedule& schedule = adamw.schedule;
-  schedule.warmup_steps = options.warmup_steps;
+  LrScheduleSettings settings = options.schedule;
   const std::optional<LrDecay> decay = LrDecayNamed(options.lr_decay);
   if (!decay) throw InputError("--lr-decay", "", "must be constant, cosine or linear, got '" + options.lr_decay + "'");
-  schedule.decay = *decay;
-  if (schedule.decay == LrDecay::kConstant) {
-    // They would change nothing, silently.
-    if (options.decay_steps > 0) throw InputError("--decay-steps", "", "is for a decay: add --lr-decay cosine or linear");
-    if (options.min_lr) throw InputError("--min-lr", "", "is for a decay: add --lr-decay cosine or linear");
-  }
-  schedule.decay_steps = options.decay_steps > 0 ? options.decay_steps : options.steps;
-  schedule.min_lr = options.min_lr.value_or(adamw.lr / 10);
-  std::string key;
-  if (const std::string problem = LrScheduleProblem(schedule, adamw.lr, &key); !problem.empty()) {
-    // The flag that set it: --steps stands for an unset --decay-steps.
-    const std::map<std::string, std::string> flags = {
-        {"warmup_steps", "--warmup-steps"},
-        {"decay_steps", options.decay_steps > 0 ? "--decay-steps" : "--steps"},
-        {"min_lr", options.min_lr ? "--min-lr" : "--lr"}};
-    throw InputError(flags.at(key), "", problem);
-  }
+  settings.decay = *decay;
+  AdamWOptions adamw = options.adamw;
+  adamw.schedule = ResolveLrSchedule(
+      settings, adamw.lr, options.steps,
+      {"--warmup-steps", "--decay-steps", "--min-lr", "--steps", "add --lr-decay cosine or linear"});
   return adamw;
 }
 

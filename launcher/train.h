@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "launcher/adamw.h"
 #include "launcher/device_flags.h"
+#include "planner/lr_schedule.h"
 
 namespace poplar {
 
@@ -18,11 +18,9 @@ struct TrainOptions {
   std::int64_t steps = 1;    // train until this many optimizer steps are done
   std::string init;          // optional initial state dict (torch.save(dict))
   std::string save;          // optional final state dict, written by rank 0
-  AdamWOptions adamw;           // its schedule is made from the four fields below
-  std::int64_t warmup_steps = 0;  // the learning rate rises linearly over these steps
-  std::string lr_decay = "constant";  // then stays, or decays: cosine, linear
-  std::int64_t decay_steps = 0;       // the decay reaches min_lr after this step; 0: --steps
-  std::optional<double> min_lr;       // the decay's floor; unset: --lr / 10
+  AdamWOptions adamw;           // its schedule is resolved from the two fields below
+  LrScheduleSettings schedule;  // --warmup-steps, --decay-steps, --min-lr
+  std::string lr_decay = "constant";  // --lr-decay: constant, cosine or linear
   DeviceFlags device;
   std::string backend = "auto";  // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
   std::string gloo_reduce_scatter = "alltoall";  // or allreduce (GlooReduceScatter)

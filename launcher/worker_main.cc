@@ -60,15 +60,16 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->check(NumberWhere([](double v) { return v > 0 && v <= poplar::kMostLearningRate; },
                           "a positive number, at most 1e6"))
       ->capture_default_str();
-  train->add_option("--warmup-steps", o.warmup_steps, "Raise the learning rate linearly to --lr over these steps")
+  train->add_option("--warmup-steps", o.schedule.warmup_steps, "Raise the learning rate linearly to --lr over these steps")
       ->check(kCount)
       ->capture_default_str();
   train->add_option("--lr-decay", o.lr_decay, "After the warm-up: constant, or decay to --min-lr by a cosine or a line")
       ->check(CLI::IsMember({"constant", "cosine", "linear"}))
       ->capture_default_str();
-  train->add_option("--decay-steps", o.decay_steps, "The decay reaches --min-lr after this step (default: --steps)")
-      ->check(kCount);
-  train->add_option("--min-lr", o.min_lr, "The decay's floor (default: --lr / 10)")->check(kZeroOrMore);
+  train->add_option("--decay-steps", o.schedule.decay_steps,
+                    "The decay reaches --min-lr after this step (default: --steps)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train->add_option("--min-lr", o.schedule.min_lr, "The decay's floor (default: --lr / 10)")->check(kZeroOrMore);
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(kPositive)->capture_default_str();

@@ -80,14 +80,11 @@ std::optional<double> OptionalPositive(YamlFields& fields, const std::string& ke
   return value;
 }
 
-// What is wrong with the job's schedule, if anything, as (job key, reason): the key of
-// the setting that made it so (steps for a decay_steps left to default to it).
-std::optional<std::pair<std::string, std::string>> ScheduleProblem(const JobSpec& job) {
-  std::string key;
-  const std::string problem = LrScheduleProblem(ScheduleOf(job), job.lr.value_or(kDefaultLearningRate), &key);
-  if (problem.empty()) return std::nullopt;
-  if (key == "decay_steps" && !job.decay_steps) key = "steps";
-  return std::make_pair(key, problem);
+// The job's schedule, resolved as the workers will; a refusal names the setting by its
+// key in the job section, and the job's steps by `steps` (what set them).
+LrSchedule ResolveJobSchedule(const JobSpec& job, const std::string& steps) {
+  return ResolveLrSchedule(job.schedule, job.lr.value_or(kDefaultLearningRate), job.steps,
+                           {"warmup_steps", "decay_steps", "min_lr", steps, "add lr_decay: cosine or linear"});
 }
 
 JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
@@ -101,24 +98,20 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
   }
   job.weight_decay = OptionalPositive(fields, "weight_decay", true);
   job.grad_clip = OptionalPositive(fields, "grad_clip", true);
+  LrScheduleSettings& schedule = job.schedule;
   if (fields.Has("warmup_steps")) {
-    job.warmup_steps = fields.IntegerIn("warmup_steps", 0, kMostJobSteps, "a number of steps");
+    schedule.warmup_steps = fields.IntegerIn("warmup_steps", 0, kMostJobSteps, "a number of steps");
   }
   if (fields.Has("lr_decay")) {
     const std::string name = fields.String("lr_decay");
     const std::optional<LrDecay> decay = LrDecayNamed(name);
     if (!decay) fields.Fail("lr_decay", "must be constant, cosine or linear, got '" + name + "'");
-    job.lr_decay = *decay;
-  }
-  for (const char* key : {"decay_steps", "min_lr"}) {
-    if (fields.Has(key) && job.lr_decay == LrDecay::kConstant) {
-      fields.Fail(key, "is for a decay: add lr_decay: cosine or linear");  // it would change nothing
-    }
+    schedule.decay = *decay;
   }
   if (fields.Has("decay_steps")) {
-    job.decay_steps = fields.IntegerIn("decay_steps", 1, kMostJobSteps, "a number of steps");
+    schedule.decay_steps = fields.IntegerIn("decay_steps", 1, kMostJobSteps, "a number of steps");
   }
-  job.min_lr = OptionalPositive(fields, "min_lr", true);
+  schedule.min_lr = OptionalPositive(fields, "min_lr", true);
   if (fields.Has("checkpoint_every")) {
     job.checkpoint_every =
         fields.IntegerIn("checkpoint_every", 0, kMostJobSteps, "a number of steps (0: only at the end)");
@@ -132,26 +125,23 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
                                                          "a number of seconds a stopped rank may take to end"));
   }
   fields.Finish();
-  if (const auto problem = ScheduleProblem(job)) fields.Fail(problem->first, problem->second);
+  try {
+    ResolveJobSchedule(job, "steps");
+  } catch (const InputError& refusal) {
+    fields.Fail(refusal.file(), refusal.reason());  // the key refusal names, with its line
+  }
   return job;
 }
 
 }  // namespace
 
-LrSchedule ScheduleOf(const JobSpec& job) {
-  LrSchedule schedule;
-  schedule.warmup_steps = job.warmup_steps;
-  schedule.decay = job.lr_decay;
-  schedule.decay_steps = job.decay_steps.value_or(job.steps);
-  schedule.min_lr = job.min_lr.value_or(job.lr.value_or(kDefaultLearningRate) / 10);
-  return schedule;
-}
-
-void CheckSchedule(const JobSpec& job, const std::string& file, const std::string& steps_flag) {
-  const auto problem = ScheduleProblem(job);
-  if (!problem) return;
-  if (problem->first == "steps" && !steps_flag.empty()) throw InputError(steps_flag, "", problem->second);
-  throw InputError(file, "job." + problem->first, problem->second);
+LrSchedule ScheduleOf(const JobSpec& job, const std::string& file, const std::string& steps_flag) {
+  try {
+    return ResolveJobSchedule(job, steps_flag.empty() ? "steps" : steps_flag);
+  } catch (const InputError& refusal) {
+    if (refusal.file() == steps_flag) throw;
+    throw InputError(file, "job." + refusal.file(), refusal.reason());
+  }
 }
 
 std::vector<InputFile> ClusterSpec::InputFiles() const {

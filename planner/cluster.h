@@ -69,11 +69,7 @@ struct JobSpec {
   std::string data;          // relative to each agent's work directory
   std::int64_t steps = 0;    // 1..kMostJobSteps
   std::optional<double> lr, weight_decay, grad_clip;
-  // The learning-rate schedule (planner/lr_schedule.h); ScheduleOf fills in the defaults.
-  std::int64_t warmup_steps = 0;
-  LrDecay lr_decay = LrDecay::kConstant;
-  std::optional<std::int64_t> decay_steps;  // unset: steps
-  std::optional<double> min_lr;             // unset: lr / 10
+  LrScheduleSettings schedule;  // the learning rate's (planner/lr_schedule.h); see ScheduleOf
   std::int64_t checkpoint_every = 0;  // 0: only at the end
   std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
   // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
@@ -81,13 +77,11 @@ struct JobSpec {
   int stop_grace_s = kDefaultStopGraceSeconds;
 };
 
-// The schedule the workers will follow: decay_steps and min_lr filled in as the worker
-// fills them in (steps, lr / 10).
-LrSchedule ScheduleOf(const JobSpec& job);
-// Throws InputError naming `file` and the job's key when the schedule leaves no step to
-// decay over or its floor is above the rate; `steps_flag` names where the steps came from
-// when not from the file (`--steps` of poplar launch), else empty.
-void CheckSchedule(const JobSpec& job, const std::string& file, const std::string& steps_flag);
+// The schedule the workers will follow (ResolveLrSchedule, as the worker resolves it).
+// Throws InputError naming `file` and the job's key when it is refused (a job the
+// cluster file was read with passes), or `steps_flag` when the steps it sets
+// (`poplar launch --steps`) leave no step to decay over.
+LrSchedule ScheduleOf(const JobSpec& job, const std::string& file = "", const std::string& steps_flag = "");
 
 inline constexpr int kDefaultAgentPort = 7150;
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "planner/input_error.h"
+
 namespace poplar {
 namespace {
 
@@ -32,23 +34,29 @@ std::optional<LrDecay> LrDecayNamed(const std::string& name) {
   return std::nullopt;
 }
 
-std::string LrScheduleProblem(const LrSchedule& schedule, double lr, std::string* key) {
-  const auto problem = [key](const char* which, std::string reason) {
-    *key = which;
-    return reason;
-  };
-  if (schedule.warmup_steps < 0) return problem("warmup_steps", "must be zero or more");
-  if (schedule.decay == LrDecay::kConstant) return "";
+LrSchedule ResolveLrSchedule(const LrScheduleSettings& settings, double lr, std::int64_t steps,
+                             const LrScheduleNames& names) {
+  if (settings.warmup_steps < 0) throw InputError(names.warmup_steps, "", "must be zero or more");
+  LrSchedule schedule;
+  schedule.warmup_steps = settings.warmup_steps;
+  schedule.decay = settings.decay;
+  if (settings.decay == LrDecay::kConstant) {
+    if (settings.decay_steps) throw InputError(names.decay_steps, "", "is for a decay: " + names.add_a_decay);
+    if (settings.min_lr) throw InputError(names.min_lr, "", "is for a decay: " + names.add_a_decay);
+    return schedule;
+  }
+  schedule.decay_steps = settings.decay_steps.value_or(steps);
+  schedule.min_lr = settings.min_lr.value_or(lr / 10);
   if (schedule.decay_steps <= schedule.warmup_steps) {
-    return problem("decay_steps", "is " + std::to_string(schedule.decay_steps) + ", not more than the " +
-                                      std::to_string(schedule.warmup_steps) +
-                                      " warm-up steps: no step is left to decay over");
+    throw InputError(settings.decay_steps ? names.decay_steps : names.steps, "",
+                     "is " + std::to_string(schedule.decay_steps) + ", not more than the " +
+                         std::to_string(schedule.warmup_steps) + " warm-up steps: no step is left to decay over");
   }
   if (!(schedule.min_lr >= 0 && schedule.min_lr <= lr)) {
-    return problem("min_lr", "must be from 0 to the peak learning rate (" + Shortest(lr) + "), got " +
-                                 Shortest(schedule.min_lr));
+    throw InputError(names.min_lr, "", "must be from 0 to the peak learning rate (" + Shortest(lr) + "), got " +
+                                           Shortest(schedule.min_lr));
   }
-  return "";
+  return schedule;
 }
 
 double LearningRateAt(const LrSchedule& schedule, double lr, std::int64_t step) {

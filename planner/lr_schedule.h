@@ -36,10 +36,30 @@ struct LrSchedule {
   double min_lr = 0;                   // used when decaying; from 0 to the peak rate
 };
 
-// What is wrong with `schedule` for peak rate `lr`, or "" when nothing is: the reason,
-// and in `key` which setting it is about ("warmup_steps", "decay_steps", "min_lr"), so
-// that callers can name their own flag or key.
-std::string LrScheduleProblem(const LrSchedule& schedule, double lr, std::string* key);
+// What a user sets, as the worker's flags or the cluster file's job keys; what is unset
+// takes the default.
+struct LrScheduleSettings {
+  std::int64_t warmup_steps = 0;
+  LrDecay decay = LrDecay::kConstant;
+  std::optional<std::int64_t> decay_steps;  // unset: the job's last step
+  std::optional<double> min_lr;             // unset: the peak rate / 10
+};
+
+// How a caller names the settings in its errors: "--min-lr" or "min_lr", ...
+struct LrScheduleNames {
+  std::string warmup_steps, decay_steps, min_lr;
+  std::string steps;        // what sets the job's last step, which decay_steps defaults to
+  std::string add_a_decay;  // "add --lr-decay cosine or linear"
+};
+
+// `settings` for peak rate `lr` in a job of `steps`, with the defaults filled in. Throws
+// InputError(<the setting, as `names` spells it>, "", reason) for a negative warm-up,
+// decay_steps or min_lr without a decay (they would change nothing), a decay that ends
+// no later than the warm-up (named as `names.steps` when decay_steps is unset), and a
+// floor outside 0 to `lr`. The worker and the head (the cluster file) both resolve
+// schedules here, so that the head refuses what the worker would.
+LrSchedule ResolveLrSchedule(const LrScheduleSettings& settings, double lr, std::int64_t steps,
+                             const LrScheduleNames& names);
 
 // The rate of step `step` (>= 1) for peak rate `lr`.
 double LearningRateAt(const LrSchedule& schedule, double lr, std::int64_t step);

@@ -169,8 +169,8 @@ void RunLaunch(const LaunchOptions& options) {
   JobSpec job = *cluster.job;
   if (options.steps > 0) {
     job.steps = options.steps;
-    CheckSchedule(job, cluster.file, "--steps");  // a decay over the job's steps may have none left
-    if (options.resume && job.lr_decay != LrDecay::kConstant && !job.decay_steps) {
+    ScheduleOf(job, cluster.file, "--steps");  // a decay over the job's steps may have none left
+    if (options.resume && job.schedule.decay != LrDecay::kConstant && !job.schedule.decay_steps) {
       std::cerr << "poplar: warning: --steps " << job.steps << " moves the end of the learning-rate decay, which "
                 << "ends at the job's last step unless job.decay_steps says otherwise: the resumed steps take "
                 << "other rates than the run they continue would have; set job.decay_steps to keep them\n";
@@ -235,10 +235,11 @@ void RunLaunch(const LaunchOptions& options) {
     if (job.lr) request.set_lr(*job.lr);
     if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
     if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
-    request.set_warmup_steps(job.warmup_steps);
-    if (job.lr_decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(job.lr_decay));
-    if (job.decay_steps) request.set_decay_steps(*job.decay_steps);
-    if (job.min_lr) request.set_min_lr(*job.min_lr);
+    const LrScheduleSettings& schedule = job.schedule;
+    request.set_warmup_steps(schedule.warmup_steps);
+    if (schedule.decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(schedule.decay));
+    if (schedule.decay_steps) request.set_decay_steps(*schedule.decay_steps);
+    if (schedule.min_lr) request.set_min_lr(*schedule.min_lr);
     request.set_checkpoint_every(job.checkpoint_every);
     request.set_keep_checkpoints(job.keep_checkpoints);
     request.set_stop_grace_s(job.stop_grace_s);
@@ -253,7 +254,7 @@ void RunLaunch(const LaunchOptions& options) {
             << ":" << master_port << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
   if (options.resume) monitor.ExpectResume(job_id);
-  if (job.warmup_steps > 0 || job.lr_decay != LrDecay::kConstant) {
+  if (job.schedule.warmup_steps > 0 || job.schedule.decay != LrDecay::kConstant) {
     monitor.ExpectLearningRates([schedule = ScheduleOf(job), lr = job.lr.value_or(kDefaultLearningRate)](
                                     std::int64_t step) { return LearningRateAt(schedule, lr, step); });
   }

@@ -101,6 +101,7 @@ def main():
 def compare(worker, model_path, tokens_path, work, init, scheduled):
     """The worst of the stages' plans as a fraction of the bounds (above 1: failed)."""
     expected, rates = reference(model_path, tokens_path, init, scheduled)
+    init_state = torch.load(init)
     worst = 0.0
     for stage, ranks in PLANS.items():
         if scheduled and stage not in (1, 3):
@@ -127,7 +128,6 @@ def compare(worker, model_path, tokens_path, work, init, scheduled):
             sys.exit(f"stage {stage}: poplar-worker failed")
         actual = torch.load(out, weights_only=False)  # libtorch's pickler tags types
         difference = max((expected[k] - actual[k]).abs().max().item() for k in expected if k in actual)
-        init_state = torch.load(init)
         relative = max(((expected[k] - actual[k]).norm() / (expected[k] - init_state[k]).norm()).item()
                        for k in expected if k in actual)
         missing = set(expected) ^ set(actual)

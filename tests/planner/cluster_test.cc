@@ -317,7 +317,7 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   JobSpec overridden = scheduled;
   overridden.steps = 2;  // `poplar launch --steps 2`
   try {
-    CheckSchedule(overridden, "cluster.yaml", "--steps");
+    ScheduleOf(overridden, "cluster.yaml", "--steps");
     ADD_FAILURE() << "no error";
   } catch (const InputError& error) {
     EXPECT_TRUE(Contains(error.what(), "--steps: is 2, not more than the 2 warm-up steps")) << error.what();

@@ -2,8 +2,12 @@
 #include "planner/lr_schedule.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
+
+#include "planner/input_error.h"
 
 namespace poplar {
 namespace {
@@ -37,18 +41,38 @@ TEST(LrSchedule, DecaysFromThePeakToTheFloorOverDecayStepsLessWarmUp) {
   EXPECT_DOUBLE_EQ(LearningRateAt(linear, 1e-3, 9), 0);
 }
 
+// The settings as the caller spells them; "steps" for what set the job's last step.
+const LrScheduleNames kNames = {"warmup_steps", "decay_steps", "min_lr", "steps", "add lr_decay"};
+
+// The refusal of `settings` (peak 1e-3, 10 steps) as (setting, reason); empty if none.
+std::pair<std::string, std::string> Refusal(const LrScheduleSettings& settings) {
+  try {
+    ResolveLrSchedule(settings, 1e-3, 10, kNames);
+  } catch (const InputError& error) {
+    return {error.file(), error.reason()};
+  }
+  return {"", ""};
+}
+
+TEST(LrSchedule, ResolvesTheDefaultsAsTheWorkerDoes) {
+  const LrSchedule schedule = ResolveLrSchedule({2, LrDecay::kCosine, std::nullopt, std::nullopt}, 1e-3, 10, kNames);
+  EXPECT_EQ(schedule.decay_steps, 10);  // the job's last step
+  EXPECT_DOUBLE_EQ(schedule.min_lr, 1e-4);
+}
+
 TEST(LrSchedule, NamesTheSettingThatLeavesNoDecayOrIsOutOfRange) {
-  std::string key;
-  EXPECT_EQ(LrScheduleProblem(LrSchedule{}, 1e-3, &key), "");
-  EXPECT_EQ(LrScheduleProblem(LrSchedule{3, LrDecay::kCosine, 4, 1e-4}, 1e-3, &key), "");
-  EXPECT_EQ(LrScheduleProblem(LrSchedule{3, LrDecay::kCosine, 3, 1e-4}, 1e-3, &key),
+  EXPECT_EQ(Refusal({}).second, "");
+  EXPECT_EQ(Refusal({3, LrDecay::kCosine, 4, 1e-4}).second, "");
+  EXPECT_EQ(Refusal({3, LrDecay::kCosine, 3, 1e-4}).second,
             "is 3, not more than the 3 warm-up steps: no step is left to decay over");
-  EXPECT_EQ(key, "decay_steps");
-  EXPECT_EQ(LrScheduleProblem(LrSchedule{0, LrDecay::kLinear, 4, 2e-3}, 1e-3, &key),
-            "must be from 0 to the peak learning rate (0.001), got 0.002");
-  EXPECT_EQ(key, "min_lr");
-  EXPECT_NE(LrScheduleProblem(LrSchedule{-1, LrDecay::kConstant, 0, 0}, 1e-3, &key), "");
-  EXPECT_EQ(key, "warmup_steps");
+  EXPECT_EQ(Refusal({3, LrDecay::kCosine, 3, 1e-4}).first, "decay_steps");
+  EXPECT_EQ(Refusal({10, LrDecay::kCosine, std::nullopt, 1e-4}).first, "steps");  // decay_steps defaulted to it
+  EXPECT_EQ(Refusal({0, LrDecay::kLinear, 4, 2e-3}).second, "must be from 0 to the peak learning rate (0.001), got 0.002");
+  EXPECT_EQ(Refusal({0, LrDecay::kLinear, 4, 2e-3}).first, "min_lr");
+  EXPECT_NE(Refusal({-1, LrDecay::kConstant, std::nullopt, std::nullopt}).second, "");
+  EXPECT_EQ(Refusal({-1, LrDecay::kConstant, std::nullopt, std::nullopt}).first, "warmup_steps");
+  EXPECT_EQ(Refusal({0, LrDecay::kConstant, std::nullopt, 1e-5}),
+            std::make_pair(std::string("min_lr"), std::string("is for a decay: add lr_decay")));
   EXPECT_EQ(LrDecayNamed("cosine"), LrDecay::kCosine);
   EXPECT_EQ(LrDecayNamed("Cosine"), std::nullopt);
   EXPECT_STREQ(LrDecayName(LrDecay::kLinear), "linear");
