@@ -69,7 +69,8 @@ TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   const JobOutcome first = RunJob(
       scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}));
   ASSERT_TRUE(first.AllSucceeded()) << first.Describe();
-  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/step-00000001/model.pt"));
+  // Only the last step's checkpoint is certain: step 1's, still waiting to be written when
+  // step 2's came, may have been dropped for it (by design, on a busy machine).
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000002\n");
 
   const JobOutcome second =
@@ -136,12 +137,13 @@ TEST_F(Resume, FromACheckpointOnAnotherRankThanZero) {
 TEST_F(Resume, FromTheNewestCheckpointAnyRankHolds) {
   const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
   const std::string newer = scratch.path() + "/newer";
-  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--checkpoint-dir", newer, "--checkpoint-every", "1"}))
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--checkpoint-dir", newer}))
                   .AllSucceeded());
+  // Step 1's checkpoint of the same training, made by a run of its own: in the run above
+  // it may have given way to step 2's (CheckpointWriter), so it is not copied from there.
   const std::string older = scratch.path() + "/older";
-  std::filesystem::create_directories(older);
-  std::filesystem::copy(newer + "/step-00000001", older + "/step-00000001", std::filesystem::copy_options::recursive);
-  scratch.Write("older/latest", "step-00000001\n");
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 1, {"--checkpoint-dir", older})).AllSucceeded());
+  ASSERT_EQ(ReadWholeFile(older + "/latest"), "step-00000001\n");
 
   const std::vector<std::string> common = Args(scratch, two, 5, {"--metrics", "m{rank}.jsonl"});
   std::vector<std::string> rank0 = common;
