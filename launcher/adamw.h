@@ -7,20 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "planner/lr_schedule.h"
-#include "planner/training_limits.h"
+#include "planner/adamw_options.h"
 
 namespace poplar {
-
-struct AdamWOptions {
-  double lr = kDefaultLearningRate;  // the peak rate: `schedule` gives each step's (LearningRateAt)
-  LrSchedule schedule;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;  // <= 0: no clipping
-};
 
 // A run of elements, relative to the slice, that belongs to a parameter of two or
 // more dimensions and so takes weight decay.

@@ -100,8 +100,14 @@ fs::path StepFolder(const std::string& path) {
   return folder;
 }
 
-// The step `folder`'s meta.json records, checked against `config` and the folder's name.
-std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
+// What a step folder's meta.json records besides the model, which must be `config`.
+struct Meta {
+  std::int64_t step = 0;
+  std::optional<TrainingRecipe> training;
+};
+
+// `folder`'s meta.json, checked against `config` and the folder's name.
+Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
   // Read as strictly as every other file poplar reads (json_fields.h): a key given twice,
   // an unknown key, or a value of the wrong type is named.
   const std::string meta_path = (folder / "meta.json").string();
@@ -117,6 +123,11 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
   if (model != nlohmann::json(ModelConfigObject(config))) {
     fields.Fail("model", "was trained with " + model.dump() + ", not the --model-config " + ModelConfigJson(config));
   }
+  std::optional<TrainingRecipe> training;
+  if (fields.Has("training")) {
+    JsonFields recipe = fields.Map("training");
+    training = ReadRecipe(recipe);
+  }
   fields.Finish();
   // A step folder's name and its meta.json agree (a copied or edited folder may not).
   fs::path named = folder.lexically_normal();
@@ -126,7 +137,7 @@ std::int64_t ReadMetaStep(const fs::path& folder, const GptConfig& config) {
     throw InputError(meta_path, "step", "is " + std::to_string(step) + " but its folder is named for step " +
                                             std::to_string(*named_step));
   }
-  return step;
+  return {step, training};
 }
 
 }  // namespace
@@ -147,7 +158,8 @@ void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::
   }
 }
 
-void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config) {
+void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
+                     const std::optional<TrainingRecipe>& training) {
   // A state to go on from: one whose update overflowed (a finite loss computed before
   // it, then inf or nan in the parameters or moments) would only diverge again on resume.
   const std::string not_written = "its checkpoint was not written (the newest written one stays the last good state)";
@@ -166,8 +178,9 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
     fs::create_directories(temporary);
     WriteStateDict((temporary / "model.pt").string(), checkpoint.model);
     WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
-    const nlohmann::json meta = {
+    nlohmann::ordered_json meta = {
         {"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
+    if (training) meta["training"] = RecipeObject(*training);
     WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
     // On the disk before any name leads to it, so that a power loss cannot leave `latest`
     // naming a folder of empty files: the files are (WriteStateDict and meta.json go
@@ -201,13 +214,15 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
 }
 
 std::int64_t CheckpointStep(const std::string& path, const GptConfig& config) {
-  return ReadMetaStep(StepFolder(path), config);
+  return ReadMeta(StepFolder(path), config).step;
 }
 
 RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& config, Gpt& model) {
   const fs::path folder = StepFolder(path);
   RestoredCheckpoint restored;
-  restored.step = ReadMetaStep(folder, config);
+  Meta meta = ReadMeta(folder, config);
+  restored.step = meta.step;
+  restored.training = std::move(meta.training);
   const std::string model_path = (folder / "model.pt").string();
   LoadModelState(model, ReadCheckpointTensors(model_path), model_path);
 

@@ -4,7 +4,8 @@
 // Layout: DIR/step-00000012/{model.pt, optimizer.pt, meta.json} and DIR/latest naming
 // the newest complete step folder. model.pt is a torch.save-compatible state dict with
 // nanoGPT names; optimizer.pt holds exp_avg.<name> and exp_avg_sq.<name>; meta.json the
-// step count and the model configuration. A step folder is written under a temporary
+// step count, the model configuration and the training recipe (training_recipe.h; none
+// in checkpoints of poplar before 2026-11-26). A step folder is written under a temporary
 // name and renamed when complete, then `latest` is replaced atomically: a crash at any
 // moment leaves the previous checkpoint intact and `latest` pointing at a complete one.
 // DIR/.poplar.lock is the writing run's lock (LockCheckpointFolder).
@@ -18,6 +19,7 @@
 
 #include "planner/folder_lock.h"
 #include "planner/model_config.h"
+#include "planner/training_recipe.h"
 #include "launcher/state_dict.h"
 #include "launcher/training_engine.h"
 
@@ -33,7 +35,9 @@ struct Checkpoint {
 // whole (in a temporary folder, flushed to the disk) before it takes its name, and
 // dir/latest is replaced only then, so `latest` always names a complete step folder,
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
-void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config);
+// meta.json records `config` and `training` (when given: the run's recipe).
+void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
+                     const std::optional<TrainingRecipe>& training);
 
 // Throws "training diverged at step N: <name> holds inf or nan after its update, so
 // <not_written>. ..." when a floating-point tensor of `tensors` is not finite: the
@@ -81,9 +85,10 @@ std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std
 struct RestoredCheckpoint {
   std::int64_t step = 0;
   std::map<std::string, AdamMoments> moments;
+  std::optional<TrainingRecipe> training;  // none in a checkpoint that predates recipes
 };
 // `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
-// against `config`, loads model.pt into `model` (LoadModelState's checks, naming
+// against `config` and reads its training recipe, loads model.pt into `model` (LoadModelState's checks, naming
 // model.pt), and requires optimizer.pt to hold both moments of every parameter with its
 // shape and nothing else. Throws InputError naming the file, key and reason; every file
 // must be a regular file (a pipe would block past --timeout).

@@ -7,8 +7,9 @@
 
 namespace poplar {
 
-CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep, std::int64_t resumed_from)
-    : dir_(std::move(dir)), config_(config), keep_(keep), line_{resumed_from, {}}, thread_([this] { WriteQueued(); }) {}
+CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep,
+                                   std::int64_t resumed_from)
+    : dir_(std::move(dir)), config_(config), training_(std::move(training)), keep_(keep), line_{resumed_from, {}}, thread_([this] { WriteQueued(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -75,7 +76,7 @@ void CheckpointWriter::WriteQueued() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      WriteCheckpoint(dir_, checkpoint, config_);
+      WriteCheckpoint(dir_, checkpoint, config_, training_);
       line_.written.insert(checkpoint.step);
       PruneCheckpoints(dir_, keep_, line_);
     } catch (...) {

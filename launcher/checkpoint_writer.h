@@ -34,8 +34,10 @@ namespace poplar {
 class CheckpointWriter {
  public:
   // Keeps the `keep` newest checkpoints in `dir` of the line of training that went on
-  // from step `resumed_from` (PruneCheckpoints; 0: every one).
-  CheckpointWriter(std::string dir, GptConfig config, std::int64_t keep, std::int64_t resumed_from);
+  // from step `resumed_from` (PruneCheckpoints; 0: every one). Each meta.json records
+  // `config` and `training`.
+  CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep,
+                   std::int64_t resumed_from);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -63,6 +65,7 @@ class CheckpointWriter {
 
   const std::string dir_;
   const GptConfig config_;
+  const TrainingRecipe training_;
   const std::int64_t keep_;
   CheckpointLine line_;                // the writing thread's alone
   std::mutex mutex_;

@@ -86,40 +86,45 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   return LockCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
 }
 
+// How this run trains (what its checkpoints record): the data as this rank's token file
+// holds it, which every rank's must match (JobSettings), wherever each file is.
+TrainingRecipe RecipeOf(const TrainOptions& options, const AdamWOptions& adamw, const WorkerPlan& plan,
+                        const TokenData& data) {
+  return {adamw, plan.global_batch, options.precision, data.tokens(), data.fingerprint()};
+}
+
 // What every rank must agree on before any collective that depends on it (the resume's
 // broadcasts are shaped by the model): anything that decides which collectives run, or
-// what is trained. Keys in the order a mismatch is most likely explained by.
-std::string JobSettings(const TrainOptions& options, const AdamWOptions& adamw, const WorkerPlan& plan,
-                        const GptConfig& config, const TokenData& data) {
-  nlohmann::json plan_json = {{"stage", plan.stage}, {"global_batch", plan.global_batch},
-                              {"micro_batches", plan.micro_batches}};
-  const LrSchedule& schedule = adamw.schedule;
-  nlohmann::json adamw_json = {{"lr", adamw.lr},
-                               {"warmup_steps", schedule.warmup_steps},
-                               {"lr_decay", LrDecayName(schedule.decay)},
-                               {"decay_steps", schedule.decay_steps},
-                               {"min_lr", schedule.min_lr},
-                               {"beta1", adamw.beta1},
-                               {"beta2", adamw.beta2},
-                               {"eps", adamw.eps},
-                               {"weight_decay", adamw.weight_decay},
-                               {"grad_clip", adamw.grad_clip}};
-  // The same global samples on every rank: the same tokens, wherever each rank's file is.
-  nlohmann::json data_json = {{"tokens", data.tokens()}, {"fingerprint", data.fingerprint()}};
-  return nlohmann::ordered_json{{"model", ModelConfigObject(config)},
-                                {"precision", options.precision},
-                                {"plan", plan_json},
-                                {"optimizer", adamw_json},
-                                {"data", data_json},
-                                {"steps", options.steps},
-                                {"bucket_mb", options.bucket_mb},
-                                {"save", !options.save.empty()},
-                                {"checkpoint_dir", !options.checkpoint_dir.empty()},
-                                {"checkpoint_every", options.checkpoint_every},
-                                {"device", options.device.kind},
-                                {"backend", options.backend},
-                                {"gloo_reduce_scatter", options.gloo_reduce_scatter}}
-      .dump();
+// what is trained. Keys in the order a mismatch is most likely explained by: the model,
+// the recipe's keys one by one ("'lr' is 0.1 here but 0.2 on rank 1"), then the rest.
+std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recipe, const WorkerPlan& plan,
+                        const GptConfig& config) {
+  nlohmann::ordered_json settings = {{"model", ModelConfigObject(config)}};
+  const nlohmann::ordered_json recipe_object = RecipeObject(recipe);
+  for (const auto& [key, value] : recipe_object.items()) settings[key] = value;
+  settings["plan"] = {{"stage", plan.stage}, {"micro_batches", plan.micro_batches}};
+  settings["steps"] = options.steps;
+  settings["bucket_mb"] = options.bucket_mb;
+  settings["save"] = !options.save.empty();
+  settings["checkpoint_dir"] = !options.checkpoint_dir.empty();
+  settings["checkpoint_every"] = options.checkpoint_every;
+  settings["device"] = options.device.kind;
+  settings["backend"] = options.backend;
+  settings["gloo_reduce_scatter"] = options.gloo_reduce_scatter;
+  return settings.dump();
+}
+
+// Warns, on the rank that read the checkpoint, when this run goes on otherwise than the
+// one that wrote it (RecipeChanges): a changed --lr or schedule, batch or token file is
+// often meant (a lower rate after a loss spike, more steps), never silent. The head
+// shows worker warnings (LaunchMonitor::Output).
+void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRecipe& recipe, const std::string& path,
+                         int rank) {
+  if (!checkpoint.training) return;  // written before checkpoints recorded it
+  const std::vector<std::string> changes = RecipeChanges(*checkpoint.training, recipe, checkpoint.step);
+  if (changes.empty()) return;
+  std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": this run goes on from step "
+            << checkpoint.step << " otherwise than the run that wrote it: " << Join(changes, "; ") << std::endl;
 }
 
 // Where training starts, agreed once the resume is done: the step, and a checksum of the
@@ -147,7 +152,8 @@ struct Resumed {
 // saying whose it was, rather than leaving the others waiting out --timeout; so does a
 // newest step beyond --steps.
 std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const TrainOptions& options,
-                                                  const GptConfig& config, torch::Device device) {
+                                                  const GptConfig& config, const TrainingRecipe& recipe,
+                                                  torch::Device device) {
   const int world_size = communicator.world_size();
   constexpr std::int64_t kNoCheckpoint = -1;
   constexpr std::int64_t kUnreadable = -2;
@@ -190,6 +196,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
         throw InputError(options.resume, "", "changed while the job started (step " + std::to_string(step) +
                                                  ", now " + std::to_string(checkpoint->step) + ")");
       }
+      WarnOfRecipeChanges(*checkpoint, recipe, options.resume, communicator.rank());
     } catch (const std::exception&) {
       own_error = std::current_exception();
     }
@@ -287,9 +294,10 @@ void Train(const TrainOptions& options) {
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
                             local.gloo_reduce_scatter);
   const AdamWOptions& adamw = local.adamw;
-  communicator.RequireAgreement("job settings", JobSettings(options, adamw, plan, config, data));
+  const TrainingRecipe recipe = RecipeOf(options, adamw, plan, data);
+  communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config));
   std::optional<Resumed> resumed =
-      ResumeFromNewestCheckpoint(communicator, model, options, config, device);
+      ResumeFromNewestCheckpoint(communicator, model, options, config, recipe, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter& metrics = local.metrics;
   metrics.Start(/*append=*/resumed.has_value());
@@ -306,7 +314,7 @@ void Train(const TrainOptions& options) {
   const int rank = env.rank;
   std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
   if (rank == 0 && !options.checkpoint_dir.empty()) {
-    writer.emplace(options.checkpoint_dir, config, options.keep_checkpoints, first_step);
+    writer.emplace(options.checkpoint_dir, config, recipe, options.keep_checkpoints, first_step);
   }
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);

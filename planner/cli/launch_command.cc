@@ -169,12 +169,9 @@ void RunLaunch(const LaunchOptions& options) {
   JobSpec job = *cluster.job;
   if (options.steps > 0) {
     job.steps = options.steps;
-    ScheduleOf(job, cluster.file, "--steps");  // a decay over the job's steps may have none left
-    if (options.resume && job.schedule.decay != LrDecay::kConstant && !job.schedule.decay_steps) {
-      std::cerr << "poplar: warning: --steps " << job.steps << " moves the end of the learning-rate decay, which "
-                << "ends at the job's last step unless job.decay_steps says otherwise: the resumed steps take "
-                << "other rates than the run they continue would have; set job.decay_steps to keep them\n";
-    }
+    // A decay over the job's steps may have none left. One that ends at them moves with
+    // --steps: the worker that reads the checkpoint then warns, with the rates it changes.
+    ScheduleOf(job, cluster.file, "--steps");
   }
   const std::string job_id = options.job_id.empty() ? DefaultJobId(cluster.name) : options.job_id;
   try {

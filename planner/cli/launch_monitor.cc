@@ -82,6 +82,10 @@ std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstre
 
 void LaunchMonitor::Output(int rank, const std::string& line) {
   if (!run_dir_.empty()) RankFile(logs_, "logs", ".log", rank) << line << std::endl;
+  if (line.rfind("poplar-worker", 0) == 0 && line.find(": warning: ") != std::string::npos) {
+    const std::string node = rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
+    out_ << "node '" << node << "': " << line << std::endl;
+  }
 }
 
 void LaunchMonitor::Metrics(int rank, const std::string& json_line) {

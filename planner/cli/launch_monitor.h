@@ -42,6 +42,9 @@ class LaunchMonitor {
   // reports no rate.
   void ExpectLearningRates(std::function<double(std::int64_t step)> rate) { expected_rate_ = std::move(rate); }
 
+  // A line a rank wrote: into its log; a worker's warning ("poplar-worker[rank 0]:
+  // warning: ...": a resume that changes the training, a checkpoint it could not prune)
+  // also to `out`, after the node's name, since the user reads no log of a run that went well.
   void Output(int rank, const std::string& line);
   // A rank's metrics record. Rank 0's first one is always followed by a progress line,
   // after "resumed from the checkpoint of step N" when it is not step 1.

@@ -489,6 +489,8 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
                                "resumable", "--master-port", port, "--resume", "--steps", "16"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
   EXPECT_TRUE(ContainsAll(resumed.out, {"resumed from the checkpoint of step 12", "trained steps 13-16:"})) << resumed.out;
+  // More steps on a schedule whose decay_steps is set: the training goes on unchanged.
+  EXPECT_FALSE(Contains(resumed.out + resumed.err, "warning")) << resumed.out << resumed.err;
   // Rank 1, on the node without checkpoints, went on from step 12, not from scratch.
   const auto lines = ReadLines(dir_.path() + "/resumable/metrics/rank-1.jsonl");
   // The run directory's metrics: 12 lines from the first launch, 4 from the second.
@@ -510,8 +512,11 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   EXPECT_TRUE(ContainsAll(other.err, {"--run-dir", "job 'resumable'", "not of job 'other'"})) << other.err;
 
   // Re-planned with node b first: rank 0 now runs where no checkpoint is, and rank 1,
-  // on node a, sends the state of step 16.
+  // on node a, sends the state of step 16. The peak rate lowered too: the worker that
+  // read the checkpoint says so, and the head shows it.
   std::string swapped = ReadTextFile(dir_.path() + "/cluster.yaml");
+  ASSERT_NE(swapped.find("lr: 3e-3"), std::string::npos);
+  swapped.replace(swapped.find("lr: 3e-3"), 8, "lr: 2e-3");
   const auto a_line = swapped.find("  - {name: a,");
   const auto b_line = swapped.find("  - {name: b,");
   ASSERT_LT(a_line, b_line);
@@ -525,6 +530,9 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   const auto moved = Poplar({"launch", "b-first.yaml", "--plan", b_first_plan, "--run-dir", "resumable", "--job-id",
                              "resumable", "--resume", "--steps", "18"});
   ASSERT_EQ(moved.exit_code, 0) << moved.out << moved.err;
+  EXPECT_TRUE(ContainsAll(moved.out, {"node 'a': poplar-worker[rank 1]: warning: --resume", "goes on from step 16",
+                                      "lr: 0.003 then, 0.002 now", "the learning rate of step 17"}))
+      << moved.out;
   const auto moved_lines = ReadLines(dir_.path() + "/resumable/metrics/rank-0.jsonl");
   ASSERT_EQ(moved_lines.size(), 18u);
   EXPECT_EQ(nlohmann::json::parse(moved_lines[16])["step"], 17) << moved_lines[16];

@@ -7,12 +7,14 @@
 
 #include "planner/cli/command_failed.h"
 #include "planner/cli/launch_monitor.h"
+#include "child_process.h"
 #include "test_support.h"
 
 namespace poplar {
 namespace {
 
 using poplar::testing::ContainsAll;
+using poplar::testing::ReadWholeFile;
 using poplar::testing::ScratchDir;
 
 std::string Record(int step, int rank, double loss, double step_s, double compute_s) {
@@ -200,6 +202,20 @@ TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
   EXPECT_EQ(fresh_out.str().rfind("no node held a checkpoint of job job-b: training starts from step 0\nstep 1/10", 0),
             0u)
       << fresh_out.str();
+}
+
+// A worker's warning reaches the user's terminal, after its node's name (a resume that
+// changes the training would otherwise only be in a log of a run that went well); its
+// other lines, and other programs' warnings, only the rank's log.
+TEST_F(LaunchMonitorTest, WorkerWarningsAreShownWithTheirNode) {
+  LaunchMonitor monitor = Monitor();
+  const std::string warning = "poplar-worker[rank 1]: warning: --resume ckpt: this run goes on from step 4 otherwise";
+  monitor.Output(1, "poplar-worker[rank 1]: 2 ranks, ZeRO stage 1");
+  monitor.Output(1, "[W1126 10:00:00.000] Warning: a libtorch warning: (function operator())");
+  monitor.Output(1, warning);
+  EXPECT_EQ(out_.str(), "node 'b': " + warning + "\n");
+  EXPECT_TRUE(ContainsAll(ReadWholeFile(dir_.path() + "/logs/rank-1.log"),
+                          {"ZeRO stage 1", "libtorch warning", warning}));
 }
 
 // A head that did not run for longer than the keepalive's timeout is the root cause of

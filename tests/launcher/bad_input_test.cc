@@ -290,7 +290,7 @@ TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
     const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
-    EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'optimizer' is", "\"lr\":0.1"})) << err;
+    EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'lr' is", "0.1"})) << err;
   }
   std::vector<std::string> other_data = Args(plan);
   std::string tokens = ReadWholeFile(scratch_.path() + "/tokens.bin");
@@ -301,7 +301,7 @@ TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r]->Wait(kAtOnce), 1) << "rank " << r;
     const std::string err = ReadWholeFile(scratch_.path() + "/rank" + std::to_string(r) + ".err");
-    EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'data' is", "fingerprint"})) << err;
+    EXPECT_TRUE(ContainsAll(err, {"job settings", "differ", "'data_fingerprint' is"})) << err;
   }
 }
 

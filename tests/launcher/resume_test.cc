@@ -83,6 +83,49 @@ TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   EXPECT_LT(difference, 1e-5);
 }
 
+// A checkpoint records how it was trained (meta.json "training"), and a resume that goes
+// on otherwise says so on the rank that read it, naming each setting and the next
+// step's rates; one that goes on the same way, or from a checkpoint written before
+// recipes were recorded, says nothing.
+TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
+  const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const std::vector<std::string> schedule = {"--warmup-steps", "2", "--lr-decay", "cosine", "--decay-steps", "4"};
+  std::vector<std::string> first = schedule;
+  first.insert(first.end(), {"--checkpoint-dir", checkpoints});
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, first)).AllSucceeded());
+  const nlohmann::json meta = nlohmann::json::parse(ReadWholeFile(checkpoints + "/step-00000002/meta.json"));
+  EXPECT_EQ(meta["training"]["lr"], 1e-3);
+  EXPECT_EQ(meta["training"]["lr_decay"], "cosine");
+  EXPECT_EQ(meta["training"]["decay_steps"], 4);
+  EXPECT_EQ(meta["training"]["global_batch"], 14);
+  EXPECT_EQ(meta["training"]["data_tokens"], 6000);
+
+  std::vector<std::string> same = schedule;
+  same.insert(same.end(), {"--resume", checkpoints});
+  const JobOutcome unchanged = RunJob(scratch, 2, Args(scratch, two, 4, same));
+  ASSERT_TRUE(unchanged.AllSucceeded()) << unchanged.Describe();
+  EXPECT_FALSE(Contains(unchanged.errors[0] + unchanged.errors[1], "warning")) << unchanged.Describe();
+
+  std::vector<std::string> lower = Args(scratch, two, 4, same);
+  *(std::find(lower.begin(), lower.end(), "--lr") + 1) = "5e-4";
+  const JobOutcome changed = RunJob(scratch, 2, lower);
+  ASSERT_TRUE(changed.AllSucceeded()) << changed.Describe();
+  EXPECT_TRUE(ContainsAll(changed.errors[0],
+                          {"poplar-worker[rank 0]: warning: --resume " + checkpoints, "goes on from step 2",
+                           "lr: 0.001 then, 0.0005 now", "min_lr: 0.0001 then, 5e-05 now",
+                           "the learning rate of step 3: 0.001 on the schedule then, 0.0005 now"}))
+      << changed.errors[0];
+  EXPECT_FALSE(Contains(changed.errors[1], "warning")) << changed.errors[1];
+
+  nlohmann::json older = meta;
+  older.erase("training");
+  scratch.Write("checkpoints/step-00000002/meta.json", older.dump(2));
+  const JobOutcome unrecorded = RunJob(scratch, 2, lower);
+  ASSERT_TRUE(unrecorded.AllSucceeded()) << unrecorded.Describe();
+  EXPECT_FALSE(Contains(unrecorded.errors[0], "warning")) << unrecorded.errors[0];
+}
+
 // As across nodes that share no file system: only rank 0 is given the checkpoint, and
 // the other ranks receive its state over the collectives.
 TEST_F(Resume, NeedsTheCheckpointOnRankZeroOnly) {
@@ -306,7 +349,7 @@ TEST_F(Resume, EachCheckpointFileIsCheckedAndBlamedByName) {
   scratch.Write("checkpoints/step-00000002/meta.json", noted);
   expect_resume_to_say(step + "/meta.json: note: unknown key");
   std::string quoted = meta;
-  quoted.replace(quoted.find("\"step\": 2"), 10, "\"step\": \"2\"");
+  quoted.replace(quoted.find("\"step\": 2"), 9, "\"step\": \"2\"");
   scratch.Write("checkpoints/step-00000002/meta.json", quoted);
   expect_resume_to_say(step + "/meta.json: step: must be an integer, got the string \"2\"");
   scratch.Write("checkpoints/step-00000002/meta.json", meta);
@@ -536,7 +579,9 @@ std::vector<std::string> StepFolders(const std::string& dir) {
 TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const GptConfig config{2, 2, 32, 256, 16};
-  const auto write = [&](std::int64_t step) { WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config); };
+  const auto write = [&](std::int64_t step) {
+    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, std::nullopt);
+  };
   for (std::int64_t step : {2, 4, 6, 8, 10}) write(step);  // the abandoned run, every 2 steps
   CheckpointLine line{4, {}};                              // resumed from step 4, every 3
   const auto write_own = [&](std::int64_t step) {
@@ -585,14 +630,14 @@ TEST_F(Resume, ACheckpointHoldingInfOrNanIsNotWritten) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const GptConfig config{2, 2, 32, 256, 16};
   Checkpoint good{1, {{"w", torch::ones({3})}}, {}};
-  WriteCheckpoint(checkpoints, good, config);
+  WriteCheckpoint(checkpoints, good, config, std::nullopt);
   for (const bool in_moments : {false, true}) {
     torch::Tensor bad = torch::ones({3});
     bad[1] = std::numeric_limits<float>::infinity();
     Checkpoint checkpoint{2, {{"w", in_moments ? torch::ones({3}) : bad}}, {}};
     if (in_moments) checkpoint.moments["w"] = {torch::zeros({3}), bad};
     try {
-      WriteCheckpoint(checkpoints, checkpoint, config);
+      WriteCheckpoint(checkpoints, checkpoint, config, std::nullopt);
       ADD_FAILURE() << "a checkpoint with inf was written";
     } catch (const std::runtime_error& error) {
       EXPECT_TRUE(Contains(error.what(), "training diverged at step 2")) << error.what();
