@@ -30,6 +30,7 @@
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"
 #include "planner/cli/command_failed.h"
+#include "planner/eval_share.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
 #include "planner/text_file.h"
@@ -66,6 +67,53 @@ AdamWOptions OptimizerOptions(const TrainOptions& options) {
   return adamw;
 }
 
+// The held-out evaluation of a run with --eval-data: its samples and this rank's share.
+struct Evaluation {
+  TokenData data;
+  std::int64_t samples = 0;  // the first N of data's
+  EvalShare share;
+};
+
+// --eval-data and --eval-samples, checked against the model's vocabulary and block size
+// before the rendezvous; nullopt without --eval-data.
+std::optional<Evaluation> LoadEvaluation(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config,
+                                         int rank) {
+  if (options.eval_data.empty()) return std::nullopt;
+  TokenData data(options.eval_data, config.block_size, config.vocab_size);
+  const std::int64_t samples = options.eval_samples == 0 ? data.samples() : options.eval_samples;
+  if (samples > data.samples()) {
+    throw InputError("--eval-samples", "", std::to_string(samples) + " is more than the " +
+                                               std::to_string(data.samples()) + " samples of " + options.eval_data +
+                                               " (block_size " + std::to_string(config.block_size) + ")");
+  }
+  const EvalShare share = EvalShareOf(plan, rank, samples);
+  return Evaluation{std::move(data), samples, share};
+}
+
+// The mean loss over every token of the evaluation's samples, the same on every rank
+// (all-reduced), with the parameters after the latest step. Collective: every rank runs
+// the same number of rounds (EvalShare).
+double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evaluation& evaluation, int block_size,
+                torch::Device device) {
+  double loss_sum = 0;
+  std::int64_t first = evaluation.share.first;
+  std::int64_t left = evaluation.share.count;
+  for (std::int64_t round = 0; round < evaluation.share.rounds; ++round) {
+    const int size = static_cast<int>(std::min<std::int64_t>(left, evaluation.share.micro_batch));
+    if (size == 0) {
+      engine.EvalMicroBatch(torch::Tensor(), torch::Tensor());  // joins the others' gathers
+      continue;
+    }
+    auto [inputs, targets] = evaluation.data.Batch(first, size);
+    loss_sum += engine.EvalMicroBatch(inputs.to(device), targets.to(device));
+    first += size;
+    left -= size;
+  }
+  auto total = torch::tensor({loss_sum}, torch::kFloat64).to(device);
+  communicator.AllReduceSum(total);
+  return total.cpu().item<double>() / (static_cast<double>(evaluation.samples) * block_size);
+}
+
 // Output paths are checked before the rendezvous, so a typo or a folder that takes no
 // files fails at once on its own rank instead of after training (or as a peer's
 // connection error); and no output may be one of the files the job reads. --save is
@@ -75,7 +123,8 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   const std::vector<InputFile> inputs = {{options.data, "the token file (--data)"},
                                          {options.plan, "the plan (--plan)"},
                                          {options.model_config, "the model configuration (--model-config)"},
-                                         {options.init, "the initial state (--init)"}};
+                                         {options.init, "the initial state (--init)"},
+                                         {options.eval_data, "the evaluation's token file (--eval-data)"}};
   if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
   if (const std::string metrics = MetricsWriter::PathFor(options.metrics, rank); !metrics.empty()) {
     RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do
@@ -98,7 +147,7 @@ TrainingRecipe RecipeOf(const TrainOptions& options, const AdamWOptions& adamw, 
 // what is trained. Keys in the order a mismatch is most likely explained by: the model,
 // the recipe's keys one by one ("'lr' is 0.1 here but 0.2 on rank 1"), then the rest.
 std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recipe, const WorkerPlan& plan,
-                        const GptConfig& config) {
+                        const GptConfig& config, const std::optional<Evaluation>& evaluation) {
   nlohmann::ordered_json settings = {{"model", ModelConfigObject(config)}};
   const nlohmann::ordered_json recipe_object = RecipeObject(recipe);
   for (const auto& [key, value] : recipe_object.items()) settings[key] = value;
@@ -111,6 +160,12 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   settings["device"] = options.device.kind;
   settings["backend"] = options.backend;
   settings["gloo_reduce_scatter"] = options.gloo_reduce_scatter;
+  // The same evaluation everywhere: its rounds are collective at stage 3, and its loss a sum.
+  settings["eval"] = nullptr;
+  if (evaluation) {
+    settings["eval"] = {{"every", options.eval_every}, {"samples", evaluation->samples},
+                        {"tokens", evaluation->data.tokens()}, {"fingerprint", evaluation->data.fingerprint()}};
+  }
   return settings.dump();
 }
 
@@ -235,6 +290,7 @@ struct LocalSetup {
   WorkerPlan plan;
   GptConfig config;
   TokenData data;
+  std::optional<Evaluation> evaluation;  // with --eval-data
   std::int64_t baseline_bytes;  // device memory in use before the model
   Gpt model;                    // from --seed or --init; a --resume replaces it later
   MetricsWriter metrics;        // opened, not yet started (a resume appends)
@@ -252,6 +308,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
+  std::optional<Evaluation> evaluation = LoadEvaluation(options, plan, config, env.rank);
   std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
@@ -259,8 +316,9 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
   MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
   model->to(device);
-  return {device,         backend, gloo_reduce_scatter, adamw, std::move(plan), config, std::move(data),
-          baseline_bytes, model,   std::move(metrics), std::move(checkpoint_lock)};
+  return {device,          backend,  gloo_reduce_scatter, adamw,
+          std::move(plan), config,   std::move(data),     std::move(evaluation),
+          baseline_bytes,  model,    std::move(metrics),  std::move(checkpoint_lock)};
 }
 
 }  // namespace
@@ -295,7 +353,7 @@ void Train(const TrainOptions& options) {
                             local.gloo_reduce_scatter);
   const AdamWOptions& adamw = local.adamw;
   const TrainingRecipe recipe = RecipeOf(options, adamw, plan, data);
-  communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config));
+  communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config, local.evaluation));
   std::optional<Resumed> resumed =
       ResumeFromNewestCheckpoint(communicator, model, options, config, recipe, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
@@ -389,8 +447,21 @@ void Train(const TrainOptions& options) {
     }
     const double step_s = SecondsSince(step_start);
     const Communicator::Volume volume = communicator.volume().Since(volume_before);
+    const double communication_s = communicator.communication_seconds() - communication_before;
+    const std::int64_t peak_bytes = MemoryPeak(device) - baseline_bytes;
+    const bool last = step + 1 == options.steps;
 
-    metrics.Write({{"step", step + 1},
+    // The held-out loss, after the step and outside its figures (step_s, communication,
+    // peak memory: what profiles and predictions are about).
+    std::optional<double> val_loss;
+    double eval_s = 0;
+    if (local.evaluation && (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0))) {
+      const auto eval_start = Clock::now();
+      val_loss = Evaluate(engine, communicator, *local.evaluation, config.block_size, device);
+      eval_s = SecondsSince(eval_start);
+    }
+
+    nlohmann::json record = {{"step", step + 1},
                    {"rank", rank},
                    {"world_size", env.world_size},
                    {"stage", plan.stage},
@@ -399,7 +470,7 @@ void Train(const TrainOptions& options) {
                    {"lr", engine.learning_rate()},  // the rate the update took
                    {"step_s", step_s},
                    {"compute_s", compute_s},
-                   {"communication_s", communicator.communication_seconds() - communication_before},
+                   {"communication_s", communication_s},
                    {"all_reduced_bytes", volume.all_reduced},
                    {"reduce_scattered_bytes", volume.reduce_scattered},
                    {"all_gathered_bytes", volume.all_gathered},
@@ -407,13 +478,19 @@ void Train(const TrainOptions& options) {
                    {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
                    {"samples_per_s", plan.global_batch / step_s},
                    {"tokens_per_s", tokens_per_step / step_s},
-                   {"peak_bytes", MemoryPeak(device) - baseline_bytes},
-                   {"state_bytes", state_bytes}});
-    if (rank == 0 && options.log_every > 0 && ((step + 1) % options.log_every == 0 || step + 1 == options.steps)) {
-      std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s\n",
-                   static_cast<long long>(step + 1), mean_loss, grad_norm, plan.global_batch / step_s);
+                   {"peak_bytes", peak_bytes},
+                   {"state_bytes", state_bytes}};
+    if (val_loss) {
+      record["val_loss"] = *val_loss;
+      record["eval_s"] = eval_s;
     }
-    const bool last = step + 1 == options.steps;
+    metrics.Write(record);
+    if (rank == 0 && options.log_every > 0 && ((step + 1) % options.log_every == 0 || last || val_loss)) {
+      char val_text[32] = "";
+      if (val_loss) std::snprintf(val_text, sizeof val_text, " val loss %.4f", *val_loss);
+      std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s%s\n",
+                   static_cast<long long>(step + 1), mean_loss, grad_norm, plan.global_batch / step_s, val_text);
+    }
     if (!options.checkpoint_dir.empty() &&
         (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
       // Gathered by every rank (collectives), written by rank 0 in the background. One

@@ -31,6 +31,9 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set
   std::int64_t keep_checkpoints = 0;  // the newest N stay in checkpoint_dir; 0: every one
   std::string resume;           // checkpoint (step folder or checkpoint folder) to start from
+  std::string eval_data;        // held-out token file: its loss is evaluated (val_loss)
+  std::int64_t eval_every = 0;  // steps; 0: only after the last step (with eval_data)
+  std::int64_t eval_samples = 0;  // the first N samples of eval_data; 0: every one
   std::uint64_t seed = 1337;    // model initialisation when there is no --init
   int timeout_s = 120;          // rendezvous and every collective
   double bucket_mb = 0;         // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),

@@ -48,6 +48,11 @@ class TrainingEngine {
   // AdamW and makes the parameters whole again where the stage needs it. Returns the
   // global gradient norm before clipping.
   virtual double Step(double token_count) = 0;
+  // Forward only, without gradients and changing nothing: the loss summed over the
+  // tokens of one micro-batch with the current parameters (a held-out evaluation, between
+  // steps). Collective at stage 3, which gathers each unit's parameters: a rank with
+  // nothing to evaluate in a round passes undefined tensors, joins the gathers and gets 0.
+  virtual double EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) = 0;
   // The learning rate the latest Step() updated with (its schedule's, AdamWOptions).
   virtual double learning_rate() const = 0;
 

@@ -92,6 +92,17 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->check(kCount)
       ->capture_default_str()
       ->needs(checkpoint_dir);
+  CLI::Option* eval_data =
+      train->add_option("--eval-data", o.eval_data, "Held-out token file: its mean loss is evaluated (val_loss)")
+          ->check(CLI::ExistingFile);
+  train->add_option("--eval-every", o.eval_every, "Evaluate every N steps (0: only after the last step)")
+      ->check(kCount)
+      ->capture_default_str()
+      ->needs(eval_data);
+  train->add_option("--eval-samples", o.eval_samples, "Evaluate the first N samples of --eval-data (0: every one)")
+      ->check(kCount)
+      ->capture_default_str()
+      ->needs(eval_data);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();

@@ -258,6 +258,31 @@ double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor&
   }
 }
 
+double Zero3Engine::EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  TORCH_CHECK(cursor_ == 0 && reductions_.empty(), "ZeRO-3: an evaluation must come between steps");
+  torch::NoGradGuard no_grad;
+  const auto buckets_of = [this](int unit) {
+    return unit + 1 == units() ? std::vector<int>{unit, 0} : std::vector<int>{unit};  // the head is tied to wte
+  };
+  const bool computing = inputs.defined();
+  torch::Tensor x = inputs;
+  Gathering next = StartGather(buckets_of(0));
+  try {
+    for (int unit = 0; unit < units(); ++unit) {
+      Gathering current = std::move(next);
+      next = Gathering();
+      if (unit + 1 < units()) next = StartGather(buckets_of(unit + 1));  // travels while this unit computes
+      Install(current);
+      if (computing) x = RunUnit(unit, x, targets);
+      Release(current.buckets);
+    }
+  } catch (...) {
+    AbandonMicroBatch();
+    throw;
+  }
+  return computing ? x.item<double>() : 0;
+}
+
 void Zero3Engine::EndRound(bool computed) {
   if (!computed) {
     // The collectives a computing rank issues, in the same order, with zero gradients.

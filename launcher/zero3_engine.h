@@ -19,7 +19,9 @@
 // The next visit's gathers travel while the current visit computes.
 //
 // A rank with a 0 entry in a round runs the same schedule, with zero gradients, without
-// computing. Persistent memory: 16P/N bytes (fp32).
+// computing. Persistent memory: 16P/N bytes (fp32). An evaluation (EvalMicroBatch) runs
+// the units forward only, outside that schedule: each unit's buckets gathered before it
+// (the next unit's while it computes) and freed after it.
 #pragma once
 
 #include <deque>
@@ -36,6 +38,7 @@ class Zero3Engine final : public ShardedAdamW {
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
+  double EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) override;
   double Step(double token_count) override;
   StateDict FullState(bool keep) override;
   CollectiveParams CollectivePlan() const override;

@@ -128,6 +128,14 @@ double ZeroEngine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& 
   return loss.item<double>();
 }
 
+double ZeroEngine::EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  // Every rank holds the whole parameters between steps (Step all-gathers them at
+  // stages 1-2): nothing to communicate.
+  if (!inputs.defined()) return 0;
+  torch::NoGradGuard no_grad;
+  return model_->LossSum(inputs, targets).item<double>();
+}
+
 void ZeroEngine::EndRound(bool /*computed*/) {
   if (stage_ == 2) FinishReduction();  // without compute it starts every bucket, with zeros
 }

@@ -23,10 +23,10 @@ std::string WriteModelConfig(const ScratchDir& scratch, int n_embd, int block_si
                                          .dump());
 }
 
-std::string WriteTokens(const ScratchDir& scratch, int count) {
+std::string WriteTokens(const ScratchDir& scratch, int count, const std::string& file, const std::string& sentence) {
   std::string text;
   for (int line = 0; static_cast<int>(text.size()) < count; ++line) {
-    text += "the quick brown fox jumps over the lazy dog " + std::to_string(line % 97) + ".\n";
+    text += sentence + " " + std::to_string(line % 97) + ".\n";
   }
   text.resize(count);
   std::string bytes;
@@ -34,7 +34,7 @@ std::string WriteTokens(const ScratchDir& scratch, int count) {
     bytes.push_back(static_cast<char>(c));
     bytes.push_back('\0');
   }
-  return scratch.Write("tokens.bin", bytes);
+  return scratch.Write(file, bytes);
 }
 
 std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,

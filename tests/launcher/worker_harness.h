@@ -17,8 +17,9 @@ namespace poplar::testing {
 std::string WriteModelConfig(const ScratchDir& scratch, int n_embd = 32, int block_size = 16);
 
 // `count` tokens of a deterministic, learnable byte sequence (a repeated sentence with
-// a counter), written as uint16.
-std::string WriteTokens(const ScratchDir& scratch, int count);
+// a counter), written as uint16 into scratch/`file`.
+std::string WriteTokens(const ScratchDir& scratch, int count, const std::string& file = "tokens.bin",
+                        const std::string& sentence = "the quick brown fox jumps over the lazy dog");
 
 // A plan file for the worker: stage, and each rank's micro-batches.
 std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,

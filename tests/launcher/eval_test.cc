@@ -1,0 +1,125 @@
+// The held-out evaluation (--eval-data): its loss is one device's on every stage and
+// plan, it is the training forward's on the same samples, and it changes nothing of the
+// training. Real processes on loopback.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+class Eval : public ::testing::Test {
+ protected:
+  Eval() {
+    WriteModelConfig(scratch);
+    WriteTokens(scratch, 6000);
+    WriteTokens(scratch, 1000, "eval.bin", "a stitch in time saves nine, said one of them");  // 62 samples
+  }
+
+  std::vector<std::string> Args(const std::string& plan, const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json",
+                                     "--data", scratch.path() + "/tokens.bin", "--steps", "3", "--lr", "1e-3",
+                                     "--log-every", "0", "--timeout", "60", "--save", name + ".pt",
+                                     "--metrics", name + ".jsonl"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  // Rank 0's metrics records of run `name`.
+  std::vector<nlohmann::json> Records(const std::string& name) {
+    std::vector<nlohmann::json> records;
+    for (const std::string& line : ReadLines(scratch.path() + "/" + name + ".jsonl")) {
+      records.push_back(nlohmann::json::parse(line));
+    }
+    return records;
+  }
+
+  ScratchDir scratch{"poplar_eval"};
+};
+
+// 41 of the 62 samples, every 2 steps and after the last: steps 2 and 3. The plans split
+// them unevenly (in proportion to 8 and 6 samples of 14, ...), and at stage 3 a rank
+// with no samples joins the others' gathers.
+TEST_F(Eval, TheLossIsOneDevicesOnEveryStageAndPlan) {
+  const std::vector<std::string> eval = {"--eval-data", scratch.path() + "/eval.bin", "--eval-every", "2",
+                                         "--eval-samples", "41"};
+  const std::string one = WritePlan(scratch, "one.json", 0, {{14}});
+  const JobOutcome reference = RunJob(scratch, 1, Args(one, "reference", eval));
+  ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
+  const std::vector<nlohmann::json> expected = Records("reference");
+  ASSERT_EQ(expected.size(), 3u);
+  EXPECT_FALSE(expected[0].contains("val_loss")) << expected[0];
+  ASSERT_TRUE(expected[1].contains("val_loss")) << expected[1];
+  ASSERT_TRUE(expected[2].contains("val_loss")) << expected[2];
+  // A text the model has not trained on: near log(256) = 5.5 after three steps.
+  EXPECT_GT(expected[2]["val_loss"].get<double>(), 3.0);
+  EXPECT_LT(expected[2]["val_loss"].get<double>(), 6.0);
+  EXPECT_NE(expected[1]["val_loss"], expected[2]["val_loss"]);
+
+  const std::map<std::string, std::pair<int, std::vector<std::vector<int>>>> plans = {
+      {"stage0", {0, {{5, 3}, {4, 2}}}},
+      {"stage1", {1, {{5, 3}, {2}, {1, 1, 1, 1}}}},
+      {"stage2", {2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}},
+      {"stage3", {3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}},
+      {"stage3idle", {3, {{5, 5, 4}, {0, 0, 0}}}},
+  };
+  for (const auto& [name, plan] : plans) {
+    SCOPED_TRACE(name);
+    const std::string file = WritePlan(scratch, name + ".json", plan.first, plan.second);
+    const JobOutcome job = RunJob(scratch, static_cast<int>(plan.second.size()), Args(file, name, eval));
+    ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+    const std::vector<nlohmann::json> actual = Records(name);
+    ASSERT_EQ(actual.size(), 3u);
+    EXPECT_FALSE(actual[0].contains("val_loss"));
+    for (std::size_t i = 1; i < 3; ++i) {
+      EXPECT_NEAR(actual[i]["val_loss"].get<double>(), expected[i]["val_loss"].get<double>(), 1e-5)
+          << "step " << i + 1;
+    }
+    // The evaluation changed nothing of the training.
+    const JobOutcome plain = RunJob(scratch, static_cast<int>(plan.second.size()), Args(file, name + "-plain", {}));
+    ASSERT_TRUE(plain.AllSucceeded()) << plain.Describe();
+    EXPECT_EQ(MaxAbsDifference(ReadStateDict(scratch.path() + "/" + name + ".pt"),
+                               ReadStateDict(scratch.path() + "/" + name + "-plain.pt")),
+              0.0);
+  }
+}
+
+// On a token file of exactly one global batch (14 samples), every step trains on the same
+// samples, so the loss evaluated on that file after step t is the training loss of step
+// t + 1 (computed with the same parameters): the evaluation's forward is the training's.
+TEST_F(Eval, OnTheTrainingSamplesItIsTheNextStepsTrainingLoss) {
+  WriteTokens(scratch, 14 * 16 + 1);
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::string plan = WritePlan(scratch, "plan.json", stage, {{5, 3}, {4, 2}});
+    const JobOutcome job =
+        RunJob(scratch, 2, Args(plan, "same", {"--eval-data", scratch.path() + "/tokens.bin", "--eval-every", "1"}));
+    ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+    const std::vector<nlohmann::json> records = Records("same");
+    ASSERT_EQ(records.size(), 3u);
+    for (std::size_t i = 0; i + 1 < records.size(); ++i) {
+      EXPECT_NEAR(records[i]["val_loss"].get<double>(), records[i + 1]["loss"].get<double>(), 1e-6)
+          << "after step " << i + 1;
+    }
+  }
+}
+
+TEST_F(Eval, MoreSamplesThanTheFileHoldsAreRefusedByName) {
+  const std::string plan = WritePlan(scratch, "plan.json", 0, {{14}});
+  const JobOutcome job =
+      RunJob(scratch, 1, Args(plan, "bad", {"--eval-data", scratch.path() + "/eval.bin", "--eval-samples", "63"}));
+  EXPECT_FALSE(job.AllSucceeded());
+  EXPECT_TRUE(ContainsAll(job.errors[0], {"--eval-samples", "63 is more than the 62 samples of", "eval.bin"}))
+      << job.Describe();
+  const JobOutcome orphan = RunJob(scratch, 1, Args(plan, "orphan", {"--eval-every", "2"}));
+  EXPECT_FALSE(orphan.AllSucceeded());
+  EXPECT_TRUE(ContainsAll(orphan.errors[0], {"--eval-every", "--eval-data"})) << orphan.Describe();
+}
+
+}  // namespace
+}  // namespace poplar::testing
