@@ -65,6 +65,9 @@ LaunchSettings SettingsOf(const v1::LaunchRequest& request) {
   settings.checkpoint_every = request.checkpoint_every();
   settings.keep_checkpoints = request.keep_checkpoints();
   settings.stop_grace_s = request.stop_grace_s();
+  settings.eval_data_path = request.eval_data_path();
+  settings.eval_every = request.eval_every();
+  settings.eval_samples = request.eval_samples();
   settings.timeout_s = request.timeout_s();
   settings.resume = request.resume();
   switch (request.kind()) {

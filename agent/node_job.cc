@@ -78,6 +78,11 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.min_lr && !(*s.min_lr >= 0)) throw InputError("min_lr", "", "must be zero or positive");
   if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
   if (s.keep_checkpoints < 0) throw InputError("keep_checkpoints", "", "must be zero or positive");
+  if (s.eval_every < 0) throw InputError("eval_every", "", "must be zero or positive");
+  if (s.eval_samples < 0) throw InputError("eval_samples", "", "must be zero or positive");
+  if (s.eval_data_path.empty() && (s.eval_every != 0 || s.eval_samples != 0)) {
+    throw InputError(s.eval_every != 0 ? "eval_every" : "eval_samples", "", "is for an evaluation: set eval_data_path");
+  }
   RequireModelConfig(s.model_config_json);
 }
 
@@ -88,9 +93,20 @@ std::string Number(double value) {
   return std::string(text, result.ptr);
 }
 
-// `poplar-worker train` for a rank of this job (without the device's flags).
+// A token file the request names (`field`: data_path or eval_data_path), as a path
+// inside the work directory; it must be a file there.
+std::string TokenFile(const AgentConfig& config, const std::string& path, const std::string& field) {
+  const std::string resolved = ResolveInside(config.work_dir, path, field);
+  if (!fs::is_regular_file(resolved)) {
+    throw InputError(field, "", "'" + path + "' is not a file in the agent's work directory");
+  }
+  return resolved;
+}
+
+// `poplar-worker train` for a rank of this job (without the device's flags); `data` and
+// `eval_data` (empty: none) resolved (TokenFile).
 std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir, const std::string& data,
-                                   bool has_checkpoint) {
+                                   const std::string& eval_data, bool has_checkpoint) {
   const fs::path checkpoints = job_dir / "checkpoints";
   std::vector<std::string> args = {"train",      "--plan",  (job_dir / "plan.json").string(),
                                    "--model-config", (job_dir / "model.json").string(),
@@ -109,6 +125,10 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
   if (!settings.lr_decay.empty()) args.insert(args.end(), {"--lr-decay", settings.lr_decay});
   if (settings.decay_steps > 0) args.insert(args.end(), {"--decay-steps", std::to_string(settings.decay_steps)});
   if (settings.min_lr) args.insert(args.end(), {"--min-lr", Number(*settings.min_lr)});
+  if (!eval_data.empty()) {
+    args.insert(args.end(), {"--eval-data", eval_data, "--eval-every", std::to_string(settings.eval_every),
+                             "--eval-samples", std::to_string(settings.eval_samples)});
+  }
   if (has_checkpoint) args.insert(args.end(), {"--resume", checkpoints.string()});
   return args;
 }
@@ -141,12 +161,10 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
                                       const LaunchSettings& settings, const DeviceHolders& busy) {
   CheckSettings(settings);
   const bool train = settings.kind == LaunchSettings::Kind::kTrain;
-  std::string data;
+  std::string data, eval_data;
   if (train) {
-    data = ResolveInside(config.work_dir, settings.data_path, "data_path");
-    if (!fs::is_regular_file(data)) {
-      throw InputError("data_path", "", "'" + settings.data_path + "' is not a file in the agent's work directory");
-    }
+    data = TokenFile(config, settings.data_path, "data_path");
+    if (!settings.eval_data_path.empty()) eval_data = TokenFile(config, settings.eval_data_path, "eval_data_path");
   }
   const WorkerPlan plan = ParseWorkerPlan(settings.plan_json, "plan_json");  // full validation
   const std::vector<NodeRank> node_ranks = RanksOfNode(plan, settings.node);
@@ -189,7 +207,7 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     SpawnSpec& spec = process.spec;
     spec.program = config.worker;
     spec.cwd = job_dir.string();
-    spec.args = train ? TrainArgs(settings, job_dir, data, has_checkpoint) : NetworkArgs(settings, job_dir);
+    spec.args = train ? TrainArgs(settings, job_dir, data, eval_data, has_checkpoint) : NetworkArgs(settings, job_dir);
     spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
     spec.env = InheritedEnvironment();

@@ -39,6 +39,9 @@ struct LaunchSettings {
   std::int64_t checkpoint_every = 0;
   std::int64_t keep_checkpoints = 0;  // 0: every one
   int stop_grace_s = 0;               // 0: kDefaultStopGraceSeconds
+  std::string eval_data_path;         // empty: no evaluation
+  std::int64_t eval_every = 0;
+  std::int64_t eval_samples = 0;
   int timeout_s = 0;
   bool resume = false;
   std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default

@@ -124,6 +124,17 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
     job.stop_grace_s = static_cast<int>(fields.IntegerIn("stop_grace_s", 1, kMostStopGraceSeconds,
                                                          "a number of seconds a stopped rank may take to end"));
   }
+  if (fields.Has("eval_data")) job.eval_data = fields.String("eval_data");
+  // Without a file to evaluate they would do nothing, silently.
+  for (const char* key : {"eval_every", "eval_samples"}) {
+    if (fields.Has(key) && job.eval_data.empty()) fields.Fail(key, "is for an evaluation: add eval_data");
+  }
+  if (fields.Has("eval_every")) {
+    job.eval_every = fields.IntegerIn("eval_every", 0, kMostJobSteps, "a number of steps (0: after the last only)");
+  }
+  if (fields.Has("eval_samples")) {
+    job.eval_samples = fields.IntegerIn("eval_samples", 0, std::int64_t{1} << 40, "a number of samples (0: every one)");
+  }
   fields.Finish();
   try {
     ResolveJobSchedule(job, "steps");

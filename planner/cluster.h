@@ -26,7 +26,8 @@
 //     steps: 1000
 //     lr: 3e-4                      # optional: weight_decay, grad_clip, warmup_steps,
 //                                   #   lr_decay, decay_steps, min_lr, checkpoint_every,
-//                                   #   keep_checkpoints, stop_grace_s
+//                                   #   keep_checkpoints, stop_grace_s, eval_data,
+//                                   #   eval_every, eval_samples
 #pragma once
 
 #include <cstdint>
@@ -75,6 +76,11 @@ struct JobSpec {
   // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
   // rank 0 first finishes a checkpoint in flight (a GPT-2 medium one is 4.3 GB).
   int stop_grace_s = kDefaultStopGraceSeconds;
+  // A held-out evaluation (the worker's --eval-data, --eval-every, --eval-samples):
+  // eval_data relative to each agent's work directory, as data; empty: none.
+  std::string eval_data;
+  std::int64_t eval_every = 0;    // 0: after the last step only
+  std::int64_t eval_samples = 0;  // 0: every sample of eval_data
 };
 
 // The schedule the workers will follow (ResolveLrSchedule, as the worker resolves it).

@@ -1,6 +1,6 @@
 """The built-in default cluster on one machine, shared by scripts/demo and
-scripts/bench-launch: credentials (scripts/make-cluster-credentials), a token file in
-each agent's work directory, and the two poplar-agents of configs/local-agent-*.yaml,
+scripts/bench-launch: credentials (scripts/make-cluster-credentials), the token files in
+each agent's work directory (tokens.bin to train on, eval.bin held out), and the two poplar-agents of configs/local-agent-*.yaml,
 started and stopped here. Everything lives in out/demo/."""
 import contextlib
 import os
@@ -37,17 +37,22 @@ def cache_dir(agent):
     return os.path.join(OUT, "agents", agent, "cache")
 
 
-def corpus():
-    """WikiText-2 from ../shared when present, else poplar's own docs."""
-    shared = os.path.join(ROOT, "..", "shared", "data", "wikitext-2", "valid.txt")
-    if os.path.exists(shared):
-        return shared
-    text = os.path.join(OUT, "docs.txt")
-    with open(text, "w") as out:
-        for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
-            with open(os.path.join(ROOT, "docs", name)) as f:
-                out.write(f.read())
-    return text
+def corpora():
+    """The text to train on and the held-out text: WikiText-2's validation and test splits
+    from ../shared when present, else poplar's own docs, the last tenth held out."""
+    shared = os.path.join(ROOT, "..", "shared", "data", "wikitext-2")
+    if os.path.exists(os.path.join(shared, "valid.txt")) and os.path.exists(os.path.join(shared, "test.txt")):
+        return os.path.join(shared, "valid.txt"), os.path.join(shared, "test.txt")
+    docs = ""
+    for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
+        with open(os.path.join(ROOT, "docs", name)) as f:
+            docs += f.read()
+    cut = len(docs) * 9 // 10
+    paths = os.path.join(OUT, "docs-train.txt"), os.path.join(OUT, "docs-heldout.txt")
+    for path, text in zip(paths, (docs[:cut], docs[cut:])):
+        with open(path, "w") as out:
+            out.write(text)
+    return paths
 
 
 def prepare(fresh=True):
@@ -58,13 +63,15 @@ def prepare(fresh=True):
     credentials = os.path.join(OUT, "credentials")
     if not os.path.exists(os.path.join(credentials, "token")):
         run([os.path.join(ROOT, "scripts", "make-cluster-credentials"), credentials], stdout=subprocess.DEVNULL)
-    tokens = os.path.join(OUT, "tokens.bin")
-    if not os.path.exists(tokens):
-        run([POPLAR, "prepare-data", corpus(), "-o", tokens])
-    for name in AGENTS:
-        work = os.path.join(OUT, "agents", name, "work")
+    files = ("tokens.bin", "eval.bin")  # the cluster file's job.data and job.eval_data
+    if not all(os.path.exists(os.path.join(OUT, name)) for name in files):
+        for text, name in zip(corpora(), files):
+            run([POPLAR, "prepare-data", text, "-o", os.path.join(OUT, name)])
+    for agent in AGENTS:
+        work = os.path.join(OUT, "agents", agent, "work")
         os.makedirs(work, exist_ok=True)
-        shutil.copyfile(tokens, os.path.join(work, "tokens.bin"))
+        for name in files:
+            shutil.copyfile(os.path.join(OUT, name), os.path.join(work, name))
 
 
 def wait_listening(host, port, process, log):

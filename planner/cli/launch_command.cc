@@ -240,6 +240,9 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_checkpoint_every(job.checkpoint_every);
     request.set_keep_checkpoints(job.keep_checkpoints);
     request.set_stop_grace_s(job.stop_grace_s);
+    request.set_eval_data_path(job.eval_data);
+    request.set_eval_every(job.eval_every);
+    request.set_eval_samples(job.eval_samples);
     request.set_timeout_s(options.timeout_s);
     request.set_resume(options.resume);
     requests.emplace_back(node, std::move(request));
@@ -255,6 +258,7 @@ void RunLaunch(const LaunchOptions& options) {
     monitor.ExpectLearningRates([schedule = ScheduleOf(job), lr = job.lr.value_or(kDefaultLearningRate)](
                                     std::int64_t step) { return LearningRateAt(schedule, lr, step); });
   }
+  if (!job.eval_data.empty()) monitor.ExpectEvaluation(job.eval_every);
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
   // A launch every agent refused leaves the run directory as it was (RunDirectory).
   if (!outcome.any_started && monitor.failed()) {
@@ -294,7 +298,9 @@ void RunLaunch(const LaunchOptions& options) {
   std::cout << "trained " << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
                                              : Count(last_step, "step"))
             << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
-            << Fixed(summary["last_loss"].get<double>(), 3) << "; step " << Seconds(summary["measured_step_s"].get<double>())
+            << Fixed(summary["last_loss"].get<double>(), 3)
+            << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
+            << "; step " << Seconds(summary["measured_step_s"].get<double>())
             << " measured (median) "
             << (prepared.predicted_step_s > 0 ? "vs " + Seconds(prepared.predicted_step_s) + " predicted; "
                                               : "(the plan predicts none); ")

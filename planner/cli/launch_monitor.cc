@@ -95,6 +95,7 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   latest_[rank] = record;
   CheckLearningRate(rank, record);
   if (rank != 0) return;
+  CheckEvaluation(record);
   const bool first = rank0_steps_.empty();
   rank0_steps_.push_back(record);
   const std::int64_t step = record["step"].get<std::int64_t>();
@@ -103,7 +104,8 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   } else if (first && !resume_job_.empty()) {
     out_ << "no node held a checkpoint of job " << resume_job_ << ": training starts from step 0" << std::endl;
   }
-  if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || first)) {
+  const bool evaluated = !std::isnan(NumberOf(record, "val_loss", kNoNumber));
+  if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || first || evaluated)) {
     out_ << ProgressLine(step) << std::endl;
   }
 }
@@ -125,6 +127,18 @@ void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
                       "poplar-agent left the schedule out (it predates job.warmup_steps and job.lr_decay); " +
                       "update poplar-agent on this node");
   }
+}
+
+void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
+  if (!eval_every_) return;
+  const std::int64_t step = record["step"].get<std::int64_t>();
+  const bool due = step == steps_ || (*eval_every_ > 0 && step % *eval_every_ == 0);
+  if (!due || !std::isnan(NumberOf(record, "val_loss", kNoNumber))) return;
+  eval_every_.reset();  // said once
+  Failure(ranks_.empty() ? "?" : ranks_[0].node,
+          "rank 0 reports no held-out loss (val_loss) at step " + std::to_string(step) + ", where the cluster " +
+              "file's job.eval_data asks for one: its poplar-agent left the evaluation out or its poplar-worker " +
+              "predates it; update both on this node");
 }
 
 std::map<std::string, double> LaunchMonitor::BusyShares() const {
@@ -150,6 +164,9 @@ std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
     char text[32];
     std::snprintf(text, sizeof text, "%.2e", lr);
     line += std::string("  lr ") + text;
+  }
+  if (const double val_loss = NumberOf(record, "val_loss", kNoNumber); !std::isnan(val_loss)) {
+    line += "  val loss " + Fixed(val_loss, 4);
   }
   line += "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
                      "  step " + Seconds(NumberOf(record, "step_s")) + "  busy";
@@ -254,6 +271,13 @@ nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   nlohmann::ordered_json busy = nlohmann::ordered_json::object();
   for (const auto& [type, share] : BusyShares()) busy[type] = share;
   summary["busy_share"] = busy;
+  for (auto record = rank0_steps_.rbegin(); record != rank0_steps_.rend(); ++record) {
+    if (const double val_loss = NumberOf(*record, "val_loss", kNoNumber); !std::isnan(val_loss)) {
+      summary["val_loss"] = val_loss;
+      summary["val_step"] = record->value("step", 0);
+      break;
+    }
+  }
   return summary;
 }
 

@@ -41,13 +41,19 @@ class LaunchMonitor {
   // know) and would train at the constant rate, silently; one whose worker predates it
   // reports no rate.
   void ExpectLearningRates(std::function<double(std::int64_t step)> rate) { expected_rate_ = std::move(rate); }
+  // A job with a held-out evaluation every `every` steps (0: after the last only): rank
+  // 0's record of such a step must have val_loss, or the job fails naming the node (its
+  // agent left the evaluation out, or its worker predates it; the ranks agree on the
+  // evaluation, so a mixed job stops at its start).
+  void ExpectEvaluation(std::int64_t every) { eval_every_ = every; }
 
   // A line a rank wrote: into its log; a worker's warning ("poplar-worker[rank 0]:
   // warning: ...": a resume that changes the training, a checkpoint it could not prune)
   // also to `out`, after the node's name, since the user reads no log of a run that went well.
   void Output(int rank, const std::string& line);
   // A rank's metrics record. Rank 0's first one is always followed by a progress line,
-  // after "resumed from the checkpoint of step N" when it is not step 1.
+  // after "resumed from the checkpoint of step N" when it is not step 1; so is one with a
+  // held-out loss (val_loss), which the line shows.
   void Metrics(int rank, const std::string& json_line);
   // A node's job failed with this reason (the agent's text), with the rank's exit status
   // when a rank exited (an EXITED event), none for the node's final reason (JOB_FAILED).
@@ -91,7 +97,8 @@ class LaunchMonitor {
   std::string CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const;
 
   // The summary of a finished run: steps, first and last loss, the median step time
-  // over the steps after the first fifth (warm-up), samples per second, busy shares.
+  // over the steps after the first fifth (warm-up), samples per second, busy shares;
+  // the latest held-out loss and its step (val_loss, val_step) when there was one.
   nlohmann::ordered_json Summary(double predicted_step_s) const;
 
  private:
@@ -112,6 +119,8 @@ class LaunchMonitor {
   std::map<std::string, double> BusyShares() const;
   // Fails the job when `rank`'s first record does not take the expected rate.
   void CheckLearningRate(int rank, const nlohmann::json& record);
+  // Fails the job when rank 0's record of an evaluation step has no val_loss.
+  void CheckEvaluation(const nlohmann::json& record);
 
   std::string run_dir_;
   std::vector<RankInfo> ranks_;
@@ -124,6 +133,7 @@ class LaunchMonitor {
   std::string resume_job_;                  // ExpectResume's job, or empty
   std::function<double(std::int64_t)> expected_rate_;  // ExpectLearningRates', or empty
   std::set<int> rates_checked_;             // the ranks whose first record was checked
+  std::optional<std::int64_t> eval_every_;  // ExpectEvaluation's, or none
   std::vector<Failed> failures_;
   double head_stalled_s_ = 0;  // the longest HeadStalled
 };

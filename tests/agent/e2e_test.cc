@@ -109,9 +109,11 @@ class TwoAgents : public ::testing::Test {
         "training: {global_batch: 24, precision: fp32, stage: 2}\n"
         "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n"
         "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: " + token + "}\n"
-        // A warm-up and a decay too slow to matter here, whose rates the launch test reads.
+        // A warm-up and a decay too slow to matter here, whose rates the launch test reads,
+        // and a held-out loss (on the training text: the agents hold no other).
         "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 12, lr: 3e-3, "
-        "warmup_steps: 2, lr_decay: linear, decay_steps: 1000, min_lr: 3e-4, checkpoint_every: 5}\n"
+        "warmup_steps: 2, lr_decay: linear, decay_steps: 1000, min_lr: 3e-4, checkpoint_every: 5, "
+        "eval_data: tokens.bin, eval_every: 5, eval_samples: 8}\n"
         "nodes:\n";
     for (std::size_t i = with_node_a ? 0 : 1; i < 2; ++i) {
       yaml += "  - {name: " + kAgents[i].node + ", host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(ports_[i]) +
@@ -276,6 +278,18 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_NEAR(nlohmann::json::parse(rates[0])["lr"].get<double>(), 1.5e-3, 1e-12);
   EXPECT_NEAR(nlohmann::json::parse(rates[2])["lr"].get<double>(), 3e-3, 1e-12);
   EXPECT_NEAR(nlohmann::json::parse(rates[11])["lr"].get<double>(), 3e-4 + 2.7e-3 * (1 - 9.0 / 998), 1e-12);
+  // The held-out loss after steps 5, 10 and 12, the same on both ranks, shown and summed up.
+  const auto rank0 = ReadLines(dir_.path() + "/run/metrics/rank-0.jsonl");
+  ASSERT_EQ(rank0.size(), 12u);
+  for (std::size_t i = 0; i < 12; ++i) {
+    const auto a = nlohmann::json::parse(rank0[i]), b = nlohmann::json::parse(rates[i]);
+    const bool due = i == 4 || i == 9 || i == 11;
+    ASSERT_EQ(a.contains("val_loss"), due) << "step " << i + 1;
+    if (due) EXPECT_EQ(a["val_loss"], b["val_loss"]) << "step " << i + 1;
+  }
+  EXPECT_EQ(summary["val_step"], 12) << summary.dump();
+  EXPECT_LT(summary["val_loss"].get<double>(), nlohmann::json::parse(rank0[4])["val_loss"].get<double>());
+  EXPECT_TRUE(ContainsAll(launch.out, {"step 5/12  loss", "val loss", ", held-out "})) << launch.out;
   EXPECT_TRUE(fs::exists(dir_.path() + "/run/logs/rank-1.log"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/model.pt"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));

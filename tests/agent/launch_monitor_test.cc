@@ -13,6 +13,7 @@
 namespace poplar {
 namespace {
 
+using poplar::testing::Contains;
 using poplar::testing::ContainsAll;
 using poplar::testing::ReadWholeFile;
 using poplar::testing::ScratchDir;
@@ -202,6 +203,32 @@ TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
   EXPECT_EQ(fresh_out.str().rfind("no node held a checkpoint of job job-b: training starts from step 0\nstep 1/10", 0),
             0u)
       << fresh_out.str();
+}
+
+// A step with a held-out loss gets a progress line showing it, and the summary keeps the
+// latest; a job that asked for one fails, naming rank 0's node, when a step due to have
+// one has none (an agent that left the evaluation out).
+TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndTheirAbsenceFailsTheJob) {
+  LaunchMonitor monitor = Monitor(/*progress_every=*/5);
+  monitor.ExpectEvaluation(3);
+  auto record = nlohmann::json::parse(Record(3, 0, 4.0, 0.2, 0.1));
+  record["val_loss"] = 4.25;
+  monitor.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));
+  monitor.Metrics(0, Record(2, 0, 4.5, 0.2, 0.1));
+  monitor.Metrics(0, record.dump());
+  EXPECT_TRUE(Contains(out_.str(), "step 3/10  loss 4.0000  val loss 4.2500")) << out_.str();
+  EXPECT_FALSE(monitor.failed());
+  EXPECT_EQ(monitor.Summary(0.2)["val_loss"], 4.25);
+  EXPECT_EQ(monitor.Summary(0.2)["val_step"], 3);
+  monitor.Metrics(0, Record(6, 0, 3.0, 0.2, 0.1));  // due, without val_loss
+  ASSERT_TRUE(monitor.failed());
+  EXPECT_TRUE(ContainsAll(monitor.RootCause(), {"node 'a'", "no held-out loss (val_loss) at step 6", "job.eval_data"}))
+      << monitor.RootCause();
+
+  LaunchMonitor plain = Monitor(5);  // no evaluation asked for: none expected
+  plain.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));
+  EXPECT_FALSE(plain.failed());
+  EXPECT_FALSE(plain.Summary(0.2).contains("val_loss"));
 }
 
 // A worker's warning reaches the user's terminal, after its node's name (a resume that

@@ -152,6 +152,35 @@ TEST(NodeJob, RefusesADataPathOutsideTheWorkDirectory) {
   EXPECT_FALSE(std::filesystem::exists(f.config.work_dir + "/jobs/j1"));  // nothing written
 }
 
+// The held-out evaluation's flags only with its file, resolved inside the work directory
+// as the training data is; outside it, or counts without it, are refused.
+TEST(NodeJob, TheEvaluationTakesAFileInsideTheWorkDirectory) {
+  Fixture f;
+  EXPECT_FALSE(Has(PrepareNodeJob(f.config, f.devices, f.settings)[0].spec.args, "--eval-data"));
+  f.settings.resume = true;  // the job folder is there now
+  f.dir.Write("valid.bin", std::string(100, 'x'));
+  f.settings.eval_data_path = "valid.bin";
+  f.settings.eval_every = 50;
+  const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
+  EXPECT_EQ(After(ranks[0].spec.args, "--eval-data"), f.config.work_dir + "/valid.bin");
+  EXPECT_EQ(After(ranks[0].spec.args, "--eval-every"), "50");
+  EXPECT_EQ(After(ranks[0].spec.args, "--eval-samples"), "0");
+  const auto refused_naming = [&f](const std::string& field) {
+    try {
+      CheckNodeJob(f.config, f.devices, f.settings);
+      ADD_FAILURE() << "expected a refusal naming " << field;
+    } catch (const InputError& error) {
+      EXPECT_TRUE(Contains(error.what(), field)) << error.what();
+    }
+  };
+  f.settings.eval_data_path = "../../etc/passwd";
+  refused_naming("eval_data_path");
+  f.settings.eval_data_path = "missing.bin";
+  refused_naming("eval_data_path");
+  f.settings.eval_data_path = "";
+  refused_naming("eval_every");
+}
+
 TEST(NodeJob, RefusesAPlanThatNeedsDevicesTheNodeLacks) {
   Fixture f;
   f.devices.pop_back();  // one emu-slow vanished

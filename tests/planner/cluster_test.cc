@@ -335,6 +335,16 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
                  "must be a number of seconds a stopped rank may take to end from 1 to 3600, got 0");
   ExpectRejected(with_grace("3601"), "job.stop_grace_s", "from 1 to 3600, got 3601");
   ExpectRejected(with_grace("30s"), "job.stop_grace_s", "30s");
+  // The held-out evaluation: its counts need its file.
+  const JobSpec evaluated =
+      *ParseClusterYaml(with_job("eval_data: valid.bin, eval_every: 100, eval_samples: 64"), kFile).job;
+  EXPECT_EQ(evaluated.eval_data, "valid.bin");  // relative to each agent's work directory
+  EXPECT_EQ(evaluated.eval_every, 100);
+  EXPECT_EQ(evaluated.eval_samples, 64);
+  EXPECT_TRUE(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->eval_data.empty());
+  ExpectRejected(with_job("eval_every: 100"), "job.eval_every", "is for an evaluation: add eval_data");
+  ExpectRejected(with_job("eval_samples: 64"), "job.eval_samples", "is for an evaluation: add eval_data");
+  ExpectRejected(with_job("eval_data: valid.bin, eval_every: -1"), "job.eval_every", "got -1");
 }
 
 TEST(ClusterFile, RejectsMalformedYaml) {
