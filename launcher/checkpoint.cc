@@ -279,8 +279,9 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep, const Checkpoin
   for (const auto& [step, path] : steps) {
     if (step >= *oldest_kept || path.filename() == latest) continue;
     if (fs::remove_all(path, error); error) {
-      std::cerr << "poplar-worker[rank 0]: warning: --keep-checkpoints: cannot remove " << path.string() << ": "
-                << error.message() << "; it stays\n";
+      // One write (the writer's thread prints it beside the main thread's progress lines).
+      std::cerr << ("poplar-worker[rank 0]: warning: --keep-checkpoints: cannot remove " + path.string() + ": " +
+                    error.message() + "; it stays\n");
     }
   }
 }

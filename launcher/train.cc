@@ -459,6 +459,13 @@ void Train(const TrainOptions& options) {
       const auto eval_start = Clock::now();
       val_loss = Evaluate(engine, communicator, *local.evaluation, config.block_size, device);
       eval_s = SecondsSince(eval_start);
+      // The same on every rank (all-reduced): an update that overflowed after a finite
+      // loss shows here first, and stops every rank alike before anything of it is written.
+      if (!std::isfinite(*val_loss)) {
+        throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": the held-out loss " +
+                                 "after it is " + std::to_string(*val_loss) + "; nothing of this step was written. " +
+                                 "Lower --lr, or clip with --grad-clip");
+      }
     }
 
     nlohmann::json record = {{"step", step + 1},
@@ -501,7 +508,7 @@ void Train(const TrainOptions& options) {
       Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
       if (writer) writer->Start(std::move(checkpoint));
       if (replaced) {
-        std::cerr << "poplar-worker[rank 0]: the checkpoint of step " << *replaced << " was not written: the one of "
+        std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced << " was not written: the one of "
                   << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
                   << "than --checkpoint-every)\n";
       }

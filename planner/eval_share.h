@@ -1,7 +1,10 @@
 // How the ranks of a job divide a held-out evaluation (the worker's --eval-data) among
-// themselves: in proportion to their share of the training batch, so that a device the
-// plan gives twice the samples evaluates twice as many and every rank finishes about
-// together, as in a training step. Torch-free, so that it is tested alone.
+// themselves: in proportion to their share of the training batch, which the planner
+// made proportional to each device's speed, so that the evaluation is balanced as a
+// training step is. Each rank goes through its share at its largest planned micro-batch;
+// the rounds are the most any rank needs, so a device the plan gives small micro-batches
+// (little memory) sets their number, as its rounds do in training. Torch-free, so that
+// it is tested alone.
 #pragma once
 
 #include <cstdint>

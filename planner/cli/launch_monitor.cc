@@ -137,8 +137,8 @@ void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
   eval_every_.reset();  // said once
   Failure(ranks_.empty() ? "?" : ranks_[0].node,
           "rank 0 reports no held-out loss (val_loss) at step " + std::to_string(step) + ", where the cluster " +
-              "file's job.eval_data asks for one: its poplar-agent left the evaluation out or its poplar-worker " +
-              "predates it; update both on this node");
+              "file's job.eval_data asks for one: its poplar-agent left the evaluation out (it predates " +
+              "job.eval_data); update poplar-agent on this node");
 }
 
 std::map<std::string, double> LaunchMonitor::BusyShares() const {

@@ -42,9 +42,10 @@ class LaunchMonitor {
   // reports no rate.
   void ExpectLearningRates(std::function<double(std::int64_t step)> rate) { expected_rate_ = std::move(rate); }
   // A job with a held-out evaluation every `every` steps (0: after the last only): rank
-  // 0's record of such a step must have val_loss, or the job fails naming the node (its
-  // agent left the evaluation out, or its worker predates it; the ranks agree on the
-  // evaluation, so a mixed job stops at its start).
+  // 0's record of such a step must have val_loss, or the job fails naming the node: its
+  // agent, older than job.eval_data, left the evaluation out (proto3 drops the fields it
+  // does not know). A worker older than it refuses --eval-data at its start, and ranks
+  // that disagree on the evaluation stop at theirs (job settings).
   void ExpectEvaluation(std::int64_t every) { eval_every_ = every; }
 
   // A line a rank wrote: into its log; a worker's warning ("poplar-worker[rank 0]:

@@ -435,16 +435,18 @@ TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
   }
 }
 
-// A run that diverges stops at the first step whose loss or gradient norm is not a
-// number, on every rank, before writing anything of it: the newest checkpoint and the
-// metrics hold only good steps. (A nan run once trained on, wrote nan checkpoints and
-// exited 0.)
+// A run that diverges stops at the first step whose loss, gradient norm or held-out loss
+// is not a number, on every rank, before writing anything of it: the newest checkpoint
+// and the metrics hold only good steps. (A nan run once trained on, wrote nan
+// checkpoints and exited 0; a nan held-out loss would be a null in the metrics.)
 TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodCheckpoint) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const std::string checkpoints = scratch_.path() + "/checkpoints";
   const JobOutcome job = RunJob(scratch_, 2, Args(plan, {"--lr", "1000", "--grad-clip", "0", "--checkpoint-dir",
                                                          checkpoints, "--checkpoint-every", "1", "--metrics",
-                                                         "m{rank}.jsonl"},
+                                                         "m{rank}.jsonl", "--eval-data",
+                                                         scratch_.path() + "/tokens.bin", "--eval-every", "1",
+                                                         "--eval-samples", "8"},
                                                   40));
   ExpectRejected(job, {"training diverged at step", "nothing of this step was written", "--lr"});
   const std::vector<std::string> lines = ReadLines(scratch_.path() + "/m0.jsonl");
