@@ -39,6 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "configs", "models")
 DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
+HELD_OUT = os.path.join(ROOT, ".device", "data", "test.bin")  # the train phase's held-out loss
 WORK = "/tmp/poplar-gpu"
 # Dense bf16 FLOP/s of the datasheets, by a part of the card's name, first match wins:
 # MFU is against this. The device tool lends an H200 or an H100 (SXM: the same peak).
@@ -247,19 +248,25 @@ def phase_check(runner, out, setup):
 def phase_train(runner, out, setup):
     steps = setup.train_steps
     model, config = load_config(setup.small)
-    # nanoGPT's recipe: a warm-up over a tenth of the steps, then a cosine to lr / 10.
+    # nanoGPT's recipe: a warm-up over a tenth of the steps, then a cosine to lr / 10; the
+    # loss on 64 samples of WikiText-2's test split every quarter of the run (held out).
     schedule = ["--lr", "6e-4", "--warmup-steps", str(max(1, steps // 10)), "--lr-decay", "cosine"]
-    lines = runner.train("train", 0, [[setup.train_batch]], model, steps, setup.device, "bf16", extra=schedule)
+    held_out = ["--eval-data", HELD_OUT, "--eval-every", str(max(1, steps // 4)), "--eval-samples", "64"]
+    lines = runner.train("train", 0, [[setup.train_batch]], model, steps, setup.device, "bf16",
+                         extra=schedule + held_out)
     losses = [line["loss"] for line in lines]
+    val_losses = {line["step"]: line["val_loss"] for line in lines if "val_loss" in line}
     tokens = statistics.median(line["tokens_per_s"] for line in lines[10:])
-    marks = [1, 10, 50, 100, 200, steps]
-    rows = [[m, f"{losses[m - 1]:.4f}"] for m in marks if m <= len(losses)]
+    marks = sorted({1, 10, 50, 100, 200, steps} | set(val_losses))
+    rows = [[m, f"{losses[m - 1]:.4f}", f"{val_losses[m]:.4f}" if m in val_losses else ""]
+            for m in marks if m <= len(losses)]
     save_json(out, "train.json", {"model": setup.small, "precision": "bf16", "global_batch": setup.train_batch,
                                   "steps": steps, "lr": 6e-4, "schedule": " ".join(schedule[2:]), "losses": losses,
+                                  "held_out": " ".join(held_out[2:]), "val_losses": val_losses,
                                   "median_tokens_per_s": tokens})
     print(f"\n{setup.small}, bf16, batch {setup.train_batch} x {config['block_size']} tokens, WikiText-2 valid; "
           f"median {tokens:,.0f} tokens/s")
-    print(table(["step", "loss"], rows))
+    print(table(["step", "loss", "held-out loss"], rows))
     if not losses[-1] < losses[0] - setup.train_fall:
         sys.exit(f"gpu_runs: the loss did not fall enough: {losses[0]:.3f} -> {losses[-1]:.3f}")
 

@@ -454,8 +454,8 @@ class SlowToStopWorkers : public TwoAgents {
   // A long job of the fixture's cluster with job.stop_grace_s `grace_s`, once both ranks
   // have trained 2 steps.
   Training StartWithGrace(const std::string& run_dir, int grace_s) {
-    dir_.Write(run_dir + ".yaml", ReplaceOnce(ReadWholeFile(dir_.path() + "/cluster.yaml"), "checkpoint_every: 5}",
-                                              "checkpoint_every: 5, stop_grace_s: " + std::to_string(grace_s) + "}"));
+    dir_.Write(run_dir + ".yaml", ReplaceOnce(ReadWholeFile(dir_.path() + "/cluster.yaml"), "checkpoint_every: 5,",
+                                              "checkpoint_every: 5, stop_grace_s: " + std::to_string(grace_s) + ","));
     return StartTraining(run_dir, 2, run_dir + ".yaml");
   }
 };
