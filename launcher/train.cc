@@ -33,6 +33,7 @@
 #include "planner/eval_share.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
+#include "planner/step_cadence.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
@@ -52,6 +53,14 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
   auto [inputs, targets] = data.Batch(first, size);
   const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
   return {loss_sum, StretchCompute(SecondsSince(start), slowdown)};
+}
+
+// The error of step `step` when `what` (its loss, gradient norm or held-out loss) is not a
+// finite number: every rank sees the same (they are all-reduced) and stops alike, before
+// anything of the step is written, so the newest checkpoint stays the last good state.
+std::runtime_error Diverged(std::int64_t step, const std::string& what) {
+  return std::runtime_error("training diverged at step " + std::to_string(step) + ": " + what +
+                            "; nothing of this step was written. Lower --lr, or clip with --grad-clip");
 }
 
 // --lr and the schedule flags as AdamW's options; throws InputError naming the flag.
@@ -435,37 +444,27 @@ void Train(const TrainOptions& options) {
     communicator.AllReduceSum(loss);
     const auto totals = loss.cpu();  // waits for the device
     const double mean_loss = totals[0].item<double>() / tokens_per_step;
-    // Diverged: every rank sees the same (both are all-reduced) and stops before it
-    // writes anything of this step, so the newest checkpoint stays the last good state
-    // (a nan run once trained on to the end, wrote nan checkpoints and exited 0).
+    // (A nan run once trained on to the end, wrote nan checkpoints and exited 0.)
     if (const double ranks_not_finite = totals[1].item<double>(); !std::isfinite(mean_loss) || ranks_not_finite > 0) {
       const std::string norm = ranks_not_finite > 0 ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
                                                     : std::to_string(grad_norm);
-      throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": the loss is " +
-                               std::to_string(mean_loss) + " and the gradient norm " + norm +
-                               "; nothing of this step was written. Lower --lr, or clip with --grad-clip");
+      throw Diverged(step + 1, "the loss is " + std::to_string(mean_loss) + " and the gradient norm " + norm);
     }
     const double step_s = SecondsSince(step_start);
     const Communicator::Volume volume = communicator.volume().Since(volume_before);
     const double communication_s = communicator.communication_seconds() - communication_before;
     const std::int64_t peak_bytes = MemoryPeak(device) - baseline_bytes;
-    const bool last = step + 1 == options.steps;
 
     // The held-out loss, after the step and outside its figures (step_s, communication,
     // peak memory: what profiles and predictions are about).
     std::optional<double> val_loss;
     double eval_s = 0;
-    if (local.evaluation && (last || (options.eval_every > 0 && (step + 1) % options.eval_every == 0))) {
+    if (local.evaluation && DueAfterStep(step + 1, options.eval_every, options.steps)) {
       const auto eval_start = Clock::now();
       val_loss = Evaluate(engine, communicator, *local.evaluation, config.block_size, device);
       eval_s = SecondsSince(eval_start);
-      // The same on every rank (all-reduced): an update that overflowed after a finite
-      // loss shows here first, and stops every rank alike before anything of it is written.
-      if (!std::isfinite(*val_loss)) {
-        throw std::runtime_error("training diverged at step " + std::to_string(step + 1) + ": the held-out loss " +
-                                 "after it is " + std::to_string(*val_loss) + "; nothing of this step was written. " +
-                                 "Lower --lr, or clip with --grad-clip");
-      }
+      // An update that overflowed after a finite loss shows here first.
+      if (!std::isfinite(*val_loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(*val_loss));
     }
 
     nlohmann::json record = {{"step", step + 1},
@@ -492,14 +491,13 @@ void Train(const TrainOptions& options) {
       record["eval_s"] = eval_s;
     }
     metrics.Write(record);
-    if (rank == 0 && options.log_every > 0 && ((step + 1) % options.log_every == 0 || last || val_loss)) {
+    if (rank == 0 && options.log_every > 0 && (DueAfterStep(step + 1, options.log_every, options.steps) || val_loss)) {
       char val_text[32] = "";
       if (val_loss) std::snprintf(val_text, sizeof val_text, " val loss %.4f", *val_loss);
       std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s%s\n",
                    static_cast<long long>(step + 1), mean_loss, grad_norm, plan.global_batch / step_s, val_text);
     }
-    if (!options.checkpoint_dir.empty() &&
-        (last || (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0))) {
+    if (!options.checkpoint_dir.empty() && DueAfterStep(step + 1, options.checkpoint_every, options.steps)) {
       // Gathered by every rank (collectives), written by rank 0 in the background. One
       // still waiting to be written gives way to it first, so that memory holds at most
       // two (if this gather then fails, a peer gone, the waiting one is lost with it).

@@ -10,6 +10,7 @@
 #include "planner/cli/command_failed.h"
 #include "planner/cli/text_table.h"
 #include "planner/median.h"
+#include "planner/step_cadence.h"
 
 namespace poplar {
 namespace {
@@ -59,7 +60,17 @@ double NumberOf(const nlohmann::json& record, const char* key, double otherwise 
   return found != record.end() && found->is_number() ? found->get<double>() : otherwise;
 }
 
+// A record's held-out loss (val_loss), where its step was evaluated.
+std::optional<double> HeldOutLoss(const nlohmann::json& record) {
+  const double loss = NumberOf(record, "val_loss", kNoNumber);
+  return std::isnan(loss) ? std::nullopt : std::optional<double>(loss);
+}
+
 }  // namespace
+
+std::string LaunchMonitor::NodeOf(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
+}
 
 LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps,
                              int progress_every, std::ostream& out)
@@ -83,8 +94,7 @@ std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstre
 void LaunchMonitor::Output(int rank, const std::string& line) {
   if (!run_dir_.empty()) RankFile(logs_, "logs", ".log", rank) << line << std::endl;
   if (line.rfind("poplar-worker", 0) == 0 && line.find(": warning: ") != std::string::npos) {
-    const std::string node = rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
-    out_ << "node '" << node << "': " << line << std::endl;
+      out_ << "node '" << NodeOf(rank) << "': " << line << std::endl;
   }
 }
 
@@ -104,15 +114,14 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   } else if (first && !resume_job_.empty()) {
     out_ << "no node held a checkpoint of job " << resume_job_ << ": training starts from step 0" << std::endl;
   }
-  const bool evaluated = !std::isnan(NumberOf(record, "val_loss", kNoNumber));
-  if (progress_every_ > 0 && (step % progress_every_ == 0 || step == steps_ || first || evaluated)) {
+  if (progress_every_ > 0 && (DueAfterStep(step, progress_every_, steps_) || first || HeldOutLoss(record))) {
     out_ << ProgressLine(step) << std::endl;
   }
 }
 
 void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
   if (!expected_rate_ || !rates_checked_.insert(rank).second) return;
-  const std::string node = rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
+  const std::string node = NodeOf(rank);
   const std::int64_t step = record["step"].get<std::int64_t>();
   const double expected = expected_rate_(step);
   const double reported = NumberOf(record, "lr", kNoNumber);
@@ -132,10 +141,9 @@ void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
 void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
   if (!eval_every_) return;
   const std::int64_t step = record["step"].get<std::int64_t>();
-  const bool due = step == steps_ || (*eval_every_ > 0 && step % *eval_every_ == 0);
-  if (!due || !std::isnan(NumberOf(record, "val_loss", kNoNumber))) return;
+  if (!DueAfterStep(step, *eval_every_, steps_) || HeldOutLoss(record)) return;
   eval_every_.reset();  // said once
-  Failure(ranks_.empty() ? "?" : ranks_[0].node,
+  Failure(NodeOf(0),
           "rank 0 reports no held-out loss (val_loss) at step " + std::to_string(step) + ", where the cluster " +
               "file's job.eval_data asks for one: its poplar-agent left the evaluation out (it predates " +
               "job.eval_data); update poplar-agent on this node");
@@ -165,9 +173,7 @@ std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
     std::snprintf(text, sizeof text, "%.2e", lr);
     line += std::string("  lr ") + text;
   }
-  if (const double val_loss = NumberOf(record, "val_loss", kNoNumber); !std::isnan(val_loss)) {
-    line += "  val loss " + Fixed(val_loss, 4);
-  }
+  if (const auto val_loss = HeldOutLoss(record)) line += "  val loss " + Fixed(*val_loss, 4);
   line += "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
                      "  step " + Seconds(NumberOf(record, "step_s")) + "  busy";
   for (const auto& [type, share] : BusyShares()) line += " " + type + " " + Fixed(100.0 * share, 0) + "%";
@@ -272,8 +278,8 @@ nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   for (const auto& [type, share] : BusyShares()) busy[type] = share;
   summary["busy_share"] = busy;
   for (auto record = rank0_steps_.rbegin(); record != rank0_steps_.rend(); ++record) {
-    if (const double val_loss = NumberOf(*record, "val_loss", kNoNumber); !std::isnan(val_loss)) {
-      summary["val_loss"] = val_loss;
+    if (const auto val_loss = HeldOutLoss(*record)) {
+      summary["val_loss"] = *val_loss;
       summary["val_step"] = record->value("step", 0);
       break;
     }

@@ -110,6 +110,8 @@ class LaunchMonitor {
     enum class Kind { kJob, kConnection, kUser };
     Kind kind = Kind::kJob;  // kConnection: a stream that broke or an agent lost
   };
+  // The node rank `rank` runs on, or "?" for a rank the plan does not have.
+  std::string NodeOf(int rank) const;
   // The failure RootCause names when the head did not stall: the most telling.
   const Failed& MostTelling() const;
   // run_dir/<folder>/rank-<rank><suffix>, opened for appending on first use.
