@@ -104,6 +104,7 @@ fs::path StepFolder(const std::string& path) {
 struct Meta {
   std::int64_t step = 0;
   std::optional<TrainingRecipe> training;
+  CheckpointLine line;
 };
 
 // `folder`'s meta.json, checked against `config` and the folder's name.
@@ -128,6 +129,7 @@ Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
     JsonFields recipe = fields.Map("training");
     training = ReadRecipe(recipe);
   }
+  CheckpointLine line = ReadLineKeys(fields);
   fields.Finish();
   // A step folder's name and its meta.json agree (a copied or edited folder may not).
   fs::path named = folder.lexically_normal();
@@ -137,7 +139,20 @@ Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
     throw InputError(meta_path, "step", "is " + std::to_string(step) + " but its folder is named for step " +
                                             std::to_string(*named_step));
   }
-  return {step, training};
+  return {step, std::move(training), std::move(line)};
+}
+
+// The run that wrote the step folder `folder` (0: one that records none), from its
+// meta.json; nullopt when that cannot be read.
+std::optional<std::uint64_t> RunThatWrote(const fs::path& folder) {
+  try {
+    const std::string meta_path = (folder / "meta.json").string();
+    const nlohmann::json meta = ParseJsonObject(ReadCheckpointText(meta_path), meta_path);
+    JsonFields fields(meta, meta_path, "");
+    return ReadLineKeys(fields).run;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -159,7 +174,7 @@ void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::
 }
 
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
-                     const std::optional<TrainingRecipe>& training) {
+                     const std::optional<TrainingRecipe>& training, const CheckpointLine& line) {
   // A state to go on from: one whose update overflowed (a finite loss computed before
   // it, then inf or nan in the parameters or moments) would only diverge again on resume.
   const std::string not_written = "its checkpoint was not written (the newest written one stays the last good state)";
@@ -181,6 +196,7 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
     nlohmann::ordered_json meta = {
         {"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
     if (training) meta["training"] = RecipeObject(*training);
+    AddLineKeys(line, meta);
     WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
     // On the disk before any name leads to it, so that a power loss cannot leave `latest`
     // naming a folder of empty files: the files are (WriteStateDict and meta.json go
@@ -223,6 +239,7 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& c
   Meta meta = ReadMeta(folder, config);
   restored.step = meta.step;
   restored.training = std::move(meta.training);
+  restored.line = std::move(meta.line);
   const std::string model_path = (folder / "model.pt").string();
   LoadModelState(model, ReadCheckpointTensors(model_path), model_path);
 
@@ -270,7 +287,8 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep, const Checkpoin
   std::optional<std::int64_t> oldest_kept;
   std::int64_t kept = 0;
   for (const auto& [step, path] : steps) {
-    if (line.Holds(step) && ++kept == keep) {
+    const std::optional<std::uint64_t> writer = RunThatWrote(path);
+    if (writer && line.Holds(*writer, step) && ++kept == keep) {
       oldest_kept = step;
       break;
     }

@@ -4,8 +4,9 @@
 // Layout: DIR/step-00000012/{model.pt, optimizer.pt, meta.json} and DIR/latest naming
 // the newest complete step folder. model.pt is a torch.save-compatible state dict with
 // nanoGPT names; optimizer.pt holds exp_avg.<name> and exp_avg_sq.<name>; meta.json the
-// step count, the model configuration and the training recipe (training_recipe.h; none
-// in checkpoints of poplar before 2026-11-26). A step folder is written under a temporary
+// step count, the model configuration, the training recipe (training_recipe.h) and the
+// line of training (checkpoint_line.h); checkpoints of poplar before 2026-11-26 have
+// neither of the last two. A step folder is written under a temporary
 // name and renamed when complete, then `latest` is replaced atomically: a crash at any
 // moment leaves the previous checkpoint intact and `latest` pointing at a complete one.
 // DIR/.poplar.lock is the writing run's lock (LockCheckpointFolder).
@@ -17,6 +18,7 @@
 #include <set>
 #include <string>
 
+#include "planner/checkpoint_line.h"
 #include "planner/folder_lock.h"
 #include "planner/model_config.h"
 #include "planner/training_recipe.h"
@@ -35,28 +37,19 @@ struct Checkpoint {
 // whole (in a temporary folder, flushed to the disk) before it takes its name, and
 // dir/latest is replaced only then, so `latest` always names a complete step folder,
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
-// meta.json records `config` and `training` (when given: the run's recipe).
+// meta.json records `config`, `training` (when given: the run's recipe) and `line` (the
+// writing run's, checkpoint_line.h; nothing for a line of run 0).
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
-                     const std::optional<TrainingRecipe>& training);
+                     const std::optional<TrainingRecipe>& training, const CheckpointLine& line);
 
 // Throws "training diverged at step N: <name> holds inf or nan after its update, so
 // <not_written>. ..." when a floating-point tensor of `tensors` is not finite: the
 // check before any state to go on from is written (a checkpoint, --save).
 void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::string& not_written);
 
-// The checkpoints of one run's line of training, as far as the run knows it: every step
-// up to the one it resumed from (0 without --resume), and those it wrote itself. A folder
-// may also hold another line's above that step: a run that this one resumed from an
-// earlier step of, or one that wrote there before. (Below it, a line abandoned by an
-// earlier resume counts too: folders do not record which run wrote them.)
-struct CheckpointLine {
-  std::int64_t resumed_from = 0;
-  std::set<std::int64_t> written;
-  bool Holds(std::int64_t step) const { return step <= resumed_from || written.count(step) > 0; }
-};
-
 // Keeps the `keep` newest step folders of `line` in `dir` (keep 0: every one) and the
-// one `latest` names, and removes every step folder older than the oldest kept. Another
+// one `latest` names, and removes every step folder older than the oldest kept. Whose
+// line a folder is on its meta.json says (a folder it cannot read is on none). Another
 // line's folders are not counted (they would take the place of this run's own): those
 // newer than that are left, replaced as this run reaches their steps or removed once
 // they are older than the oldest it keeps. After WriteCheckpoint, so that a crash at
@@ -86,6 +79,7 @@ struct RestoredCheckpoint {
   std::int64_t step = 0;
   std::map<std::string, AdamMoments> moments;
   std::optional<TrainingRecipe> training;  // none in a checkpoint that predates recipes
+  CheckpointLine line;  // of the run that wrote it; run 0 in one that predates lines
 };
 // `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
 // against `config` and reads its training recipe, loads model.pt into `model` (LoadModelState's checks, naming

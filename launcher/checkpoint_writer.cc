@@ -8,8 +8,13 @@
 namespace poplar {
 
 CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep,
-                                   std::int64_t resumed_from)
-    : dir_(std::move(dir)), config_(config), training_(std::move(training)), keep_(keep), line_{resumed_from, {}}, thread_([this] { WriteQueued(); }) {}
+                                   CheckpointLine line)
+    : dir_(std::move(dir)),
+      config_(config),
+      training_(std::move(training)),
+      keep_(keep),
+      line_(std::move(line)),
+      thread_([this] { WriteQueued(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -76,8 +81,7 @@ void CheckpointWriter::WriteQueued() {
     lock.unlock();
     std::exception_ptr error;
     try {
-      WriteCheckpoint(dir_, checkpoint, config_, training_);
-      line_.written.insert(checkpoint.step);
+      WriteCheckpoint(dir_, checkpoint, config_, training_, line_);
       PruneCheckpoints(dir_, keep_, line_);
     } catch (...) {
       error = std::current_exception();

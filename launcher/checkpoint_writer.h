@@ -33,11 +33,11 @@ namespace poplar {
 
 class CheckpointWriter {
  public:
-  // Keeps the `keep` newest checkpoints in `dir` of the line of training that went on
-  // from step `resumed_from` (PruneCheckpoints; 0: every one). Each meta.json records
-  // `config` and `training`.
+  // Keeps the `keep` newest checkpoints in `dir` of the run's `line` of training
+  // (PruneCheckpoints; 0: every one). Each meta.json records `config`, `training` and
+  // `line`.
   CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep,
-                   std::int64_t resumed_from);
+                   CheckpointLine line);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -67,7 +67,7 @@ class CheckpointWriter {
   const GptConfig config_;
   const TrainingRecipe training_;
   const std::int64_t keep_;
-  CheckpointLine line_;                // the writing thread's alone
+  const CheckpointLine line_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the three below

@@ -205,7 +205,36 @@ std::string StartingPoint(const Gpt& model, std::int64_t first_step) {
 struct Resumed {
   std::int64_t step = 0;
   std::map<std::string, AdamMoments> moments;  // on the rank's device
+  CheckpointLine line;  // of the run that wrote the checkpoint
 };
+
+// Sends `line` from rank `source` to every rank (rank 0, which writes checkpoints, may
+// not hold the one the job resumed from): its ancestor count, then the run ids (as
+// their bits) and steps.
+CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source,
+                             torch::Device device) {
+  const auto longs = torch::TensorOptions(torch::kLong);
+  auto count = torch::tensor({static_cast<std::int64_t>(line.ancestors.size())}, longs).to(device);
+  communicator.Broadcast(count, source);
+  const std::int64_t ancestors = count.cpu().item<std::int64_t>();
+  std::vector<std::int64_t> values(1 + 2 * ancestors, 0);
+  if (communicator.rank() == source) {
+    values[0] = static_cast<std::int64_t>(line.run);
+    for (std::int64_t i = 0; i < ancestors; ++i) {
+      values[1 + 2 * i] = static_cast<std::int64_t>(line.ancestors[i].run);
+      values[2 + 2 * i] = line.ancestors[i].step;
+    }
+  }
+  auto sent = torch::tensor(values, longs).to(device);
+  communicator.Broadcast(sent, source);
+  sent = sent.cpu();
+  CheckpointLine received{static_cast<std::uint64_t>(sent[0].item<std::int64_t>()), {}};
+  for (std::int64_t i = 0; i < ancestors; ++i) {
+    received.ancestors.push_back(
+        {static_cast<std::uint64_t>(sent[1 + 2 * i].item<std::int64_t>()), sent[2 + 2 * i].item<std::int64_t>()});
+  }
+  return received;
+}
 
 // Resuming needs the checkpoint on one rank only, whichever: the nodes share no file
 // system, and only rank 0 writes checkpoints, so after a re-plan rank 0 may run where
@@ -274,6 +303,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   }
   Resumed resumed;
   resumed.step = step;
+  resumed.line = BroadcastLine(communicator, checkpoint ? checkpoint->line : CheckpointLine{}, source, device);
   for (auto& [name, parameter] : model->NamedParameters()) {
     auto value = parameter.detach();  // the source's holds the checkpoint's already
     communicator.Broadcast(value, source);
@@ -373,6 +403,9 @@ void Train(const TrainOptions& options) {
       MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
                  WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   TrainingEngine& engine = *engine_owner;
+  // This run's line of training: on from the checkpoint's, or a line of its own.
+  const std::uint64_t run = NewRunId();
+  const CheckpointLine training_line = resumed ? resumed->line.ContinuedBy(run, first_step) : CheckpointLine{run, {}};
   if (resumed) {
     engine.LoadMoments(resumed->moments, first_step);
     resumed.reset();
@@ -381,7 +414,7 @@ void Train(const TrainOptions& options) {
   const int rank = env.rank;
   std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
   if (rank == 0 && !options.checkpoint_dir.empty()) {
-    writer.emplace(options.checkpoint_dir, config, recipe, options.keep_checkpoints, first_step);
+    writer.emplace(options.checkpoint_dir, config, recipe, options.keep_checkpoints, training_line);
   }
   const std::vector<int>& micro_batches = plan.micro_batches[rank];
   const std::int64_t offset = plan.RankOffset(rank);

@@ -1,6 +1,7 @@
 #include "planner/json_fields.h"
 
 #include <cmath>
+#include <cstdio>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,12 @@ std::string Shown(const nlohmann::json& value) {
 }
 
 }  // namespace
+
+std::string Hex64Text(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
 
 nlohmann::json ParseJsonObject(const std::string& text, const std::string& file) {
   // The objects and lists being read, outermost first, each with where it has got to,
@@ -156,6 +163,14 @@ double JsonFields::Number(const std::string& key) {
   const nlohmann::json& child = Required(key);
   if (!child.is_number()) Fail(key, "must be a number, got " + Shown(child));
   return child.get<double>();
+}
+
+std::uint64_t JsonFields::Hex64(const std::string& key) {
+  const std::string digits = String(key);
+  if (digits.size() != 16 || digits.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    Fail(key, "must be 16 hexadecimal digits (lower case), got '" + digits + "'");
+  }
+  return std::stoull(digits, nullptr, 16);
 }
 
 bool JsonFields::Boolean(const std::string& key, bool fallback) {

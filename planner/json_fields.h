@@ -23,6 +23,10 @@ namespace poplar {
 // otherwise resolve silently).
 nlohmann::json ParseJsonObject(const std::string& text, const std::string& file);
 
+// `value` as 16 hexadecimal digits, lower case: how JSON files write 64-bit ids and hashes
+// (a JSON number loses digits beyond 2^53 in many readers).
+std::string Hex64Text(std::uint64_t value);
+
 class JsonFields {
  public:
   // Throws InputError unless `node` is an object. `node` must outlive this.
@@ -39,6 +43,8 @@ class JsonFields {
   // samples from 1 to 1000000, got 2000000".
   std::int64_t IntegerIn(const std::string& key, std::int64_t low, std::int64_t high, const std::string& what);
   double Number(const std::string& key);
+  // A 64-bit value written as Hex64Text's 16 hexadecimal digits (lower case).
+  std::uint64_t Hex64(const std::string& key);
   bool Boolean(const std::string& key, bool fallback);  // `fallback` when absent
   JsonFields Map(const std::string& key);                // a nested object; required
 

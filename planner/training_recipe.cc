@@ -5,12 +5,6 @@
 namespace poplar {
 namespace {
 
-std::string Hex16(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
 // The shortest text that reads back as `value` (nlohmann's), as meta.json shows it.
 std::string Shown(const nlohmann::ordered_json& value) { return value.is_string() ? value.get<std::string>() : value.dump(); }
 
@@ -40,7 +34,7 @@ nlohmann::ordered_json RecipeObject(const TrainingRecipe& recipe) {
   object["global_batch"] = recipe.global_batch;
   object["precision"] = recipe.precision;
   object["data_tokens"] = recipe.data_tokens;
-  object["data_fingerprint"] = Hex16(recipe.data_fingerprint);
+  object["data_fingerprint"] = Hex64Text(recipe.data_fingerprint);
   return object;
 }
 
@@ -75,11 +69,7 @@ TrainingRecipe ReadRecipe(JsonFields& fields) {
   recipe.precision = fields.String("precision");
   recipe.data_tokens = fields.Integer("data_tokens");
   if (recipe.data_tokens < 0) fields.Fail("data_tokens", "must be zero or more");
-  const std::string fingerprint = fields.String("data_fingerprint");
-  if (fingerprint.size() != 16 || fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    fields.Fail("data_fingerprint", "must be 16 hexadecimal digits (lower case), got '" + fingerprint + "'");
-  }
-  recipe.data_fingerprint = std::stoull(fingerprint, nullptr, 16);
+  recipe.data_fingerprint = fields.Hex64("data_fingerprint");
   fields.Finish();
   return recipe;
 }

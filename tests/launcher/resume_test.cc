@@ -575,28 +575,88 @@ std::vector<std::string> StepFolders(const std::string& dir) {
 // The same when the new run checkpoints at other steps than the abandoned one: the
 // abandoned run's folders below `latest` are not counted either. (Counted, a run resumed
 // from step 4 with --checkpoint-every 3 kept 7 and the abandoned 6, and removed 4: one
-// checkpoint of its own where it asked for two.)
+// checkpoint of its own where it asked for two.) The same for folders that record no
+// run (written before checkpoints recorded lines): those up to the resume step count.
 TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
+  const GptConfig config{2, 2, 32, 256, 16};
+  for (const std::uint64_t abandoned : {std::uint64_t{0x11}, std::uint64_t{0}}) {  // 0: records no run
+    SCOPED_TRACE("abandoned run " + std::to_string(abandoned));
+    const std::string checkpoints = scratch.path() + "/checkpoints" + std::to_string(abandoned);
+    const auto write = [&](std::int64_t step, const CheckpointLine& line) {
+      WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, std::nullopt, line);
+    };
+    const CheckpointLine first{abandoned, {}};
+    for (std::int64_t step : {2, 4, 6, 8, 10}) write(step, first);  // the abandoned run, every 2 steps
+    const CheckpointLine line = first.ContinuedBy(0x22, 4);          // resumed from step 4, every 3
+    const auto write_own = [&](std::int64_t step) {
+      write(step, line);
+      PruneCheckpoints(checkpoints, 2, line);
+    };
+    write_own(7);
+    EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000007",
+                                                                  "step-00000008", "step-00000010"}));
+    write_own(10);  // replaces the abandoned run's 10
+    EXPECT_EQ(StepFolders(checkpoints),
+              (std::vector<std::string>{"step-00000007", "step-00000008", "step-00000010"}));
+    write_own(13);
+    EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000010", "step-00000013"}));
+    EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000013\n");
+  }
+}
+
+// After two resumes, each from an earlier step than the run it left had reached, the
+// line runs through three runs, and only the folders of each up to where the next went
+// on count. Run A wrote 2, 4, 6, 8; B went on from A's 4 and wrote 7 and 10; C goes on
+// from B's 7 and writes 8 and 9, keeping 4: its line is 9, 8, 7 and A's 4, so A's 2
+// goes and A's 6 and B's 10, newer than the oldest kept, stay. (Counting every folder up
+// to the resume step, as before runs were recorded, kept A's 6 and removed A's 4.)
+TEST_F(Resume, PruningAfterTwoResumesFollowsTheLineThroughEveryRun) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const GptConfig config{2, 2, 32, 256, 16};
-  const auto write = [&](std::int64_t step) {
-    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, std::nullopt);
+  const auto write = [&](std::int64_t step, const CheckpointLine& line) {
+    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, std::nullopt, line);
   };
-  for (std::int64_t step : {2, 4, 6, 8, 10}) write(step);  // the abandoned run, every 2 steps
-  CheckpointLine line{4, {}};                              // resumed from step 4, every 3
-  const auto write_own = [&](std::int64_t step) {
-    write(step);
-    line.written.insert(step);
-    PruneCheckpoints(checkpoints, 2, line);
-  };
-  write_own(7);
+  const CheckpointLine a{0xa, {}};
+  for (std::int64_t step : {2, 4, 6, 8}) write(step, a);
+  const CheckpointLine b = a.ContinuedBy(0xb, 4);
+  for (std::int64_t step : {7, 10}) write(step, b);
+  const CheckpointLine c = b.ContinuedBy(0xc, 7);
+  for (std::int64_t step : {8, 9}) {
+    write(step, c);
+    PruneCheckpoints(checkpoints, 4, c);
+  }
   EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000007",
-                                                                "step-00000008", "step-00000010"}));
-  write_own(10);  // replaces the abandoned run's 10
-  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000007", "step-00000008", "step-00000010"}));
-  write_own(13);
-  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000010", "step-00000013"}));
-  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000013\n");
+                                                                "step-00000008", "step-00000009", "step-00000010"}));
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000009\n");
+}
+
+// End to end, every checkpoint records its run and the runs its line went through, and
+// the run that writes learns the line from the rank that read the checkpoint: here rank
+// 1, which alone is given --resume, while rank 0 writes.
+TEST_F(Resume, EveryCheckpointRecordsItsLineThoughAnotherRankReadTheResume) {
+  const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const std::vector<std::string> writes = {"--checkpoint-dir", checkpoints};
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, writes)).AllSucceeded());
+  std::vector<std::string> resumed = writes;
+  resumed.insert(resumed.end(), {"--resume", checkpoints});
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 4, resumed)).AllSucceeded());
+  const JobOutcome third = RunJob(scratch, {Args(scratch, two, 5, writes), Args(scratch, two, 5, resumed)});
+  ASSERT_TRUE(third.AllSucceeded()) << third.Describe();
+
+  const auto meta = [&](int step) {
+    return nlohmann::json::parse(ReadWholeFile(checkpoints + "/step-0000000" + std::to_string(step) + "/meta.json"));
+  };
+  const nlohmann::json a = meta(2), b = meta(4), c = meta(5);
+  for (const nlohmann::json& run : {a["run"], b["run"], c["run"]}) {
+    ASSERT_TRUE(run.is_string() && run.get<std::string>().size() == 16u) << run;
+  }
+  EXPECT_NE(a["run"], b["run"]);
+  EXPECT_NE(b["run"], c["run"]);
+  EXPECT_EQ(a["line"], nlohmann::json::array());
+  EXPECT_EQ(b["line"], nlohmann::json::parse("[{\"run\": " + a["run"].dump() + ", \"step\": 2}]"));
+  EXPECT_EQ(c["line"], nlohmann::json::parse("[{\"run\": " + a["run"].dump() + ", \"step\": 2}, {\"run\": " +
+                                             b["run"].dump() + ", \"step\": 4}]"));
 }
 
 // End to end: the worker gives the writer the step it resumed from. Steps 2 and 4 of
@@ -630,14 +690,14 @@ TEST_F(Resume, ACheckpointHoldingInfOrNanIsNotWritten) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const GptConfig config{2, 2, 32, 256, 16};
   Checkpoint good{1, {{"w", torch::ones({3})}}, {}};
-  WriteCheckpoint(checkpoints, good, config, std::nullopt);
+  WriteCheckpoint(checkpoints, good, config, std::nullopt, {});
   for (const bool in_moments : {false, true}) {
     torch::Tensor bad = torch::ones({3});
     bad[1] = std::numeric_limits<float>::infinity();
     Checkpoint checkpoint{2, {{"w", in_moments ? torch::ones({3}) : bad}}, {}};
     if (in_moments) checkpoint.moments["w"] = {torch::zeros({3}), bad};
     try {
-      WriteCheckpoint(checkpoints, checkpoint, config, std::nullopt);
+      WriteCheckpoint(checkpoints, checkpoint, config, std::nullopt, {});
       ADD_FAILURE() << "a checkpoint with inf was written";
     } catch (const std::runtime_error& error) {
       EXPECT_TRUE(Contains(error.what(), "training diverged at step 2")) << error.what();
