@@ -225,6 +225,15 @@ TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndTheirAbsenceFailsTheJob) {
   EXPECT_TRUE(ContainsAll(monitor.RootCause(), {"node 'a'", "no held-out loss (val_loss) at step 6", "job.eval_data"}))
       << monitor.RootCause();
 
+  // eval_every 0: after the last step (10) only.
+  LaunchMonitor last_only = Monitor(5);
+  last_only.ExpectEvaluation(0);
+  for (int step = 1; step <= 9; ++step) last_only.Metrics(0, Record(step, 0, 4.0, 0.2, 0.1));
+  EXPECT_FALSE(last_only.failed()) << "no step before the last is due";
+  last_only.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));
+  ASSERT_TRUE(last_only.failed());
+  EXPECT_TRUE(Contains(last_only.RootCause(), "no held-out loss (val_loss) at step 10")) << last_only.RootCause();
+
   LaunchMonitor plain = Monitor(5);  // no evaluation asked for: none expected
   plain.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));
   EXPECT_FALSE(plain.failed());

@@ -165,6 +165,9 @@ TEST(NodeJob, TheEvaluationTakesAFileInsideTheWorkDirectory) {
   EXPECT_EQ(After(ranks[0].spec.args, "--eval-data"), f.config.work_dir + "/valid.bin");
   EXPECT_EQ(After(ranks[0].spec.args, "--eval-every"), "50");
   EXPECT_EQ(After(ranks[0].spec.args, "--eval-samples"), "0");
+  f.settings.eval_every = 0;  // after the last step only, which the worker's 0 means too
+  EXPECT_EQ(After(PrepareNodeJob(f.config, f.devices, f.settings)[0].spec.args, "--eval-every"), "0");
+  f.settings.eval_every = 50;
   const auto refused_naming = [&f](const std::string& field) {
     try {
       CheckNodeJob(f.config, f.devices, f.settings);

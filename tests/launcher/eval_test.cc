@@ -113,6 +113,43 @@ TEST_F(Eval, OnTheTrainingSamplesItIsTheNextStepsTrainingLoss) {
   }
 }
 
+// A resumed run evaluates at the same steps as the uninterrupted one (every 2 counts
+// from step 0, not from the resume), with the same loss: stage 3 on two ranks, stopped
+// after step 3 and resumed to step 6, evaluates after steps 4 and 6 (counted from the
+// resume, it would be 5 and 6).
+TEST_F(Eval, AResumedRunEvaluatesAtTheUninterruptedRunsStepsWithItsLoss) {
+  const std::vector<std::string> eval = {"--eval-data", scratch.path() + "/eval.bin", "--eval-every", "2"};
+  const std::string plan = WritePlan(scratch, "plan.json", 3, {{5, 3}, {4, 2}});
+  const auto steps = [&](const std::string& name, const std::string& count, std::vector<std::string> extra) {
+    extra.insert(extra.end(), eval.begin(), eval.end());
+    std::vector<std::string> args = Args(plan, name, extra);
+    *(std::find(args.begin(), args.end(), "--steps") + 1) = count;
+    return args;
+  };
+  const JobOutcome whole = RunJob(scratch, 2, steps("whole", "6", {}));
+  ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const JobOutcome first = RunJob(scratch, 2, steps("first", "3", {"--checkpoint-dir", checkpoints}));
+  ASSERT_TRUE(first.AllSucceeded()) << first.Describe();
+  const JobOutcome resumed = RunJob(scratch, 2, steps("resumed", "6", {"--resume", checkpoints}));
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+
+  const std::vector<nlohmann::json> expected = Records("whole");
+  const std::vector<nlohmann::json> actual = Records("resumed");
+  ASSERT_EQ(expected.size(), 6u);
+  ASSERT_EQ(actual.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& want = expected[3 + i];
+    ASSERT_EQ(actual[i]["step"], want["step"]);
+    ASSERT_EQ(actual[i].contains("val_loss"), want.contains("val_loss")) << "step " << want["step"];
+    if (want.contains("val_loss")) {
+      EXPECT_NEAR(actual[i]["val_loss"].get<double>(), want["val_loss"].get<double>(), 1e-6) << "step " << want["step"];
+    }
+  }
+  EXPECT_TRUE(actual[0].contains("val_loss")) << "step 4 is due";
+  EXPECT_FALSE(actual[1].contains("val_loss")) << "step 5 is not";
+}
+
 TEST_F(Eval, MoreSamplesThanTheFileHoldsAreRefusedByName) {
   const std::string plan = WritePlan(scratch, "plan.json", 0, {{14}});
   const JobOutcome job =
