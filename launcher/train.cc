@@ -101,9 +101,10 @@ std::optional<Evaluation> LoadEvaluation(const TrainOptions& options, const Work
 
 // The mean loss over every token of the evaluation's samples, the same on every rank
 // (all-reduced), with the parameters after the latest step. Collective: every rank runs
-// the same number of rounds (EvalShare).
+// the same number of rounds (EvalShare). An emulated device's forwards are stretched
+// by its `slowdown` as the training's are, so that eval_s is its device's.
 double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evaluation& evaluation, int block_size,
-                torch::Device device) {
+                double slowdown, torch::Device device) {
   double loss_sum = 0;
   std::int64_t first = evaluation.share.first;
   std::int64_t left = evaluation.share.count;
@@ -114,7 +115,9 @@ double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evalua
       continue;
     }
     auto [inputs, targets] = evaluation.data.Batch(first, size);
+    const auto start = Clock::now();
     loss_sum += engine.EvalMicroBatch(inputs.to(device), targets.to(device));
+    StretchCompute(SecondsSince(start), slowdown);
     first += size;
     left -= size;
   }
@@ -494,7 +497,8 @@ void Train(const TrainOptions& options) {
     double eval_s = 0;
     if (local.evaluation && DueAfterStep(step + 1, options.eval_every, options.steps)) {
       const auto eval_start = Clock::now();
-      val_loss = Evaluate(engine, communicator, *local.evaluation, config.block_size, device);
+      val_loss =
+          Evaluate(engine, communicator, *local.evaluation, config.block_size, options.device.slowdown, device);
       eval_s = SecondsSince(eval_start);
       // An update that overflowed after a finite loss shows here first.
       if (!std::isfinite(*val_loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(*val_loss));
