@@ -130,6 +130,10 @@ Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
     training = ReadRecipe(recipe);
   }
   CheckpointLine line = ReadLineKeys(fields);
+  if (!line.ancestors.empty() && line.ancestors.back().step > step) {
+    fields.Fail("line", "goes on from step " + std::to_string(line.ancestors.back().step) +
+                            ", after this checkpoint's step " + std::to_string(step));
+  }
   fields.Finish();
   // A step folder's name and its meta.json agree (a copied or edited folder may not).
   fs::path named = folder.lexically_normal();

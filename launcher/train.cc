@@ -101,29 +101,34 @@ std::optional<Evaluation> LoadEvaluation(const TrainOptions& options, const Work
 
 // The mean loss over every token of the evaluation's samples, the same on every rank
 // (all-reduced), with the parameters after the latest step. Collective: every rank runs
-// the same number of rounds (EvalShare). An emulated device's forwards are stretched
-// by its `slowdown` as the training's are, so that eval_s is its device's.
+// the same number of rounds (EvalShare), each ending in an all-reduce of its losses, so
+// that no rank waits longer than a round for the others (one all-reduce at the end
+// would bound the whole of a long evaluation by --timeout at stages 0-2, where the
+// rounds hold no other collective). An emulated device's forwards are stretched by its
+// `slowdown` as the training's are, so that eval_s is its device's.
 double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evaluation& evaluation, int block_size,
                 double slowdown, torch::Device device) {
-  double loss_sum = 0;
+  double loss_sum = 0;  // every rank's
   std::int64_t first = evaluation.share.first;
   std::int64_t left = evaluation.share.count;
   for (std::int64_t round = 0; round < evaluation.share.rounds; ++round) {
     const int size = static_cast<int>(std::min<std::int64_t>(left, evaluation.share.micro_batch));
+    double round_sum = 0;
     if (size == 0) {
       engine.EvalMicroBatch(torch::Tensor(), torch::Tensor());  // joins the others' gathers
-      continue;
+    } else {
+      auto [inputs, targets] = evaluation.data.Batch(first, size);
+      const auto start = Clock::now();
+      round_sum = engine.EvalMicroBatch(inputs.to(device), targets.to(device));
+      StretchCompute(SecondsSince(start), slowdown);
+      first += size;
+      left -= size;
     }
-    auto [inputs, targets] = evaluation.data.Batch(first, size);
-    const auto start = Clock::now();
-    loss_sum += engine.EvalMicroBatch(inputs.to(device), targets.to(device));
-    StretchCompute(SecondsSince(start), slowdown);
-    first += size;
-    left -= size;
+    auto total = torch::tensor({round_sum}, torch::kFloat64).to(device);
+    communicator.AllReduceSum(total);
+    loss_sum += total.cpu().item<double>();
   }
-  auto total = torch::tensor({loss_sum}, torch::kFloat64).to(device);
-  communicator.AllReduceSum(total);
-  return total.cpu().item<double>() / (static_cast<double>(evaluation.samples) * block_size);
+  return loss_sum / (static_cast<double>(evaluation.samples) * block_size);
 }
 
 // Output paths are checked before the rendezvous, so a typo or a folder that takes no
@@ -187,7 +192,12 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
 // shows worker warnings (LaunchMonitor::Output).
 void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRecipe& recipe, const std::string& path,
                          int rank) {
-  if (!checkpoint.training) return;  // written before checkpoints recorded it
+  if (!checkpoint.training) {
+    std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": the checkpoint of step "
+              << checkpoint.step << " records no training recipe (poplar before 2026-11-26), so whether this run "
+              << "goes on with the --lr, schedule, batch and data that wrote it cannot be checked" << std::endl;
+    return;
+  }
   const std::vector<std::string> changes = RecipeChanges(*checkpoint.training, recipe, checkpoint.step);
   if (changes.empty()) return;
   std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": this run goes on from step "
@@ -406,8 +416,9 @@ void Train(const TrainOptions& options) {
       MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
                  WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   TrainingEngine& engine = *engine_owner;
-  // This run's line of training: on from the checkpoint's, or a line of its own.
-  const std::uint64_t run = NewRunId();
+  // This run's line of training: on from the checkpoint's, or a line of its own. Only
+  // rank 0 writes checkpoints, so only it draws an id.
+  const std::uint64_t run = env.rank == 0 ? NewRunId() : 0;
   const CheckpointLine training_line = resumed ? resumed->line.ContinuedBy(run, first_step) : CheckpointLine{run, {}};
   if (resumed) {
     engine.LoadMoments(resumed->moments, first_step);
@@ -523,6 +534,7 @@ void Train(const TrainOptions& options) {
                    {"tokens_per_s", tokens_per_step / step_s},
                    {"peak_bytes", peak_bytes},
                    {"state_bytes", state_bytes}};
+    if (local.evaluation) record["eval_every"] = options.eval_every;  // the head checks it is there
     if (val_loss) {
       record["val_loss"] = *val_loss;
       record["eval_s"] = eval_s;

@@ -49,6 +49,10 @@ CheckpointLine ReadLineKeys(JsonFields& fields) {
     JsonFields ancestor(ancestors[i], fields.file(), fields.KeyPath(key));
     LineAncestor& read = line.ancestors.emplace_back();
     read.run = ancestor.Hex64("run");
+    // A run goes on from one line once: its id again is a loop, never a line.
+    const bool repeated = read.run == line.run || std::any_of(line.ancestors.begin(), line.ancestors.end() - 1,
+                                                              [&](const LineAncestor& a) { return a.run == read.run; });
+    if (read.run != 0 && repeated) ancestor.Fail("run", "is in the line twice (or is the checkpoint's own run)");
     read.step = ancestor.Integer("step");
     // A run writes after the step it went on from, so the next went on from one as late.
     if (read.step < previous) {

@@ -140,13 +140,15 @@ void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
 
 void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
   if (!eval_every_) return;
-  const std::int64_t step = record["step"].get<std::int64_t>();
-  if (!DueAfterStep(step, *eval_every_, steps_) || HeldOutLoss(record)) return;
-  eval_every_.reset();  // said once
+  const bool evaluates = record.contains("eval_every");
+  const std::optional<std::int64_t> every = eval_every_;
+  eval_every_.reset();  // the first record tells
+  if (evaluates) return;
   Failure(NodeOf(0),
-          "rank 0 reports no held-out loss (val_loss) at step " + std::to_string(step) + ", where the cluster " +
-              "file's job.eval_data asks for one: its poplar-agent left the evaluation out (it predates " +
-              "job.eval_data); update poplar-agent on this node");
+          "rank 0 trains without a held-out evaluation (its step " + record["step"].dump() + " reports no " +
+              "eval_every) where the cluster file's job.eval_data asks for one every " + std::to_string(*every) +
+              " steps: its poplar-agent left the evaluation out (it predates job.eval_data); update " +
+              "poplar-agent on this node");
 }
 
 std::map<std::string, double> LaunchMonitor::BusyShares() const {

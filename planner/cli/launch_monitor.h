@@ -42,10 +42,12 @@ class LaunchMonitor {
   // reports no rate.
   void ExpectLearningRates(std::function<double(std::int64_t step)> rate) { expected_rate_ = std::move(rate); }
   // A job with a held-out evaluation every `every` steps (0: after the last only): rank
-  // 0's record of such a step must have val_loss, or the job fails naming the node: its
-  // agent, older than job.eval_data, left the evaluation out (proto3 drops the fields it
-  // does not know). A worker older than it refuses --eval-data at its start, and ranks
-  // that disagree on the evaluation stop at theirs (job settings).
+  // 0's first record must say it evaluates (eval_every), or the job fails at once naming
+  // the node: its agent, older than job.eval_data, left the evaluation out (proto3 drops
+  // the fields it does not know), and the run would otherwise only fail at the first
+  // step due for a held-out loss, perhaps its last. A worker older than it refuses
+  // --eval-data at its start, and ranks that disagree on the evaluation stop at theirs
+  // (job settings).
   void ExpectEvaluation(std::int64_t every) { eval_every_ = every; }
 
   // A line a rank wrote: into its log; a worker's warning ("poplar-worker[rank 0]:
@@ -122,7 +124,7 @@ class LaunchMonitor {
   std::map<std::string, double> BusyShares() const;
   // Fails the job when `rank`'s first record does not take the expected rate.
   void CheckLearningRate(int rank, const nlohmann::json& record);
-  // Fails the job when rank 0's record of an evaluation step has no val_loss.
+  // Fails the job when rank 0's first record does not say it evaluates, as asked.
   void CheckEvaluation(const nlohmann::json& record);
 
   std::string run_dir_;

@@ -206,33 +206,40 @@ TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
 }
 
 // A step with a held-out loss gets a progress line showing it, and the summary keeps the
-// latest; a job that asked for one fails, naming rank 0's node, when a step due to have
-// one has none (an agent that left the evaluation out).
+// latest. A job that asked for one fails at rank 0's first record, naming its node, when
+// that record does not say it evaluates (an agent that left the evaluation out): with
+// eval_every 0 it would otherwise train to the last step first.
 TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndTheirAbsenceFailsTheJob) {
   LaunchMonitor monitor = Monitor(/*progress_every=*/5);
   monitor.ExpectEvaluation(3);
-  auto record = nlohmann::json::parse(Record(3, 0, 4.0, 0.2, 0.1));
-  record["val_loss"] = 4.25;
-  monitor.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));
-  monitor.Metrics(0, Record(2, 0, 4.5, 0.2, 0.1));
-  monitor.Metrics(0, record.dump());
-  EXPECT_TRUE(Contains(out_.str(), "step 3/10  loss 4.0000  val loss 4.2500")) << out_.str();
+  const auto evaluating = [](std::int64_t step) {
+    auto record = nlohmann::json::parse(Record(step, 0, 5.0 - 0.1 * step, 0.2, 0.1));
+    record["eval_every"] = 3;
+    return record;
+  };
+  auto third = evaluating(3);
+  third["val_loss"] = 4.25;
+  monitor.Metrics(0, evaluating(1).dump());
+  monitor.Metrics(0, evaluating(2).dump());
+  monitor.Metrics(0, third.dump());
+  EXPECT_TRUE(Contains(out_.str(), "step 3/10  loss 4.7000  val loss 4.2500")) << out_.str();
   EXPECT_FALSE(monitor.failed());
   EXPECT_EQ(monitor.Summary(0.2)["val_loss"], 4.25);
   EXPECT_EQ(monitor.Summary(0.2)["val_step"], 3);
-  monitor.Metrics(0, Record(6, 0, 3.0, 0.2, 0.1));  // due, without val_loss
-  ASSERT_TRUE(monitor.failed());
-  EXPECT_TRUE(ContainsAll(monitor.RootCause(), {"node 'a'", "no held-out loss (val_loss) at step 6", "job.eval_data"}))
-      << monitor.RootCause();
 
-  // eval_every 0: after the last step (10) only.
-  LaunchMonitor last_only = Monitor(5);
-  last_only.ExpectEvaluation(0);
-  for (int step = 1; step <= 9; ++step) last_only.Metrics(0, Record(step, 0, 4.0, 0.2, 0.1));
-  EXPECT_FALSE(last_only.failed()) << "no step before the last is due";
-  last_only.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));
-  ASSERT_TRUE(last_only.failed());
-  EXPECT_TRUE(Contains(last_only.RootCause(), "no held-out loss (val_loss) at step 10")) << last_only.RootCause();
+  for (const int every : {3, 0}) {
+    LaunchMonitor dropped = Monitor(5);
+    dropped.ExpectEvaluation(every);
+    dropped.Metrics(1, Record(1, 1, 5.0, 0.2, 0.1));  // rank 1's records are not asked
+    EXPECT_FALSE(dropped.failed());
+    dropped.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));  // no eval_every: fails at step 1
+    ASSERT_TRUE(dropped.failed()) << "eval_every " << every;
+    EXPECT_TRUE(ContainsAll(dropped.RootCause(),
+                            {"node 'a'", "rank 0 trains without a held-out evaluation", "its step 1 reports no eval_every",
+                             "job.eval_data asks for one every " + std::to_string(every) + " steps",
+                             "update poplar-agent"}))
+        << dropped.RootCause();
+  }
 
   LaunchMonitor plain = Monitor(5);  // no evaluation asked for: none expected
   plain.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));

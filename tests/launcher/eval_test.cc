@@ -54,6 +54,7 @@ TEST_F(Eval, TheLossIsOneDevicesOnEveryStageAndPlan) {
   const std::vector<nlohmann::json> expected = Records("reference");
   ASSERT_EQ(expected.size(), 3u);
   EXPECT_FALSE(expected[0].contains("val_loss")) << expected[0];
+  EXPECT_EQ(expected[0]["eval_every"], 2) << "every record says the run evaluates (the head checks the first)";
   ASSERT_TRUE(expected[1].contains("val_loss")) << expected[1];
   ASSERT_TRUE(expected[2].contains("val_loss")) << expected[2];
   // A text the model has not trained on: near log(256) = 5.5 after three steps.
@@ -66,6 +67,7 @@ TEST_F(Eval, TheLossIsOneDevicesOnEveryStageAndPlan) {
       {"stage1", {1, {{5, 3}, {2}, {1, 1, 1, 1}}}},
       {"stage2", {2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}},
       {"stage3", {3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}}},
+      {"stage2idle", {2, {{5, 5, 4}, {0, 0, 0}}}},
       {"stage3idle", {3, {{5, 5, 4}, {0, 0, 0}}}},
   };
   for (const auto& [name, plan] : plans) {
@@ -95,7 +97,7 @@ TEST_F(Eval, TheLossIsOneDevicesOnEveryStageAndPlan) {
 // in fp32 and in bf16 (measured: equal to the last bit on this machine, both stages).
 TEST_F(Eval, OnTheTrainingSamplesItIsTheNextStepsTrainingLoss) {
   WriteTokens(scratch, 14 * 16 + 1);
-  const std::vector<std::pair<int, std::string>> cases = {{0, "fp32"}, {3, "fp32"}, {3, "bf16"}};
+  const std::vector<std::pair<int, std::string>> cases = {{0, "fp32"}, {3, "fp32"}, {1, "bf16"}, {3, "bf16"}};
   for (const auto& [stage, precision] : cases) {
     SCOPED_TRACE("stage " + std::to_string(stage) + ", " + precision);
     const std::string plan = WritePlan(scratch, "plan.json", stage, {{5, 3}, {4, 2}});

@@ -85,8 +85,8 @@ TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
 
 // A checkpoint records how it was trained (meta.json "training"), and a resume that goes
 // on otherwise says so on the rank that read it, naming each setting and the next
-// step's rates; one that goes on the same way, or from a checkpoint written before
-// recipes were recorded, says nothing.
+// step's rates; one that goes on the same way says nothing, and one from a checkpoint
+// written before recipes were recorded says that it cannot check.
 TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -123,7 +123,10 @@ TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
   scratch.Write("checkpoints/step-00000002/meta.json", older.dump(2));
   const JobOutcome unrecorded = RunJob(scratch, 2, lower);
   ASSERT_TRUE(unrecorded.AllSucceeded()) << unrecorded.Describe();
-  EXPECT_FALSE(Contains(unrecorded.errors[0], "warning")) << unrecorded.errors[0];
+  EXPECT_TRUE(ContainsAll(unrecorded.errors[0], {"warning: --resume " + checkpoints, "of step 2 records no training "
+                                                 "recipe", "cannot be checked"}))
+      << unrecorded.errors[0];
+  EXPECT_FALSE(Contains(unrecorded.errors[0], "then,")) << unrecorded.errors[0];
 }
 
 // As across nodes that share no file system: only rank 0 is given the checkpoint, and
@@ -352,6 +355,10 @@ TEST_F(Resume, EachCheckpointFileIsCheckedAndBlamedByName) {
   quoted.replace(quoted.find("\"step\": 2"), 9, "\"step\": \"2\"");
   scratch.Write("checkpoints/step-00000002/meta.json", quoted);
   expect_resume_to_say(step + "/meta.json: step: must be an integer, got the string \"2\"");
+  nlohmann::json later = nlohmann::json::parse(meta);  // a line that goes on after the checkpoint
+  later["line"] = nlohmann::json::parse(R"([{"run": "00000000000000aa", "step": 3}])");
+  scratch.Write("checkpoints/step-00000002/meta.json", later.dump(2));
+  expect_resume_to_say(step + "/meta.json: line: goes on from step 3, after this checkpoint's step 2");
   scratch.Write("checkpoints/step-00000002/meta.json", meta);
 
   // A NUL in `latest` is shown as the end of what was read, not passed to the terminal.

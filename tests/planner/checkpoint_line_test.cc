@@ -90,6 +90,18 @@ TEST(CheckpointLine, IsReadStrictly) {
   const std::string unknown =
       ReadError(parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000001", "step": 7, "at": 1}]})"));
   EXPECT_NE(unknown.find("line[0].at: unknown key"), std::string::npos) << unknown;
+  const std::string loop = ReadError(parsed(R"({"run": "00000000000000ab", "line": [{"run": "00000000000000ab",
+                                                                                      "step": 7}]})"));
+  EXPECT_NE(loop.find("line[0].run: is in the line twice (or is the checkpoint's own run)"), std::string::npos)
+      << loop;
+  const std::string twice = ReadError(
+      parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000001", "step": 4},
+                                                      {"run": "0000000000000001", "step": 7}]})"));
+  EXPECT_NE(twice.find("line[1].run: is in the line twice"), std::string::npos) << twice;
+  // Checkpoints that recorded no run may stand in a line more than once.
+  EXPECT_EQ(ReadError(parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000000", "step": 4},
+                                                                      {"run": "0000000000000000", "step": 7}]})")),
+            "");
 }
 
 TEST(CheckpointLine, RunIdsAreNeverZeroAndDiffer) {

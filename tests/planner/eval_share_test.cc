@@ -30,7 +30,9 @@ TEST(EvalShare, CoversEverySampleOnceInProportionToTheBatch) {
       next += share.count;
       if (rounds < 0) rounds = share.rounds;
       EXPECT_EQ(share.rounds, rounds);
-      if (share.count > 0) EXPECT_LE(share.count, share.rounds * share.micro_batch);
+      if (share.count > 0) {
+        EXPECT_LE(share.count, share.rounds * share.micro_batch);
+      }
     }
     EXPECT_EQ(next, samples);
   }
