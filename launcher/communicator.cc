@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdint>
 #include <exception>
+#include <iostream>
 #include <stdexcept>
 #include <thread>
 
@@ -300,6 +301,14 @@ bool Communicator::PollUntilSet(const std::vector<std::string>& keys, std::chron
 void Communicator::TellTheOthersThisRankStopped(const DistributedEnv& env, const std::string& reason,
                                                 std::chrono::milliseconds within) {
   if (env.world_size == 1) return;
+  // So that a user who started rank 0 by hand knows why it lingers (its error is printed
+  // before this, for a refused command line, or after it). Another rank waits for rank 0
+  // to be listening, which it mostly is: it stays silent, one error line.
+  if (env.rank == 0 && within >= std::chrono::seconds(5)) {
+    std::cerr << "poplar-worker[rank " << env.rank << "]: stopping before the rendezvous; first telling the other "
+              << "ranks why (up to " << std::chrono::duration_cast<std::chrono::seconds>(within).count()
+              << " s, less once they know)" << std::endl;
+  }
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);
   store_options.isServer = env.rank == 0;  // rank 0 hosts the store for this message alone

@@ -635,6 +635,18 @@ TEST_F(Resume, PruningAfterTwoResumesFollowsTheLineThroughEveryRun) {
   EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000007",
                                                                 "step-00000008", "step-00000009", "step-00000010"}));
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000009\n");
+
+  // A folder whose meta.json cannot be read is on no line: with B's 7 torn, keeping 3
+  // reaches down to A's 4 (A's 6 and B's 10 are not C's line), keeping 2 to C's 8.
+  scratch.Write("checkpoints/step-00000007/meta.json", "{\"format\": ");
+  write(9, c);
+  PruneCheckpoints(checkpoints, 3, c);
+  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000007",
+                                                                "step-00000008", "step-00000009", "step-00000010"}))
+      << "kept: 9, 8 and A's 4; nothing older to remove";
+  PruneCheckpoints(checkpoints, 2, c);
+  EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000008", "step-00000009", "step-00000010"}))
+      << "kept: 9 and 8; A's 4 and 6 and the torn 7 are older";
 }
 
 // End to end, every checkpoint records its run and the runs its line went through, and
