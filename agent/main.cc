@@ -88,6 +88,14 @@ void Serve(const AgentOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
+  if (!options.port_file.empty()) {
+    const CredentialPaths& files = config.credentials;
+    RequireOutputApart(options.port_file,
+                       {{config.file, "the agent file (--config)"}, {files.ca, "the credentials' ca"},
+                        {files.cert, "the credentials' cert"}, {files.key, "the credentials' key"},
+                        {files.token, "the credentials' token"}, {config.worker, "poplar-worker"}},
+                       "--port-file");
+  }
   const WorkDirLock work_dir_lock(config.work_dir, config.file);
   auto credentials = AgentServerCredentials(config.credentials, config.file, "poplar-agent");
 

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/host_port.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
 
@@ -182,6 +183,13 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
   UseClassicStoreServer(store_options, 0);
+  // Rank 0 hosts the store on every address of its machine and joins it through
+  // MASTER_ADDR: another machine's address would reach whatever listens there, or no one.
+  if (rank_ == 0 && !CouldBeThisMachine(env.master_addr)) {
+    throw InputError("environment MASTER_ADDR", "", env.master_addr + " is not an address of this machine; rank 0 " +
+                                                        "hosts the rendezvous, so MASTER_ADDR must name rank 0's " +
+                                                        "machine (127.0.0.1 when every rank runs here)");
+  }
   try {
     const QuietC10dErrors quiet;
     store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);

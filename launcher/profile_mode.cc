@@ -188,7 +188,7 @@ StageProfile Summarize(const StageSamples& samples) {
 
 void Profile(const ProfileOptions& options) {
   // Checked before measuring, which takes minutes: where the file goes, and its name.
-  RequireFolderFor(options.output, "--output");
+  RequireOutputApart(options.output, {{options.model_config, "the model configuration (--model-config)"}}, "--output");
   if (!IsPlainFileName(options.device_type)) {
     throw InputError("--device-type", "", "must be a plain name (a cluster file's profiles folder holds it as "
                                           "<type>.json), got '" + options.device_type + "'");

@@ -142,8 +142,21 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
                                          {options.model_config, "the model configuration (--model-config)"},
                                          {options.init, "the initial state (--init)"},
                                          {options.eval_data, "the evaluation's token file (--eval-data)"}};
+  const std::string metrics = MetricsWriter::PathFor(options.metrics, rank);
+  // Nor one output another's: the state dict would replace the metrics, or find the
+  // checkpoint folder in its way only after the training.
+  const std::vector<std::pair<std::string, std::string>> outputs = {
+      {"--save", rank == 0 ? options.save : ""}, {"--metrics", metrics}, {"--checkpoint-dir", options.checkpoint_dir}};
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      if (!outputs[i].second.empty() && !outputs[j].second.empty() && SamePath(outputs[i].second, outputs[j].second)) {
+        throw InputError(outputs[i].first, "", outputs[i].second + " is also " + outputs[j].first +
+                                                   "; each output needs a path of its own");
+      }
+    }
+  }
   if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
-  if (const std::string metrics = MetricsWriter::PathFor(options.metrics, rank); !metrics.empty()) {
+  if (!metrics.empty()) {
     RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do
   }
   if (options.checkpoint_dir.empty()) return std::nullopt;

@@ -42,7 +42,8 @@ const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <
 // GPU means to the mode.
 void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::string& cuda) {
   command->add_option("--device", flags.kind, "cpu (emulated devices too) or cuda (" + cuda + ")")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  command->add_option("--threads", flags.threads, "Intra-op CPU threads (0: libtorch default)")->check(kCount);
+  // At most what an agent file allows an emulated device (agent_config.cc).
+  command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")->check(CLI::Range(0, 1024));
   command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(kSlowdown);
   // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
   command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kCount);

@@ -70,6 +70,21 @@ NodeSpec ParseNode(YamlFields fields) {
   return node;
 }
 
+// A token file's path in each agent's work directory (the agents share no file system
+// with the head; each resolves it in its work_dir and refuses anything outside). Refused
+// here, before any profiling, when no agent could take it.
+std::string WorkDirFile(YamlFields& fields, const std::string& key) {
+  const std::string path = fields.String(key);
+  if (std::filesystem::path(path).is_absolute()) {
+    fields.Fail(key, "must be relative to each agent's work_dir (where the agent looks for it), got '" + path + "'");
+  }
+  const std::filesystem::path normal = std::filesystem::path(path).lexically_normal();
+  if (normal.empty() || normal == "." || *normal.begin() == "..") {
+    fields.Fail(key, "must name a file inside each agent's work_dir, got '" + path + "'");
+  }
+  return path;
+}
+
 std::optional<double> OptionalPositive(YamlFields& fields, const std::string& key, bool zero_allowed) {
   if (!fields.Has(key)) return std::nullopt;
   const double value = fields.Number(key);
@@ -90,7 +105,7 @@ LrSchedule ResolveJobSchedule(const JobSpec& job, const std::string& steps) {
 JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
   JobSpec job;
   job.model_config = ResolveAgainst(base_folder, fields.String("model"));
-  job.data = fields.String("data");
+  job.data = WorkDirFile(fields, "data");
   job.steps = fields.IntegerIn("steps", 1, kMostJobSteps, "a number of optimizer steps");
   job.lr = OptionalPositive(fields, "lr", false);
   if (job.lr && *job.lr > kMostLearningRate) {
@@ -124,7 +139,7 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
     job.stop_grace_s = static_cast<int>(fields.IntegerIn("stop_grace_s", 1, kMostStopGraceSeconds,
                                                          "a number of seconds a stopped rank may take to end"));
   }
-  if (fields.Has("eval_data")) job.eval_data = fields.String("eval_data");
+  if (fields.Has("eval_data")) job.eval_data = WorkDirFile(fields, "eval_data");
   // Without a file to evaluate they would do nothing, silently.
   for (const char* key : {"eval_every", "eval_samples"}) {
     if (fields.Has(key) && job.eval_data.empty()) fields.Fail(key, "is for an evaluation: add eval_data");

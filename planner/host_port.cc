@@ -1,5 +1,11 @@
 #include "planner/host_port.h"
 
+#include <cerrno>
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 namespace poplar {
 
 std::string HostPortProblem(const std::string& address, int least_port) {
@@ -14,6 +20,31 @@ std::string HostPortProblem(const std::string& address, int least_port) {
            (least_port == 0 ? " (any free port)" : "") + " to 65535, got '" + port + "'";
   }
   return "";
+}
+
+bool CouldBeThisMachine(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return true;
+  bool bindable = false;
+  bool foreign = false;
+  for (const addrinfo* address = found; address != nullptr && !bindable; address = address->ai_next) {
+    const int fd = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
+    if (fd < 0) continue;
+    // Port 0 (getaddrinfo without a service): any free port, released at once.
+    if (::bind(fd, address->ai_addr, address->ai_addrlen) == 0) {
+      bindable = true;
+    } else if (errno == EADDRNOTAVAIL) {
+      foreign = true;
+    } else {
+      bindable = true;  // another reason (permissions, a family not configured): not ours to judge
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return bindable || !foreign;
 }
 
 }  // namespace poplar

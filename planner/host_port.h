@@ -1,4 +1,5 @@
-// "host:port" addresses in poplar's files: an agent's `listen`, a cluster node's `agent`.
+// "host:port" addresses in poplar's files: an agent's `listen`, a cluster node's `agent`;
+// and whether a host is this machine (the rendezvous's MASTER_ADDR).
 #pragma once
 
 #include <string>
@@ -9,5 +10,10 @@ namespace poplar {
 // text on both sides of the last ':', the port in decimal digits. gRPC itself would
 // take port 99999 as 34463 and "host:" as port 443.
 std::string HostPortProblem(const std::string& address, int least_port);
+
+// False when `host` (a name or a numeric address) resolves, and no address it resolves
+// to can be bound on this machine (EADDRNOTAVAIL): it names another machine. True
+// otherwise, also when it does not resolve (the caller's connection says why).
+bool CouldBeThisMachine(const std::string& host);
 
 }  // namespace poplar

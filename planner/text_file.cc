@@ -164,6 +164,20 @@ void RequireWritableFolder(const std::string& folder, const std::string& flag) {
   ::unlink(probe.c_str());
 }
 
+bool SamePath(const std::string& a, const std::string& b) {
+  std::error_code error;
+  if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error)) {
+    return std::filesystem::equivalent(a, b, error);
+  }
+  const auto normal = [](const std::string& path) {
+    std::error_code ignored;
+    std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ignored);
+    if (full.filename().empty()) full = full.parent_path();  // "folder/" and "folder" alike
+    return full;
+  };
+  return normal(a) == normal(b);
+}
+
 namespace {
 
 void RequireNotAnInput(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {

@@ -50,6 +50,9 @@ void RequireFolderFor(const std::string& path, const std::string& flag);
 // Throws InputError naming `flag` unless a file can be made in `folder` (one is made and
 // removed: a read-only mount or /proc refuses what permissions would allow root).
 void RequireWritableFolder(const std::string& folder, const std::string& flag);
+// Whether `a` and `b` name the same file or folder: by any path or link when both exist,
+// by their absolute, normalised paths otherwise (an output not yet written).
+bool SamePath(const std::string& a, const std::string& b);
 // A file a command reads, and what it is to the user ("the cluster file", "job.model").
 struct InputFile {
   std::string path;

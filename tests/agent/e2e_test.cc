@@ -285,7 +285,9 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
     const auto a = nlohmann::json::parse(rank0[i]), b = nlohmann::json::parse(rates[i]);
     const bool due = i == 4 || i == 9 || i == 11;
     ASSERT_EQ(a.contains("val_loss"), due) << "step " << i + 1;
-    if (due) EXPECT_EQ(a["val_loss"], b.value("val_loss", nlohmann::json())) << "step " << i + 1;
+    if (due) {
+      EXPECT_EQ(a["val_loss"], b.value("val_loss", nlohmann::json())) << "step " << i + 1;
+    }
   }
   EXPECT_EQ(summary["val_step"], 12) << summary.dump();
   EXPECT_LT(summary["val_loss"].get<double>(), nlohmann::json::parse(rank0[4])["val_loss"].get<double>());
@@ -1257,6 +1259,21 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   const auto flag = RunProcess(Command({POPLAR_AGENT_BINARY, "--bogus"}), dir.path());
   EXPECT_EQ(flag.exit_code, 2);
   EXPECT_TRUE(Contains(flag.err, "--bogus")) << flag.err;
+  // --port-file never replaces what the agent reads (it once wrote the port over its
+  // own agent file, or over the cluster's token), and is refused before it listens.
+  const std::string agent_file = write("127.0.0.1:0", "creds/agent.key");
+  const std::string agent_text = ReadTextFile(agent_file);
+  const std::string token_text = ReadTextFile(dir.path() + "/creds/token");
+  for (const auto& [target, what] : std::vector<std::pair<std::string, std::string>>{
+           {agent_file, "is the agent file (--config)"}, {dir.path() + "/creds/token", "is the credentials' token"}}) {
+    const auto over = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", agent_file, "--port-file", target}),
+                                 dir.path(), std::chrono::seconds(60));
+    EXPECT_EQ(over.exit_code, 1) << over.err;
+    EXPECT_TRUE(ContainsAll(over.err, {"--port-file", what, "writing there would destroy it"})) << over.err;
+    EXPECT_FALSE(Contains(over.err, "listening on")) << over.err;
+  }
+  EXPECT_EQ(ReadTextFile(agent_file), agent_text);
+  EXPECT_EQ(ReadTextFile(dir.path() + "/creds/token"), token_text);
 }
 
 }  // namespace

@@ -187,7 +187,11 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
       {{"--save", plan}, {"--save", "is the plan (--plan), which this command reads"}},
       {{"--metrics", tokens}, {"--metrics", "is the token file (--data)"}},
       {{"--metrics", "out/"}, {"--metrics", "is a folder; name a file in it"}},
-      {{"--metrics", "out/m{rank}.jsonl", "--save", "/proc/x.pt"}, {"--save", "/proc"}}};
+      {{"--metrics", "out/m{rank}.jsonl", "--save", "/proc/x.pt"}, {"--save", "/proc"}},
+      // One output another's: the state dict would replace the metrics, or meet the
+      // checkpoint folder only after the training.
+      {{"--save", metrics}, {"--save", metrics + " is also --metrics; each output needs a path of its own"}},
+      {{"--checkpoint-dir", "ck", "--save", "ck/"}, {"--save", "ck/ is also --checkpoint-dir"}}};
   for (const auto& [flags, words] : cases) {
     std::vector<std::string> extra = flags;
     if (flags[0] != "--metrics") extra.insert(extra.end(), {"--metrics", metrics});
@@ -336,6 +340,19 @@ TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
   EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
   EXPECT_TRUE(Contains(outcome.err, "poplar-worker[rank 0]: error: rank 0 cannot host the rendezvous: port " +
                                         std::to_string(port) + " (MASTER_PORT) is in use on this node"))
+      << outcome.err;
+}
+
+// Rank 0 hosts the rendezvous: a MASTER_ADDR of another machine (192.0.2.1, TEST-NET-1,
+// is no one's) is named as such, not reached for (an address that answered once made
+// rank 0 say that its RANK was taken).
+TEST_F(WorkerBadInput, AMasterAddrOfAnotherMachineIsNamedOnRankZero) {
+  ChildOptions options = RankOptions(Args(WritePlan(scratch_, "plan.json", 0, {{4}, {4}}), {}, 2), 0, 2, FindFreePort());
+  options.env["MASTER_ADDR"] = "192.0.2.1";
+  const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
+  EXPECT_TRUE(Contains(outcome.err, "environment MASTER_ADDR: 192.0.2.1 is not an address of this machine; rank 0 "
+                                    "hosts the rendezvous"))
       << outcome.err;
 }
 

@@ -74,6 +74,12 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   const ProcessOutcome type = RunProcess(options, scratch.path());
   EXPECT_EQ(type.exit_code, 1);
   EXPECT_TRUE(ContainsAll(type.err, {"--device-type", "plain name", "'../up'"})) << type.err;
+  // Nor may the profile replace the model configuration it reads (it once did, exit 0).
+  const std::string model = ReadWholeFile(scratch.path() + "/model.json");
+  const ProcessOutcome over = RunProfile(scratch, kCap, scratch.path() + "/model.json");
+  EXPECT_EQ(over.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(over.err, {"--output", "is the model configuration (--model-config)"})) << over.err;
+  EXPECT_EQ(ReadWholeFile(scratch.path() + "/model.json"), model);
 }
 
 TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {

@@ -345,6 +345,14 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   ExpectRejected(with_job("eval_every: 100"), "job.eval_every", "is for an evaluation: add eval_data");
   ExpectRejected(with_job("eval_samples: 64"), "job.eval_samples", "is for an evaluation: add eval_data");
   ExpectRejected(with_job("eval_data: valid.bin, eval_every: -1"), "job.eval_every", "got -1");
+  // Token files are in each agent's work_dir, which every agent refuses to leave: refused
+  // here, before any profiling, rather than by the agents at the launch.
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "data: tokens.bin", "data: /etc/passwd"), "job.data",
+                 "must be relative to each agent's work_dir (where the agent looks for it), got '/etc/passwd'");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "data: tokens.bin", "data: ../tokens.bin"), "job.data",
+                 "must name a file inside each agent's work_dir, got '../tokens.bin'");
+  ExpectRejected(with_job("eval_data: sub/../../valid.bin"), "job.eval_data", "must name a file inside");
+  EXPECT_EQ(ParseClusterYaml(with_job("eval_data: sub/../valid.bin"), kFile).job->eval_data, "sub/../valid.bin");
 }
 
 TEST(ClusterFile, RejectsMalformedYaml) {
