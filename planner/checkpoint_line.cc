@@ -40,9 +40,7 @@ CheckpointLine ReadLineKeys(JsonFields& fields) {
   if (!fields.Has("run") && !fields.Has("line")) return line;
   line.run = fields.Hex64("run");
   if (line.run == 0) fields.Fail("run", "must not be 0 (it stands for a run that recorded no id)");
-  if (!fields.Has("line")) fields.Fail("line", "is required with run: the runs it went on from ([] for none)");
-  const nlohmann::json& ancestors = fields.Child("line");
-  if (!ancestors.is_array()) fields.Fail("line", "must be a list of {run, step}, oldest first");
+  const nlohmann::json& ancestors = fields.List("line", 0, "a list of {run, step}, oldest first ([] for none)");
   std::int64_t previous = 0;
   for (std::size_t i = 0; i < ancestors.size(); ++i) {
     const std::string key = "line[" + std::to_string(i) + "]";

@@ -58,10 +58,7 @@ NodeSpec ParseNode(YamlFields fields) {
   node.host = fields.OptionalString("host").value_or(node.name);
   node.agent = fields.OptionalString("agent").value_or(node.host + ":" + std::to_string(kDefaultAgentPort));
   if (const std::string problem = HostPortProblem(node.agent, 1); !problem.empty()) fields.Fail("agent", problem);
-  YAML::Node devices = fields.Child("devices");
-  if (!devices || !devices.IsSequence() || devices.size() == 0) {
-    fields.Fail("devices", "must be a non-empty list of {type, count}");
-  }
+  YAML::Node devices = fields.List("devices", "a non-empty list of {type, count}");
   for (std::size_t i = 0; i < devices.size(); ++i) {
     node.devices.push_back(ParseDeviceGroup(
         YamlFields(devices[i], fields.file(), fields.KeyPath("devices[" + std::to_string(i) + "]"))));
@@ -309,10 +306,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   }
   ParseTraining(fields.Map("training"), cluster);
 
-  YAML::Node nodes = fields.Child("nodes");
-  if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
-    fields.Fail("nodes", "must be a non-empty list of nodes");
-  }
+  YAML::Node nodes = fields.List("nodes", "a non-empty list of nodes");
   std::set<std::string> names;
   std::map<std::string, std::string> agents;  // address -> the node it serves
   std::int64_t devices = 0;
@@ -356,6 +350,8 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   } else {
     fields.Child("network");
   }
+  // Every key is read: a misspelt one ("netwrok") is named before what its absence means.
+  fields.Finish();
   const bool measured = !cluster.measured_network_file.empty() || read == ClusterRead::kNetworkElsewhere;
   if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {
     fields.Fail("network.inter_node", "is required when the cluster has more than one node (or network.measured)");
@@ -363,7 +359,6 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   if (multi_device_node && !cluster.intra_node && !measured) {
     fields.Fail("network.intra_node", "is required when a node has more than one device (or network.measured)");
   }
-  fields.Finish();
   if (!cluster.measured_network_file.empty() && read == ClusterRead::kComplete) {
     AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
   }

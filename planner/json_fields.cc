@@ -165,6 +165,12 @@ double JsonFields::Number(const std::string& key) {
   return child.get<double>();
 }
 
+double JsonFields::NumberIn(const std::string& key, double low, double high, const std::string& what) {
+  const double value = Number(key);
+  if (!(value >= low && value <= high)) Fail(key, "must be " + what + ", got " + node_.at(key).dump());
+  return value;
+}
+
 std::uint64_t JsonFields::Hex64(const std::string& key) {
   const std::string digits = String(key);
   if (digits.size() != 16 || digits.find_first_not_of("0123456789abcdef") != std::string::npos) {
@@ -178,6 +184,12 @@ bool JsonFields::Boolean(const std::string& key, bool fallback) {
   if (child.is_null()) return fallback;
   if (!child.is_boolean()) Fail(key, "must be true or false, got " + Shown(child));
   return child.get<bool>();
+}
+
+const nlohmann::json& JsonFields::List(const std::string& key, std::size_t least, const std::string& what) {
+  const nlohmann::json& list = Required(key);
+  if (!list.is_array() || list.size() < least) Fail(key, "must be " + what);
+  return list;
 }
 
 JsonFields JsonFields::Map(const std::string& key) {

@@ -43,10 +43,16 @@ class JsonFields {
   // samples from 1 to 1000000, got 2000000".
   std::int64_t IntegerIn(const std::string& key, std::int64_t low, std::int64_t high, const std::string& what);
   double Number(const std::string& key);
+  // A number from `low` to `high`; `what` says so in the error, which adds the value
+  // given: "must be a number of seconds from 0 to 86400, got 1e+09".
+  double NumberIn(const std::string& key, double low, double high, const std::string& what);
   // A 64-bit value written as Hex64Text's 16 hexadecimal digits (lower case).
   std::uint64_t Hex64(const std::string& key);
   bool Boolean(const std::string& key, bool fallback);  // `fallback` when absent
   JsonFields Map(const std::string& key);                // a nested object; required
+  // A required list of at least `least` entries; `what` says what it must be ("a
+  // non-empty list of {rank, micro_batches}"). Absent, a misspelt key beside it is named.
+  const nlohmann::json& List(const std::string& key, std::size_t least, const std::string& what);
 
   // Throws InputError naming the first key that was never read.
   void Finish() const;

@@ -223,8 +223,8 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
   if (fields.String("format") != kFormat) fields.Fail("format", std::string("must be \"") + kFormat + "\"");
   MeasuredNetwork network;
   network.file = file;
-  const nlohmann::json& ranks = fields.Child("ranks");
-  if (!ranks.is_array() || ranks.size() < 2) fields.Fail("ranks", "must list the two or more ranks measured, as {node, device_type}");
+  const nlohmann::json& ranks =
+      fields.List("ranks", 2, "a list of the two or more ranks measured, as {node, device_type}");
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     JsonFields rank(ranks[i], file, "ranks[" + std::to_string(i) + "]");
     network.ranks.push_back({rank.String("node"), rank.String("device_type")});
@@ -242,8 +242,7 @@ MeasuredNetwork ParseNetworkJson(const std::string& text, const std::string& fil
   lines.Finish();
   // Informational (recomputed from the points), but a relative error is never negative.
   if (fields.Number("worst_relative_error") < 0) fields.Fail("worst_relative_error", "must be zero or positive");
-  const nlohmann::json& points = fields.Child("points");
-  if (!points.is_array()) fields.Fail("points", "must be a list of {collective, bytes, seconds}");
+  const nlohmann::json& points = fields.List("points", 0, "a list of {collective, bytes, seconds}");
   for (std::size_t i = 0; i < points.size(); ++i) {
     network.points.push_back(ParsePoint(JsonFields(points[i], file, "points[" + std::to_string(i) + "]")));
   }

@@ -21,13 +21,11 @@ constexpr const char* kFormat = "poplar-profile/1";
 ProfilePoint ParsePoint(JsonFields fields) {
   ProfilePoint point;
   point.micro_batch = static_cast<int>(fields.IntegerIn("micro_batch", 1, kMostMicroBatch, "a number of samples"));
-  point.compute_s = fields.Number("compute_s");
   // A micro-batch of more than a day is a typing mistake (1e308 s made steps of 1e308 s),
   // and one of less than a nanosecond too: 5e-324 s (subnormal) made a micro-batch cost
   // nothing, and the search planned twice the global batch.
-  if (!(point.compute_s >= kLeastMeasuredSeconds && point.compute_s <= kMostMeasuredSeconds)) {
-    fields.Fail("compute_s", "must be a number of seconds from 1e-9 to 86400");
-  }
+  point.compute_s = fields.NumberIn("compute_s", kLeastMeasuredSeconds, kMostMeasuredSeconds,
+                                    "a number of seconds from 1e-9 to 86400");
   point.peak_bytes = fields.Integer("peak_bytes");  // a float was cast unchecked (1e300 is undefined)
   if (point.peak_bytes <= 0) fields.Fail("peak_bytes", "must be a positive number of bytes");
   fields.Finish();
@@ -61,19 +59,15 @@ StageProfile ParseStage(JsonFields fields) {
   }
   stage.max_micro_batch =
       static_cast<int>(fields.IntegerIn("max_micro_batch", 0, kMostMicroBatch, "a number of samples"));
-  stage.optimizer_step_s = fields.Number("optimizer_step_s");
-  if (!(stage.optimizer_step_s >= 0 && stage.optimizer_step_s <= kMostMeasuredSeconds)) {
-    fields.Fail("optimizer_step_s", "must be a number of seconds from 0 to 86400");
-  }
+  stage.optimizer_step_s =
+      fields.NumberIn("optimizer_step_s", 0, kMostMeasuredSeconds, "a number of seconds from 0 to 86400");
   if (fields.Has("collectives")) {
     stage.collectives = ParseCollectiveParams(fields.Map("collectives"));
   } else {
     fields.Child("collectives");
   }
-  const nlohmann::json& points = fields.Child("points");
-  if (!points.is_array() || points.empty()) {
-    fields.Fail("points", "must be a non-empty list of {micro_batch, compute_s, peak_bytes}");
-  }
+  const nlohmann::json& points =
+      fields.List("points", 1, "a non-empty list of {micro_batch, compute_s, peak_bytes}");
   for (std::size_t i = 0; i < points.size(); ++i) {
     const std::string key = "points[" + std::to_string(i) + "]";
     stage.points.push_back(ParsePoint(JsonFields(points[i], fields.file(), fields.KeyPath(key))));
@@ -142,10 +136,7 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
   profile.emulated = fields.Boolean("emulated", false);
   profile.source = fields.OptionalString("source").value_or("");
   profile.model = ParseModel(fields.Map("model"));
-  const nlohmann::json& stages = fields.Child("stages");
-  if (!stages.is_array() || stages.empty()) {
-    fields.Fail("stages", "must be a non-empty list of stage measurements");
-  }
+  const nlohmann::json& stages = fields.List("stages", 1, "a non-empty list of stage measurements");
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const std::string key = "stages[" + std::to_string(i) + "]";
     StageProfile stage = ParseStage(JsonFields(stages[i], file, key));

@@ -53,10 +53,7 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     }
   }
 
-  const nlohmann::json& ranks = fields.Child("ranks");
-  if (!ranks.is_array() || ranks.empty()) {
-    fields.Fail("ranks", "must be a non-empty list of {rank, micro_batches}");
-  }
+  const nlohmann::json& ranks = fields.List("ranks", 1, "a non-empty list of {rank, micro_batches}");
   plan.micro_batches.resize(ranks.size());
   plan.placement.resize(ranks.size());
   std::vector<bool> seen(ranks.size(), false);
@@ -69,8 +66,7 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     seen[rank] = true;
     plan.placement[rank] = {entry.OptionalString("node").value_or(""), entry.OptionalString("host").value_or(""),
                             entry.OptionalString("device_type").value_or("")};
-    const nlohmann::json& list = entry.Child("micro_batches");
-    if (!list.is_array()) entry.Fail("micro_batches", "must be a list of sizes");
+    const nlohmann::json& list = entry.List("micro_batches", 0, "a list of sizes");
     for (std::size_t m = 0; m < list.size(); ++m) {
       // At stages 2 and 3 a rank may sit out a round (0) but still joins its collectives.
       const std::int64_t least = plan.stage < 2 ? 1 : 0;

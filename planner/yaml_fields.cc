@@ -122,6 +122,12 @@ YAML::Node YamlFields::Required(const std::string& key) {
   return child;
 }
 
+YAML::Node YamlFields::List(const std::string& key, const std::string& what) {
+  YAML::Node child = Required(key);
+  if (!child.IsSequence() || child.size() == 0) Fail(key, "must be " + what);
+  return child;
+}
+
 std::string YamlFields::String(const std::string& key) {
   YAML::Node child = Required(key);
   if (!child.IsScalar()) Fail(key, "must be a string");

@@ -51,6 +51,10 @@ class YamlFields {
   const std::string& file() const { return file_; }
   const std::string& path() const { return path_; }
 
+  // A required, non-empty sequence; `what` says what it must be ("a non-empty list of
+  // nodes"). Absent, a misspelt key beside it is named, as for every required key.
+  YAML::Node List(const std::string& key, const std::string& what);
+
   // Error helpers shared with the parsers. Fail throws InputError for `key` with
   // `reason` and, when the key is in this mapping, its line: "(line 7)".
   [[noreturn]] void Fail(const std::string& key, const std::string& reason) const;

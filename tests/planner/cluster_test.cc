@@ -566,7 +566,12 @@ std::string WithoutNodes() {
 }
 
 TEST(ClusterFile, RejectsMissingNodes) {
-  ExpectRejected(WithoutNodes(), "nodes", "must be a non-empty list of nodes");
+  ExpectRejected(WithoutNodes(), "nodes", "is required");
+  // A misspelt section is named where its absence is (it once said only "must be a
+  // non-empty list of nodes"), as a misspelt network is before what its absence means.
+  const std::string text = kValidCluster;
+  ExpectRejected(Replaced(text, "nodes:\n", "nodess:\n"), "nodes", "found 'nodess'");
+  ExpectRejected(Replaced(text, "network:", "netwrok:"), "netwrok", "unknown key");
 }
 
 TEST(ClusterFile, RejectsEmptyNodeList) {
@@ -596,7 +601,7 @@ TEST(ClusterFile, RejectsEmptyDeviceList) {
 TEST(ClusterFile, RejectsMissingDeviceList) {
   ExpectRejected(Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n",
                           "    host: solo.lab\n"),
-                 "nodes[0].devices", "must be a non-empty list");
+                 "nodes[0].devices", "is required");
 }
 
 TEST(ClusterFile, RejectsDeviceGroupThatIsNotAMapping) {

@@ -363,7 +363,9 @@ TEST(ProfileFile, RejectsMissingModel) {
 // Stages and points.
 
 TEST(ProfileFile, RejectsMissingOrEmptyStages) {
-  ExpectRejected([](Json& j) { j.erase("stages"); }, "stages", "must be a non-empty list");
+  ExpectRejected([](Json& j) { j.erase("stages"); }, "stages", "is required");
+  // A misspelt list is named where its absence is (it once said only "must be a list").
+  ExpectRejected([](Json& j) { j["stagse"] = j["stages"]; j.erase("stages"); }, "stages", "found 'stagse'");
   ExpectRejected([](Json& j) { j["stages"] = Json::array(); }, "stages",
                  "must be a non-empty list");
 }
@@ -421,8 +423,7 @@ TEST(ProfileFile, RejectsTimesBeyondADay) {
 TEST(ProfileFile, RejectsEmptyPoints) {
   ExpectRejected([](Json& j) { j["stages"][0]["points"] = Json::array(); }, "stages[0].points",
                  "must be a non-empty list");
-  ExpectRejected([](Json& j) { j["stages"][1].erase("points"); }, "stages[1].points",
-                 "must be a non-empty list");
+  ExpectRejected([](Json& j) { j["stages"][1].erase("points"); }, "stages[1].points", "is required");
 }
 
 TEST(ProfileFile, RejectsUnknownKeyInPoint) {
@@ -538,7 +539,7 @@ TEST_F(ProfileFiles, ErrorsNameTheLoadedPath) {
     EXPECT_EQ(error.file(), path);
     EXPECT_EQ(error.key(), "stages[0].points[1].compute_s");
     EXPECT_EQ(std::string(error.what()),
-              path + ": stages[0].points[1].compute_s: must be a number of seconds from 1e-9 to 86400");
+              path + ": stages[0].points[1].compute_s: must be a number of seconds from 1e-9 to 86400, got -1");
   }
 }
 

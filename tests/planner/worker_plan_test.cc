@@ -45,6 +45,18 @@ TEST(WorkerPlan, ReadsOnlyItsOwnFormat) {
   }
 }
 
+// A misspelt key of a hand-written plan is named where the key it stands for is missing
+// (it once said only "micro_batches: must be a list of sizes").
+TEST(WorkerPlan, AMisspeltListIsNamed) {
+  try {
+    ParseWorkerPlan(R"({"stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batchs": [4]}]})", "p.json");
+    ADD_FAILURE() << "read without micro_batches";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.key(), "ranks[0].micro_batches");
+    EXPECT_EQ(error.reason(), "is required; found 'micro_batchs': a misspelling?");
+  }
+}
+
 // The model the plan was made for is kept for the head's check; hand-written plans
 // leave it out.
 TEST(WorkerPlan, KeepsTheModelItWasMadeFor) {
