@@ -43,7 +43,7 @@ const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <
 void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::string& cuda) {
   command->add_option("--device", flags.kind, "cpu (emulated devices too) or cuda (" + cuda + ")")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   // At most what an agent file allows an emulated device (agent_config.cc).
-  command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")->check(CLI::Range(0, 1024));
+  command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")->check(poplar::WholeNumberIn(0, 1024));
   command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(kSlowdown);
   // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
   command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kCount);
@@ -54,7 +54,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
   train->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
   train->add_option("--data", o.data, "Token file (uint16, poplar prepare-data)")->required()->check(CLI::ExistingFile);
-  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->capture_default_str();
+  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(poplar::WholeNumberIn(int64_t{0}, int64_t{1} << 40))->capture_default_str();
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
   train->add_option("--lr", o.adamw.lr, "AdamW learning rate, at most 1e6")
@@ -69,7 +69,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->capture_default_str();
   train->add_option("--decay-steps", o.schedule.decay_steps,
                     "The decay reaches --min-lr after this step (default: --steps)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(poplar::WholeNumberIn(int64_t{1}, int64_t{1} << 40));
   train->add_option("--min-lr", o.schedule.min_lr, "The decay's floor (default: --lr / 10)")->check(kZeroOrMore);
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
@@ -106,7 +106,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->needs(eval_data);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
-  train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
+  train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(poplar::WholeNumberIn(1, 86400))->capture_default_str();
   train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(NumberWhere([](double v) { return v >= 0 && v <= 4096; }, "a number of MiB from 0 to 4096"))->capture_default_str();
   train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(kCount)->capture_default_str();
   train->callback([&o] { poplar::Train(o); });
@@ -118,10 +118,10 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("-o,--output", o.output, "Profile file to write")->required();
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
   AddDeviceFlags(profile, o.device, "the first visible GPU");
-  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(CLI::Range(0, 3))->capture_default_str();
+  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(poplar::WholeNumberIn(0, 3))->capture_default_str();
   profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(CLI::Range(1, 100))->capture_default_str();
-  profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(poplar::WholeNumberIn(1, 100))->capture_default_str();
+  profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(poplar::WholeNumberIn(1, 1 << 20))->capture_default_str();
   profile->callback([&o] { poplar::Profile(o); });
 }
 
@@ -133,9 +133,9 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   network->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "As for train: alltoall or allreduce")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
   network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   network->add_option("--metrics", o.metrics, "Rank 0 writes one JSON line per measured collective and size here");
-  network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")->check(CLI::Range(std::int64_t{8192}, std::int64_t{1} << 40))->capture_default_str();
-  network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")->check(CLI::Range(1, 1000))->capture_default_str();
-  network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")->check(CLI::Range(1, 86400))->capture_default_str();
+  network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")->check(poplar::WholeNumberIn(std::int64_t{8192}, std::int64_t{1} << 40))->capture_default_str();
+  network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")->check(poplar::WholeNumberIn(1, 1000))->capture_default_str();
+  network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")->check(poplar::WholeNumberIn(1, 86400))->capture_default_str();
   network->callback([&o] { poplar::MeasureNetwork(o); });
 }
 

@@ -99,10 +99,10 @@ void RegisterProfileCommand(CLI::App& app) {
                       "Folder for the profile files (default: the cluster file's 'profiles', else ./profiles)")
       ->check(NotEmpty());
   command->add_option("--repeats", options->request.repeats, "Timed runs per micro-batch size (0: worker default)")
-      ->check(CLI::Range(0, 100));
+      ->check(WholeNumberIn(0, 100));
   command->add_option("--largest-micro-batch", options->request.largest_micro_batch,
                       "Stop growing micro-batches here (0: worker default)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(WholeNumberIn(0, 1 << 20));
   command->add_option("--type", options->request.types,
                       "Profile only this device type (repeatable; default: every type of the cluster)");
   command->callback([options] { RunProfile(*options); });

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/cli/commands.h"
+#include "planner/cli/run_app.h"
 #include "planner/cli/text_table.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
@@ -93,7 +94,7 @@ void RegisterEstimateMemoryCommand(CLI::App& app) {
           "COUNT"));
   command->add_option("--gpus", options->gpus, "Number of GPUs (data-parallel ranks)")
       ->required()
-      ->check(CLI::Range(1, 10'000'000));
+      ->check(WholeNumberIn(1, 10'000'000));
   // The cluster file's names: bf16 and fp16 are mixed precision, as there.
   command->add_option("--precision", options->precision, "fp32, or mixed (also: bf16, fp16)")
       ->check(CLI::IsMember({"fp32", "mixed", "bf16", "fp16"}))

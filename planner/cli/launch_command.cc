@@ -328,7 +328,7 @@ void RegisterLaunchCommand(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes("--plan");
   command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+      ->check(WholeNumberIn(std::int64_t{1}, std::int64_t{1} << 40));
   command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)")->check(NotEmpty());
   auto* job_id = command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
                      ->check(CLI::Validator(
@@ -343,11 +343,11 @@ void RegisterLaunchCommand(CLI::App& app) {
                          "JOB_ID"));
   command->add_option("--master-port", options->master_port,
                       "Rendezvous port on rank 0's host (default: one its agent finds free)")
-      ->check(CLI::Range(1, 65535));
+      ->check(WholeNumberIn(1, 65535));
   command->add_option("--timeout", options->timeout_s, "Seconds before a rendezvous or collective gives up (0: worker default)")
-      ->check(CLI::Range(0, 86400));
+      ->check(WholeNumberIn(0, 86400));
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
-      ->check(CLI::Range(0, 1 << 30))
+      ->check(WholeNumberIn(0, 1 << 30))
       ->capture_default_str();
   // Without the job's id a resume would start a new job (the default id is new each time).
   command->add_flag("--resume", options->resume, "Resume the job --job-id names from its last checkpoint")

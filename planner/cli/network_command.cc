@@ -171,9 +171,9 @@ void RegisterNetworkCommand(CLI::App& app) {
       ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; }, "a number of MiB from 1/128 to 1048576"));
   command->add_option("--master-port", options->master_port,
                       "Rendezvous port on rank 0's host (default: one its agent finds free)")
-      ->check(CLI::Range(1, 65535));
+      ->check(WholeNumberIn(1, 65535));
   command->add_option("--timeout", options->timeout_s, "Seconds before the rendezvous or a collective gives up (0: worker default)")
-      ->check(CLI::Range(0, 86400));
+      ->check(WholeNumberIn(0, 86400));
   command->add_flag("--json", options->json, "Print the network file on stdout and nothing else there");
   command->callback([options] { RunNetwork(*options); });
 }

@@ -1,6 +1,8 @@
 #include "planner/cli/run_app.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -28,13 +30,13 @@ CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
   return nullptr;
 }
 
-// The first long option (--name or --name=value) of the command line that neither the
+// The first option (--name, --name=value, -n) of the command line that neither the
 // chosen command nor the program knows, as a usage message; "" if there is none.
 // CLI11 names unknown options only after every other check, so `poplar plan --bogus x`
 // heard that file x does not exist, and `--stepz 3` read "arguments were not expected:
 // 3 --stepz"; a misspelt flag is the likelier mistake, so it is named first, with the
 // nearest known option.
-std::string UnknownLongOption(CLI::App& app, int argc, char** argv) {
+std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   CLI::App* command = &app;
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
@@ -46,7 +48,16 @@ std::string UnknownLongOption(CLI::App& app, int argc, char** argv) {
       }
       continue;
     }
-    if (word.rfind("--", 0) != 0 || word.size() == 2) continue;
+    if (word.size() < 2 || word == "--") continue;
+    if (word[1] != '-') {
+      // A short option ("-o", "-ofile"); "-1", "-.5" are values.
+      if (std::isdigit(static_cast<unsigned char>(word[1])) || word[1] == '.') continue;
+      const std::string name = word.substr(0, 2);
+      if (command->get_option_no_throw(name) == nullptr && app.get_option_no_throw(name) == nullptr) {
+        return "unknown option '" + name + "'";
+      }
+      continue;
+    }
     const std::string name = word.substr(0, word.find('='));
     if (command->get_option_no_throw(name) != nullptr || app.get_option_no_throw(name) != nullptr) continue;
     std::vector<std::string> known;
@@ -74,6 +85,21 @@ CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& wh
       what);
 }
 
+CLI::Validator WholeNumberIn(std::int64_t low, std::int64_t high) {
+  const std::string what = "a whole number from " + std::to_string(low) + " to " + std::to_string(high);
+  return CLI::Validator(
+      [low, high, what](std::string& text) {
+        errno = 0;
+        char* end = nullptr;
+        const long long value = std::strtoll(text.c_str(), &end, 10);
+        const bool digits = !text.empty() && *end == '\0' && errno == 0 &&
+                            text.find_first_not_of("+-0123456789") == std::string::npos;
+        if (digits && value >= low && value <= high) return std::string();
+        return "must be " + what + ", got '" + text + "'";
+      },
+      what);
+}
+
 CLI::Validator NotEmpty() {
   return CLI::Validator([](std::string& text) { return text.empty() ? std::string("must not be empty") : ""; },
                         "");
@@ -95,7 +121,7 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
     return 2;
   };
   try {
-    if (const std::string unknown = UnknownLongOption(app, argc, argv); !unknown.empty()) {
+    if (const std::string unknown = UnknownOption(app, argc, argv); !unknown.empty()) {
       std::string name;
       for (int i = 1; i < argc; ++i) {
         if (argv[i][0] == '-') continue;
@@ -127,6 +153,11 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
       const std::string suggestion = DidYouMean(extras.front(), names);
       what = "unknown command '" + extras.front() + "'" +
              (suggestion.empty() ? "; the commands are " + commands : suggestion);
+    }
+    // CLI11 says "--output: At Most 1 required but received 2" of a flag given twice.
+    if (const auto at_most = what.find(": At Most 1 required but received ");
+        dynamic_cast<const CLI::ArgumentMismatch*>(&error) != nullptr && at_most != std::string::npos) {
+      what = what.substr(0, at_most) + " is given " + what.substr(at_most + 34) + " times; give it once";
     }
     return usage_error(chosen.empty() ? "" : chosen.front()->get_name(), what);
   } catch (const InputError& error) {

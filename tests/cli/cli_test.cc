@@ -245,6 +245,31 @@ TEST_F(Cli, NamesAMisspeltFlagFirstAndSuggestsTheNearest) {
   EXPECT_EQ(fine.exit_code, 0) << fine.err;
 }
 
+// CLI11's own words for other usage errors were its internals': a short option it does
+// not know ("The following arguments were not expected: x.json -o"), a count that is not
+// a number ("Value abc not in range 1 to 10000000"), a flag given twice ("At Most 1
+// required but received 2").
+TEST_F(Cli, UsageErrorsSayWhatIsWrongInWords) {
+  const Outcome short_option = Poplar({"simulate", ExampleCluster("v100-and-t4"), "-o", "x.json"});
+  EXPECT_EQ(short_option.exit_code, 2);
+  EXPECT_TRUE(Contains(short_option.err, "poplar simulate: unknown option '-o'")) << short_option.err;
+  for (const std::string gpus : {"abc", "1.5", "0"}) {
+    const Outcome count = Poplar({"estimate-memory", "--params", "355M", "--gpus", gpus});
+    EXPECT_EQ(count.exit_code, 2);
+    EXPECT_TRUE(IsOneLine(count.err)) << count.err;
+    EXPECT_TRUE(Contains(count.err, "--gpus: must be a whole number from 1 to 10000000, got '" + gpus + "'"))
+        << count.err;
+  }
+  const Outcome twice = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/a.json", "-o",
+                                work_ + "/b.json"});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_TRUE(Contains(twice.err, "poplar plan: --output is given 2 times; give it once")) << twice.err;
+  EXPECT_FALSE(std::filesystem::exists(work_ + "/a.json"));
+  // A negative value is a value, not a short option.
+  const Outcome negative = Poplar({"estimate-memory", "--params", "355M", "--gpus", "-4"});
+  EXPECT_TRUE(Contains(negative.err, "--gpus: must be a whole number from 1 to 10000000, got '-4'")) << negative.err;
+}
+
 TEST_F(Cli, RejectsUnknownTopLevelFlagByName) {
   const Outcome run = Poplar({"--bogus-flag"});
   EXPECT_EQ(run.exit_code, 2);
