@@ -4,6 +4,7 @@
 // is killed (agent/spawner.h).
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -54,8 +55,9 @@ std::string WorkerNextToAgent() {
   return (self.parent_path() / "poplar-worker").string();
 }
 
-// `poplar-worker --version`, which keys the profile cache.
-std::string WorkerVersion(Spawner& spawner, const std::string& worker) {
+// `poplar-worker --version` of the agent file's worker, which keys the profile cache.
+std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
+  const std::string& worker = config.worker;
   SpawnSpec spec{worker, {"--version"}, InheritedEnvironment(), "/"};
   const Spawned spawned = spawner.Spawn(spec);
   std::string text;
@@ -66,9 +68,13 @@ std::string WorkerVersion(Spawner& spawner, const std::string& worker) {
   waitpid(spawned.pid, &status, 0);
   text = Trimmed(text);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
-    throw InputError(worker, "", "does not answer --version like poplar-worker (it said '" +
-                                     text.substr(0, text.find('\n')).substr(0, 80) + "', status " +
-                                     std::to_string(status) + ")");
+    const std::string ending = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                               : WIFSIGNALED(status)
+                                   ? "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+                                         strsignal(WTERMSIG(status)) + ")"
+                                   : "wait status " + std::to_string(status);
+    throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (it said '" +
+                                                text.substr(0, text.find('\n')).substr(0, 80) + "', " + ending + ")");
   }
   return text;
 }
@@ -102,7 +108,7 @@ void Serve(const AgentOptions& options) {
   std::string worker_version;
   {
     Spawner probe;
-    worker_version = WorkerVersion(probe, config.worker);
+    worker_version = WorkerVersion(probe, config);
   }
   AgentService service(config, worker_version);
   int port = 0;
@@ -127,7 +133,13 @@ void Serve(const AgentOptions& options) {
                                                 (grpc_reason.empty() ? "no reason given" : grpc_reason) + ")");
   }
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
-  if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
+  if (!options.port_file.empty()) {
+    try {
+      WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
+    } catch (const InputError& error) {
+      throw InputError("--port-file", "", error.what());
+    }
+  }
   std::string why_no_gpu;
   const std::vector<DeviceInfo> devices = ListDevices(config, &why_no_gpu);
   const std::string device_list = Join(devices, ", ", [](const DeviceInfo& device) {

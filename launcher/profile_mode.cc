@@ -219,12 +219,21 @@ void Profile(const ProfileOptions& options) {
   // rather than favouring the stage that happened to be measured in a quiet moment,
   // which the planner would then pick for its luck (a winner's curse).
   std::vector<StageSamples> samples;
+  // The device's memory, in the words of where it was set: an emulated cap is a flag.
+  const std::string memory = std::to_string(capacity) + " bytes" +
+                             (options.device.memory_bytes > 0 ? " (--memory-bytes)" : "");
   for (int stage : options.stages) {
-    samples.push_back(FitStage(config, stage, options, communicator, device));
+    try {
+      samples.push_back(FitStage(config, stage, options, communicator, device));
+    } catch (const c10::OutOfMemoryError&) {
+      // Before any micro-batch: the model and its optimizer state alone (Measure
+      // recovers from what a micro-batch runs out of).
+      throw InputError(options.model_config, "", "the model does not fit in " + memory + " at stage " +
+                                                     std::to_string(stage) + ": its states alone need more");
+    }
     if (samples.back().runs.empty()) {
       throw InputError(options.model_config, "",
-                       "not even one sample fits in " + std::to_string(capacity) +
-                           " bytes at stage " + std::to_string(stage));
+                       "not even one sample fits in " + memory + " at stage " + std::to_string(stage));
     }
   }
   for (int pass = 2; pass <= options.repeats; ++pass) {

@@ -1,6 +1,7 @@
 // `poplar-worker profile` on an emulated device: finds the largest micro-batch under a
 // memory cap by running out of memory and recovering, and writes a profile the planner
 // reads.
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -80,6 +81,14 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   EXPECT_EQ(over.exit_code, 1);
   EXPECT_TRUE(ContainsAll(over.err, {"--output", "is the model configuration (--model-config)"})) << over.err;
   EXPECT_EQ(ReadWholeFile(scratch.path() + "/model.json"), model);
+  // A cap that does not hold the model itself names the flag (it once said only that
+  // the emulated device ran out of memory allocating some bytes).
+  const ProcessOutcome tiny = RunProfile(scratch, 1000, scratch.path() + "/tiny.json");
+  EXPECT_EQ(tiny.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(tiny.err, {"model.json: the model does not fit in 1000 bytes (--memory-bytes) at stage 0",
+                                     "its states alone need more"}))
+      << tiny.err;
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/tiny.json"));
 }
 
 TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
