@@ -158,7 +158,11 @@ void RequireWritableFolder(const std::string& folder, const std::string& flag) {
   const std::string probe = folder + "/.poplar-write-check." + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 && errno != EEXIST) {
-    throw InputError(flag, "", "cannot write in folder " + folder + ": " + std::strerror(errno));
+    // /proc answers "No such file or directory" of a folder that is there.
+    const std::string reason = errno == ENOENT && std::filesystem::is_directory(folder)
+                                   ? "its file system takes no new files"
+                                   : std::strerror(errno);
+    throw InputError(flag, "", "cannot write in folder " + folder + ": " + reason);
   }
   if (fd >= 0) ::close(fd);
   ::unlink(probe.c_str());

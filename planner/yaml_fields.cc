@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "planner/input_error.h"
 #include "planner/spelling.h"
 
@@ -59,6 +61,9 @@ YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);
+  } catch (const YAML::DeepRecursion& error) {
+    // yaml-cpp's own words for it are "bad file".
+    throw InputError(file, "", "not valid YAML: nested too deeply (line " + std::to_string(error.mark.line + 1) + ")");
   } catch (const YAML::Exception& error) {
     throw InputError(file, "", "not valid YAML: " + error.msg + " (line " + std::to_string(error.mark.line + 1) + ")");
   }

@@ -181,7 +181,7 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
   std::filesystem::create_directories(scratch_.path() + "/out");
   const std::string metrics = scratch_.path() + "/m.jsonl";
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
-      {{"--save", "/proc/model.pt"}, {"--save", "cannot write in folder /proc"}},
+      {{"--save", "/proc/model.pt"}, {"--save", "cannot write in folder /proc: its file system takes no new files"}},
       {{"--checkpoint-dir", "/proc"}, {"--checkpoint-dir", "cannot write in folder /proc"}},
       {{"--save", "out/"}, {"--save", "is a folder; name a file in it"}},
       {{"--save", plan}, {"--save", "is the plan (--plan), which this command reads"}},

@@ -361,6 +361,9 @@ TEST(ClusterFile, RejectsMalformedYaml) {
   EXPECT_EQ(error.key(), "");
   EXPECT_TRUE(StartsWith(error.reason(), "not valid YAML"));
   EXPECT_TRUE(Contains(error.reason(), "line"));
+  // Nesting beyond yaml-cpp's depth guard is named (its own words are "bad file").
+  const InputError deep = ParseError("name: " + std::string(3000, '[') + std::string(3000, ']') + "\n");
+  EXPECT_EQ(deep.reason(), "not valid YAML: nested too deeply (line 1)");
 }
 
 TEST(ClusterFile, RejectsEmptyFile) {

@@ -41,6 +41,15 @@ TEST(ParseJsonObject, NamesARepeatedKeyByItsWholePath) {
   EXPECT_EQ(ErrorOf([] { ParseJsonObject(R"({"ranks": [{"rank": 0}, {"rank": 1}], "rank": 2})", "f.json"); }), "");
 }
 
+// A file that is not JSON text (UTF-16, binary) is refused without its bytes reaching
+// the terminal: what the parser quotes is escaped.
+TEST(ParseJsonObject, QuotesNoRawBytes) {
+  const std::string error = ErrorOf([] { ParseJsonObject(std::string("\xff\xfe{\0\"\0", 5), "f.json"); });
+  EXPECT_TRUE(Contains(error, "f.json: not valid JSON")) << error;
+  EXPECT_TRUE(Contains(error, "\\xff")) << error;
+  for (const unsigned char c : error) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int{c} << " in " << error;
+}
+
 TEST(JsonFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLarge) {
   const nlohmann::json node =
       ParseJsonObject(R"({"big": 100000000000000000000, "unsigned": 18446744073709551615, "half": 2.5})", "f.json");
