@@ -38,8 +38,18 @@ CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
 // nearest known option.
 std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   CLI::App* command = &app;
+  // The option whose value the next word is ("--min-lr -inf": a value, not an option).
+  const auto known = [&](const std::string& name) -> const CLI::Option* {
+    if (const CLI::Option* option = command->get_option_no_throw(name)) return option;
+    return app.get_option_no_throw(name);
+  };
+  bool value_next = false;
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
+    if (value_next) {
+      value_next = false;
+      continue;
+    }
     if (word == "--") break;
     if (word.rfind("-", 0) != 0) {
       if (command == &app && !Commands(app).empty()) {
@@ -53,20 +63,23 @@ std::string UnknownOption(CLI::App& app, int argc, char** argv) {
       // A short option ("-o", "-ofile"); "-1", "-.5" are values.
       if (std::isdigit(static_cast<unsigned char>(word[1])) || word[1] == '.') continue;
       const std::string name = word.substr(0, 2);
-      if (command->get_option_no_throw(name) == nullptr && app.get_option_no_throw(name) == nullptr) {
-        return "unknown option '" + name + "'";
-      }
+      const CLI::Option* option = known(name);
+      if (option == nullptr) return "unknown option '" + name + "'";
+      value_next = word.size() == 2 && option->get_items_expected_min() > 0;
       continue;
     }
     const std::string name = word.substr(0, word.find('='));
-    if (command->get_option_no_throw(name) != nullptr || app.get_option_no_throw(name) != nullptr) continue;
-    std::vector<std::string> known;
+    if (const CLI::Option* option = known(name)) {
+      value_next = word.find('=') == std::string::npos && option->get_items_expected_min() > 0;
+      continue;
+    }
+    std::vector<std::string> names;
     for (const CLI::App* owner : {static_cast<const CLI::App*>(command), static_cast<const CLI::App*>(&app)}) {
       for (const CLI::Option* option : owner->get_options()) {
-        for (const std::string& long_name : option->get_lnames()) known.push_back("--" + long_name);
+        for (const std::string& long_name : option->get_lnames()) names.push_back("--" + long_name);
       }
     }
-    return "unknown option '" + name + "'" + DidYouMean(name, known);
+    return "unknown option '" + name + "'" + DidYouMean(name, names);
   }
   return "";
 }

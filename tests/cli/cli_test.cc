@@ -265,9 +265,12 @@ TEST_F(Cli, UsageErrorsSayWhatIsWrongInWords) {
   EXPECT_EQ(twice.exit_code, 2);
   EXPECT_TRUE(Contains(twice.err, "poplar plan: --output is given 2 times; give it once")) << twice.err;
   EXPECT_FALSE(std::filesystem::exists(work_ + "/a.json"));
-  // A negative value is a value, not a short option.
-  const Outcome negative = Poplar({"estimate-memory", "--params", "355M", "--gpus", "-4"});
-  EXPECT_TRUE(Contains(negative.err, "--gpus: must be a whole number from 1 to 10000000, got '-4'")) << negative.err;
+  // A value that starts with '-' is a value, not a short option.
+  for (const std::string gpus : {"-4", "-x"}) {
+    const Outcome negative = Poplar({"estimate-memory", "--params", "355M", "--gpus", gpus});
+    EXPECT_TRUE(Contains(negative.err, "--gpus: must be a whole number from 1 to 10000000, got '" + gpus + "'"))
+        << negative.err;
+  }
 }
 
 TEST_F(Cli, RejectsUnknownTopLevelFlagByName) {
