@@ -133,13 +133,7 @@ void Serve(const AgentOptions& options) {
                                                 (grpc_reason.empty() ? "no reason given" : grpc_reason) + ")");
   }
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
-  if (!options.port_file.empty()) {
-    try {
-      WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
-    } catch (const InputError& error) {
-      throw InputError("--port-file", "", error.what());
-    }
-  }
+  if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
   std::string why_no_gpu;
   const std::vector<DeviceInfo> devices = ListDevices(config, &why_no_gpu);
   const std::string device_list = Join(devices, ", ", [](const DeviceInfo& device) {

@@ -186,8 +186,7 @@ namespace {
 
 void RequireNotAnInput(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {
   for (const InputFile& input : inputs) {
-    std::error_code ignored;
-    if (!input.path.empty() && std::filesystem::equivalent(output, input.path, ignored)) {
+    if (!input.path.empty() && SamePath(output, input.path)) {
       throw InputError(flag, "", output + " is " + input.what +
                                      (input.path == output ? "" : " (" + input.path + ")") +
                                      ", which this command reads; writing there would destroy it");

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "planner/cli/command_failed.h"
 #include "planner/cli/text_table.h"
@@ -94,7 +95,7 @@ std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstre
 void LaunchMonitor::Output(int rank, const std::string& line) {
   if (!run_dir_.empty()) RankFile(logs_, "logs", ".log", rank) << line << std::endl;
   if (line.rfind("poplar-worker", 0) == 0 && line.find(": warning: ") != std::string::npos) {
-      out_ << "node '" << NodeOf(rank) << "': " << line << std::endl;
+    out_ << "node '" << NodeOf(rank) << "': " << line << std::endl;
   }
 }
 
@@ -140,13 +141,11 @@ void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
 
 void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
   if (!eval_every_) return;
-  const bool evaluates = record.contains("eval_every");
-  const std::optional<std::int64_t> every = eval_every_;
-  eval_every_.reset();  // the first record tells
-  if (evaluates) return;
+  const std::int64_t every = *std::exchange(eval_every_, std::nullopt);  // the first record tells
+  if (record.contains("eval_every")) return;
   Failure(NodeOf(0),
           "rank 0 trains without a held-out evaluation (its step " + record["step"].dump() + " reports no " +
-              "eval_every) where the cluster file's job.eval_data asks for one every " + std::to_string(*every) +
+              "eval_every) where the cluster file's job.eval_data asks for one every " + std::to_string(every) +
               " steps: its poplar-agent left the evaluation out (it predates job.eval_data); update " +
               "poplar-agent on this node");
 }

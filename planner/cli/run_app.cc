@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -38,12 +37,11 @@ CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
 // nearest known option.
 std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   CLI::App* command = &app;
-  // The option whose value the next word is ("--min-lr -inf": a value, not an option).
   const auto known = [&](const std::string& name) -> const CLI::Option* {
     if (const CLI::Option* option = command->get_option_no_throw(name)) return option;
     return app.get_option_no_throw(name);
   };
-  bool value_next = false;
+  bool value_next = false;  // the word is a known option's value ("--min-lr -inf"), not an option
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
     if (value_next) {
@@ -92,25 +90,18 @@ CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& wh
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
         const bool number = !text.empty() && *end == '\0' && std::isfinite(value);
-        if (number && (!whole || value == std::floor(value)) && ok(value)) return std::string();
+        // A whole number in decimal digits, as CLI11 converts it ("1e3" it would refuse).
+        const bool digits = text.find_first_not_of("+-0123456789") == std::string::npos;
+        if (number && (!whole || digits) && ok(value)) return std::string();
         return "must be " + what + ", got '" + text + "'";
       },
       what);
 }
 
 CLI::Validator WholeNumberIn(std::int64_t low, std::int64_t high) {
-  const std::string what = "a whole number from " + std::to_string(low) + " to " + std::to_string(high);
-  return CLI::Validator(
-      [low, high, what](std::string& text) {
-        errno = 0;
-        char* end = nullptr;
-        const long long value = std::strtoll(text.c_str(), &end, 10);
-        const bool digits = !text.empty() && *end == '\0' && errno == 0 &&
-                            text.find_first_not_of("+-0123456789") == std::string::npos;
-        if (digits && value >= low && value <= high) return std::string();
-        return "must be " + what + ", got '" + text + "'";
-      },
-      what);
+  // Doubles hold every bound used (at most 2^40) exactly.
+  return NumberWhere([low, high](double v) { return v >= low && v <= high; },
+                     "a whole number from " + std::to_string(low) + " to " + std::to_string(high), true);
 }
 
 CLI::Validator NotEmpty() {

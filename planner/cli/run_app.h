@@ -19,14 +19,14 @@
 
 namespace poplar {
 
-// A flag's check: the value is a finite number (a whole one when `whole`) that `ok`
+// A flag's check: the value is a finite number (a whole one in decimal digits when
+// `whole`) that `ok`
 // accepts; otherwise "must be <what>, got <text>". Unlike CLI::PositiveNumber, it
 // refuses nan and inf and names the bound in words.
 CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& what, bool whole = false);
 
-// A flag's check: the value is a whole number written in decimal digits (an optional
-// sign first) from `low` to `high`; otherwise "must be a whole number from <low> to
-// <high>, got '<text>'". CLI::Range called "abc" and "1.5" out of range.
+// NumberWhere for a whole number from `low` to `high`: "must be a whole number from
+// <low> to <high>, got '<text>'" (CLI::Range called "abc" and "1.5" out of range).
 CLI::Validator WholeNumberIn(std::int64_t low, std::int64_t high);
 
 // A flag's check: the value is not empty. An empty path or name given on purpose
