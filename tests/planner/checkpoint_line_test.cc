@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/input_error.h"
+#include "test_support.h"
 
 namespace poplar {
 namespace {
@@ -21,12 +22,7 @@ CheckpointLine ReadBack(const nlohmann::json& meta) {
 
 // The message of the InputError reading `meta` throws; empty when it throws none.
 std::string ReadError(const nlohmann::json& meta) {
-  try {
-    ReadBack(meta);
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  return "";
+  return testing::ErrorOf([&] { ReadBack(meta); });
 }
 
 // Run A to step 8; B on from A's 4; C on from B's 7.

@@ -14,16 +14,7 @@ namespace poplar {
 namespace {
 
 using testing::Contains;
-
-// The message of the InputError `read` throws; empty when it throws none.
-std::string ErrorOf(const std::function<void()>& read) {
-  try {
-    read();
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 // A key given twice is named with the path to it, not alone ("params" once said
 // nothing of which object held it).

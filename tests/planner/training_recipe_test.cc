@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/input_error.h"
+#include "test_support.h"
 
 namespace poplar {
 namespace {
@@ -30,12 +31,7 @@ TrainingRecipe ReadBack(const nlohmann::json& object) {
 
 // The message of the InputError reading `object` throws; empty when it throws none.
 std::string ReadError(const nlohmann::json& object) {
-  try {
-    ReadBack(object);
-  } catch (const InputError& error) {
-    return error.what();
-  }
-  return "";
+  return testing::ErrorOf([&] { ReadBack(object); });
 }
 
 TEST(TrainingRecipe, ReadsBackWhatItWrote) {

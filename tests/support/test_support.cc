@@ -7,7 +7,18 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "planner/input_error.h"
+
 namespace poplar::testing {
+
+std::string ErrorOf(const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const InputError& error) {
+    return error.what();
+  }
+  return "";
+}
 
 std::vector<std::string> ReadLines(const std::string& path) {
   std::ifstream in(path);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@ namespace poplar::testing {
 
 // Errors are one line a user can act on: non-empty, ending in a newline, no other newline.
 ::testing::AssertionResult IsOneLine(const std::string& text);
+
+// The message of the InputError (planner/input_error.h) `read` throws; empty when it
+// throws none (any other exception goes on).
+std::string ErrorOf(const std::function<void()>& read);
 
 // The non-empty lines of a file (a metrics file's JSON records); none if it is missing.
 std::vector<std::string> ReadLines(const std::string& path);
