@@ -13,19 +13,8 @@
 namespace poplar {
 namespace {
 
-int ExitCode(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 255;
-}
-
-std::string DescribeExit(int rank, int code, const std::string& last_line) {
-  std::string text = "rank " + std::to_string(rank);
-  if (code > 128) {
-    text += " was killed by signal " + std::to_string(code - 128) + " (" + strsignal(code - 128) + ")";
-  } else {
-    text += " exited with status " + std::to_string(code);
-  }
+std::string DescribeExit(int rank, int wait_status, const std::string& last_line) {
+  std::string text = "rank " + std::to_string(rank) + " " + DescribeWaitStatus(wait_status);
   if (!last_line.empty()) text += ": " + last_line;
   return text;
 }
@@ -127,8 +116,8 @@ void Job::ReadOutput(std::size_t index, int fd) {
   int status = 0;
   waitpid(rank.pid, &status, 0);
   rank.alive = false;
-  const int code = ExitCode(status);
-  std::string exit = DescribeExit(rank.process.rank, code, rank.last_line);
+  const int code = ExitCodeOf(status);
+  std::string exit = DescribeExit(rank.process.rank, status, rank.last_line);
   // The agent's own SIGKILL is a consequence of the stop, not a cause (the head ranks
   // causes by these words: planner/cli/launch_monitor.cc).
   if (escalated_ && code == 128 + SIGKILL) exit += " (by its agent, the stop's grace over)";

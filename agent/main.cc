@@ -68,13 +68,9 @@ std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
   waitpid(spawned.pid, &status, 0);
   text = Trimmed(text);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
-    const std::string ending = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                               : WIFSIGNALED(status)
-                                   ? "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-                                         strsignal(WTERMSIG(status)) + ")"
-                                   : "wait status " + std::to_string(status);
     throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (it said '" +
-                                                text.substr(0, text.find('\n')).substr(0, 80) + "', " + ending + ")");
+                                                text.substr(0, text.find('\n')).substr(0, 80) + "' and " +
+                                                DescribeWaitStatus(status) + ")");
   }
   return text;
 }

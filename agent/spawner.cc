@@ -134,4 +134,19 @@ std::vector<std::string> InheritedEnvironment() {
   return env;
 }
 
+int ExitCodeOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 255;
+}
+
+std::string DescribeWaitStatus(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    const int signal = WTERMSIG(wait_status);
+    return "was killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  }
+  return "stopped with wait status " + std::to_string(wait_status);
+}
+
 }  // namespace poplar

@@ -59,4 +59,13 @@ class Spawner {
 // HOME, LANG, TMPDIR, and NCCL_*/GLOO_* settings), as "NAME=value".
 std::vector<std::string> InheritedEnvironment();
 
+// A child's wait status (waitpid) as the shell's exit code: its exit status, or 128 plus
+// the signal that killed it.
+int ExitCodeOf(int wait_status);
+
+// A child's wait status in words, for messages that name the child first: "exited with
+// status 1", or "was killed by signal 9 (Killed)". The head ranks a job's failures by
+// these words (planner/cli/launch_monitor.cc).
+std::string DescribeWaitStatus(int wait_status);
+
 }  // namespace poplar

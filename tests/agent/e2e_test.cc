@@ -1254,7 +1254,7 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
       RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("true.yaml", config)}), dir.path());
   EXPECT_EQ(not_worker.exit_code, 1);
   EXPECT_TRUE(ContainsAll(not_worker.err, {"true.yaml: worker: /bin/true does not answer --version like poplar-worker",
-                                           "(it said 'true (GNU coreutils)", "exit status 0)"}))
+                                           "(it said 'true (GNU coreutils)", "' and exited with status 0)"}))
       << not_worker.err;
   // An unknown flag is named (CLI11 would name only the missing --config).
   const auto flag = RunProcess(Command({POPLAR_AGENT_BINARY, "--bogus"}), dir.path());
