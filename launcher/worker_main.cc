@@ -22,9 +22,11 @@
 
 namespace {
 
-// The prefix of every error line: the rank as given (0 when RANK is unset, as for one
-// process; an empty RANK is an error of its own, named in the line).
-std::string Who() {
+// The prefix of every error line. A profile is one process of no job: "poplar-worker
+// profile". Otherwise the rank as given (0 when RANK is unset, as for one process; an
+// empty RANK is an error of its own, named in the line).
+std::string Who(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "profile") return "poplar-worker profile";
   const char* rank = std::getenv("RANK");
   if (rank != nullptr && *rank == '\0') return "poplar-worker";
   return std::string("poplar-worker[rank ") + (rank ? rank : "0") + "]";
@@ -172,6 +174,6 @@ int main(int argc, char** argv) {
   AddTrainCommand(app, train_options);
   AddProfileCommand(app, profile_options);
   AddNetworkCommand(app, network_options);
-  return poplar::RunApp(app, argc, argv, "poplar-worker", Who(), "train, profile or network",
+  return poplar::RunApp(app, argc, argv, "poplar-worker", Who(argc, argv), "train, profile or network",
                         /*runtime_errors_fail=*/true, TellTheOthersOfAUsageError);
 }

@@ -68,6 +68,8 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   const ProcessOutcome folder = RunProfile(scratch, kCap, scratch.path() + "/missing/tiny-cpu.json");
   EXPECT_EQ(folder.exit_code, 1);
   EXPECT_TRUE(ContainsAll(folder.err, {"--output", "missing does not exist"})) << folder.err;
+  // A profile belongs to no job: its errors name no rank.
+  EXPECT_EQ(folder.err.rfind("poplar-worker profile: error: ", 0), 0u) << folder.err;
   EXPECT_FALSE(Contains(folder.err, "pass 1")) << "nothing was measured";
   ChildOptions options;
   options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json", "-o",
