@@ -3,15 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <stdexcept>
 #include <cstdio>
 #include <exception>
-#include <map>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,18 +19,18 @@
 #include "launcher/communicator.h"
 #include "launcher/device.h"
 #include "launcher/emulated_slowdown.h"
-#include "launcher/stopwatch.h"
+#include "launcher/evaluation.h"
 #include "launcher/gpt.h"
 #include "launcher/metrics_writer.h"
-#include "planner/model_config.h"
+#include "launcher/resume.h"
 #include "launcher/state_dict.h"
 #include "launcher/stop_signals.h"
+#include "launcher/stopwatch.h"
 #include "launcher/token_data.h"
 #include "launcher/training_engine.h"
-#include "planner/cli/command_failed.h"
-#include "planner/eval_share.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
+#include "planner/model_config.h"
 #include "planner/step_cadence.h"
 #include "planner/text_file.h"
 #include "planner/worker_plan.h"
@@ -74,61 +72,6 @@ AdamWOptions OptimizerOptions(const TrainOptions& options) {
       settings, adamw.lr, options.steps,
       {"--warmup-steps", "--decay-steps", "--min-lr", "--steps", "add --lr-decay cosine or linear"});
   return adamw;
-}
-
-// The held-out evaluation of a run with --eval-data: its samples and this rank's share.
-struct Evaluation {
-  TokenData data;
-  std::int64_t samples = 0;  // the first N of data's
-  EvalShare share;
-};
-
-// --eval-data and --eval-samples, checked against the model's vocabulary and block size
-// before the rendezvous; nullopt without --eval-data.
-std::optional<Evaluation> LoadEvaluation(const TrainOptions& options, const WorkerPlan& plan, const GptConfig& config,
-                                         int rank) {
-  if (options.eval_data.empty()) return std::nullopt;
-  TokenData data(options.eval_data, config.block_size, config.vocab_size);
-  const std::int64_t samples = options.eval_samples == 0 ? data.samples() : options.eval_samples;
-  if (samples > data.samples()) {
-    throw InputError("--eval-samples", "", std::to_string(samples) + " is more than the " +
-                                               std::to_string(data.samples()) + " samples of " + options.eval_data +
-                                               " (block_size " + std::to_string(config.block_size) + ")");
-  }
-  const EvalShare share = EvalShareOf(plan, rank, samples);
-  return Evaluation{std::move(data), samples, share};
-}
-
-// The mean loss over every token of the evaluation's samples, the same on every rank
-// (all-reduced), with the parameters after the latest step. Collective: every rank runs
-// the same number of rounds (EvalShare), each ending in an all-reduce of its losses, so
-// that no rank waits longer than a round for the others (one all-reduce at the end
-// would bound the whole of a long evaluation by --timeout at stages 0-2, where the
-// rounds hold no other collective). An emulated device's forwards are stretched by its
-// `slowdown` as the training's are, so that eval_s is its device's.
-double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evaluation& evaluation, int block_size,
-                double slowdown, torch::Device device) {
-  double loss_sum = 0;  // every rank's
-  std::int64_t first = evaluation.share.first;
-  std::int64_t left = evaluation.share.count;
-  for (std::int64_t round = 0; round < evaluation.share.rounds; ++round) {
-    const int size = static_cast<int>(std::min<std::int64_t>(left, evaluation.share.micro_batch));
-    double round_sum = 0;
-    if (size == 0) {
-      engine.EvalMicroBatch(torch::Tensor(), torch::Tensor());  // joins the others' gathers
-    } else {
-      auto [inputs, targets] = evaluation.data.Batch(first, size);
-      const auto start = Clock::now();
-      round_sum = engine.EvalMicroBatch(inputs.to(device), targets.to(device));
-      StretchCompute(SecondsSince(start), slowdown);
-      first += size;
-      left -= size;
-    }
-    auto total = torch::tensor({round_sum}, torch::kFloat64).to(device);
-    communicator.AllReduceSum(total);
-    loss_sum += total.cpu().item<double>();
-  }
-  return loss_sum / (static_cast<double>(evaluation.samples) * block_size);
 }
 
 // Output paths are checked before the rendezvous, so a typo or a folder that takes no
@@ -199,24 +142,6 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   return settings.dump();
 }
 
-// Warns, on the rank that read the checkpoint, when this run goes on otherwise than the
-// one that wrote it (RecipeChanges): a changed --lr or schedule, batch or token file is
-// often meant (a lower rate after a loss spike, more steps), never silent. The head
-// shows worker warnings (LaunchMonitor::Output).
-void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRecipe& recipe, const std::string& path,
-                         int rank) {
-  if (!checkpoint.training) {
-    std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": the checkpoint of step "
-              << checkpoint.step << " records no training recipe (poplar before 2026-11-26), so whether this run "
-              << "goes on with the --lr, schedule, batch and data that wrote it cannot be checked" << std::endl;
-    return;
-  }
-  const std::vector<std::string> changes = RecipeChanges(*checkpoint.training, recipe, checkpoint.step);
-  if (changes.empty()) return;
-  std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": this run goes on from step "
-            << checkpoint.step << " otherwise than the run that wrote it: " << Join(changes, "; ") << std::endl;
-}
-
 // Where training starts, agreed once the resume is done: the step, and a checksum of the
 // parameters (the same --init and --seed, or the state every rank received).
 std::string StartingPoint(const Gpt& model, std::int64_t first_step) {
@@ -225,125 +150,6 @@ std::string StartingPoint(const Gpt& model, std::int64_t first_step) {
     checksum += parameter.detach().to(torch::kFloat64).sum().item<double>();
   }
   return nlohmann::ordered_json{{"first_step", first_step}, {"parameters_sum", checksum}}.dump();
-}
-
-// What a resumed rank starts from besides the model's parameters.
-struct Resumed {
-  std::int64_t step = 0;
-  std::map<std::string, AdamMoments> moments;  // on the rank's device
-  CheckpointLine line;  // of the run that wrote the checkpoint
-};
-
-// Sends `line` from rank `source` to every rank (rank 0, which writes checkpoints, may
-// not hold the one the job resumed from): its ancestor count, then the run ids (as
-// their bits) and steps.
-CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source,
-                             torch::Device device) {
-  const auto longs = torch::TensorOptions(torch::kLong);
-  auto count = torch::tensor({static_cast<std::int64_t>(line.ancestors.size())}, longs).to(device);
-  communicator.Broadcast(count, source);
-  const std::int64_t ancestors = count.cpu().item<std::int64_t>();
-  std::vector<std::int64_t> values(1 + 2 * ancestors, 0);
-  if (communicator.rank() == source) {
-    values[0] = static_cast<std::int64_t>(line.run);
-    for (std::int64_t i = 0; i < ancestors; ++i) {
-      values[1 + 2 * i] = static_cast<std::int64_t>(line.ancestors[i].run);
-      values[2 + 2 * i] = line.ancestors[i].step;
-    }
-  }
-  auto sent = torch::tensor(values, longs).to(device);
-  communicator.Broadcast(sent, source);
-  sent = sent.cpu();
-  CheckpointLine received{static_cast<std::uint64_t>(sent[0].item<std::int64_t>()), {}};
-  for (std::int64_t i = 0; i < ancestors; ++i) {
-    received.ancestors.push_back(
-        {static_cast<std::uint64_t>(sent[1 + 2 * i].item<std::int64_t>()), sent[2 + 2 * i].item<std::int64_t>()});
-  }
-  return received;
-}
-
-// Resuming needs the checkpoint on one rank only, whichever: the nodes share no file
-// system, and only rank 0 writes checkpoints, so after a re-plan rank 0 may run where
-// none are. Every rank given --resume reads its checkpoint's step; the newest wins (the
-// lowest rank holding it, when several do), and that rank sends the model state and the
-// Adam moments over the collectives, in the model's parameter order. nullopt when no
-// rank resumes. A checkpoint one rank cannot read fails every rank at once, each
-// saying whose it was, rather than leaving the others waiting out --timeout; so does a
-// newest step beyond --steps.
-std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const TrainOptions& options,
-                                                  const GptConfig& config, const TrainingRecipe& recipe,
-                                                  torch::Device device) {
-  const int world_size = communicator.world_size();
-  constexpr std::int64_t kNoCheckpoint = -1;
-  constexpr std::int64_t kUnreadable = -2;
-  torch::NoGradGuard no_grad;
-  std::exception_ptr own_error;
-  std::int64_t own_step = kNoCheckpoint;
-  if (!options.resume.empty()) {
-    try {
-      own_step = CheckpointStep(options.resume, config);
-    } catch (const std::exception&) {
-      own_error = std::current_exception();
-      own_step = kUnreadable;
-    }
-  }
-  auto own = torch::tensor({own_step}, torch::TensorOptions(torch::kLong)).to(device);
-  auto steps = torch::empty({world_size}, torch::TensorOptions(torch::kLong)).to(device);
-  communicator.AllGather(own, steps);
-  steps = steps.cpu();
-  if (own_error) std::rethrow_exception(own_error);
-  int source = 0;
-  for (int r = 0; r < world_size; ++r) {
-    if (steps[r].item<std::int64_t>() == kUnreadable) {
-      throw PeerFailure("rank " + std::to_string(r) + " cannot read its --resume checkpoint (its error says why)");
-    }
-    if (steps[r].item<std::int64_t>() > steps[source].item<std::int64_t>()) source = r;
-  }
-  const std::int64_t step = steps[source].item<std::int64_t>();
-  if (step == kNoCheckpoint) return std::nullopt;
-  if (step > options.steps) {
-    throw InputError("--steps", "", std::to_string(options.steps) + " is below the step of the newest checkpoint (" +
-                                        std::to_string(step) + ", rank " + std::to_string(source) + "'s)");
-  }
-
-  // The source reads the tensors and says whether it could, before any is sent.
-  std::optional<RestoredCheckpoint> checkpoint;
-  if (communicator.rank() == source) {
-    try {
-      checkpoint = RestoreCheckpoint(options.resume, config, model);
-      if (checkpoint->step != step) {
-        throw InputError(options.resume, "", "changed while the job started (step " + std::to_string(step) +
-                                                 ", now " + std::to_string(checkpoint->step) + ")");
-      }
-      WarnOfRecipeChanges(*checkpoint, recipe, options.resume, communicator.rank());
-    } catch (const std::exception&) {
-      own_error = std::current_exception();
-    }
-  }
-  auto readable = torch::tensor({own_error ? std::int64_t{0} : 1}, torch::TensorOptions(torch::kLong)).to(device);
-  communicator.Broadcast(readable, source);
-  if (own_error) std::rethrow_exception(own_error);
-  if (readable.cpu().item<std::int64_t>() == 0) {
-    throw PeerFailure("rank " + std::to_string(source) + ", which holds the newest checkpoint (step " +
-                             std::to_string(step) + "), cannot read it (its error says why)");
-  }
-  Resumed resumed;
-  resumed.step = step;
-  resumed.line = BroadcastLine(communicator, checkpoint ? checkpoint->line : CheckpointLine{}, source, device);
-  for (auto& [name, parameter] : model->NamedParameters()) {
-    auto value = parameter.detach();  // the source's holds the checkpoint's already
-    communicator.Broadcast(value, source);
-    AdamMoments& moment = resumed.moments[name];
-    if (checkpoint) {
-      const AdamMoments& loaded = checkpoint->moments.at(name);
-      moment = {loaded.exp_avg.to(device, torch::kFloat32), loaded.exp_avg_sq.to(device, torch::kFloat32)};
-    } else {
-      moment = {torch::zeros_like(value, torch::kFloat32), torch::zeros_like(value, torch::kFloat32)};
-    }
-    communicator.Broadcast(moment.exp_avg, source);
-    communicator.Broadcast(moment.exp_avg_sq, source);
-  }
-  return resumed;
 }
 
 // What a rank checks, loads and builds on its own, before it meets the others.
@@ -373,7 +179,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
-  std::optional<Evaluation> evaluation = LoadEvaluation(options, plan, config, env.rank);
+  std::optional<Evaluation> evaluation = LoadEvaluation(options.eval_data, options.eval_samples, plan, config, env.rank);
   std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
@@ -420,7 +226,7 @@ void Train(const TrainOptions& options) {
   const TrainingRecipe recipe = RecipeOf(options, adamw, plan, data);
   communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config, local.evaluation));
   std::optional<Resumed> resumed =
-      ResumeFromNewestCheckpoint(communicator, model, options, config, recipe, device);
+      ResumeFromNewestCheckpoint(communicator, model, options.resume, options.steps, config, recipe, device);
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter& metrics = local.metrics;
   metrics.Start(/*append=*/resumed.has_value());
