@@ -11,8 +11,13 @@
 #include <thread>
 
 #include <c10/util/Logging.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+// Gloo's headers come with Debian's libtorch and PyTorch's wheels; a libtorch without
+// them still builds a worker for NCCL alone (UsableBackend refuses Gloo then).
+#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
+#define POPLAR_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -154,6 +159,12 @@ CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBa
   if (backend == CollectiveBackend::kNccl && !device.is_cuda()) {
     throw InputError("--backend", "", "nccl carries CUDA tensors only; use gloo with --device cpu");
   }
+#ifndef POPLAR_WITH_GLOO
+  if (backend == CollectiveBackend::kGloo && (world_size > 1 || explicit_backend)) {
+    throw InputError("--backend", "", "gloo: this libtorch came without Gloo's headers, so this poplar-worker "
+                                      "has no Gloo; use --backend nccl with --device cuda");
+  }
+#endif
 #ifndef USE_C10D_NCCL
   if (backend == CollectiveBackend::kNccl && (world_size > 1 || explicit_backend)) {
     throw InputError("--backend", "", "nccl: this libtorch was built without NCCL; use "
@@ -224,6 +235,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     return;
   }
 #endif
+#ifdef POPLAR_WITH_GLOO
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
   options->devices.push_back(GlooDevice(env.master_addr));
@@ -237,6 +249,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     }
     throw;
   }
+#endif
 }
 
 namespace {
@@ -413,6 +426,7 @@ PeerFailure Communicator::RendezvousIncomplete(const DistributedEnv& env, const 
 
 std::string Communicator::backend_name() const { return group_ ? group_->getBackendName() : "none"; }
 
+#ifdef POPLAR_WITH_GLOO
 std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::string& master_addr) {
   // The interface Gloo listens on: GLOO_SOCKET_IFNAME when set (as torchrun), loopback
   // when the whole job is on this machine, else the one the host name resolves to.
@@ -425,6 +439,7 @@ std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::s
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
+#endif
 
 namespace {
 

@@ -99,7 +99,7 @@ StateDict ReadStateDict(const std::string& path) {
     // state_dict()), one by one, unsharing them again (and failing without a GPU).
     reader.emplace(std::make_shared<BytesReader>(bytes));
     value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                              /*type_resolver=*/c10::nullopt, /*obj_loader=*/c10::nullopt,
+                                              /*type_resolver=*/{}, /*obj_loader=*/{},
                                               /*device=*/at::Device(at::kCPU), *reader,
                                               torch::jit::Unpickler::defaultTypeParser,
                                               std::make_shared<torch::jit::DeserializationStorageContext>());
