@@ -11,9 +11,10 @@
 #include <thread>
 
 #include <c10/util/Logging.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 // Gloo's headers come with Debian's libtorch and PyTorch's wheels; a libtorch without
-// them still builds a worker for NCCL alone (UsableBackend refuses Gloo then).
+// Gloo or its headers still builds a worker for NCCL alone (UsableBackend refuses Gloo).
 #if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
 #define POPLAR_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -161,8 +162,8 @@ CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBa
   }
 #ifndef POPLAR_WITH_GLOO
   if (backend == CollectiveBackend::kGloo && (world_size > 1 || explicit_backend)) {
-    throw InputError("--backend", "", "gloo: this libtorch came without Gloo's headers, so this poplar-worker "
-                                      "has no Gloo; use --backend nccl with --device cuda");
+    throw InputError("--backend", "", "gloo: this poplar-worker was built without Gloo (its libtorch has no "
+                                      "Gloo, or not its headers); use --backend nccl with --device cuda");
   }
 #endif
 #ifndef USE_C10D_NCCL

@@ -32,7 +32,7 @@ int SeverityOfText(const std::string& reason) {
       has("the stop's grace over")) {
     return kStopped;
   }
-  // "(its error says why)": a worker pointing at another rank's failure (launcher/train.cc).
+  // "(its error says why)": a worker pointing at another rank's failure (launcher/resume.cc).
   if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Timeout") ||
       has("within --timeout") || has("Broken pipe") || has("(its error says why)")) {
     return kLostPeer;

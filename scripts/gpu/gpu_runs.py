@@ -5,7 +5,7 @@ Run by scripts/gpu/on-device on the GPU machine, one phase per call of this scri
     gpu_runs.py PHASE --worker build-cuda/launcher/poplar-worker --out DIR
 Each phase prints a table last and writes one JSON file to DIR (DIR/runs.log keeps
 every worker's output). In check, schedules and speed a run that fails is a row marked
-failed and the phase goes on (check then exits non-zero); train and profile stop at it.
+failed and the phase goes on, exiting non-zero at the end; train and profile stop at it.
 Needs the token files of scripts/gpu/prepare in .device/data.
 `--dry-run` runs every phase on this machine's CPU with small models and few steps,
 to check the scripts themselves before spending device time:
@@ -340,6 +340,8 @@ def phase_schedules(runner, out, setup):
                                       "steps": steps, "warmup": warmup, "schedules": results})
     print(f"\nmeasured step times, {setup.medium}, bf16 (medians; predictions: scripts/gpu/predict-schedules):")
     print(table(["stage", "micro-batches", "step ms", "compute ms", "optimizer ms"], rows))
+    if any(r.get("failed") for r in results):
+        sys.exit("gpu_runs: schedules: a run failed (runs.log says why); the table has the others")
 
 
 # ---------------------------------------------------------------- speed
@@ -378,12 +380,13 @@ def phase_speed(runner, out, setup):
                 metrics = os.path.join(WORK, label + ".jsonl")
                 if system.startswith("poplar"):
                     stage = int(system[-1])
-                    lines = runner.train(label, stage, [[size] * count], model, steps, setup.device, "bf16")
+                    lines = runner.train(label, stage, [[size] * count], model, steps, setup.device, "bf16",
+                                         must_succeed=False)
                 else:
                     mode = "ddp" if "DDP" in system else "fsdp"
                     checkpointing = ["--checkpoint-blocks"] if system.endswith("+AC") else []
-                    # A baseline that fails (a PyTorch API gone in its version) costs its
-                    # row, not the phase: poplar's figures still come back.
+                    # A run that fails (a PyTorch API gone in its version, a stage out of
+                    # memory) costs its row, not the phase: the others' figures come back.
                     ran = runner.ranks(label, [["--mode", mode, *checkpointing, "--model-config", model,
                                                 "--data", DATA, "--steps", str(steps),
                                                 "--global-batch", str(size * count), "--micro-batch", str(size),
@@ -391,7 +394,7 @@ def phase_speed(runner, out, setup):
                                                 "--precision", "bf16", "--threads", str(os.cpu_count() or 1)]],
                                        program=pytorch, must_succeed=False)
                     lines = read_metrics(metrics) if ran else []
-                if lines:
+                if lines and len(lines) > warmup:
                     tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
                     measured.setdefault((name, system), []).append(tokens)
     results, rows = [], []
@@ -423,6 +426,8 @@ def phase_speed(runner, out, setup):
     print(f"\nspeed, bf16, one {device_name(setup)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
           f"MFU against {setup.peak_flops / 1e12:.0f}):")
     print(table(["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"], rows))
+    if any(r.get("failed") for r in results):
+        sys.exit("gpu_runs: speed: a run failed (runs.log says why); the table has the others")
 
 
 def main():
