@@ -154,11 +154,13 @@ def table(headers, rows):
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def save_json(out, name, document):
+def save_json(out, name, document, quiet=False):
     path = os.path.join(out, name)
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(document, f, indent=2)
-    print(f"gpu_runs: wrote {path}")
+    os.replace(path + ".tmp", path)  # whole, even when the call is stopped while writing
+    if not quiet:
+        print(f"gpu_runs: wrote {path}")
 
 
 def model_flops_per_token(config):
@@ -227,6 +229,14 @@ def phase_check(runner, out, setup):
         cases.append((f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo"))
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))
+
+    def save(done):  # after every case, so that a call stopped at its limit keeps the cases done
+        save_json(out, "check.json", {"steps": CHECK_STEPS, "lr": CHECK_LR, "model": "gpt-small",
+                                      "reference": "poplar-worker on the CPU, 1 rank, fp32",
+                                      "movement": movement, "tolerance": FP32_TOLERANCE, "cases": results,
+                                      "torch": torch.__version__, "device": device_name(setup), "complete": done},
+                  quiet=not done)
+
     for label, stage, ranks, precision, backend in cases:
         name = f"check-s{stage}-{len(ranks)}r-{backend}-{precision}"
         saved = os.path.join(WORK, name + ".pt")
@@ -236,6 +246,7 @@ def phase_check(runner, out, setup):
             results.append({"case": label, "stage": stage, "plan": ranks, "precision": precision,
                             "backend": backend, "ok": False, "error": "the run failed (runs.log)"})
             rows.append([label, stage, str(ranks), precision, "-", "-", "FAIL (run failed)"])
+            save(done=False)
             continue
         trained = state(saved)
         difference = compare(trained, expected)
@@ -248,10 +259,8 @@ def phase_check(runner, out, setup):
                         "ok": ok})
         rows.append([label, stage, str(ranks), precision, f"{difference:.2e}", f"{update_error:.1e}",
                      {True: "ok", False: "FAIL", None: "(reported)"}[ok]])
-    save_json(out, "check.json", {"steps": CHECK_STEPS, "lr": CHECK_LR, "model": "gpt-small",
-                                  "reference": "poplar-worker on the CPU, 1 rank, fp32",
-                                  "movement": movement, "tolerance": FP32_TOLERANCE, "cases": results,
-                                  "torch": torch.__version__, "device": device_name(setup)})
+        save(done=False)
+    save(done=True)
     print(f"\nagainst the CPU, 1 rank, fp32 ({CHECK_STEPS} steps, lr {CHECK_LR}; the largest parameter "
           f"moved {movement:.2e}):")
     print("(update error: |theta - theta_ref| / |theta_ref - theta_0|, L2 over all parameters)")
@@ -320,6 +329,12 @@ def phase_schedules(runner, out, setup):
     steps, warmup = setup.schedule_steps, setup.schedule_warmup
     model, _ = load_config(setup.medium)
     results, rows = [], []
+
+    def save(done):  # after every schedule, as speed.json
+        save_json(out, "schedules.json", {"model": setup.medium, "precision": "bf16",
+                                          "device_type": setup.device_type, "steps": steps, "warmup": warmup,
+                                          "complete": done, "schedules": results}, quiet=not done)
+
     for stage, size, count in setup.schedules:
         name = f"schedule-s{stage}-{size}x{count}"
         # One schedule that fails (out of memory on a smaller card) costs its row only.
@@ -328,6 +343,7 @@ def phase_schedules(runner, out, setup):
             results.append({"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count,
                             "failed": True})
             rows.append([stage, f"{size} x {count}", "failed", "-", "-"])
+            save(done=False)
             continue
         lines = lines[warmup:]
         measured = {key: statistics.median(line[key] for line in lines)
@@ -336,8 +352,8 @@ def phase_schedules(runner, out, setup):
                         "measured": measured})
         rows.append([stage, f"{size} x {count}", f"{measured['step_s'] * 1e3:.1f}",
                      f"{measured['compute_s'] * 1e3:.1f}", f"{measured['optimizer_s'] * 1e3:.2f}"])
-    save_json(out, "schedules.json", {"model": setup.medium, "precision": "bf16", "device_type": setup.device_type,
-                                      "steps": steps, "warmup": warmup, "schedules": results})
+        save(done=False)
+    save(done=True)
     print(f"\nmeasured step times, {setup.medium}, bf16 (medians; predictions: scripts/gpu/predict-schedules):")
     print(table(["stage", "micro-batches", "step ms", "compute ms", "optimizer ms"], rows))
     if any(r.get("failed") for r in results):
@@ -362,6 +378,7 @@ def matmul_ceiling():
 
 
 def phase_speed(runner, out, setup):
+    import torch
     steps, warmup, rounds = setup.speed_steps, setup.speed_warmup, setup.speed_rounds
     pytorch = [sys.executable, os.path.join(ROOT, "scripts", "pytorch", "train_pytorch.py")]
     setups = setup.speed_setups
@@ -371,13 +388,52 @@ def phase_speed(runner, out, setup):
     else:
         ceiling = matmul_ceiling()
         systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP+AC"]
-    measured = {}
+    measured, attempted = {}, set()  # (model, system): tokens/s of each run that succeeded; tried
+
+    def summary():
+        """The results and table rows of every (model, system) tried so far."""
+        results, rows = [], []
+        for name, size, count in setups:
+            _, config = load_config(name)
+            flops = model_flops_per_token(config)
+            for system in systems:
+                if (name, system) not in attempted:
+                    continue
+                if (name, system) not in measured:
+                    results.append({"model": name, "system": system, "micro_batch": size, "count": count,
+                                    "failed": True})
+                    rows.append([name, f"{size} x {count}", system, "failed", "-", "-", "-"])
+                    continue
+                tokens = statistics.median(measured[(name, system)])
+                baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
+                # The dry run has no FSDP to set stage 3 against: no ratio rather than nan.
+                base = statistics.median(measured[(name, baseline)]) if (name, baseline) in measured else None
+                mfu = tokens * flops / setup.peak_flops
+                results.append({"model": name, "system": system, "micro_batch": size, "count": count,
+                                "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
+                                "of_matmul_ceiling": tokens * flops / ceiling,
+                                "vs_pytorch": tokens / base if base else None})
+                rows.append([name, f"{size} x {count}", system, f"{tokens:,.0f}", f"{100 * mfu:.1f}%",
+                             f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x" if base else "-"])
+        return results, rows
+
+    def save(done):
+        # After every run, so that a call stopped at its time limit brings back the runs it
+        # finished ("complete": false until the last).
+        save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
+                                      "peak_flops": setup.peak_flops, "matmul_ceiling_flops": ceiling,
+                                      "torch": torch.__version__, "device": device_name(setup),
+                                      "complete": done, "results": summary()[0]}, quiet=not done)
+
     for _ in range(rounds):  # interleaved, so that drift affects every system alike
         for name, size, count in setups:
             model, config = load_config(name)
             for system in systems:
                 label = f"speed-{name}-{system.replace(' ', '-')}"
                 metrics = os.path.join(WORK, label + ".jsonl")
+                attempted.add((name, system))
+                # A run that fails (a PyTorch API gone in its version, a stage out of
+                # memory) costs its row, not the phase: the others' figures come back.
                 if system.startswith("poplar"):
                     stage = int(system[-1])
                     lines = runner.train(label, stage, [[size] * count], model, steps, setup.device, "bf16",
@@ -385,8 +441,6 @@ def phase_speed(runner, out, setup):
                 else:
                     mode = "ddp" if "DDP" in system else "fsdp"
                     checkpointing = ["--checkpoint-blocks"] if system.endswith("+AC") else []
-                    # A run that fails (a PyTorch API gone in its version, a stage out of
-                    # memory) costs its row, not the phase: the others' figures come back.
                     ran = runner.ranks(label, [["--mode", mode, *checkpointing, "--model-config", model,
                                                 "--data", DATA, "--steps", str(steps),
                                                 "--global-batch", str(size * count), "--micro-batch", str(size),
@@ -397,32 +451,9 @@ def phase_speed(runner, out, setup):
                 if lines and len(lines) > warmup:
                     tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
                     measured.setdefault((name, system), []).append(tokens)
-    results, rows = [], []
-    for name, size, count in setups:
-        _, config = load_config(name)
-        flops = model_flops_per_token(config)
-        for system in systems:
-            if (name, system) not in measured:
-                results.append({"model": name, "system": system, "micro_batch": size, "count": count,
-                                "failed": True})
-                rows.append([name, f"{size} x {count}", system, "failed", "-", "-", "-"])
-                continue
-            tokens = statistics.median(measured[(name, system)])
-            baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
-            # The dry run has no FSDP to set stage 3 against: no ratio rather than nan.
-            base = statistics.median(measured[(name, baseline)]) if (name, baseline) in measured else None
-            mfu = tokens * flops / setup.peak_flops
-            results.append({"model": name, "system": system, "micro_batch": size, "count": count,
-                            "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
-                            "of_matmul_ceiling": tokens * flops / ceiling,
-                            "vs_pytorch": tokens / base if base else None})
-            rows.append([name, f"{size} x {count}", system, f"{tokens:,.0f}", f"{100 * mfu:.1f}%",
-                         f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x" if base else "-"])
-    import torch
-    save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
-                                  "peak_flops": setup.peak_flops, "matmul_ceiling_flops": ceiling,
-                                  "torch": torch.__version__, "device": device_name(setup),
-                                  "results": results})
+                save(done=False)
+    save(done=True)
+    results, rows = summary()
     print(f"\nspeed, bf16, one {device_name(setup)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
           f"MFU against {setup.peak_flops / 1e12:.0f}):")
     print(table(["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"], rows))
