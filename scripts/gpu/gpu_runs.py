@@ -308,16 +308,24 @@ def phase_profile(runner, out, setup):
                                           "-o", path] + setup.profile_args])
         with open(path) as f:
             profile = json.load(f)
-        for stage in profile["stages"]:
-            largest = stage["points"][-1]
-            rows.append([name, stage["stage"], stage["max_micro_batch"],
-                         f"{stage['points'][0]['compute_s'] * 1e3:.1f}",
-                         f"{largest['micro_batch']}: {largest['compute_s'] * 1e3:.1f}",
-                         f"{largest['peak_bytes'] / 2**30:.1f}", f"{stage['optimizer_step_s'] * 1e3:.2f}"])
+        rows += profile_rows(name, profile)
         print(f"gpu_runs: profiled {name} in {time.time() - start:.0f} s")
     print(f"\nprofiles ({setup.device_type}, bf16):")
-    print(table(["model", "stage", "max micro-batch", "1 sample ms", "largest: ms", "peak GiB", "optimizer ms"],
-                rows))
+    print(table(PROFILE_HEADERS, rows))
+
+
+PROFILE_HEADERS = ["model", "stage", "max micro-batch", "1 sample ms", "largest: ms", "peak GiB", "optimizer ms"]
+
+
+def profile_rows(name, profile):
+    """A profile file's table rows (PROFILE_HEADERS), one per stage; also scripts/gpu/report's."""
+    rows = []
+    for stage in profile["stages"]:
+        largest = stage["points"][-1]
+        rows.append([name, stage["stage"], stage["max_micro_batch"], f"{stage['points'][0]['compute_s'] * 1e3:.1f}",
+                     f"{largest['micro_batch']}: {largest['compute_s'] * 1e3:.1f}",
+                     f"{largest['peak_bytes'] / 2**30:.1f}", f"{stage['optimizer_step_s'] * 1e3:.2f}"])
+    return rows
 
 
 # ---------------------------------------------------------------- schedules
@@ -391,8 +399,8 @@ def phase_speed(runner, out, setup):
     measured, attempted = {}, set()  # (model, system): tokens/s of each run that succeeded; tried
 
     def summary():
-        """The results and table rows of every (model, system) tried so far."""
-        results, rows = [], []
+        """The results of every (model, system) tried so far."""
+        results = []
         for name, size, count in setups:
             _, config = load_config(name)
             flops = model_flops_per_token(config)
@@ -402,7 +410,6 @@ def phase_speed(runner, out, setup):
                 if (name, system) not in measured:
                     results.append({"model": name, "system": system, "micro_batch": size, "count": count,
                                     "failed": True})
-                    rows.append([name, f"{size} x {count}", system, "failed", "-", "-", "-"])
                     continue
                 tokens = statistics.median(measured[(name, system)])
                 baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
@@ -413,9 +420,7 @@ def phase_speed(runner, out, setup):
                                 "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
                                 "of_matmul_ceiling": tokens * flops / ceiling,
                                 "vs_pytorch": tokens / base if base else None})
-                rows.append([name, f"{size} x {count}", system, f"{tokens:,.0f}", f"{100 * mfu:.1f}%",
-                             f"{100 * tokens * flops / ceiling:.1f}%", f"{tokens / base:.2f}x" if base else "-"])
-        return results, rows
+        return results
 
     def save(done):
         # After every run, so that a call stopped at its time limit brings back the runs it
@@ -423,7 +428,7 @@ def phase_speed(runner, out, setup):
         save_json(out, "speed.json", {"precision": "bf16", "steps": steps, "warmup": warmup, "rounds": rounds,
                                       "peak_flops": setup.peak_flops, "matmul_ceiling_flops": ceiling,
                                       "torch": torch.__version__, "device": device_name(setup),
-                                      "complete": done, "results": summary()[0]}, quiet=not done)
+                                      "complete": done, "results": summary()}, quiet=not done)
 
     for _ in range(rounds):  # interleaved, so that drift affects every system alike
         for name, size, count in setups:
@@ -453,12 +458,29 @@ def phase_speed(runner, out, setup):
                     measured.setdefault((name, system), []).append(tokens)
                 save(done=False)
     save(done=True)
-    results, rows = summary()
+    results = summary()
     print(f"\nspeed, bf16, one {device_name(setup)} (bf16 8192^3 matmul: {ceiling / 1e12:.0f} TFLOP/s; "
           f"MFU against {setup.peak_flops / 1e12:.0f}):")
-    print(table(["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"], rows))
+    print(table(SPEED_HEADERS, speed_rows(results)))
     if any(r.get("failed") for r in results):
         sys.exit("gpu_runs: speed: a run failed (runs.log says why); the table has the others")
+
+
+SPEED_HEADERS = ["model", "micro-batches", "system", "tokens/s", "MFU", "of matmul", "vs PyTorch"]
+
+
+def speed_rows(results):
+    """speed.json's results as table rows (SPEED_HEADERS); also scripts/gpu/report's."""
+    rows = []
+    for r in results:
+        batches = f"{r['micro_batch']} x {r['count']}"
+        if r.get("failed"):
+            rows.append([r["model"], batches, r["system"], "failed", "-", "-", "-"])
+            continue
+        ratio = f"{r['vs_pytorch']:.2f}x" if r.get("vs_pytorch") else "-"
+        rows.append([r["model"], batches, r["system"], f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.1f}%",
+                     f"{100 * r['of_matmul_ceiling']:.1f}%", ratio])
+    return rows
 
 
 def main():
