@@ -28,23 +28,21 @@ bool CouldBeThisMachine(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return true;
-  bool bindable = false;
+  // Another machine's only when some address was refused as not this machine's
+  // (EADDRNOTAVAIL) and none was not: any other refusal (permissions, a family not
+  // configured) is not ours to judge.
+  bool ours = false;
   bool foreign = false;
-  for (const addrinfo* address = found; address != nullptr && !bindable; address = address->ai_next) {
+  for (const addrinfo* address = found; address != nullptr && !ours; address = address->ai_next) {
     const int fd = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
     if (fd < 0) continue;
     // Port 0 (getaddrinfo without a service): any free port, released at once.
-    if (::bind(fd, address->ai_addr, address->ai_addrlen) == 0) {
-      bindable = true;
-    } else if (errno == EADDRNOTAVAIL) {
-      foreign = true;
-    } else {
-      bindable = true;  // another reason (permissions, a family not configured): not ours to judge
-    }
+    const bool not_here = ::bind(fd, address->ai_addr, address->ai_addrlen) != 0 && errno == EADDRNOTAVAIL;
     ::close(fd);
+    (not_here ? foreign : ours) = true;
   }
   ::freeaddrinfo(found);
-  return bindable || !foreign;
+  return ours || !foreign;
 }
 
 }  // namespace poplar

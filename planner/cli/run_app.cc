@@ -159,9 +159,10 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
              (suggestion.empty() ? "; the commands are " + commands : suggestion);
     }
     // CLI11 says "--output: At Most 1 required but received 2" of a flag given twice.
-    if (const auto at_most = what.find(": At Most 1 required but received ");
-        dynamic_cast<const CLI::ArgumentMismatch*>(&error) != nullptr && at_most != std::string::npos) {
-      what = what.substr(0, at_most) + " is given " + what.substr(at_most + 34) + " times; give it once";
+    const std::string at_most_once = ": At Most 1 required but received ";
+    if (const auto at = what.find(at_most_once);
+        dynamic_cast<const CLI::ArgumentMismatch*>(&error) != nullptr && at != std::string::npos) {
+      what = what.substr(0, at) + " is given " + what.substr(at + at_most_once.size()) + " times; give it once";
     }
     return usage_error(chosen.empty() ? "" : chosen.front()->get_name(), what);
   } catch (const InputError& error) {

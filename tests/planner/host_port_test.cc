@@ -1,0 +1,25 @@
+#include "planner/host_port.h"
+
+#include <gtest/gtest.h>
+
+namespace poplar {
+namespace {
+
+TEST(HostPortProblem, NamesWhatIsWrongWithAnAddress) {
+  EXPECT_EQ(HostPortProblem("10.0.0.1:7150", 1), "");
+  EXPECT_NE(HostPortProblem("10.0.0.1", 1), "");
+  EXPECT_NE(HostPortProblem("10.0.0.1:99999", 1), "");
+  EXPECT_NE(HostPortProblem("host:", 1), "");
+}
+
+// Rank 0 refuses a MASTER_ADDR that no address of this machine answers to.
+TEST(CouldBeThisMachine, TellsThisMachinesAddressesFromAnothers) {
+  EXPECT_TRUE(CouldBeThisMachine("127.0.0.1"));
+  EXPECT_TRUE(CouldBeThisMachine("localhost"));
+  EXPECT_FALSE(CouldBeThisMachine("192.0.2.1")) << "TEST-NET-1 is no one's address";
+  // A name that does not resolve is left to the connection to report.
+  EXPECT_TRUE(CouldBeThisMachine("no-such-host.invalid"));
+}
+
+}  // namespace
+}  // namespace poplar
