@@ -219,7 +219,7 @@ def phase_check(runner, out, setup):
     expected, start = state(reference), state(init)
     movement = compare(expected, start)
     update = norm(expected, start)  # the reference's whole update, theta_T - theta_0
-    rows, results = [], []
+    results = []
     cases = []
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "fp32", "auto"))
@@ -245,7 +245,6 @@ def phase_check(runner, out, setup):
                         extra=["--lr", str(CHECK_LR)], must_succeed=False) is None:
             results.append({"case": label, "stage": stage, "plan": ranks, "precision": precision,
                             "backend": backend, "ok": False, "error": "the run failed (runs.log)"})
-            rows.append([label, stage, str(ranks), precision, "-", "-", "FAIL (run failed)"])
             save(done=False)
             continue
         trained = state(saved)
@@ -257,16 +256,30 @@ def phase_check(runner, out, setup):
                         "backend": backend, "max_abs_difference": difference,
                         "relative_to_movement": difference / movement, "update_error": update_error,
                         "ok": ok})
-        rows.append([label, stage, str(ranks), precision, f"{difference:.2e}", f"{update_error:.1e}",
-                     {True: "ok", False: "FAIL", None: "(reported)"}[ok]])
         save(done=False)
     save(done=True)
     print(f"\nagainst the CPU, 1 rank, fp32 ({CHECK_STEPS} steps, lr {CHECK_LR}; the largest parameter "
           f"moved {movement:.2e}):")
     print("(update error: |theta - theta_ref| / |theta_ref - theta_0|, L2 over all parameters)")
-    print(table(["case", "stage", "micro-batches", "precision", "max |diff|", "update error", "result"], rows))
+    print(table(CHECK_HEADERS, check_rows(results)))
     if any(r["ok"] is False for r in results):
         sys.exit("gpu_runs: check FAILED")
+
+
+CHECK_HEADERS = ["case", "stage", "micro-batches", "precision", "max |diff|", "update error", "result"]
+
+
+def check_rows(cases):
+    """check.json's cases as table rows (CHECK_HEADERS); also scripts/gpu/report's."""
+    rows = []
+    for case in cases:
+        start = [case["case"], case["stage"], str(case["plan"]), case["precision"]]
+        if "max_abs_difference" not in case:
+            rows.append(start + ["-", "-", "FAIL (run failed)"])
+            continue
+        rows.append(start + [f"{case['max_abs_difference']:.2e}", f"{case['update_error']:.1e}",
+                             {True: "ok", False: "FAIL", None: "(reported)"}[case["ok"]]])
+    return rows
 
 
 # ---------------------------------------------------------------- train
@@ -282,18 +295,26 @@ def phase_train(runner, out, setup):
     losses = [line["loss"] for line in lines]
     val_losses = {line["step"]: line["val_loss"] for line in lines if "val_loss" in line}
     tokens = statistics.median(line["tokens_per_s"] for line in lines[10:])
-    marks = sorted({1, 10, 50, 100, 200, steps} | set(val_losses))
-    rows = [[m, f"{losses[m - 1]:.4f}", f"{val_losses[m]:.4f}" if m in val_losses else ""]
-            for m in marks if m <= len(losses)]
     save_json(out, "train.json", {"model": setup.small, "precision": "bf16", "global_batch": setup.train_batch,
                                   "steps": steps, "lr": 6e-4, "schedule": " ".join(schedule[2:]), "losses": losses,
                                   "held_out": " ".join(held_out[2:]), "val_losses": val_losses,
                                   "median_tokens_per_s": tokens})
     print(f"\n{setup.small}, bf16, batch {setup.train_batch} x {config['block_size']} tokens, WikiText-2 valid; "
           f"median {tokens:,.0f} tokens/s")
-    print(table(["step", "loss", "held-out loss"], rows))
+    print(table(TRAIN_HEADERS, train_rows(losses, val_losses)))
     if not losses[-1] < losses[0] - setup.train_fall:
         sys.exit(f"gpu_runs: the loss did not fall enough: {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+
+TRAIN_HEADERS = ["step", "loss", "held-out loss"]
+
+
+def train_rows(losses, val_losses):
+    """The loss at a few steps and at every evaluation (TRAIN_HEADERS); val_losses by step,
+    keys numbers or (read back from train.json) strings. Also scripts/gpu/report's."""
+    val = {int(step): loss for step, loss in val_losses.items()}
+    marks = sorted({1, 10, 50, 100, 200, len(losses)} | set(val))
+    return [[m, f"{losses[m - 1]:.4f}", f"{val[m]:.4f}" if m in val else ""] for m in marks if m <= len(losses)]
 
 
 # ---------------------------------------------------------------- profile
@@ -336,7 +357,7 @@ SCHEDULES = [(0, 1, 8), (0, 4, 2), (0, 4, 8), (0, 8, 1), (0, 8, 4), (0, 16, 1), 
 def phase_schedules(runner, out, setup):
     steps, warmup = setup.schedule_steps, setup.schedule_warmup
     model, _ = load_config(setup.medium)
-    results, rows = [], []
+    results = []
 
     def save(done):  # after every schedule, as speed.json
         save_json(out, "schedules.json", {"model": setup.medium, "precision": "bf16",
@@ -350,7 +371,6 @@ def phase_schedules(runner, out, setup):
         if lines is None:
             results.append({"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count,
                             "failed": True})
-            rows.append([stage, f"{size} x {count}", "failed", "-", "-"])
             save(done=False)
             continue
         lines = lines[warmup:]
@@ -358,11 +378,15 @@ def phase_schedules(runner, out, setup):
                     for key in ["step_s", "compute_s", "optimizer_s", "communication_s"]}
         results.append({"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count,
                         "measured": measured})
-        rows.append([stage, f"{size} x {count}", f"{measured['step_s'] * 1e3:.1f}",
-                     f"{measured['compute_s'] * 1e3:.1f}", f"{measured['optimizer_s'] * 1e3:.2f}"])
         save(done=False)
     save(done=True)
     print(f"\nmeasured step times, {setup.medium}, bf16 (medians; predictions: scripts/gpu/predict-schedules):")
+    rows = []
+    for r in results:
+        times = r.get("measured")
+        rows.append([r["stage"], f"{r['micro_batch']} x {r['count']}"] +
+                    ([f"{times['step_s'] * 1e3:.1f}", f"{times['compute_s'] * 1e3:.1f}",
+                      f"{times['optimizer_s'] * 1e3:.2f}"] if times else ["failed", "-", "-"]))
     print(table(["stage", "micro-batches", "step ms", "compute ms", "optimizer ms"], rows))
     if any(r.get("failed") for r in results):
         sys.exit("gpu_runs: schedules: a run failed (runs.log says why); the table has the others")
