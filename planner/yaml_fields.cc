@@ -20,6 +20,11 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
   }
   std::set<std::string> seen;
   for (const auto& entry : node_) {
+    // `[x]: 1` and `? {a: 1}` are keys too, to YAML; poplar's keys are names.
+    if (!entry.first.IsScalar()) {
+      throw InputError(file_, path_, "has a key that is a collection" + LineOf(entry.first) +
+                                         "; every key is a plain name");
+    }
     const std::string key = entry.first.Scalar();
     if (!seen.insert(key).second) {
       throw InputError(file_, KeyPath(key), "is given more than once" + LineOf(entry.first));
@@ -212,7 +217,7 @@ YamlFields YamlFields::Map(const std::string& key) {
 
 void YamlFields::Finish() const {
   for (const auto& entry : node_) {
-    const std::string key = entry.first.as<std::string>();
+    const std::string key = entry.first.Scalar();
     if (used_.count(key)) continue;
     throw InputError(file_, KeyPath(key), "unknown key" + LineOf(entry.first) + UnknownKeyHint(key, used_, asked_));
   }

@@ -400,6 +400,18 @@ TEST(ClusterFile, RejectsMergeKeysByName) {
   EXPECT_TRUE(Contains(merged.reason(), "YAML merge keys are not supported")) << merged.reason();
 }
 
+// YAML allows a collection as a key (`[x]: 1`, `? {a: 1}`); yaml-cpp's conversion of
+// one to a name threw its own "bad conversion", an internal error.
+TEST(ClusterFile, RejectsAKeyThatIsACollectionByWhereItIs) {
+  const InputError top = ParseError(std::string(kValidCluster) + "[x]: 1\n");
+  EXPECT_EQ(top.key(), "");
+  EXPECT_TRUE(ContainsAll(top.reason(), {"has a key that is a collection", "line 20", "plain name"})) << top.reason();
+  const InputError nested = ParseError(ValidWith("  intra_node: {bandwidth_gbps: 2400, latency_us: 5}\n",
+                                                 "  intra_node: {bandwidth_gbps: 2400, latency_us: 5, ? {a: 1}: 2}\n"));
+  EXPECT_EQ(nested.key(), "network.intra_node");
+  EXPECT_TRUE(Contains(nested.reason(), "has a key that is a collection")) << nested.reason();
+}
+
 // A key given no value is said to be so, once, with its line: it read "is required
 // (line 3) (line 4)", even for an optional key.
 TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
