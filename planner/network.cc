@@ -13,6 +13,7 @@ namespace {
 
 constexpr const char* kFormat = "poplar-network/1";
 constexpr double kBitsPerByte = 8.0;
+constexpr double kMostPointBytes = 1e15;  // a collective of a petabyte: beyond any payload measured
 
 CollectiveLine RingLine(const LinkSpec& link, int ranks, double passes) {
   if (ranks <= 1) return {};
@@ -31,15 +32,20 @@ Collective RequireCollective(JsonFields& fields, const std::string& key) {
 CollectivePoint ReadPoint(JsonFields& fields) {
   CollectivePoint point;
   point.collective = RequireCollective(fields, "collective");
-  point.bytes = fields.Number("bytes");
-  if (!(point.bytes > 0)) fields.Fail("bytes", "must be a positive number of bytes");
+  // Whole bytes, up to a petabyte; 4096.0 too, as files written before 2026-11-26 have it.
+  point.bytes = fields.NumberIn("bytes", 1, kMostPointBytes, "a whole number of bytes from 1 to 10^15");
+  if (point.bytes != std::floor(point.bytes)) {
+    fields.Fail("bytes", "must be a whole number of bytes, got " + nlohmann::json(point.bytes).dump());
+  }
   point.seconds = fields.Number("seconds");
   if (!(point.seconds > 0)) fields.Fail("seconds", "must be a positive number of seconds");
   return point;
 }
 
 nlohmann::ordered_json PointToJson(const CollectivePoint& point) {
-  return {{"collective", CollectiveName(point.collective)}, {"bytes", point.bytes}, {"seconds", point.seconds}};
+  return {{"collective", CollectiveName(point.collective)},
+          {"bytes", static_cast<std::int64_t>(point.bytes)},
+          {"seconds", point.seconds}};
 }
 
 CollectivePoint ParsePoint(JsonFields fields) {

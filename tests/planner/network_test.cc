@@ -178,6 +178,27 @@ TEST(MeasurementLine, IsWhatTheWorkerWrites) {
                InputError);
 }
 
+// Bytes are whole and bounded: 1.5, 1e-320 and 2^64 were read as sizes; 4096.0, as
+// network files written before 2026-11-26 have it, still reads.
+TEST(MeasurementLine, TakesWholeBytesOnly) {
+  const auto line = [](const std::string& bytes) {
+    return R"({"collective":"all_reduce","bytes":)" + bytes + R"(,"seconds":0.001,"world_size":2,"backend":"gloo"})";
+  };
+  for (const std::string bytes : {"1.5", "1e-320", "0", "18446744073709551616"}) {
+    SCOPED_TRACE(bytes);
+    try {
+      ParseMeasurementLine(line(bytes), "rank 0");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.key(), "bytes");
+      EXPECT_NE(error.reason().find("whole number of bytes"), std::string::npos) << error.reason();
+    }
+  }
+  const MeasurementLine written = ParseMeasurementLine(line("4096.0"), "rank 0");
+  EXPECT_EQ(written.point.bytes, 4096);
+  EXPECT_EQ(MeasurementLineToJson(written)["bytes"].dump(), "4096");  // written whole again
+}
+
 // Two nodes, three devices, mixed precision; the network is measured.
 constexpr char kMeasuredCluster[] = R"(training:
   global_batch: 32
