@@ -32,24 +32,32 @@ ProfilePoint ParsePoint(JsonFields fields) {
   return point;
 }
 
-CollectiveUse ParseCollectiveUse(JsonFields fields) {
+// `most`: the most parameters one kind of collective may move in a step or round.
+CollectiveUse ParseCollectiveUse(JsonFields fields, std::int64_t most) {
   CollectiveUse use;
   use.params = fields.Integer("params");
-  if (use.params < 0) fields.Fail("params", "must be zero or a positive number of parameters");
+  if (use.params < 0 || use.params > most) {
+    fields.Fail("params", "must be a number of parameters from 0 to 4 x model.params (" + std::to_string(most) +
+                              "), got " + std::to_string(use.params));
+  }
   use.calls = static_cast<int>(fields.IntegerIn("calls", 0, 1'000'000, "a number of calls"));
   if ((use.params > 0) != (use.calls > 0)) fields.Fail("calls", "must be positive exactly when params is");
   fields.Finish();
   return use;
 }
 
-CollectiveParams ParseCollectiveParams(JsonFields fields) {
+// A stage-3 round gathers the model twice (forward and backward); 4x leaves room for the
+// padding that makes buckets divide among ranks. 2^62 made a step of twenty years.
+CollectiveParams ParseCollectiveParams(JsonFields fields, std::int64_t model_params) {
   CollectiveParams params;
-  for (const auto& [key, field] : kCollectiveParamsFields) params.*field = ParseCollectiveUse(fields.Map(key));
+  for (const auto& [key, field] : kCollectiveParamsFields) {
+    params.*field = ParseCollectiveUse(fields.Map(key), std::min(model_params, INT64_MAX / 4) * 4);
+  }
   fields.Finish();
   return params;
 }
 
-StageProfile ParseStage(JsonFields fields) {
+StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
   StageProfile stage;
   stage.stage = static_cast<int>(fields.IntegerIn("stage", 0, 3, "a ZeRO stage"));
   if (fields.Has("world_size")) {
@@ -62,7 +70,7 @@ StageProfile ParseStage(JsonFields fields) {
   stage.optimizer_step_s =
       fields.NumberIn("optimizer_step_s", 0, kMostMeasuredSeconds, "a number of seconds from 0 to 86400");
   if (fields.Has("collectives")) {
-    stage.collectives = ParseCollectiveParams(fields.Map("collectives"));
+    stage.collectives = ParseCollectiveParams(fields.Map("collectives"), model_params);
   } else {
     fields.Child("collectives");
   }
@@ -139,7 +147,7 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
   const nlohmann::json& stages = fields.List("stages", 1, "a non-empty list of stage measurements");
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const std::string key = "stages[" + std::to_string(i) + "]";
-    StageProfile stage = ParseStage(JsonFields(stages[i], file, key));
+    StageProfile stage = ParseStage(JsonFields(stages[i], file, key), profile.model.params);
     if (profile.Stage(stage.stage)) {
       fields.Fail(key + ".stage", "stage " + std::to_string(stage.stage) + " appears twice");
     }

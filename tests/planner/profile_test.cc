@@ -163,7 +163,13 @@ TEST(ProfileFile, RejectsCollectivesWithoutCallsOrWithUnknownKeys) {
   ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["all_reduce_per_step"]["calls"] = 0; },
                  "stages[0].collectives.all_reduce_per_step.calls", "positive exactly when params is");
   ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["all_gather_per_round"]["params"] = -4; },
-                 "stages[0].collectives.all_gather_per_round.params", "zero or a positive number");
+                 "stages[0].collectives.all_gather_per_round.params", "from 0 to 4 x model.params");
+  // Bounded by the model: 2^62 made a step of twenty years.
+  ExpectRejected([&](Json& j) {
+                   with_collectives(j);
+                   j["stages"][0]["collectives"]["all_reduce_per_step"]["params"] = std::int64_t{1} << 62;
+                 },
+                 "stages[0].collectives.all_reduce_per_step.params", "from 0 to 4 x model.params");
   ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"].erase("all_gather_per_step"); },
                  "stages[0].collectives.all_gather_per_step", "required");
   ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["broadcast_per_step"] = Json::object(); },
