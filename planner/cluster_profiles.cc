@@ -1,9 +1,12 @@
 #include "planner/cluster_profiles.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include "planner/input_error.h"
 #include "planner/model_config.h"
+#include "planner/spelling.h"
 
 namespace poplar {
 
@@ -16,17 +19,58 @@ void RequireProfilesFolder(const std::string& dir, const std::string& source, co
                        " (poplar profile writes one)");
 }
 
+namespace {
+
+// Where the cluster file first names `type`: "nodes[1].devices[0].type".
+std::string KeyOfType(const ClusterSpec& cluster, const std::string& type) {
+  for (std::size_t n = 0; n < cluster.nodes.size(); ++n) {
+    const auto& devices = cluster.nodes[n].devices;
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      if (devices[d].type == type) {
+        return "nodes[" + std::to_string(n) + "].devices[" + std::to_string(d) + "].type";
+      }
+    }
+  }
+  return "nodes";
+}
+
+// The device types `dir` has profiles of (its *.json files), in name order.
+std::vector<std::string> ProfiledTypes(const std::string& dir) {
+  std::vector<std::string> types;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.path().extension() == ".json") types.push_back(entry.path().stem().string());
+  }
+  std::sort(types.begin(), types.end());
+  return types;
+}
+
+// "; did you mean A100-40GB?" or what the folder has instead, for a type with no profile.
+std::string MissingProfileHint(const std::string& type, const std::string& dir) {
+  const std::vector<std::string> types = ProfiledTypes(dir);
+  if (types.empty()) return "; the folder has no profile (poplar profile writes them)";
+  const std::string near = DidYouMean(type, types);
+  if (!near.empty()) return near;
+  constexpr std::size_t kMostListed = 8;
+  std::string listed;
+  for (std::size_t i = 0; i < types.size() && i < kMostListed; ++i) listed += (i ? ", " : "") + types[i];
+  return "; the folder has profiles of " + listed + (types.size() > kMostListed ? ", ..." : "");
+}
+
+}  // namespace
+
 std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
                                                          const std::string& dir) {
   std::map<std::string, DeviceProfile> profiles;
   const DeviceProfile* first = nullptr;
   const DeviceProfile* with_config = nullptr;  // the first that records its model.config
   for (const auto& type : cluster.DeviceTypes()) {
-    const std::string path = dir + "/" + type + ".json";
+    const std::string path = (std::filesystem::path(dir) / (type + ".json")).string();
     std::error_code error;
     if (!std::filesystem::exists(path, error)) {
-      throw InputError(cluster.file, "nodes", "device type '" + type + "' has no profile (looked for " +
-                                                  path + ")");
+      throw InputError(cluster.file, KeyOfType(cluster, type),
+                       "device type '" + type + "' has no profile (looked for " + path + ")" +
+                           MissingProfileHint(type, dir));
     }
     RequireRegularFile(path);  // looked at, not opened: a pipe would wait for a writer forever
     DeviceProfile profile = LoadProfileFile(path);

@@ -613,7 +613,24 @@ TEST_F(ProfileFiles, RejectsDeviceTypeWithoutProfile) {
   const ClusterSpec cluster = Cluster();
   const InputError error = LoadError(cluster);
   EXPECT_EQ(error.file(), cluster.file);
-  EXPECT_TRUE(ContainsAll(error.reason(), {"T4-16GB", dir_ + "/T4-16GB.json"}));
+  EXPECT_EQ(error.key(), "nodes[1].devices[0].type");  // where the file names the type
+  EXPECT_TRUE(ContainsAll(error.reason(), {"T4-16GB", dir_ + "/T4-16GB.json", "the folder has profiles of A100-80GB"}))
+      << error.reason();
+}
+
+TEST_F(ProfileFiles, AMisspeltDeviceTypeIsToldTheNearestProfile) {
+  WriteProfile(SampleProfile("A100-80GB"));
+  WriteProfile(SampleProfile("T4-16GB"));
+  const ClusterSpec cluster = LoadClusterFile(Write("typo.yaml", R"(training: {global_batch: 64, precision: fp32}
+network:
+  intra_node: {bandwidth_gbps: 2400, latency_us: 5}
+nodes:
+  - name: a
+    devices: [{type: A100-80GB, count: 1}, {type: T4-16G, count: 2}]
+)"));
+  const InputError error = LoadError(cluster);
+  EXPECT_EQ(error.key(), "nodes[0].devices[1].type");
+  EXPECT_TRUE(Contains(error.reason(), "did you mean T4-16GB?")) << error.reason();
 }
 
 TEST_F(ProfileFiles, RejectsProfileForAnotherDeviceType) {
