@@ -63,6 +63,19 @@ Json ModelJson(const StageProblem& problem, const std::map<std::string, DevicePr
   return model;
 }
 
+// Each micro-batch of `rank` fits its device by the profile, or the error names it:
+// "ranks[7].micro_batches[0]: is 126, more than A100-40GB holds at stage 2 (12)".
+void RequireFits(const WorkerPlan& plan, int rank, const DeviceClass& device) {
+  const std::vector<int>& micro_batches = plan.micro_batches[rank];
+  for (std::size_t i = 0; i < micro_batches.size(); ++i) {
+    if (micro_batches[i] <= device.max_micro_batch) continue;
+    throw InputError(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(i) + "]",
+                     "is " + std::to_string(micro_batches[i]) + ", more than " + device.type + " holds at stage " +
+                         std::to_string(plan.stage) + " (" + std::to_string(device.max_micro_batch) +
+                         ", by its profile)");
+  }
+}
+
 }  // namespace
 
 Json PlacementPlanJson(const std::vector<RankSlot>& slots) {
@@ -156,7 +169,7 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
   for (int rank = 0; rank < plan.WorldSize(); ++rank) {
     const RankPlacement& planned = plan.placement[rank];
     const RankSlot& slot = slots[rank];
-    const std::string key = "ranks[" + std::to_string(rank) + "]";
+    const std::string key = plan.RankKey(rank);
     if (!planned.device_type.empty() && planned.device_type != slot.device_type) {
       throw InputError(plan.file, key + ".device_type",
                        "is " + planned.device_type + " but rank " + std::to_string(rank) + " of " + cluster.file +
@@ -182,7 +195,9 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   schedule.stage = plan.stage;
   int rank = 0;
   for (const RankSlot& slot : cluster.Ranks()) {
-    schedule.assignments.push_back({class_of.at(slot.device_type), 1, plan.micro_batches[rank++]});
+    const int device_class = class_of.at(slot.device_type);
+    RequireFits(plan, rank, problem.classes[device_class]);
+    schedule.assignments.push_back({device_class, 1, plan.micro_batches[rank++]});
   }
   if (const std::string reason = ValidateSchedule(problem, schedule); !reason.empty()) {
     throw InputError(plan.file, "ranks", "does not fit " + cluster.file + ": " + reason);

@@ -16,6 +16,11 @@ std::int64_t WorkerPlan::RankSamples(int rank) const {
   return std::accumulate(list.begin(), list.end(), std::int64_t{0});
 }
 
+std::string WorkerPlan::RankKey(int rank) const {
+  const std::size_t r = static_cast<std::size_t>(rank);
+  return "ranks[" + std::to_string(r < entry_of_rank.size() ? entry_of_rank[r] : rank) + "]";
+}
+
 std::int64_t WorkerPlan::RankOffset(int rank) const {
   std::int64_t offset = 0;
   for (int r = 0; r < rank; ++r) offset += RankSamples(r);
@@ -56,6 +61,7 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   const nlohmann::json& ranks = fields.List("ranks", 1, "a non-empty list of {rank, micro_batches}");
   plan.micro_batches.resize(ranks.size());
   plan.placement.resize(ranks.size());
+  plan.entry_of_rank.resize(ranks.size());
   std::vector<bool> seen(ranks.size(), false);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string path = "ranks[" + std::to_string(i) + "]";
@@ -64,6 +70,7 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
                                               "a rank of the plan's " + std::to_string(ranks.size()));
     if (seen[rank]) entry.Fail("rank", "rank " + std::to_string(rank) + " appears twice");
     seen[rank] = true;
+    plan.entry_of_rank[rank] = static_cast<int>(i);
     plan.placement[rank] = {entry.OptionalString("node").value_or(""), entry.OptionalString("host").value_or(""),
                             entry.OptionalString("device_type").value_or("")};
     const nlohmann::json& list = entry.List("micro_batches", 0, "a list of sizes");

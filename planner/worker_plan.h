@@ -38,6 +38,9 @@ struct WorkerPlan {
   std::int64_t global_batch = 0;
   std::vector<std::vector<int>> micro_batches;  // [rank] -> sizes in order
   std::vector<RankPlacement> placement;         // [rank]
+  // [rank] -> its entry's index in the file's `ranks` list, which need not be in rank
+  // order; empty for a plan not read from a file.
+  std::vector<int> entry_of_rank;
   // The model `poplar plan` planned for (`model.params`, `model.precision`); absent
   // from a hand-written plan. The worker ignores them; the head checks them against
   // the job (RequirePlanForCluster), since micro-batches sized for another model's
@@ -52,6 +55,8 @@ struct WorkerPlan {
   // among ranks in rank order.
   std::int64_t RankOffset(int rank) const;
   int Rounds() const;  // stages 2-3: entries per rank
+  // The key of rank `rank`'s entry in the file, for errors: "ranks[3]".
+  std::string RankKey(int rank) const;
 };
 
 // Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;

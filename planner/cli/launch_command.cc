@@ -102,7 +102,7 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
   for (int rank = 0; rank < prepared.plan.WorldSize(); ++rank) {
     // A node given is the cluster's (RequirePlanForCluster); launching needs it given.
     const RankPlacement& placement = prepared.plan.placement[rank];
-    const std::string key = "ranks[" + std::to_string(rank) + "]";
+    const std::string key = prepared.plan.RankKey(rank);
     if (placement.node.empty()) {
       throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
     }

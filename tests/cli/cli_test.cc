@@ -762,15 +762,24 @@ TEST_F(Cli, LaunchRefusesAPlanWhoseMicroBatchesTheDevicesCannotHold) {
   plan["ranks"][0]["micro_batches"] = rank0;
   plan["ranks"][4]["micro_batches"] = rank4;
   const std::string edited = Write("edited.json", plan.dump(2));
+  // The error names the entry, which is where the rank stands in the file's list.
+  Json reversed = plan;
+  std::reverse(reversed["ranks"].begin(), reversed["ranks"].end());
+  const std::string edited_reversed = Write("edited-reversed.json", reversed.dump(2));
+  const std::string rank4_reversed = "ranks[" + std::to_string(plan["ranks"].size() - 5) + "]";
   const std::string run_dir = work_ + "/run";
-  for (std::vector<std::string> command : {std::vector<std::string>{"launch", cluster, "--run-dir", run_dir},
-                                           std::vector<std::string>{"simulate", cluster}}) {
-    SCOPED_TRACE(command[0]);
-    command.insert(command.end(), {"--plan", edited});
-    const Outcome run = Poplar(command);
-    EXPECT_EQ(run.exit_code, 1);
-    EXPECT_TRUE(IsOneLine(run.err)) << run.err;
-    EXPECT_TRUE(ContainsAll(run.err, {edited + ": ranks: does not fit", std::to_string(total - 1)})) << run.err;
+  for (const auto& [file, key] : {std::pair{edited, std::string("ranks[4]")}, std::pair{edited_reversed, rank4_reversed}}) {
+    for (std::vector<std::string> command : {std::vector<std::string>{"launch", cluster, "--run-dir", run_dir},
+                                             std::vector<std::string>{"simulate", cluster}}) {
+      SCOPED_TRACE(command[0] + " " + file);
+      command.insert(command.end(), {"--plan", file});
+      const Outcome run = Poplar(command);
+      EXPECT_EQ(run.exit_code, 1);
+      EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+      EXPECT_TRUE(ContainsAll(run.err, {file + ": " + key + ".micro_batches[0]: is " + std::to_string(total - 1),
+                                        "more than T4-16GB holds at stage"}))
+          << run.err;
+    }
   }
   EXPECT_FALSE(Exists(run_dir));
 }
