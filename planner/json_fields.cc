@@ -121,6 +121,7 @@ const nlohmann::json& JsonFields::Child(const std::string& key) {
 
 const nlohmann::json& JsonFields::Required(const std::string& key) {
   const nlohmann::json& child = Child(key);
+  if (child.is_null() && node_.contains(key)) Fail(key, "is null; it needs a value");
   if (child.is_null()) {
     std::vector<std::string> others;  // as YamlFields::Required: a misspelt key is named
     for (const auto& [other, value] : node_.items()) {

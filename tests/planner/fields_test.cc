@@ -81,6 +81,14 @@ TEST(Fields, ARequiredKeyThatIsMissingNamesAMisspeltOne) {
   EXPECT_FALSE(Contains(ErrorOf([&] { point.Integer("compute_s"); }), "misspelling"));
 }
 
+// A key given as null is there, and is said to be null: it read "is required; found
+// 'stages': a misspelling?" in a plan that has both `stage` and `stages`.
+TEST(JsonFields, ARequiredKeyGivenAsNullIsSaidToBeNull) {
+  const nlohmann::json json = ParseJsonObject(R"({"stage": null, "stages": []})", "plan.json");
+  JsonFields plan(json, "plan.json", "");
+  EXPECT_EQ(ErrorOf([&] { plan.Integer("stage"); }), "plan.json: stage: is null; it needs a value");
+}
+
 // yaml-cpp reads a leading zero as octal (0127 was 87 in a plan) and 0x80 as hex.
 TEST(YamlFields, IntegersAreDecimal) {
   const YAML::Node node = ParseYamlDocument("octal: 0127\nhex: 0x80\nzero: 0\nsigned: -12\nplus: +3\n", "c.yaml");
