@@ -7,6 +7,7 @@
 
 #include "planner/host_port.h"
 #include "planner/input_error.h"
+#include "planner/profile.h"
 #include "planner/text_file.h"
 #include "planner/yaml_fields.h"
 
@@ -30,11 +31,8 @@ std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std
 EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
   EmulatedDeviceSpec device;
   device.type = fields.String("type");
-  // The rule cluster files apply to a device type (it names the profile <type>.json):
-  // a type the head refuses could never be used.
-  if (!IsPlainFileName(device.type) || device.type.find_first_of(" \t") != std::string::npos) {
-    fields.Fail("type", "must be a plain name without '/' or spaces, and not . or .., got '" + device.type + "'");
-  }
+  // The rule cluster files apply: a type the head refuses could never be used.
+  if (const std::string problem = DeviceTypeProblem(device.type); !problem.empty()) fields.Fail("type", problem);
   if (fields.Has("count")) {
     device.count = static_cast<int>(fields.IntegerIn("count", 1, 1024, "a number of devices"));
   }

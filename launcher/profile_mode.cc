@@ -189,9 +189,8 @@ StageProfile Summarize(const StageSamples& samples) {
 void Profile(const ProfileOptions& options) {
   // Checked before measuring, which takes minutes: where the file goes, and its name.
   RequireOutputApart(options.output, {{options.model_config, "the model configuration (--model-config)"}}, "--output");
-  if (!IsPlainFileName(options.device_type)) {
-    throw InputError("--device-type", "", "must be a plain name (a cluster file's profiles folder holds it as "
-                                          "<type>.json), got '" + options.device_type + "'");
+  if (const std::string problem = DeviceTypeProblem(options.device_type); !problem.empty()) {
+    throw InputError("--device-type", "", problem);
   }
   const GptConfig config = LoadModelConfig(options.model_config);
   const torch::Device device = SetUpDevice(options.device, 0);

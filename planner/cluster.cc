@@ -6,6 +6,7 @@
 
 #include "planner/host_port.h"
 #include "planner/input_error.h"
+#include "planner/profile.h"
 #include "planner/text_file.h"
 #include "planner/training_limits.h"
 #include "planner/yaml_fields.h"
@@ -44,9 +45,7 @@ void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
 DeviceGroupSpec ParseDeviceGroup(YamlFields fields) {
   DeviceGroupSpec group;
   group.type = fields.String("type");
-  if (!IsPlainFileName(group.type)) {
-    fields.Fail("type", "must be a plain name (it names the profile file <type>.json)");
-  }
+  if (const std::string problem = DeviceTypeProblem(group.type); !problem.empty()) fields.Fail("type", problem);
   group.count = static_cast<int>(fields.IntegerIn("count", 1, 1'000'000, "a number of devices"));
   fields.Finish();
   return group;

@@ -14,11 +14,18 @@
 
 namespace poplar {
 
+// `text` as an error message may quote it: control characters and bytes beyond ASCII
+// escaped (\n, \x1b, \xff), so that a message stays one line of valid text that a
+// terminal prints as such, and clipped to its first 60 characters when longer than 80
+// ("xxx... (100000 characters)").
+std::string Printable(const std::string& text);
+
 class InputError : public std::runtime_error {
  public:
   // `file` is a path or a flag name ("--params"); `key` is a dotted path inside the
   // file ("training.global_batch", "stages[2].points[0].compute_s"), empty when the
-  // reason concerns the whole file.
+  // reason concerns the whole file. what() joins them with ": ", control characters
+  // escaped (every message is one line).
   InputError(std::string file, std::string key, std::string reason);
 
   const std::string& file() const { return file_; }

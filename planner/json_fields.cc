@@ -7,6 +7,7 @@
 
 #include "planner/input_error.h"
 #include "planner/spelling.h"
+#include "planner/text_file.h"
 
 namespace poplar {
 namespace {
@@ -18,9 +19,9 @@ const nlohmann::json& Null() {
 
 // How a value is named in an error: the string "4", '4.5', true, a collection.
 std::string Shown(const nlohmann::json& value) {
-  if (value.is_string()) return "the string \"" + value.get<std::string>() + "\"";
+  if (value.is_string()) return "the string \"" + Printable(value.get<std::string>()) + "\"";
   if (value.is_structured()) return "a collection";
-  return "'" + value.dump() + "'";
+  return "'" + Printable(value.dump()) + "'";
 }
 
 }  // namespace
@@ -32,6 +33,7 @@ std::string Hex64Text(std::uint64_t value) {
 }
 
 nlohmann::json ParseJsonObject(const std::string& text, const std::string& file) {
+  RequireNoNulByte(text, file);
   // The objects and lists being read, outermost first, each with where it has got to,
   // so that a repeated key is named by its whole path ("ranks[1].rank").
   struct Open {

@@ -1,11 +1,12 @@
 #include "planner/profile.h"
 
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
 #include "planner/input_error.h"
-#include "planner/text_file.h"
 #include "planner/json_fields.h"
+#include "planner/text_file.h"
 #include "planner/worker_plan.h"
 
 namespace poplar {
@@ -125,6 +126,17 @@ const StageProfile* DeviceProfile::Stage(int stage) const {
     if (entry.stage == stage) return &entry;
   }
   return nullptr;
+}
+
+std::string DeviceTypeProblem(const std::string& type) {
+  // Letters, digits and ASCII punctuation: JSON files hold it as UTF-8 (a byte 0xff
+  // failed the profile's write after minutes of measuring).
+  const bool plain = IsPlainFileName(type) && std::all_of(type.begin(), type.end(), [](char c) {
+                       return c > ' ' && c <= '~';
+                     });
+  if (plain) return "";
+  return "must be a plain name of ASCII letters, digits and punctuation without '/', not . or .. (it names "
+         "the profile file <type>.json), got '" + Printable(type) + "'";
 }
 
 DeviceProfile ParseProfileJson(const std::string& text, const std::string& file) {

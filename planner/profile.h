@@ -99,6 +99,12 @@ struct DeviceProfile {
 };
 
 // Parses and validates JSON text; `file` names the source in errors. Throws InputError.
+// A device type names its profile, <type>.json, in a profiles folder, and is shown in
+// tables and messages: ASCII letters, digits and punctuation (no spaces), no '/', and
+// not "." or "..". Returns "" for such a name, else the reason to give (cluster files,
+// agent files and `poplar-worker profile --device-type` apply this one rule).
+std::string DeviceTypeProblem(const std::string& type);
+
 DeviceProfile ParseProfileJson(const std::string& text, const std::string& file);
 DeviceProfile LoadProfileFile(const std::string& path);
 // The JSON text of a profile, as ParseProfileJson reads it back.

@@ -4,11 +4,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "planner/input_error.h"
@@ -46,20 +45,44 @@ std::string Trimmed(const std::string& text) {
 }
 
 std::string ReadTextFile(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ignored;
-  const fs::file_status status = fs::status(path, ignored);
-  if (fs::is_directory(status)) throw InputError(path, "", "cannot read: is a folder, not a file");
-  // Pipes are read (process substitution: <(...)); a device such as /dev/zero never ends.
-  if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status)) {
-    throw InputError(path, "", "cannot read: not a regular file (a device or a socket)");
+  // Opened without waiting: a named pipe no program writes to would block open() for
+  // ever (no --timeout reaches it). A pipe is then read to its end, as process
+  // substitution (<(...)) gives one; one with no writer ends at once, empty.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
+  struct stat status {};
+  const bool statted = ::fstat(fd, &status) == 0;
+  const auto fail = [&](const std::string& reason) {
+    ::close(fd);
+    throw InputError(path, "", reason);
+  };
+  if (!statted) fail(std::string("cannot read: ") + std::strerror(errno));
+  if (S_ISDIR(status.st_mode)) fail("cannot read: is a folder, not a file");
+  // A device such as /dev/zero never ends.
+  if (!S_ISREG(status.st_mode) && !S_ISFIFO(status.st_mode)) {
+    fail("cannot read: not a regular file (a device or a socket)");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) throw InputError(path, "", "read failed");
-  return contents.str();
+  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+    fail(std::string("cannot read: ") + std::strerror(errno));
+  }
+  std::string contents;
+  if (S_ISREG(status.st_mode)) contents.reserve(static_cast<std::size_t>(status.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got == 0) break;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail(std::string("read failed: ") + std::strerror(errno));
+    contents.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(fd);
+  return contents;
+}
+
+void RequireNoNulByte(const std::string& text, const std::string& file) {
+  if (const auto at = text.find('\0'); at != std::string::npos) {
+    throw InputError(file, "", "holds a NUL byte (at byte " + std::to_string(at) + "): not a text file");
+  }
 }
 
 void RequireRegularFile(const std::string& path) {
@@ -83,13 +106,25 @@ void WriteFileAtomically(const std::string& named, std::string_view contents) {
   const std::string path = WriteTarget(named);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
   {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.flush();
-    if (!out) {
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
+    // The system's reason stays with the failure: "No space left on device", "File too large".
+    std::size_t written = 0;
+    while (written < contents.size()) {
+      const ssize_t wrote = ::write(fd, contents.data() + written, contents.size() - written);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) {
+        const std::string reason = wrote < 0 ? std::strerror(errno) : "nothing was written";
+        ::close(fd);
+        std::remove(temporary.c_str());
+        throw InputError(path, "", "write failed: " + reason);
+      }
+      written += static_cast<std::size_t>(wrote);
+    }
+    if (::close(fd) != 0) {
+      const std::string reason = std::strerror(errno);
       std::remove(temporary.c_str());
-      throw InputError(path, "", "write failed");
+      throw InputError(path, "", "write failed: " + reason);
     }
   }
   try {
@@ -180,6 +215,20 @@ bool SamePath(const std::string& a, const std::string& b) {
     return full;
   };
   return normal(a) == normal(b);
+}
+
+bool IsWithin(const std::string& path, const std::string& folder) {
+  const auto normal = [](const std::string& p) {
+    std::error_code ignored;
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(p), ignored).lexically_normal();
+  };
+  const std::filesystem::path inner = normal(path), outer = normal(folder);
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // "folder/"'s trailing empty component
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
 }
 
 namespace {

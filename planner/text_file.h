@@ -10,7 +10,12 @@
 
 namespace poplar {
 
+// The whole of `path` (a regular file, or a pipe read to its end); throws InputError
+// naming it otherwise. Never waits for a writer to open a named pipe.
 std::string ReadTextFile(const std::string& path);
+// Throws InputError naming `file` if `text` holds a NUL byte, which no JSON or YAML
+// document does (a parser may stop there and take what came before for the whole).
+void RequireNoNulByte(const std::string& text, const std::string& file);
 // Throws InputError naming `path` when it exists but is not a regular file (a folder, a
 // pipe, a device), without opening it: files poplar finds by name in a folder (profiles,
 // checkpoints) are never pipes, and opening one would wait for a writer forever. A
@@ -53,6 +58,9 @@ void RequireWritableFolder(const std::string& folder, const std::string& flag);
 // Whether `a` and `b` name the same file or folder: by any path or link when both exist,
 // by their absolute, normalised paths otherwise (an output not yet written).
 bool SamePath(const std::string& a, const std::string& b);
+// Whether `path` is `folder` or lies inside it, by their absolute, normal forms (links
+// in the part that exists resolved; a hard link from elsewhere is not seen).
+bool IsWithin(const std::string& path, const std::string& folder);
 // A file a command reads, and what it is to the user ("the cluster file", "job.model").
 struct InputFile {
   std::string path;

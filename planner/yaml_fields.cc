@@ -9,6 +9,7 @@
 
 #include "planner/input_error.h"
 #include "planner/spelling.h"
+#include "planner/text_file.h"
 
 namespace poplar {
 
@@ -47,9 +48,9 @@ bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag(
 
 std::string Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
-  if (node.Tag() == "!") return "the string \"" + node.Scalar() + "\"";
-  if (node.Tag() != "?") return "'" + node.Scalar() + "' tagged " + node.Tag();
-  return "'" + node.Scalar() + "'";
+  if (node.Tag() == "!") return "the string \"" + Printable(node.Scalar()) + "\"";
+  if (node.Tag() != "?") return "'" + Printable(node.Scalar()) + "' tagged " + Printable(node.Tag());
+  return "'" + Printable(node.Scalar()) + "'";
 }
 
 // A bound as a user would write it: 0.001, 1000000 (no trailing zeros, no exponent
@@ -63,6 +64,7 @@ std::string Written(double value) {
 }  // namespace
 
 YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
+  RequireNoNulByte(text, file);
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(text);

@@ -77,6 +77,21 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   const ProcessOutcome type = RunProcess(options, scratch.path());
   EXPECT_EQ(type.exit_code, 1);
   EXPECT_TRUE(ContainsAll(type.err, {"--device-type", "plain name", "'../up'"})) << type.err;
+  // Nor a type a JSON file cannot hold, or a table shows as two words: it once failed
+  // only at the write, after the measuring.
+  for (const std::string bad : {"\xff\xfe", "a b"}) {
+    options.argv.back() = bad;
+    const ProcessOutcome refused = RunProcess(options, scratch.path());
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_TRUE(ContainsAll(refused.err, {"--device-type", "plain name of ASCII"})) << refused.err;
+    EXPECT_FALSE(Contains(refused.err, "pass 1")) << "nothing was measured";
+  }
+  // A stage given twice would be written twice, a profile the planner refuses.
+  options.argv.back() = "cpu";
+  options.argv.insert(options.argv.end(), {"--stage", "0", "--stage", "0"});
+  const ProcessOutcome twice = RunProcess(options, scratch.path());
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_TRUE(Contains(twice.err, "--stage: stage 0 is given twice")) << twice.err;
   // Nor may the profile replace the model configuration it reads (it once did, exit 0).
   const std::string model = ReadWholeFile(scratch.path() + "/model.json");
   const ProcessOutcome over = RunProfile(scratch, kCap, scratch.path() + "/model.json");

@@ -653,11 +653,25 @@ TEST(ClusterFile, RejectsMissingDeviceType) {
 
 TEST(ClusterFile, RejectsDeviceTypeThatIsNotAPlainName) {
   // The type names the profile file <type>.json, so it must not leave the folder.
-  for (const std::string type : {"gpus/T4-16GB", "../../etc/passwd", "..", "."}) {
+  // Nor hold what would break a message or a table: spaces, a newline, a terminal escape
+  // (YAML's "\n" and "\e" in double quotes).
+  for (const std::string type : {"gpus/T4-16GB", "../../etc/passwd", "..", ".", "T4 16GB", " T4-16GB", "T4-16GB\\n",
+                                 "\\e[31mT4"}) {
     SCOPED_TRACE(type);
     ExpectRejected(ValidWith("type: T4-16GB", "type: \"" + type + "\""), "nodes[1].devices[0].type",
                    "must be a plain name");
   }
+}
+
+// Every message is one line a terminal prints as text, however long or strange the
+// value it quotes.
+TEST(ClusterFile, AQuotedValueIsEscapedAndClipped) {
+  const InputError escaped = ParseError(ValidWith("type: T4-16GB", "type: \"T4\\n\\e[2J\""));
+  EXPECT_EQ(std::string(escaped.what()).find_first_of("\n\x1b"), std::string::npos) << escaped.what();
+  EXPECT_TRUE(Contains(escaped.what(), "'T4\\n\\x1b[2J'")) << escaped.what();
+  const InputError clipped = ParseError(ValidWith("global_batch: 512", "global_batch: " + std::string(100000, 'x')));
+  EXPECT_LT(std::string(clipped.what()).size(), 300u) << clipped.what();
+  EXPECT_TRUE(Contains(clipped.what(), "... (100000 characters)")) << clipped.what();
 }
 
 TEST(ClusterFile, RejectsDuplicateNodeName) {

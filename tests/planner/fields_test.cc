@@ -35,10 +35,21 @@ TEST(ParseJsonObject, NamesARepeatedKeyByItsWholePath) {
 // A file that is not JSON text (UTF-16, binary) is refused without its bytes reaching
 // the terminal: what the parser quotes is escaped.
 TEST(ParseJsonObject, QuotesNoRawBytes) {
-  const std::string error = ErrorOf([] { ParseJsonObject(std::string("\xff\xfe{\0\"\0", 5), "f.json"); });
+  const std::string error = ErrorOf([] { ParseJsonObject(std::string("\xff\xfe{\"", 4), "f.json"); });
   EXPECT_TRUE(Contains(error, "f.json: not valid JSON")) << error;
   EXPECT_TRUE(Contains(error, "\\xff")) << error;
   for (const unsigned char c : error) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int{c} << " in " << error;
+}
+
+// A NUL byte is no JSON's or YAML's (a UTF-16 file has one in every other byte); the
+// JSON reader once took `{...}\0garbage` for its first part.
+TEST(ParseJsonObject, ANulByteIsRefusedWhereverItIs) {
+  const std::string utf16 = ErrorOf([] { ParseJsonObject(std::string("\xff\xfe{\0\"\0", 5), "f.json"); });
+  EXPECT_EQ(utf16, "f.json: holds a NUL byte (at byte 3): not a text file");
+  const std::string trailing = ErrorOf([] { ParseJsonObject(std::string("{\"a\": 1}\0garbage", 16), "f.json"); });
+  EXPECT_EQ(trailing, "f.json: holds a NUL byte (at byte 8): not a text file");
+  EXPECT_EQ(ErrorOf([] { ParseYamlDocument(std::string("a: 1\n\0b: 2\n", 12), "c.yaml"); }),
+            "c.yaml: holds a NUL byte (at byte 5): not a text file");
 }
 
 TEST(JsonFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLarge) {

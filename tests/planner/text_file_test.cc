@@ -89,6 +89,16 @@ TEST(ReadTextFile, RefusesDevices) {
   }
 }
 
+// A named pipe that no program writes to reads as empty, at once: open() once waited
+// for a writer for ever, beyond any --timeout. (A pipe with a writer, as <(...) gives,
+// is read to its end: poplar plan <(cat cluster.yaml) works.)
+TEST(ReadTextFile, ANamedPipeWithoutAWriterReadsAsEmptyAtOnce) {
+  ScratchDir scratch("poplar_text_file");
+  const std::string fifo = scratch.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ReadTextFile(fifo), "");
+}
+
 TEST(FolderEntries, ListsFilesAndFoldersAndNeverThrows) {
   ScratchDir dir("text-file");
   WriteFileAtomically(dir.path() + "/a.json", "{}");
