@@ -195,6 +195,11 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
   UseClassicStoreServer(store_options, 0);
+  // A MASTER_ADDR that names no machine was found out only at --timeout, in c10d's words.
+  if (const std::string problem = UnresolvableHostProblem(env.master_addr); !problem.empty()) {
+    throw InputError("environment MASTER_ADDR", "", "'" + Printable(env.master_addr) + "' names no machine (" +
+                                                        problem + ")");
+  }
   // Rank 0 hosts the store on every address of its machine and joins it through
   // MASTER_ADDR: another machine's address would reach whatever listens there, or no one.
   if (rank_ == 0 && !CouldBeThisMachine(env.master_addr)) {

@@ -29,16 +29,30 @@ namespace {
 // the end of the buffer, crashing the worker or training on whatever lay beyond.
 void RequireWithinStorage(const torch::Tensor& tensor, const std::string& path, const std::string& name) {
   if (tensor.numel() == 0) return;
+  const std::int64_t held = static_cast<std::int64_t>(tensor.storage().nbytes());
+  const auto damaged = [&](const std::string& what) {
+    throw InputError(path, name, what + " (a damaged or truncated file)");
+  };
+  if (tensor.storage_offset() < 0) damaged("has a negative storage offset");
+  // The last element's byte end, in arithmetic that cannot wrap: a crafted stride of
+  // 2^60 or offset of 2^61 once overflowed this sum past the check, and the copy crashed.
   std::int64_t last = tensor.storage_offset();
   for (std::int64_t d = 0; d < tensor.dim(); ++d) {
-    if (tensor.stride(d) < 0) throw InputError(path, name, "has a negative stride (a damaged file)");
-    last += (tensor.size(d) - 1) * tensor.stride(d);
+    if (tensor.stride(d) < 0) damaged("has a negative stride");
+    std::int64_t reach = 0;
+    if (__builtin_mul_overflow(tensor.size(d) - 1, tensor.stride(d), &reach) ||
+        __builtin_add_overflow(last, reach, &last)) {
+      damaged("reaches beyond any storage (its strides or offset overflow)");
+    }
   }
-  const std::int64_t needed = (last + 1) * static_cast<std::int64_t>(tensor.element_size());
-  const std::int64_t held = static_cast<std::int64_t>(tensor.storage().nbytes());
-  if (tensor.storage_offset() < 0 || needed > held) {
-    throw InputError(path, name, "needs " + std::to_string(needed) + " bytes of data but the file holds " +
-                                     std::to_string(held) + " for it (a damaged or truncated file)");
+  std::int64_t needed = 0;
+  if (__builtin_add_overflow(last, 1, &needed) ||
+      __builtin_mul_overflow(needed, static_cast<std::int64_t>(tensor.element_size()), &needed)) {
+    damaged("reaches beyond any storage (its strides or offset overflow)");
+  }
+  if (needed > held) {
+    damaged("needs " + std::to_string(needed) + " bytes of data but the file holds " + std::to_string(held) +
+            " for it");
   }
 }
 

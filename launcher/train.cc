@@ -98,6 +98,20 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
       }
     }
   }
+  // The checkpoint folders hold what the checkpoints write: a file inside one would be
+  // replaced by a step folder or `latest`, deleted by --keep-checkpoints, or corrupt
+  // the checkpoint --resume reads.
+  for (std::size_t i = 0; i + 1 < outputs.size(); ++i) {  // --save and --metrics
+    const auto& [flag, path] = outputs[i];
+    if (path.empty()) continue;
+    for (const auto& [folder_flag, folder] : {std::pair{"--checkpoint-dir", options.checkpoint_dir},
+                                              std::pair{"--resume", options.resume}}) {
+      if (!folder.empty() && IsWithin(path, folder)) {
+        throw InputError(flag, "", path + " is inside " + folder_flag + " " + folder +
+                                       ", which holds the checkpoints alone; write it elsewhere");
+      }
+    }
+  }
   if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
   if (!metrics.empty()) {
     RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do

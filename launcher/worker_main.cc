@@ -4,6 +4,7 @@
 // caught by RunApp and becomes one line on stderr naming the rank, and a non-zero exit:
 //   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
 #include <chrono>
+#include <cstdint>
 #include <csignal>
 #include <cstdlib>
 #include <exception>
@@ -37,7 +38,10 @@ using poplar::NumberWhere;
 const CLI::Validator kBelowOne = NumberWhere([](double v) { return v >= 0 && v < 1; }, "a number in [0, 1)");
 const CLI::Validator kPositive = NumberWhere([](double v) { return v > 0; }, "a positive number");
 const CLI::Validator kZeroOrMore = NumberWhere([](double v) { return v >= 0; }, "zero or a positive number");
-const CLI::Validator kCount = NumberWhere([](double v) { return v >= 0; }, "a whole number, 0 or more", true);
+// Counts of steps or samples, as --steps is bounded (2^40): a larger number once became
+// INT64_MAX silently ("9223372036854775807 is more than the 548 samples").
+const CLI::Validator kCount = poplar::WholeNumberIn(0, std::int64_t{1} << 40);
+const CLI::Validator kBytes = poplar::WholeNumberIn(0, std::int64_t{1} << 50);  // up to a pebibyte
 const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <= 1000; }, "a factor from 1 to 1000");
 
 // The device flags, alike in every mode (launcher/device_flags.h). `cuda` says what a
@@ -48,7 +52,7 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
   command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")->check(poplar::WholeNumberIn(0, 1024));
   command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(kSlowdown);
   // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
-  command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kCount);
+  command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kBytes);
 }
 
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
@@ -107,7 +111,10 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->capture_default_str()
       ->needs(eval_data);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
-  train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init")->capture_default_str();
+  // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 initialised as 1 did.
+  train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init (0 to 2^32-1)")
+      ->check(poplar::WholeNumberIn(0, (std::int64_t{1} << 32) - 1))
+      ->capture_default_str();
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(poplar::WholeNumberIn(1, 86400))->capture_default_str();
   train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(NumberWhere([](double v) { return v >= 0 && v <= 4096; }, "a number of MiB from 0 to 4096"))->capture_default_str();
   train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(kCount)->capture_default_str();
@@ -117,14 +124,24 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
 void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   CLI::App* profile = app.add_subcommand("profile", "Measure one device per ZeRO stage; write a profile file");
   profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
-  profile->add_option("-o,--output", o.output, "Profile file to write")->required();
+  profile->add_option("-o,--output", o.output, "Profile file to write")->required()->check(poplar::NotEmpty());
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
   AddDeviceFlags(profile, o.device, "the first visible GPU");
   profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(poplar::WholeNumberIn(0, 3))->capture_default_str();
   profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(poplar::WholeNumberIn(1, 100))->capture_default_str();
   profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(poplar::WholeNumberIn(1, 1 << 20))->capture_default_str();
-  profile->callback([&o] { poplar::Profile(o); });
+  profile->callback([&o] {
+    // Measured twice, a stage would be written twice, and the planner refuses that file.
+    for (std::size_t i = 0; i < o.stages.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if (o.stages[i] == o.stages[j]) {
+          throw CLI::ValidationError("--stage", "stage " + std::to_string(o.stages[i]) + " is given twice");
+        }
+      }
+    }
+    poplar::Profile(o);
+  });
 }
 
 void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {

@@ -22,6 +22,18 @@ std::string HostPortProblem(const std::string& address, int least_port) {
   return "";
 }
 
+std::string UnresolvableHostProblem(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int error = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  // EAI_AGAIN (a resolver not answering now) is left to the connection's retries.
+  if (error == EAI_NONAME || error == EAI_FAIL) return gai_strerror(error);
+  return "";
+}
+
 bool CouldBeThisMachine(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -16,4 +16,9 @@ std::string HostPortProblem(const std::string& address, int least_port);
 // otherwise, also when it does not resolve (the caller's connection says why).
 bool CouldBeThisMachine(const std::string& host);
 
+// Why `host` names no machine ("" when it resolves, or when the resolver failed for a
+// while only, which a later try may not): "no such host" for a name the resolver knows
+// no address of, or an address that is none ("999.1.1.1", "127.0.0.1 ").
+std::string UnresolvableHostProblem(const std::string& host);
+
 }  // namespace poplar

@@ -99,7 +99,7 @@ CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& wh
 }
 
 CLI::Validator WholeNumberIn(std::int64_t low, std::int64_t high) {
-  // Doubles hold every bound used (at most 2^40) exactly.
+  // Doubles hold every bound used (at most 2^50) exactly.
   return NumberWhere([low, high](double v) { return v >= low && v <= high; },
                      "a whole number from " + std::to_string(low) + " to " + std::to_string(high), true);
 }

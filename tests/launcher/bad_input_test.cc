@@ -133,6 +133,23 @@ TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   }
 }
 
+// Counts beyond --steps' bound (2^40) once became INT64_MAX silently, and seeds beyond
+// 32 bits the seed's low 32 bits (2^32 + 1 initialised as 1).
+TEST_F(WorkerBadInput, CountsAndSeedsBeyondTheirRangeAreUsageErrors) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const std::string tokens = scratch_.path() + "/tokens.bin";
+  for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--eval-data", tokens, "--eval-samples", "99999999999999999999"}, "--eval-samples: must be a whole number from 0 to 1099511627776"},
+           {{"--warmup-steps", "1099511627777"}, "--warmup-steps: must be a whole number from 0 to 1099511627776"},
+           {{"--memory-bytes", "1e300"}, "--memory-bytes: must be a whole number from 0 to 1125899906842624"},
+           {{"--seed", "4294967297"}, "--seed: must be a whole number from 0 to 4294967295"},
+           {{"--seed", "-1"}, "--seed: must be a whole number from 0 to 4294967295"}}) {
+    const JobOutcome job = RunJob(scratch_, 1, Args(plan, flags));
+    EXPECT_EQ(job.exit_codes[0], 2) << flags[0] << ": " << job.Describe();
+    EXPECT_TRUE(Contains(job.errors[0], expected)) << job.errors[0];
+  }
+}
+
 // A learning-rate schedule that would change nothing, or leave no step to decay over,
 // is named by the flag that set it, before the rendezvous.
 TEST_F(WorkerBadInput, ScheduleFlagsThatChangeNothingOrLeaveNoDecayAreNamed) {
@@ -191,7 +208,12 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
       // One output another's: the state dict would replace the metrics, or meet the
       // checkpoint folder only after the training.
       {{"--save", metrics}, {"--save", metrics + " is also --metrics; each output needs a path of its own"}},
-      {{"--checkpoint-dir", "ck", "--save", "ck/"}, {"--save", "ck/ is also --checkpoint-dir"}}};
+      {{"--checkpoint-dir", "ck", "--save", "ck/"}, {"--save", "ck/ is also --checkpoint-dir"}},
+      // Nor inside the checkpoint folder, whose `latest`, step folders and pruning would
+      // replace or delete it (exit 0, the model lost).
+      {{"--checkpoint-dir", "ck", "--save", "ck/latest"}, {"--save", "ck/latest is inside --checkpoint-dir ck"}},
+      {{"--metrics", "ck/.poplar.lock", "--checkpoint-dir", "ck"},
+       {"--metrics", "ck/.poplar.lock is inside --checkpoint-dir ck, which holds the checkpoints alone"}}};
   for (const auto& [flags, words] : cases) {
     std::vector<std::string> extra = flags;
     if (flags[0] != "--metrics") extra.insert(extra.end(), {"--metrics", metrics});

@@ -702,6 +702,25 @@ TEST_F(Resume, AResumedRunKeepsTheCheckpointItWentOnFrom) {
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000005\n");
 }
 
+// The checkpoint --resume reads is an input: a --save or --metrics inside it would
+// overwrite a step's weights or meta.json (exit 0; the next resume differed or failed).
+TEST_F(Resume, AnOutputInsideTheCheckpointItResumesFromIsRefused) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  const std::string step = checkpoints + "/step-00000002";
+  const std::string weights_before = ReadWholeFile(step + "/model.pt");
+  for (const auto& [flag, path] : {std::pair{"--save", step + "/model.pt"}, std::pair{"--metrics", step + "/meta.json"},
+                                   std::pair{"--save", checkpoints + "/latest"}}) {
+    SCOPED_TRACE(path);
+    const JobOutcome job = RunJob(scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints, flag, path}));
+    EXPECT_EQ(job.exit_codes[0], 1) << job.Describe();
+    EXPECT_TRUE(ContainsAll(job.errors[0], {flag, "is inside --resume " + checkpoints})) << job.errors[0];
+  }
+  EXPECT_EQ(ReadWholeFile(step + "/model.pt"), weights_before);
+  EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000002\n");
+}
+
 // A checkpoint is a state to go on from: parameters or moments that hold inf or nan (an
 // update that overflowed after a finite loss) are refused, and nothing of it is left on
 // the disk, not even its temporary folder; `latest` stays on the last good one.

@@ -53,5 +53,23 @@ TEST(StateDict, APythonFileWithARecordCutShortIsRefused) {
   }
 }
 
+// data/python_overflowing_{stride,offset}_state_dict.pt are python_tied_state_dict.pt
+// with "a"'s stride set to (2^62, 1) or its storage offset to 2^61 in data.pkl (the
+// pickle rewritten with stand-ins for torch's classes, the records as they were). The
+// bounds check's arithmetic wrapped, passed, and the copy into the model crashed.
+TEST(StateDict, AStrideOrOffsetThatOverflowsIsRefusedNotFollowed) {
+  for (const std::string name : {"stride", "offset"}) {
+    SCOPED_TRACE(name);
+    const std::string path = POPLAR_TEST_DATA_DIR "/python_overflowing_" + name + "_state_dict.pt";
+    try {
+      ReadStateDict(path);
+      ADD_FAILURE() << "read";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.key(), "a");
+      EXPECT_TRUE(Contains(error.reason(), "reaches beyond any storage")) << error.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace poplar::testing

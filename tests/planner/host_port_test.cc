@@ -21,5 +21,14 @@ TEST(CouldBeThisMachine, TellsThisMachinesAddressesFromAnothers) {
   EXPECT_TRUE(CouldBeThisMachine("no-such-host.invalid"));
 }
 
+// Every rank refuses a MASTER_ADDR that names no machine at once; it waited --timeout
+// and ended in c10d's "client socket has timed out". (A name with a space is refused by
+// the resolver itself, without asking DNS, so this holds offline.)
+TEST(UnresolvableHostProblem, SaysWhenAHostNamesNoMachine) {
+  EXPECT_EQ(UnresolvableHostProblem("127.0.0.1"), "");
+  EXPECT_EQ(UnresolvableHostProblem("localhost"), "");
+  EXPECT_NE(UnresolvableHostProblem("127.0.0.1 "), "");
+}
+
 }  // namespace
 }  // namespace poplar
