@@ -63,19 +63,6 @@ Json ModelJson(const StageProblem& problem, const std::map<std::string, DevicePr
   return model;
 }
 
-// Each micro-batch of `rank` fits its device by the profile, or the error names it:
-// "ranks[7].micro_batches[0]: is 126, more than A100-40GB holds at stage 2 (12)".
-void RequireFits(const WorkerPlan& plan, int rank, const DeviceClass& device) {
-  const std::vector<int>& micro_batches = plan.micro_batches[rank];
-  for (std::size_t i = 0; i < micro_batches.size(); ++i) {
-    if (micro_batches[i] <= device.max_micro_batch) continue;
-    throw InputError(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(i) + "]",
-                     "is " + std::to_string(micro_batches[i]) + ", more than " + device.type + " holds at stage " +
-                         std::to_string(plan.stage) + " (" + std::to_string(device.max_micro_batch) +
-                         ", by its profile)");
-  }
-}
-
 }  // namespace
 
 Json PlacementPlanJson(const std::vector<RankSlot>& slots) {
@@ -195,13 +182,15 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   schedule.stage = plan.stage;
   int rank = 0;
   for (const RankSlot& slot : cluster.Ranks()) {
-    const int device_class = class_of.at(slot.device_type);
-    RequireFits(plan, rank, problem.classes[device_class]);
-    schedule.assignments.push_back({device_class, 1, plan.micro_batches[rank++]});
+    schedule.assignments.push_back({class_of.at(slot.device_type), 1, plan.micro_batches[rank++]});
   }
-  if (const std::string reason = ValidateSchedule(problem, schedule); !reason.empty()) {
-    throw InputError(plan.file, "ranks", "does not fit " + cluster.file + ": " + reason);
+  // One assignment per rank, in rank order: a fault's assignment is its rank.
+  const ScheduleFault fault = FindScheduleFault(problem, schedule);
+  if (fault.entry >= 0) {
+    throw InputError(plan.file, plan.RankKey(fault.assignment) + ".micro_batches[" + std::to_string(fault.entry) + "]",
+                     fault.reason);
   }
+  if (!fault.reason.empty()) throw InputError(plan.file, "ranks", "does not fit " + cluster.file + ": " + fault.reason);
   return schedule;
 }
 

@@ -21,41 +21,51 @@ int Schedule::Rounds() const {
   return static_cast<int>(rounds);
 }
 
-std::string ValidateSchedule(const StageProblem& problem, const Schedule& schedule) {
-  if (schedule.stage != problem.stage) return "schedule is for another stage";
+ScheduleFault FindScheduleFault(const StageProblem& problem, const Schedule& schedule) {
+  if (schedule.stage != problem.stage) return {"schedule is for another stage"};
   std::vector<int> counts(problem.classes.size(), 0);
   const int rounds = schedule.Rounds();
-  for (const auto& assignment : schedule.assignments) {
+  for (std::size_t a = 0; a < schedule.assignments.size(); ++a) {
+    const Assignment& assignment = schedule.assignments[a];
+    const int at = static_cast<int>(a);
     if (assignment.device_class < 0 ||
         assignment.device_class >= static_cast<int>(problem.classes.size())) {
-      return "assignment names an unknown device class";
+      return {"assignment names an unknown device class", at};
     }
-    if (assignment.count <= 0) return "assignment with no devices";
+    if (assignment.count <= 0) return {"assignment with no devices", at};
     counts[assignment.device_class] += assignment.count;
     const DeviceClass& device_class = problem.classes[assignment.device_class];
-    for (int micro_batch : assignment.micro_batches) {
+    for (std::size_t m = 0; m < assignment.micro_batches.size(); ++m) {
+      const int micro_batch = assignment.micro_batches[m];
       const bool empty_round_entry = problem.RoundsSynchronised() && micro_batch == 0;
       if (!empty_round_entry && (micro_batch < 1 || micro_batch > device_class.max_micro_batch)) {
-        return "micro-batch of " + std::to_string(micro_batch) + " on " + device_class.type +
-               " (allowed 1.." + std::to_string(device_class.max_micro_batch) + ")";
+        return {"is " + std::to_string(micro_batch) + ", " +
+                    (micro_batch > device_class.max_micro_batch ? "more than " + device_class.type + " holds"
+                                                                : "no micro-batch of " + device_class.type) +
+                    " at stage " + std::to_string(problem.stage) + " (allowed 1.." +
+                    std::to_string(device_class.max_micro_batch) + ", by its profile)",
+                at, static_cast<int>(m)};
       }
     }
     if (problem.RoundsSynchronised() && static_cast<int>(assignment.micro_batches.size()) != rounds) {
-      return "stage " + std::to_string(problem.stage) +
-             " needs the same number of rounds on every device";
+      return {"stage " + std::to_string(problem.stage) + " needs the same number of rounds on every device", at};
     }
   }
   for (std::size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] != problem.classes[i].count) {
-      return "schedule covers " + std::to_string(counts[i]) + " of " +
-             std::to_string(problem.classes[i].count) + " " + problem.classes[i].type + " devices";
+      return {"schedule covers " + std::to_string(counts[i]) + " of " + std::to_string(problem.classes[i].count) +
+              " " + problem.classes[i].type + " devices"};
     }
   }
   if (schedule.TotalSamples() != problem.global_batch) {
-    return "schedule has " + std::to_string(schedule.TotalSamples()) + " samples, global batch is " +
-           std::to_string(problem.global_batch);
+    return {"schedule has " + std::to_string(schedule.TotalSamples()) + " samples, global batch is " +
+            std::to_string(problem.global_batch)};
   }
-  return "";
+  return {};
+}
+
+std::string ValidateSchedule(const StageProblem& problem, const Schedule& schedule) {
+  return FindScheduleFault(problem, schedule).reason;
 }
 
 }  // namespace poplar

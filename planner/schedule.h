@@ -34,9 +34,18 @@ struct Schedule {
   int Rounds() const;  // longest micro-batch list
 };
 
-// Empty if `schedule` is valid for `problem`, else the first reason it is not:
-// class counts, micro-batch sizes within 1..max_micro_batch (0 only as a stage 2-3
-// round entry), samples summing to the global batch, equal rounds for stages 2-3.
+// The first reason `schedule` is not valid for `problem` (empty reason: it is), and
+// where: class counts, micro-batch sizes within 1..max_micro_batch (0 only as a stage
+// 2-3 round entry), samples summing to the global batch, equal rounds for stages 2-3.
+// `assignment` and `entry` name the micro-batch at fault (-1 when no one entry is).
+struct ScheduleFault {
+  std::string reason;
+  int assignment = -1;
+  int entry = -1;
+};
+ScheduleFault FindScheduleFault(const StageProblem& problem, const Schedule& schedule);
+
+// FindScheduleFault's reason alone: empty if `schedule` is valid for `problem`.
 std::string ValidateSchedule(const StageProblem& problem, const Schedule& schedule);
 
 }  // namespace poplar
