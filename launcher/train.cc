@@ -88,8 +88,9 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   const std::string metrics = MetricsWriter::PathFor(options.metrics, rank);
   // Nor one output another's: the state dict would replace the metrics, or find the
   // checkpoint folder in its way only after the training.
-  const std::vector<std::pair<std::string, std::string>> outputs = {
-      {"--save", rank == 0 ? options.save : ""}, {"--metrics", metrics}, {"--checkpoint-dir", options.checkpoint_dir}};
+  using Output = std::pair<std::string, std::string>;  // flag, path ("" when not written here)
+  const Output save_output{"--save", rank == 0 ? options.save : ""}, metrics_output{"--metrics", metrics};
+  const std::vector<Output> outputs = {save_output, metrics_output, {"--checkpoint-dir", options.checkpoint_dir}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       if (!outputs[i].second.empty() && !outputs[j].second.empty() && SamePath(outputs[i].second, outputs[j].second)) {
@@ -101,8 +102,7 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   // The checkpoint folders hold what the checkpoints write: a file inside one would be
   // replaced by a step folder or `latest`, deleted by --keep-checkpoints, or corrupt
   // the checkpoint --resume reads.
-  for (std::size_t i = 0; i + 1 < outputs.size(); ++i) {  // --save and --metrics
-    const auto& [flag, path] = outputs[i];
+  for (const auto& [flag, path] : {save_output, metrics_output}) {
     if (path.empty()) continue;
     for (const auto& [folder_flag, folder] : {std::pair{"--checkpoint-dir", options.checkpoint_dir},
                                               std::pair{"--resume", options.resume}}) {

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <exception>
+#include <set>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -133,11 +134,10 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(poplar::WholeNumberIn(1, 1 << 20))->capture_default_str();
   profile->callback([&o] {
     // Measured twice, a stage would be written twice, and the planner refuses that file.
-    for (std::size_t i = 0; i < o.stages.size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j) {
-        if (o.stages[i] == o.stages[j]) {
-          throw CLI::ValidationError("--stage", "stage " + std::to_string(o.stages[i]) + " is given twice");
-        }
+    std::set<int> seen;
+    for (const int stage : o.stages) {
+      if (!seen.insert(stage).second) {
+        throw CLI::ValidationError("--stage", "stage " + std::to_string(stage) + " is given twice");
       }
     }
     poplar::Profile(o);

@@ -7,6 +7,7 @@
 #include "planner/input_error.h"
 #include "planner/model_config.h"
 #include "planner/spelling.h"
+#include "planner/text_file.h"
 
 namespace poplar {
 
@@ -37,9 +38,8 @@ std::string KeyOfType(const ClusterSpec& cluster, const std::string& type) {
 // The device types `dir` has profiles of (its *.json files), in name order.
 std::vector<std::string> ProfiledTypes(const std::string& dir) {
   std::vector<std::string> types;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    if (entry.path().extension() == ".json") types.push_back(entry.path().stem().string());
+  for (const auto& entry : FolderEntries(dir)) {
+    if (entry.extension() == ".json") types.push_back(entry.stem().string());
   }
   std::sort(types.begin(), types.end());
   return types;
@@ -72,7 +72,7 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
                        "device type '" + type + "' has no profile (looked for " + path + ")" +
                            MissingProfileHint(type, dir));
     }
-    RequireRegularFile(path);  // looked at, not opened: a pipe would wait for a writer forever
+    RequireRegularFile(path);  // a profile poplar wrote is a file; a pipe or device here is a mistake
     DeviceProfile profile = LoadProfileFile(path);
     if (profile.device_type != type) {
       throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" +

@@ -39,9 +39,11 @@ std::string Compose(const std::string& file, const std::string& key, const std::
 
 }  // namespace
 
+std::string AsciiText(const std::string& text) { return Escaped(text, true); }
+
 std::string Printable(const std::string& text) {
-  if (text.size() <= kLongestQuoted) return Escaped(text, true);
-  return Escaped(text.substr(0, kClippedTo), true) + "... (" + std::to_string(text.size()) + " characters)";
+  if (text.size() <= kLongestQuoted) return AsciiText(text);
+  return AsciiText(text.substr(0, kClippedTo)) + "... (" + std::to_string(text.size()) + " characters)";
 }
 
 InputError::InputError(std::string file, std::string key, std::string reason)

@@ -14,10 +14,12 @@
 
 namespace poplar {
 
-// `text` as an error message may quote it: control characters and bytes beyond ASCII
-// escaped (\n, \x1b, \xff), so that a message stays one line of valid text that a
-// terminal prints as such, and clipped to its first 60 characters when longer than 80
-// ("xxx... (100000 characters)").
+// `text` with control characters and bytes beyond ASCII escaped (\n, \x1b, \xff): one
+// line of valid text (a gRPC string and a JSON document must be UTF-8) that a terminal
+// prints as such.
+std::string AsciiText(const std::string& text);
+// `text` as an error message may quote it: AsciiText, clipped to its first 60
+// characters when longer than 80 ("xxx... (100000 characters)").
 std::string Printable(const std::string& text);
 
 class InputError : public std::runtime_error {

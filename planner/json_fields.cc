@@ -77,19 +77,9 @@ nlohmann::json ParseJsonObject(const std::string& text, const std::string& file)
     if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
       what = what.substr(what.find("] ") + 2);
     }
-    // It quotes what it last read, which may be any byte (a UTF-16 file's 0xFF): shown
-    // as \xff, never passed to the terminal.
-    std::string shown;
-    for (const unsigned char c : what) {
-      if (c >= 0x20 && c < 0x7f) {
-        shown += static_cast<char>(c);
-      } else {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-        shown += escaped;
-      }
-    }
-    throw InputError(file, "", "not valid JSON: " + shown);
+    // It quotes what it last read, which may be any byte (a file in Latin-1's 0xFF):
+    // shown as \xff, never passed to the terminal.
+    throw InputError(file, "", "not valid JSON: " + AsciiText(what));
   }
   if (!repeated_key.empty()) throw InputError(file, repeated_key, "is given more than once in one object");
   if (!document.is_object()) throw InputError(file, "", "must be a JSON object");

@@ -51,9 +51,8 @@ CollectiveUse ParseCollectiveUse(JsonFields fields, std::int64_t most) {
 // padding that makes buckets divide among ranks. 2^62 made a step of twenty years.
 CollectiveParams ParseCollectiveParams(JsonFields fields, std::int64_t model_params) {
   CollectiveParams params;
-  for (const auto& [key, field] : kCollectiveParamsFields) {
-    params.*field = ParseCollectiveUse(fields.Map(key), std::min(model_params, INT64_MAX / 4) * 4);
-  }
+  const std::int64_t most = std::min(model_params, INT64_MAX / 4) * 4;
+  for (const auto& [key, field] : kCollectiveParamsFields) params.*field = ParseCollectiveUse(fields.Map(key), most);
   fields.Finish();
   return params;
 }

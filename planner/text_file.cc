@@ -1,5 +1,6 @@
 #include "planner/text_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -203,32 +204,29 @@ void RequireWritableFolder(const std::string& folder, const std::string& flag) {
   ::unlink(probe.c_str());
 }
 
+namespace {
+
+// Absolute, with the links of the part that exists resolved; "folder/" as "folder".
+std::filesystem::path NormalPath(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ignored);
+  if (full.filename().empty()) full = full.parent_path();
+  return full;
+}
+
+}  // namespace
+
 bool SamePath(const std::string& a, const std::string& b) {
   std::error_code error;
   if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error)) {
     return std::filesystem::equivalent(a, b, error);
   }
-  const auto normal = [](const std::string& path) {
-    std::error_code ignored;
-    std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ignored);
-    if (full.filename().empty()) full = full.parent_path();  // "folder/" and "folder" alike
-    return full;
-  };
-  return normal(a) == normal(b);
+  return NormalPath(a) == NormalPath(b);
 }
 
 bool IsWithin(const std::string& path, const std::string& folder) {
-  const auto normal = [](const std::string& p) {
-    std::error_code ignored;
-    return std::filesystem::weakly_canonical(std::filesystem::absolute(p), ignored).lexically_normal();
-  };
-  const std::filesystem::path inner = normal(path), outer = normal(folder);
-  auto i = inner.begin();
-  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
-    if (o->empty()) continue;  // "folder/"'s trailing empty component
-    if (i == inner.end() || *i != *o) return false;
-  }
-  return true;
+  const std::filesystem::path inner = NormalPath(path), outer = NormalPath(folder);
+  return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
 }
 
 namespace {

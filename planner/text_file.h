@@ -18,8 +18,8 @@ std::string ReadTextFile(const std::string& path);
 void RequireNoNulByte(const std::string& text, const std::string& file);
 // Throws InputError naming `path` when it exists but is not a regular file (a folder, a
 // pipe, a device), without opening it: files poplar finds by name in a folder (profiles,
-// checkpoints) are never pipes, and opening one would wait for a writer forever. A
-// missing path is left to the reader, which says so.
+// checkpoints) are ones it wrote, never pipes. A missing path is left to the reader,
+// which says so.
 void RequireRegularFile(const std::string& path);
 // Writes through a symbolic link (the link stays); refuses a path that is a folder, a
 // device or a pipe, rather than replacing it. The contents are on the disk (fsync)
