@@ -34,8 +34,10 @@ void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
     cluster.precision = *precision;
   }
   if (auto text = fields.OptionalString("stage"); text && *text != "auto") {
-    if (text->size() != 1 || (*text)[0] < '0' || (*text)[0] > '3') {
-      fields.Fail("stage", "must be auto, 0, 1, 2 or 3, got '" + *text + "'");
+    // A number is plain, as global_batch's is: '3' is the string "3".
+    const YAML::Node given = fields.Child("stage");
+    if (text->size() != 1 || (*text)[0] < '0' || (*text)[0] > '3' || !YamlFields::IsPlainScalar(given)) {
+      fields.Fail("stage", "must be auto, 0, 1, 2 or 3, got " + YamlFields::Shown(given));
     }
     cluster.stage = (*text)[0] - '0';
   }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <iomanip>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -39,18 +41,60 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
   }
 }
 
-namespace {
-
 // A plain scalar has no tag ("?" to yaml-cpp). A quoted one ('4', "true") is a string
 // even where its text reads as a number ("!"), and so is one tagged `!!str 4`; no
 // setting of poplar's needs another tag.
-bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
+bool YamlFields::IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
 
-std::string Shown(const YAML::Node& node) {
+std::string YamlFields::Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
   if (node.Tag() == "!") return "the string \"" + Printable(node.Scalar()) + "\"";
-  if (node.Tag() != "?") return "'" + Printable(node.Scalar()) + "' tagged " + Printable(node.Tag());
+  if (node.Tag() != "?") {
+    const std::string core = "tag:yaml.org,2002:";  // as written: !!binary
+    const std::string tag = node.Tag().rfind(core, 0) == 0 ? "!!" + node.Tag().substr(core.size()) : node.Tag();
+    return "'" + Printable(node.Scalar()) + "' tagged " + Printable(tag);
+  }
   return "'" + Printable(node.Scalar()) + "'";
+}
+
+namespace {
+
+constexpr const char* kStringTag = "tag:yaml.org,2002:str";
+
+// yaml-cpp reads a quote that is never closed as a string running to the end of the
+// file, and the keys swallowed by it are then reported as missing ("training: is
+// required"). Finds the first quoted scalar (key or value) under `node` whose closing
+// quote `text` lacks. `visited` holds the positions of the collections walked: an alias
+// (*name) is its anchor's node, walked once, so `&a [*b, *b]` chains stay linear.
+std::optional<YAML::Node> UnclosedQuote(const YAML::Node& node, const std::string& text, std::set<int>& visited) {
+  const int begin = node.Mark().pos;
+  if (node.IsScalar()) {
+    if (node.Tag() != "!" || begin < 0 || static_cast<std::size_t>(begin) >= text.size()) return std::nullopt;
+    const char quote = text[begin];
+    if (quote != '"' && quote != '\'') return std::nullopt;
+    for (std::size_t at = begin + 1; at < text.size(); ++at) {
+      if (quote == '"' && text[at] == '\\') {
+        ++at;  // \" and \\ close nothing
+      } else if (text[at] == quote) {
+        if (quote == '\'' && at + 1 < text.size() && text[at + 1] == '\'') {
+          ++at;  // '' is a quote inside single quotes
+        } else {
+          return std::nullopt;
+        }
+      }
+    }
+    return node;
+  }
+  if (!visited.insert(begin).second) return std::nullopt;
+  for (const auto& entry : node) {
+    if (node.IsMap()) {
+      if (auto found = UnclosedQuote(entry.first, text, visited)) return found;
+      if (auto found = UnclosedQuote(entry.second, text, visited)) return found;
+    } else if (auto found = UnclosedQuote(entry, text, visited)) {
+      return found;
+    }
+  }
+  return std::nullopt;
 }
 
 // A bound as a user would write it: 0.001, 1000000 (no trailing zeros, no exponent
@@ -81,6 +125,13 @@ YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
     if (document && !document.IsNull()) given.push_back(document);
   }
   if (given.empty()) throw InputError(file, "", "is empty");
+  for (const auto& document : given) {
+    std::set<int> visited;
+    if (const auto open = UnclosedQuote(document, text, visited)) {
+      throw InputError(file, "", "not valid YAML: the quote that opens on line " + std::to_string(open->Mark().line + 1) +
+                                     " is never closed");
+    }
+  }
   if (given.size() > 1) {
     throw InputError(file, "", "holds " + std::to_string(given.size()) +
                                    " YAML documents (separated by ---); it must hold one (the second begins on line " +
@@ -143,6 +194,10 @@ YAML::Node YamlFields::List(const std::string& key, const std::string& what) {
 std::string YamlFields::String(const std::string& key) {
   YAML::Node child = Required(key);
   if (!child.IsScalar()) Fail(key, "must be a string");
+  // `!!binary aGk=` would otherwise be read as its text, not as what it stands for.
+  if (child.Tag() != "?" && child.Tag() != "!" && child.Tag() != kStringTag) {
+    Fail(key, "must be a string, got " + Shown(child));
+  }
   const std::string value = child.Scalar();
   if (value.empty()) Fail(key, "must not be empty");
   return value;

@@ -17,7 +17,7 @@
 namespace poplar {
 
 // Parses `text` as one YAML document. Throws InputError naming `file`: not valid YAML
-// (with the line), empty, or more than one document.
+// (with the line), a quote never closed, empty, or more than one document.
 YAML::Node ParseYamlDocument(const std::string& text, const std::string& file);
 
 class YamlFields {
@@ -59,6 +59,10 @@ class YamlFields {
   // `reason` and, when the key is in this mapping, its line: "(line 7)".
   [[noreturn]] void Fail(const std::string& key, const std::string& reason) const;
   static std::string LineOf(const YAML::Node& node);
+  // A plain scalar is written without quotes or tag: `4`, `auto`; '4' is a string.
+  static bool IsPlainScalar(const YAML::Node& node);
+  // A value as an error shows it: 'fp16', the string "4", a collection.
+  static std::string Shown(const YAML::Node& node);
 
  private:
   YAML::Node Required(const std::string& key);

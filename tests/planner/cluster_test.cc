@@ -422,6 +422,14 @@ TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
   }
 }
 
+// A stage is a plain number, as global_batch is: '3' was accepted where "512" was not.
+TEST(ClusterFile, AQuotedStageNumberIsRefusedAsAString) {
+  const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: '3'\n"));
+  EXPECT_EQ(error.key(), "training.stage");
+  EXPECT_EQ(error.reason(), "must be auto, 0, 1, 2 or 3, got the string \"3\" (line 6)");
+  EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: 'auto'\n"), kFile).stage, std::nullopt);
+}
+
 TEST(ClusterFile, RejectsTopLevelThatIsNotAMapping) {
   for (const std::string text : {"- a\n- b\n", "just a string\n", "42\n"}) {
     SCOPED_TRACE(text);

@@ -124,5 +124,35 @@ TEST(YamlFields, QuotedOrTaggedScalarsAreNotNumbers) {
   EXPECT_DOUBLE_EQ(fields.Number("number"), 2.5);
 }
 
+// A string is written plain, quoted or tagged !!str; `!!binary aGk=` is not the text
+// "aGk=" (it was read as such).
+TEST(YamlFields, AStringTaggedAsAnotherTypeIsRefused) {
+  const YAML::Node node = ParseYamlDocument("plain: a\nquoted: 'a'\nstr: !!str a\nbinary: !!binary aGk=\n", "c.yaml");
+  YamlFields fields(node, "c.yaml", "");
+  EXPECT_EQ(fields.String("plain"), "a");
+  EXPECT_EQ(fields.String("quoted"), "a");
+  EXPECT_EQ(fields.String("str"), "a");
+  EXPECT_EQ(ErrorOf([&] { fields.String("binary"); }),
+            "c.yaml: binary: must be a string, got 'aGk=' tagged !!binary (line 4)");
+}
+
+// yaml-cpp reads a quote never closed as a string to the end of the file: the keys it
+// swallowed were then reported missing ("training: is required"). The quote is named.
+TEST(ParseYamlDocument, NamesAQuoteThatIsNeverClosed) {
+  for (const std::string text : {"name: \"demo\ntraining:\n  stage: 3\n", "a: 1\nb: 'x\nc: 2\n",
+                                 "a: 1\nlist:\n  - ok\n  - \"x\\\"\n", "'key: 1\n"}) {
+    SCOPED_TRACE(text);
+    const std::string error = ErrorOf([&] { ParseYamlDocument(text, "c.yaml"); });
+    EXPECT_TRUE(Contains(error, "c.yaml: not valid YAML: the quote that opens on line ")) << error;
+  }
+  EXPECT_TRUE(Contains(ErrorOf([] { ParseYamlDocument("a: 1\nb: 'x\nc: 2\n", "c.yaml"); }), "opens on line 2 is"));
+  // Closed quotes, however written, pass: escapes, '' inside single quotes, several lines.
+  for (const std::string text : {"a: \"x \\\" y\"\n", "a: 'it''s'\n", "a: \"one\n  two\"\nb: 1\n",
+                                 "a: &q 'x'\nb: *q\nc: [*q, *q]\n", "a: \"\\\\\"\n"}) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(ErrorOf([&] { ParseYamlDocument(text, "c.yaml"); }), "");
+  }
+}
+
 }  // namespace
 }  // namespace poplar
