@@ -183,7 +183,11 @@ void RequireFolderFor(const std::string& path, const std::string& flag) {
   }
   const std::filesystem::path folder = std::filesystem::path(target).parent_path();
   if (!folder.empty() && !std::filesystem::is_directory(folder)) {
-    throw InputError(flag, "", "folder " + folder.string() + " does not exist");
+    // `-o plan.json/` names a folder plan.json, which is a file.
+    std::error_code error;
+    const bool exists = std::filesystem::exists(folder, error);
+    throw InputError(flag, "", exists ? folder.string() + " is not a folder, so " + path + " cannot be written"
+                                      : "folder " + folder.string() + " does not exist");
   }
   RequireWritableFolder(folder.empty() ? "." : folder.string(), flag);
 }
