@@ -53,6 +53,16 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
   return {loss_sum, StretchCompute(SecondsSince(start), slowdown)};
 }
 
+// Out of device memory, said in the plan's terms: an emulated or real device's
+// OutOfMemoryError read "tried to allocate 65536 bytes" and named nothing of the job.
+// `what` is the work that ran out ("the micro-batch of 32 samples at step 3").
+InputError OutOfMemory(const std::string& file, const std::string& key, const std::string& what,
+                       const c10::OutOfMemoryError& error, const std::string& remedy) {
+  std::string reason = error.what_without_backtrace();
+  if (const auto line_end = reason.find('\n'); line_end != std::string::npos) reason.resize(line_end);
+  return InputError(file, key, what + " ran out of device memory (" + reason + "); " + remedy);
+}
+
 // The error of step `step` when `what` (its loss, gradient norm or held-out loss) is not a
 // finite number: every rank sees the same (they are all-reduced) and stops alike, before
 // anything of the step is written, so the newest checkpoint stays the last good state.
@@ -197,13 +207,18 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
-  Gpt model(config);
-  if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
-  MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
-  model->to(device);
-  return {device,          backend,  gloo_reduce_scatter, adamw,
-          std::move(plan), config,   std::move(data),     std::move(evaluation),
-          baseline_bytes,  model,    std::move(metrics),  std::move(checkpoint_lock)};
+  try {
+    Gpt model(config);
+    if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
+    MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
+    model->to(device);
+    return {device,          backend,  gloo_reduce_scatter, adamw,
+            std::move(plan), config,   std::move(data),     std::move(evaluation),
+            baseline_bytes,  model,    std::move(metrics),  std::move(checkpoint_lock)};
+  } catch (const c10::OutOfMemoryError& error) {
+    throw OutOfMemory(options.model_config, "", "the model (" + std::to_string(config.ParameterCount()) + " parameters)",
+                      error, "it needs a device with more memory");
+  }
 }
 
 }  // namespace
@@ -244,10 +259,21 @@ void Train(const TrainOptions& options) {
   const std::int64_t first_step = resumed ? resumed->step : 0;
   MetricsWriter& metrics = local.metrics;
   metrics.Start(/*append=*/resumed.has_value());
-  communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
-  const std::unique_ptr<TrainingEngine> engine_owner =
-      MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
-                 WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
+  const std::unique_ptr<TrainingEngine> engine_owner = [&] {
+    try {
+      // (The checksum's float64 copy of a parameter is a state's size, too.)
+      communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
+      return MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
+                        WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
+    } catch (const c10::OutOfMemoryError& error) {
+      throw OutOfMemory(plan.file, "stage",
+                        "the model's states at ZeRO stage " + std::to_string(plan.stage) + " (its parameters, "
+                        "gradients and optimizer moments, before any micro-batch)",
+                        error, plan.stage < 3 && env.world_size > 1
+                                   ? "a higher stage shards more of them over the ranks (poplar plan chooses one that fits)"
+                                   : "they need a device with more memory, or more ranks to shard them over");
+    }
+  }();
   TrainingEngine& engine = *engine_owner;
   // This run's line of training: on from the checkpoint's, or a line of its own. Only
   // rank 0 writes checkpoints, so only it draws an id.
@@ -300,8 +326,15 @@ void Train(const TrainOptions& options) {
     for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
       const int size = micro_batches[entry];
       if (size > 0) {
-        const MicroBatchResult result =
-            RunMicroBatch(engine, data, first, size, entry == last_computing_entry, options.device.slowdown, device);
+        MicroBatchResult result;
+        try {
+          result = RunMicroBatch(engine, data, first, size, entry == last_computing_entry, options.device.slowdown, device);
+        } catch (const c10::OutOfMemoryError& error) {
+          throw OutOfMemory(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(entry) + "]",
+                            "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
+                            "the plan asks more of this device than its profile said it holds (profile it again, "
+                            "then poplar plan)");
+        }
         loss_sum += result.loss_sum;
         compute_s += result.seconds;
         first += size;

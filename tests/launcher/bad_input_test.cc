@@ -187,6 +187,28 @@ TEST_F(WorkerBadInput, SaveIntoAFolderThatDoesNotExist) {
                  {"--save", "missing does not exist"});
 }
 
+// A device that runs out of memory is said to, in the plan's terms: which entry of which
+// file, at which step, and what to do. It read "emulated device out of memory: tried to
+// allocate 131072 bytes", naming nothing of the job. (This model's states take about
+// 0.55 MB at stage 0; a micro-batch of 64 samples about 8 MB more.)
+TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{64}, {64}});
+  const JobOutcome job = RunJob(scratch_, {Args(plan, {}, 1), Args(plan, {"--memory-bytes", "2000000"}, 1)});
+  EXPECT_EQ(job.exit_codes[1], 1) << job.Describe();
+  EXPECT_TRUE(ContainsAll(job.errors[1], {"poplar-worker[rank 1]: error: " + plan + ": ranks[1].micro_batches[0]: ",
+                                          "its micro-batch of 64 samples at step 1 ran out of device memory",
+                                          "of 2000000 bytes in use", "profile it again"}))
+      << job.errors[1];
+  EXPECT_NE(job.exit_codes[0], 0) << job.Describe();
+
+  const std::string one = WritePlan(scratch_, "one.json", 0, {{4}});
+  ExpectRejected(RunJob(scratch_, 1, Args(one, {"--memory-bytes", "300000"})),
+                 {one + ": stage: the model's states at ZeRO stage 0", "ran out of device memory",
+                  "a device with more memory"});
+  ExpectRejected(RunJob(scratch_, 1, Args(one, {"--memory-bytes", "100000"})),
+                 {"model.json: the model (", "parameters) ran out of device memory"});
+}
+
 // Every output is checked before the first step: a folder that takes no files (/proc,
 // where even root cannot make one), a folder named where a file should be, and a file
 // the job reads. Each once failed only after the whole training, or replaced the input
