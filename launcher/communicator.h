@@ -145,6 +145,24 @@ class Communicator {
   static void TellTheOthersThisRankStopped(const DistributedEnv& env, const std::string& reason,
                                            std::chrono::milliseconds within);
 
+  // Runs `setup`, a rank's work before its rendezvous, and returns what it returns; if it
+  // throws, tells the others why (above) and rethrows. A rank other than 0 tries for 3 s,
+  // which its own error waits for: long enough for a rank 0 started with it to be
+  // listening, short when rank 0 stopped too (the same typo on every rank). Rank 0 waits
+  // up to 30 s for the others to read it: they may still be loading, and a GPU's start-up
+  // takes seconds. Neither waits beyond `timeout` (--timeout).
+  template <typename Setup>
+  static auto BeforeRendezvous(const DistributedEnv& env, std::chrono::seconds timeout, Setup&& setup) {
+    try {
+      return setup();
+    } catch (const std::exception& error) {
+      TellTheOthersThisRankStopped(
+          env, error.what(),
+          std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(env.rank == 0 ? 30 : 3)));
+      throw;
+    }
+  }
+
   // Wall time spent waiting for collectives since construction: the communication that
   // was not hidden behind computation.
   double communication_seconds() const { return communication_seconds_; }

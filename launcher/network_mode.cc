@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "launcher/communicator.h"
 #include "launcher/device.h"
@@ -105,6 +108,27 @@ std::string Size(std::int64_t bytes) {
   return text;
 }
 
+// What a rank checks and opens on its own, before it meets the others.
+struct NetworkSetup {
+  torch::Device device;
+  CollectiveBackend backend;
+  GlooReduceScatter reduce_scatter;
+  torch::ScalarType type;  // of the payloads
+  MetricsWriter lines;     // rank 0's --metrics, started
+};
+
+NetworkSetup SetUpLocally(const NetworkOptions& options, const DistributedEnv& env) {
+  const torch::Device device = SetUpDevice(options.device, env.local_rank);
+  const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
+  Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
+  const GlooReduceScatter reduce_scatter = ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
+  const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
+  // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
+  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank);
+  lines.Start(/*append=*/false);
+  return {device, backend, reduce_scatter, type, std::move(lines)};
+}
+
 }  // namespace
 
 void MeasureNetwork(const NetworkOptions& options) {
@@ -113,18 +137,21 @@ void MeasureNetwork(const NetworkOptions& options) {
     throw InputError("WORLD_SIZE", "", "is " + std::to_string(env.world_size) +
                                            ": measuring the network needs two or more ranks");
   }
-  const torch::Device device = SetUpDevice(options.device, env.local_rank);
-  const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-  const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
-
-  // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
-  MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank);
-  lines.Start(/*append=*/false);
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
-                            ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter"));
-  communicator.RequireAgreement("network settings", options.precision + " " + std::to_string(options.max_bytes) +
-                                                        " " + std::to_string(options.repeats) + " " + options.backend +
-                                                        " " + options.gloo_reduce_scatter);
+  // A rank that stops before the rendezvous tells the others why, as in training: they
+  // waited out --timeout for it.
+  NetworkSetup setup = Communicator::BeforeRendezvous(env, std::chrono::seconds(options.timeout_s),
+                                                      [&] { return SetUpLocally(options, env); });
+  const torch::Device device = setup.device;
+  const torch::ScalarType type = setup.type;
+  MetricsWriter& lines = setup.lines;
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, setup.backend, setup.reduce_scatter);
+  // By flag, so that a difference is named: "'--repeats' is 2 here but 1 on rank 0".
+  communicator.RequireAgreement("network settings", nlohmann::json{{"--precision", options.precision},
+                                                                   {"--max-bytes", options.max_bytes},
+                                                                   {"--repeats", options.repeats},
+                                                                   {"--backend", options.backend},
+                                                                   {"--gloo-reduce-scatter", options.gloo_reduce_scatter}}
+                                                        .dump());
   // A payload, its shard, the chunks a Gloo reduce-scatter receives and those of the
   // previous run, which Gloo's threads may not have released yet, must fit every rank's
   // emulated memory (an eighth each leaves room): the largest payload is the smallest

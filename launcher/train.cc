@@ -227,20 +227,8 @@ void Train(const TrainOptions& options) {
   InstallStopHandlers();
   const DistributedEnv env = DistributedEnv::FromEnvironment();
   // A rank that stops here tells the others why (they would wait out --timeout for it).
-  // It tries for 3 s at most, which its own error waits for: long enough for a rank 0
-  // started with it to be listening, short when rank 0 stopped too (the same typo on
-  // every rank). Rank 0 waits up to 30 s for the others to read it (it goes as soon as
-  // they have): they may still be loading, and a GPU's start-up takes seconds.
-  LocalSetup local = [&] {
-    try {
-      return SetUpLocally(options, env);
-    } catch (const std::exception& error) {
-      Communicator::TellTheOthersThisRankStopped(
-          env, error.what(), std::min<std::chrono::milliseconds>(std::chrono::seconds(options.timeout_s),
-                                                                 std::chrono::seconds(env.rank == 0 ? 30 : 3)));
-      throw;
-    }
-  }();
+  LocalSetup local = Communicator::BeforeRendezvous(env, std::chrono::seconds(options.timeout_s),
+                                                    [&] { return SetUpLocally(options, env); });
   const torch::Device device = local.device;
   const WorkerPlan& plan = local.plan;
   const GptConfig& config = local.config;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "planner/cli/command_failed.h"
 #include "planner/network.h"
 #include "worker_harness.h"
 
@@ -61,6 +62,37 @@ TEST(NetworkMode, PayloadsStayWithinTheEmulatedMemory) {
   double largest = 0;
   for (const auto& line : ReadMeasurements(scratch.path() + "/net.jsonl")) largest = std::max(largest, line.point.bytes);
   EXPECT_EQ(largest, 16384);
+}
+
+// Rank 0 failing on a flag of its own (a --metrics folder that is not there) tells the
+// others at once, as in training: rank 1 waited out --timeout, then said it could not
+// reach rank 0. (--timeout 300, the deadline 60 s: a rank that waits is killed, -1.)
+TEST(NetworkMode, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
+  ScratchDir scratch("poplar_network_mode");
+  const JobOutcome job = RunJob(scratch, 2,
+                                {"network", "--metrics", scratch.path() + "/missing/net.jsonl", "--max-bytes", "65536",
+                                 "--timeout", "300"},
+                                std::chrono::seconds(60));
+  ASSERT_EQ(job.exit_codes.size(), 2u);
+  EXPECT_EQ(job.exit_codes[0], 1) << job.Describe();
+  EXPECT_EQ(job.exit_codes[1], kPeerFailureExitStatus) << job.Describe();
+  EXPECT_TRUE(ContainsAll(job.errors[1], {"rank 0 stopped before the rendezvous", "--metrics", "missing"}))
+      << job.errors[1];
+}
+
+// Ranks run with different flags are told which flag differs: the message once showed a
+// line of values ("fp32 65536 2 auto alltoall") and named no flag.
+TEST(NetworkMode, RanksWithDifferentFlagsAreToldWhichDiffers) {
+  ScratchDir scratch("poplar_network_mode");
+  const std::vector<std::string> common = {"network", "--max-bytes", "65536", "--timeout", "60", "--repeats"};
+  std::vector<std::string> two = common, one = common;
+  two.push_back("2");
+  one.push_back("1");
+  const JobOutcome job = RunJob(scratch, {two, one}, std::chrono::seconds(60));
+  ASSERT_EQ(job.exit_codes.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(job.exit_codes[rank], 1) << job.Describe();
+  EXPECT_TRUE(Contains(job.errors[0], "'--repeats' is 2 here but 1 on rank 1")) << job.errors[0];
+  EXPECT_TRUE(Contains(job.errors[1], "'--repeats' is 1 here but 2 on rank 0")) << job.errors[1];
 }
 
 TEST(NetworkMode, OneRankHasNoNetwork) {
