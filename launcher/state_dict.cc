@@ -4,12 +4,14 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/storage_context.h>
+#include <torch/version.h>
 
 #include "planner/input_error.h"
 #include "planner/text_file.h"
@@ -99,6 +101,22 @@ void RequireDataRecords(caffe2::serialize::PyTorchStreamReader& reader, const St
   }
 }
 
+// libtorch's words for why it could not read a file, as one line for a user: without its
+// "[enforce fail at inline_container.cc:165] . " source prefix, and a file written by a
+// newer PyTorch said to be one (libtorch advises upgrading PyTorch, which a user of
+// poplar-worker has no say in).
+std::string ReadFailure(std::string reason) {
+  reason = reason.substr(0, reason.find('\n'));
+  static const std::regex kEnforce(R"(^\[enforce fail at [^\]]*\]\s*\.?\s*)");
+  reason = std::regex_replace(reason, kEnforce, "");
+  static const std::regex kVersion(R"(file with version (\d+), but the maximum supported version for reading is (\d+))");
+  if (std::smatch found; std::regex_search(reason, found, kVersion)) {
+    return "it was written by a newer PyTorch (file format " + found[1].str() + "; this worker's libtorch " +
+           TORCH_VERSION + " reads up to " + found[2].str() + "): save it again with a PyTorch of that range";
+  }
+  return reason;
+}
+
 }  // namespace
 
 StateDict ReadStateDict(const std::string& path) {
@@ -117,10 +135,10 @@ StateDict ReadStateDict(const std::string& path) {
                                               /*device=*/at::Device(at::kCPU), *reader,
                                               torch::jit::Unpickler::defaultTypeParser,
                                               std::make_shared<torch::jit::DeserializationStorageContext>());
+  } catch (const c10::Error& error) {
+    throw InputError(path, "", "not a state dict saved with torch.save(dict): " + ReadFailure(error.what_without_backtrace()));
   } catch (const std::exception& error) {
-    std::string reason = error.what();
-    reason = reason.substr(0, reason.find('\n'));
-    throw InputError(path, "", "not a state dict saved with torch.save(dict): " + reason);
+    throw InputError(path, "", "not a state dict saved with torch.save(dict): " + ReadFailure(error.what()));
   }
   if (!value.isGenericDict()) {
     throw InputError(path, "", "holds a " + value.tagKind() +
@@ -137,8 +155,7 @@ StateDict ReadStateDict(const std::string& path) {
     }
     RequireDataRecords(*reader, tensors, path);
   } catch (const c10::Error& error) {  // a damaged or crafted file: libtorch's own checks
-    std::string reason = error.what_without_backtrace();
-    reason = reason.substr(0, reason.find('\n'));
+    std::string reason = ReadFailure(error.what_without_backtrace());
     if (reason.find("INTERNAL ASSERT") != std::string::npos) reason = "its dict is not what it says it is";
     throw InputError(path, "", "not a state dict saved with torch.save(dict) (a damaged file?): " + reason);
   }

@@ -71,5 +71,19 @@ TEST(StateDict, AStrideOrOffsetThatOverflowsIsRefusedNotFollowed) {
   }
 }
 
+// data/python_version99_state_dict.pt is python_tied_state_dict.pt with its `version`
+// record set to 99 (rewritten by Python's zipfile). libtorch's words were "[enforce fail
+// at inline_container.cc:165] . ... please upgrade PyTorch to latest version".
+TEST(StateDict, AFileFromANewerPyTorchIsSaidToBeOne) {
+  try {
+    ReadStateDict(POPLAR_TEST_DATA_DIR "/python_version99_state_dict.pt");
+    ADD_FAILURE() << "read";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.reason(), "it was written by a newer PyTorch (file format 99; this worker's libtorch "))
+        << error.what();
+    EXPECT_FALSE(Contains(error.reason(), "enforce fail")) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace poplar::testing
