@@ -82,6 +82,14 @@ std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// One line to stderr in one write: ranks sharing a terminal printed their prefixes and
+// messages piece by piece, mid-line into each other ("poplar-worker[rank 1]poplar-worker[rank 0]: error:").
+void PrintLine(const std::string& line) {
+  const std::string text = line + "\n";
+  std::cerr.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::cerr.flush();
+}
+
 }  // namespace
 
 CLI::Validator NumberWhere(std::function<bool(double)> ok, const std::string& what, bool whole) {
@@ -120,7 +128,7 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
   const auto usage_error = [&](const std::string& name, const std::string& what) {
     const std::string command = name.empty() ? program : program + " " + name;
     const std::string message = command + ": " + what + " (see '" + command + " --help')";
-    std::cerr << message << "\n";
+    PrintLine(message);
     if (on_usage_error) on_usage_error(name, message);
     return 2;
   };
@@ -166,17 +174,16 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
     }
     return usage_error(chosen.empty() ? "" : chosen.front()->get_name(), what);
   } catch (const InputError& error) {
-    std::cerr << speaker << ": error: " << error.what() << "\n";
+    PrintLine(speaker + ": error: " + error.what());
     return 1;
   } catch (const CommandFailed& error) {
-    std::cerr << speaker << ": error: " << error.what() << "\n";
+    PrintLine(speaker + ": error: " + error.what());
     return error.exit_code();
   } catch (const std::exception& error) {
-    std::cerr << speaker << (runtime_errors_fail ? ": error: " : ": internal error: ")
-              << FirstLine(error.what()) << "\n";
+    PrintLine(speaker + (runtime_errors_fail ? ": error: " : ": internal error: ") + FirstLine(error.what()));
     return runtime_errors_fail ? 1 : 70;
   } catch (...) {
-    std::cerr << speaker << ": internal error: an unknown exception\n";
+    PrintLine(speaker + ": internal error: an unknown exception");
     return 70;
   }
   return 0;
