@@ -32,13 +32,14 @@ to check the scripts themselves before spending device time:
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import worker_ranks  # noqa: E402
+from worker_ranks import write_plan  # noqa: E402
 MODELS = os.path.join(ROOT, "configs", "models")
 DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
 HELD_OUT = os.path.join(ROOT, ".device", "data", "test.bin")  # the train phase's held-out loss
@@ -75,20 +76,6 @@ class Setup:
         self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (25, 5, 2)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_plan(path, stage, ranks):
-    plan = {"format": "poplar-plan/1", "stage": stage, "global_batch": sum(map(sum, ranks)),
-            "ranks": [{"rank": r, "micro_batches": list(m)} for r, m in enumerate(ranks)]}
-    with open(path, "w") as f:
-        json.dump(plan, f)
-    return path
-
-
 def read_metrics(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -104,17 +91,9 @@ class Runner:
 
     def ranks(self, name, rank_args, program=None, must_succeed=True):
         """Runs one process per rank; exits on a failure, or returns False if not must_succeed."""
-        port = free_port()
-        procs, logs = [], []
-        for rank, args in enumerate(rank_args):
-            env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(rank_args)), LOCAL_RANK=str(rank),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            path = os.path.join(WORK, f"{name}-rank{rank}.log")
-            logs.append(path)
-            with open(path, "w") as log:
-                command = (program or [self.worker]) + args
-                procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
-        codes = [p.wait() for p in procs]
+        logs = [os.path.join(WORK, f"{name}-rank{rank}.log") for rank in range(len(rank_args))]
+        codes = worker_ranks.wait_ranks(
+            worker_ranks.start_ranks([(program or [self.worker]) + args for args in rank_args], logs))
         for rank, path in enumerate(logs):
             with open(path) as f:
                 text = f.read()

@@ -24,8 +24,6 @@ SequentialLR of LinearLR and CosineAnnealingLR against poplar-worker's --warmup-
 """
 import json
 import os
-import socket
-import subprocess
 import sys
 import warnings
 
@@ -34,6 +32,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_gpt as ref  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from worker_ranks import start_ranks, wait_ranks, write_plan  # noqa: E402
 
 STEPS, BATCH, LR = 5, 12, 1e-3
 PLANS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
@@ -106,25 +107,15 @@ def compare(worker, model_path, tokens_path, work, init, scheduled):
     for stage, ranks in PLANS.items():
         if scheduled and stage not in (1, 3):
             continue  # the schedule is the engines' shared step: two stages suffice
-        plan = os.path.join(work, f"plan{stage}.json")
-        with open(plan, "w") as f:
-            json.dump({"stage": stage, "global_batch": BATCH,
-                       "ranks": [{"rank": r, "micro_batches": m} for r, m in enumerate(ranks)]}, f)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        plan = write_plan(os.path.join(work, f"plan{stage}.json"), stage, ranks, BATCH)
         out = os.path.join(work, f"poplar{stage}{'-scheduled' if scheduled else ''}.pt")
         metrics = out.replace(".pt", ".jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
-        procs = [subprocess.Popen([worker, "train", "--plan", plan, "--model-config", model_path,
-                                   "--data", tokens_path, "--steps", str(STEPS), "--init", init,
-                                   "--save", out, "--lr", str(LR), "--log-every", "0", "--metrics", metrics]
-                                  + (SCHEDULE_FLAGS if scheduled else []),
-                                  env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(len(ranks)),
-                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
-                 for r in range(len(ranks))]
-        if any(p.wait() for p in procs):
+        command = [worker, "train", "--plan", plan, "--model-config", model_path, "--data", tokens_path,
+                   "--steps", str(STEPS), "--init", init, "--save", out, "--lr", str(LR), "--log-every", "0",
+                   "--metrics", metrics] + (SCHEDULE_FLAGS if scheduled else [])
+        if any(wait_ranks(start_ranks([command] * len(ranks)))):
             sys.exit(f"stage {stage}: poplar-worker failed")
         actual = torch.load(out, weights_only=False)  # libtorch's pickler tags types
         difference = max((expected[k] - actual[k]).abs().max().item() for k in expected if k in actual)

@@ -41,12 +41,13 @@ import json
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from worker_ranks import plan_doc, start_ranks, wait_ranks  # noqa: E402
 
 COMMON = ["--threads", "1", "--log-every", "0", "--timeout", "60", "--lr", "1e-3"]
 HANG_S = 150  # wall-clock limit for one run; the worker's own --timeout is 60
@@ -55,22 +56,10 @@ LOSS_GATES = {"split": 1e-5, "whole": 1e-5}
 GRAD_NORM_GATES = {"split": 1e-5, "whole": 1e-4}
 
 
-def plan_doc(stage, ranks, global_batch=None):
-    return {"format": "poplar-plan/1", "stage": stage,
-            "global_batch": sum(map(sum, ranks)) if global_batch is None else global_batch,
-            "ranks": [{"rank": r, "micro_batches": m} for r, m in enumerate(ranks)]}
-
-
 def write_json(path, doc):
     with open(path, "w") as f:
         f.write(doc if isinstance(doc, str) else json.dumps(doc))
     return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Sweep:
@@ -84,25 +73,8 @@ class Sweep:
         folder = os.path.join(self.runs, name)
         os.makedirs(folder, exist_ok=True)
         plan_path = write_json(os.path.join(folder, "plan.json"), plan)
-        port, procs, logs = free_port(), [], []
-        start = time.time()
-        for r in range(world):
-            logs.append(os.path.join(folder, f"rank{r}.log"))
-            with open(logs[-1], "w") as log:
-                env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=str(port))
-                procs.append(subprocess.Popen([self.worker, "train", "--plan", plan_path] + args, env=env,
-                                              stdout=log, stderr=subprocess.STDOUT))
-        codes = []
-        for p in procs:
-            try:
-                codes.append(p.wait(timeout=max(0.1, timeout - (time.time() - start))))
-            except subprocess.TimeoutExpired:
-                codes.append(None)
-        for p in procs:  # only the ranks this run started
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        logs = [os.path.join(folder, f"rank{r}.log") for r in range(world)]
+        codes = wait_ranks(start_ranks([[self.worker, "train", "--plan", plan_path] + args] * world, logs), timeout)
         texts = []
         for log in logs:
             with open(log, errors="replace") as f:

@@ -1,0 +1,66 @@
+"""Jobs of poplar-worker on loopback, for the scripts (benchmarks, checks, the GPU runs):
+a plan file, and one process per rank with torchrun's environment (docs/worker.md,
+"What a rank does"). The C++ tests have their twin in tests/launcher/worker_harness.h.
+"""
+import json
+import os
+import socket
+import subprocess
+import time
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plan_doc(stage, ranks, global_batch=None):
+    """A plan (docs/formats.md, poplar-plan/1): `ranks` holds each rank's micro-batches;
+    the global batch is their sum unless given (a malformed plan may say otherwise)."""
+    return {"format": "poplar-plan/1", "stage": stage,
+            "global_batch": sum(map(sum, ranks)) if global_batch is None else global_batch,
+            "ranks": [{"rank": r, "micro_batches": list(m)} for r, m in enumerate(ranks)]}
+
+
+def write_plan(path, stage, ranks, global_batch=None):
+    """Writes plan_doc(...) to `path`; returns `path`."""
+    with open(path, "w") as f:
+        json.dump(plan_doc(stage, ranks, global_batch), f)
+    return path
+
+
+def start_ranks(commands, logs=None, omp_threads=None):
+    """Starts one process per entry of `commands` (an argv each) as ranks 0.. of one job on
+    a free loopback port. Each one's stdout and stderr go to logs[rank] (a path) when
+    `logs` is given, else to this process's. `omp_threads` sets OMP_NUM_THREADS (libtorch's
+    CPU threads) where the ranks share few cores. Returns the processes."""
+    port, procs = free_port(), []
+    for rank, command in enumerate(commands):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(commands)), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if omp_threads is not None:
+            env["OMP_NUM_THREADS"] = str(omp_threads)
+        if logs is None:
+            procs.append(subprocess.Popen(command, env=env))
+        else:
+            with open(logs[rank], "w") as log:
+                procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def wait_ranks(procs, timeout=None):
+    """The ranks' exit codes; with `timeout` (seconds, for all of them together) a rank
+    still running then is killed and its code is None."""
+    start, codes = time.time(), []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=None if timeout is None else max(0.1, timeout - (time.time() - start))))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return codes
