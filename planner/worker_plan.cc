@@ -1,6 +1,7 @@
 #include "planner/worker_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,16 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     fields.Fail("format", "must be \"" + std::string(kPlanFormat) + "\", got \"" + *format + "\"");
   }
   plan.stage = static_cast<int>(fields.IntegerIn("stage", 0, 3, "a ZeRO stage"));
+  if (const auto predicted = document.find("predicted"); predicted != document.end() && predicted->is_object()) {
+    const auto step_s = predicted->find("step_s");
+    if (step_s != predicted->end() && step_s->is_number() && step_s->get<double>() > 0 &&
+        std::isfinite(step_s->get<double>())) {
+      plan.predicted_step_s = step_s->get<double>();
+    }
+  }
+  if (const auto policy = document.find("policy"); policy != document.end() && policy->is_string()) {
+    plan.policy = policy->get<std::string>();
+  }
   plan.global_batch = fields.IntegerIn("global_batch", 1, kMostGlobalBatch, "a number of samples");
 
   if (fields.Has("model")) {

@@ -48,6 +48,12 @@ struct WorkerPlan {
   std::optional<std::int64_t> model_params;
   std::optional<std::string> model_precision;
   std::optional<GptConfig> model_config;  // `model.config`: the model itself, when the profiles knew it
+  // What `poplar plan` says of its plan, for the head's reports: `predicted.step_s` and
+  // `policy`, read only where they have the types it writes (a positive number, a
+  // string), absent otherwise (a hand-written "step_s": "x" once ended in an internal
+  // error).
+  std::optional<double> predicted_step_s;
+  std::optional<std::string> policy;
 
   int WorldSize() const { return static_cast<int>(micro_batches.size()); }
   std::int64_t RankSamples(int rank) const;

@@ -114,16 +114,8 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
       throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
     }
   }
-  // Informational keys, used when they have the type poplar plan writes (a hand-written
-  // "step_s": "x" once ended in an internal error).
-  const auto document = nlohmann::json::parse(prepared.text);
-  const auto policy = document.find("policy");
-  prepared.policy = policy != document.end() && policy->is_string() ? policy->get<std::string>() : "from file";
-  const auto predicted = document.find("predicted");
-  if (predicted != document.end() && predicted->is_object() && predicted->contains("step_s") &&
-      (*predicted)["step_s"].is_number()) {
-    prepared.predicted_step_s = (*predicted)["step_s"].get<double>();
-  }
+  prepared.policy = prepared.plan.policy.value_or("from file");
+  prepared.predicted_step_s = prepared.plan.predicted_step_s.value_or(0);
   // Micro-batches a device cannot hold (a plan edited by hand, or made for smaller
   // ones) stop the launch here, rather than as a worker's out-of-memory error.
   if (const std::string dir = ProfilesOfPlan(cluster, options.plan_file); !dir.empty()) {

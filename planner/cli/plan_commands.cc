@@ -1,4 +1,5 @@
 // `poplar plan` and `poplar simulate`: planning from profile files, or from the agents.
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -7,6 +8,7 @@
 #include "planner/cli/head_agents.h"
 #include "planner/cli/plan_report.h"
 #include "planner/cli/run_app.h"
+#include "planner/cli/text_table.h"
 #include "planner/cluster_profiles.h"
 #include "planner/input_error.h"
 #include "planner/plan_file.h"
@@ -87,20 +89,30 @@ void RunPlan(const PlanOptions& options) {
   std::cout << PlanReport(loaded.cluster, result) << "plan written to " << options.output << "\n";
 }
 
-// `simulate --plan`: the cost model's prediction for a given plan file.
+// `simulate --plan`: the cost model's prediction for a given plan file, beside the one
+// the plan was written with (its profiles then; these may be newer).
 void SimulatePlanFile(const PlanOptions& options, const LoadedCluster& loaded) {
   const WorkerPlan plan = LoadWorkerPlan(options.plan);
   const StepPrediction prediction = PredictPlan(loaded.cluster, loaded.profiles, plan);
   if (options.json) {
-    const nlohmann::ordered_json document = {{"plan", options.plan},
-                                             {"stage", plan.stage},
-                                             {"global_batch", plan.global_batch},
-                                             {"predicted", PredictionJson(prediction)}};
+    nlohmann::ordered_json document = {{"plan", options.plan},
+                                       {"stage", plan.stage},
+                                       {"global_batch", plan.global_batch},
+                                       {"predicted", PredictionJson(prediction)}};
+    if (plan.predicted_step_s) document["when_written"] = {{"step_s", *plan.predicted_step_s}};
     std::cout << document.dump(2) << "\n";
     return;
   }
   std::cout << options.plan << ": stage " << plan.stage << ", global batch " << plan.global_batch << ": "
             << PredictionLine(prediction);
+  if (plan.predicted_step_s) {
+    const double change = prediction.step_s / *plan.predicted_step_s - 1.0;
+    std::cout << "when written, the plan predicted a step of " << Seconds(*plan.predicted_step_s)
+              << (std::abs(change) < 0.0005 ? ", the same"
+                                            : "; these profiles predict " + Fixed(100.0 * std::abs(change), 1) + " % " +
+                                                  (change > 0 ? "more" : "less"))
+              << "\n";
+  }
 }
 
 void RunSimulate(const PlanOptions& options) {

@@ -630,6 +630,19 @@ TEST_F(Cli, SimulateAPlanFilePredictsWhatPlanPredicted) {
   const Outcome text = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", changed_file});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_TRUE(ContainsAll(text.out, {"changed.json", "predicted step", "ms"})) << text.out;
+  // Beside it, what the plan predicted when written: the same for the plan as written;
+  // for one whose profiles have changed since (here, its prediction edited), the change.
+  const Outcome same = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", plan_file});
+  EXPECT_TRUE(Contains(same.out, "when written, the plan predicted a step of ")) << same.out;
+  EXPECT_TRUE(Contains(same.out, ", the same\n")) << same.out;
+  Json faster = plan;
+  faster["predicted"]["step_s"] = plan["predicted"]["step_s"].get<double>() / 1.25;
+  const Outcome older = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", Write("older.json", faster.dump())});
+  EXPECT_TRUE(Contains(older.out, "; these profiles predict 25.0 % more\n")) << older.out;
+  const Outcome older_json =
+      Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", work_ + "/older.json", "--json"});
+  EXPECT_NEAR(ParseOneDocument(older_json.out)["when_written"]["step_s"].get<double>(),
+              faster["predicted"]["step_s"].get<double>(), 1e-12);
 }
 
 TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {

@@ -32,6 +32,21 @@ TEST(WorkerPlan, APlanWithoutPlacementHasEmptyOnes) {
               plan.placement[0].device_type.empty());
 }
 
+// `predicted.step_s` and `policy` are what poplar plan says of its plan: kept where they
+// have its types, ignored (never an error) where a hand-edited plan gives others.
+TEST(WorkerPlan, KeepsWhatPoplarPlanSaysOfItWhereItHasItsTypes) {
+  const std::string ranks = R"("stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [4]}])";
+  const WorkerPlan written = ParseWorkerPlan("{" + ranks + R"(, "policy": "poplar", "predicted": {"step_s": 0.25}})", "p.json");
+  EXPECT_EQ(written.policy, "poplar");
+  EXPECT_EQ(written.predicted_step_s, 0.25);
+  for (const std::string odd : {R"("policy": 3, "predicted": {"step_s": "x"})", R"("predicted": {"step_s": -1})",
+                                R"("predicted": [1])", R"("predicted": {"step_s": 0})"}) {
+    const WorkerPlan plan = ParseWorkerPlan("{" + ranks + ", " + odd + "}", "p.json");
+    EXPECT_EQ(plan.policy, std::nullopt) << odd;
+    EXPECT_EQ(plan.predicted_step_s, std::nullopt) << odd;
+  }
+}
+
 // The format is optional (hand-written plans leave it out) but never wrong.
 TEST(WorkerPlan, ReadsOnlyItsOwnFormat) {
   const std::string ranks = R"("stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [4]}])";
