@@ -101,20 +101,22 @@ void RequireDataRecords(caffe2::serialize::PyTorchStreamReader& reader, const St
   }
 }
 
-// libtorch's words for why it could not read a file, as one line for a user: without its
-// "[enforce fail at inline_container.cc:165] . " source prefix, and a file written by a
-// newer PyTorch said to be one (libtorch advises upgrading PyTorch, which a user of
-// poplar-worker has no say in).
-std::string ReadFailure(std::string reason) {
+// Why libtorch could not read state dict `path`, as one line for a user: its words
+// without their "[enforce fail at inline_container.cc:165] . " source prefix; a file
+// written by a newer PyTorch is said to be one (libtorch advises upgrading PyTorch,
+// which a user of poplar-worker has no say in).
+InputError ReadFailure(const std::string& path, std::string reason, const std::string& damaged) {
   reason = reason.substr(0, reason.find('\n'));
   static const std::regex kEnforce(R"(^\[enforce fail at [^\]]*\]\s*\.?\s*)");
   reason = std::regex_replace(reason, kEnforce, "");
   static const std::regex kVersion(R"(file with version (\d+), but the maximum supported version for reading is (\d+))");
   if (std::smatch found; std::regex_search(reason, found, kVersion)) {
-    return "it was written by a newer PyTorch (file format " + found[1].str() + "; this worker's libtorch " +
-           TORCH_VERSION + " reads up to " + found[2].str() + "): save it again with a PyTorch of that range";
+    return InputError(path, "", "was written by a newer PyTorch, in file format " + found[1].str() + "; this worker's libtorch " +
+                                    TORCH_VERSION + " reads formats up to " + found[2].str() +
+                                    ": save it with a PyTorch that writes one of those");
   }
-  return reason;
+  if (reason.find("INTERNAL ASSERT") != std::string::npos) reason = "its dict is not what it says it is";
+  return InputError(path, "", "not a state dict saved with torch.save(dict)" + damaged + ": " + reason);
 }
 
 }  // namespace
@@ -135,10 +137,12 @@ StateDict ReadStateDict(const std::string& path) {
                                               /*device=*/at::Device(at::kCPU), *reader,
                                               torch::jit::Unpickler::defaultTypeParser,
                                               std::make_shared<torch::jit::DeserializationStorageContext>());
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the device's memory, not the file: the caller names what ran out
   } catch (const c10::Error& error) {
-    throw InputError(path, "", "not a state dict saved with torch.save(dict): " + ReadFailure(error.what_without_backtrace()));
+    throw ReadFailure(path, error.what_without_backtrace(), "");
   } catch (const std::exception& error) {
-    throw InputError(path, "", "not a state dict saved with torch.save(dict): " + ReadFailure(error.what()));
+    throw ReadFailure(path, error.what(), "");
   }
   if (!value.isGenericDict()) {
     throw InputError(path, "", "holds a " + value.tagKind() +
@@ -154,10 +158,10 @@ StateDict ReadStateDict(const std::string& path) {
       RequireWithinStorage(tensors[name], path, name);
     }
     RequireDataRecords(*reader, tensors, path);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
   } catch (const c10::Error& error) {  // a damaged or crafted file: libtorch's own checks
-    std::string reason = ReadFailure(error.what_without_backtrace());
-    if (reason.find("INTERNAL ASSERT") != std::string::npos) reason = "its dict is not what it says it is";
-    throw InputError(path, "", "not a state dict saved with torch.save(dict) (a damaged file?): " + reason);
+    throw ReadFailure(path, error.what_without_backtrace(), " (a damaged file?)");
   }
   return tensors;
 }

@@ -216,7 +216,11 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
             std::move(plan), config,   std::move(data),     std::move(evaluation),
             baseline_bytes,  model,    std::move(metrics),  std::move(checkpoint_lock)};
   } catch (const c10::OutOfMemoryError& error) {
-    throw OutOfMemory(options.model_config, "", "the model (" + std::to_string(config.ParameterCount()) + " parameters)",
+    // (Reading --init holds the file's tensors beside the model's: libtorch's errors in
+    // ReadStateDict pass this one through.)
+    throw OutOfMemory(options.model_config, "",
+                      "the model (" + std::to_string(config.ParameterCount()) + " parameters" +
+                          (options.init.empty() ? "" : ", with --init read beside it") + ")",
                       error, "it needs a device with more memory");
   }
 }
@@ -320,8 +324,9 @@ void Train(const TrainOptions& options) {
         } catch (const c10::OutOfMemoryError& error) {
           throw OutOfMemory(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(entry) + "]",
                             "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
-                            "the plan asks more of this device than its profile said it holds (profile it again, "
-                            "then poplar plan)");
+                            "the plan asks more of this device than it holds (poplar plan sizes micro-batches "
+                            "from the device's profile: profile it again, as another process may share it, and "
+                            "plan again; or give this rank smaller micro-batches)");
         }
         loss_sum += result.loss_sum;
         compute_s += result.seconds;

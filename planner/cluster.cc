@@ -33,13 +33,15 @@ void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
     if (!precision) fields.Fail("precision", "must be fp32 or mixed, got '" + *text + "'");
     cluster.precision = *precision;
   }
-  if (auto text = fields.OptionalString("stage"); text && *text != "auto") {
-    // A number is plain, as global_batch's is: '3' is the string "3".
-    const YAML::Node given = fields.Child("stage");
-    if (text->size() != 1 || (*text)[0] < '0' || (*text)[0] > '3' || !YamlFields::IsPlainScalar(given)) {
-      fields.Fail("stage", "must be auto, 0, 1, 2 or 3, got " + YamlFields::Shown(given));
+  // The word auto, or a stage written as a number, as global_batch is: '3' is the string "3".
+  if (const auto given = fields.OptionalScalar("stage"); given && given->Scalar() != "auto") {
+    const std::string text = given->Scalar();
+    const bool digit = text.size() == 1 && text[0] >= '0' && text[0] <= '3';
+    if (!digit || !YamlFields::IsWrittenAs(*given, {"int"})) {
+      fields.Fail("stage", "must be auto, 0, 1, 2 or 3, got " + YamlFields::Shown(*given) +
+                               (digit ? "; write it without quotes: stage: " + text : ""));
     }
-    cluster.stage = (*text)[0] - '0';
+    cluster.stage = text[0] - '0';
   }
   fields.Finish();
 }

@@ -183,11 +183,14 @@ void RequireFolderFor(const std::string& path, const std::string& flag) {
   }
   const std::filesystem::path folder = std::filesystem::path(target).parent_path();
   if (!folder.empty() && !std::filesystem::is_directory(folder)) {
-    // `-o plan.json/` names a folder plan.json, which is a file.
+    // `-o plan.json/` or `-o plan.json/x/p.json` names a folder under plan.json, a file.
     std::error_code error;
-    const bool exists = std::filesystem::exists(folder, error);
-    throw InputError(flag, "", exists ? folder.string() + " is not a folder, so " + path + " cannot be written"
-                                      : "folder " + folder.string() + " does not exist");
+    for (std::filesystem::path up = folder; !up.empty() && up != up.parent_path(); up = up.parent_path()) {
+      if (std::filesystem::exists(up, error) && !std::filesystem::is_directory(up, error)) {
+        throw InputError(flag, "", up.string() + " is not a folder, so " + path + " cannot be written");
+      }
+    }
+    throw InputError(flag, "", "folder " + folder.string() + " does not exist");
   }
   RequireWritableFolder(folder.empty() ? "." : folder.string(), flag);
 }

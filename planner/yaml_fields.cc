@@ -42,9 +42,15 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
 }
 
 // A plain scalar has no tag ("?" to yaml-cpp). A quoted one ('4', "true") is a string
-// even where its text reads as a number ("!"), and so is one tagged `!!str 4`; no
-// setting of poplar's needs another tag.
-bool YamlFields::IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
+// even where its text reads as a number ("!"), and so is one tagged `!!str 4`.
+bool YamlFields::IsWrittenAs(const YAML::Node& node, std::initializer_list<const char*> types) {
+  if (!node.IsScalar()) return false;
+  if (node.Tag() == "?") return true;
+  for (const char* type : types) {
+    if (node.Tag() == std::string("tag:yaml.org,2002:") + type) return true;
+  }
+  return false;
+}
 
 std::string YamlFields::Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
@@ -66,13 +72,23 @@ constexpr const char* kStringTag = "tag:yaml.org,2002:str";
 // required"). Finds the first quoted scalar (key or value) under `node` whose closing
 // quote `text` lacks. `visited` holds the positions of the collections walked: an alias
 // (*name) is its anchor's node, walked once, so `&a [*b, *b]` chains stay linear.
+// yaml-cpp's positions are bytes after a UTF-8 byte-order mark, which `text` keeps.
 std::optional<YAML::Node> UnclosedQuote(const YAML::Node& node, const std::string& text, std::set<int>& visited) {
-  const int begin = node.Mark().pos;
+  const int bom = text.rfind("\xef\xbb\xbf", 0) == 0 ? 3 : 0;
+  const int begin = node.Mark().pos < 0 ? -1 : node.Mark().pos + bom;
   if (node.IsScalar()) {
-    if (node.Tag() != "!" || begin < 0 || static_cast<std::size_t>(begin) >= text.size()) return std::nullopt;
-    const char quote = text[begin];
-    if (quote != '"' && quote != '\'') return std::nullopt;
-    for (std::size_t at = begin + 1; at < text.size(); ++at) {
+    if (begin < 0) return std::nullopt;
+    // A scalar's mark is at its anchor or tag when it has one (&name, !!str): the quote,
+    // if any, comes after them. A plain scalar never begins with a quote.
+    std::size_t at = begin;
+    while (at < text.size() && (text[at] == '&' || text[at] == '!')) {
+      at = text.find_first_of(" \t\r\n", at);
+      at = at == std::string::npos ? text.size() : text.find_first_not_of(" \t\r\n", at);
+      if (at == std::string::npos) at = text.size();
+    }
+    if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return std::nullopt;
+    const char quote = text[at];
+    for (++at; at < text.size(); ++at) {
       if (quote == '"' && text[at] == '\\') {
         ++at;  // \" and \\ close nothing
       } else if (text[at] == quote) {
@@ -211,10 +227,20 @@ std::optional<std::string> YamlFields::OptionalString(const std::string& key) {
   return String(key);
 }
 
+std::optional<YAML::Node> YamlFields::OptionalScalar(const std::string& key) {
+  if (!Has(key)) {
+    used_.insert(key);
+    return std::nullopt;
+  }
+  YAML::Node child = Required(key);
+  if (!child.IsScalar()) Fail(key, "must be a single value, got a collection");
+  return child;
+}
+
 std::int64_t YamlFields::Integer(const std::string& key) {
   YAML::Node child = Required(key);
   // Decimal digits only: yaml-cpp would read 0127 as octal 87 (YAML 1.1) and 0x80 as hex.
-  const std::string text = IsPlainScalar(child) ? child.Scalar() : "";
+  const std::string text = IsWrittenAs(child, {"int"}) ? child.Scalar() : "";
   const std::size_t sign = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
   if (text.size() <= sign || text.find_first_not_of("0123456789", sign) != std::string::npos) {
     Fail(key, "must be an integer, got " + Shown(child));
@@ -242,7 +268,7 @@ std::int64_t YamlFields::IntegerIn(const std::string& key, std::int64_t low, std
 double YamlFields::Number(const std::string& key) {
   YAML::Node child = Required(key);
   double value = 0;
-  if (!IsPlainScalar(child) || !YAML::convert<double>::decode(child, value)) {
+  if (!IsWrittenAs(child, {"int", "float"}) || !YAML::convert<double>::decode(child, value)) {
     Fail(key, "must be a number, got " + Shown(child));
   }
   // YAML spells infinity and nan (.inf, .nan); no setting of poplar's means either.
@@ -261,7 +287,7 @@ double YamlFields::NumberIn(const std::string& key, double low, double high, con
 bool YamlFields::Boolean(const std::string& key, bool fallback) {
   YAML::Node child = Child(key);
   if (!child || child.IsNull()) return fallback;
-  if (!IsPlainScalar(child) || (child.Scalar() != "true" && child.Scalar() != "false")) {
+  if (!IsWrittenAs(child, {"bool"}) || (child.Scalar() != "true" && child.Scalar() != "false")) {
     Fail(key, "must be true or false, got " + Shown(child));
   }
   return child.Scalar() == "true";

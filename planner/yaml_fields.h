@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -30,6 +31,9 @@ class YamlFields {
 
   std::string String(const std::string& key);
   std::optional<std::string> OptionalString(const std::string& key);
+  // A single value, however written, for a key whose values are of several kinds
+  // (`stage: auto` or `stage: 3`); absent: nullopt. Throws if null or a collection.
+  std::optional<YAML::Node> OptionalScalar(const std::string& key);
   std::int64_t Integer(const std::string& key);
   // An integer from `low` to `high`; `what` names it in the error: "must be a number of
   // samples from 1 to 1000000, got 2000000".
@@ -59,8 +63,9 @@ class YamlFields {
   // `reason` and, when the key is in this mapping, its line: "(line 7)".
   [[noreturn]] void Fail(const std::string& key, const std::string& reason) const;
   static std::string LineOf(const YAML::Node& node);
-  // A plain scalar is written without quotes or tag: `4`, `auto`; '4' is a string.
-  static bool IsPlainScalar(const YAML::Node& node);
+  // A number or boolean is written plain (`4`, `true`) or tagged with its YAML type
+  // (`!!int 4`), one of `types` ("int", "float", "bool"); quoted ('4') it is a string.
+  static bool IsWrittenAs(const YAML::Node& node, std::initializer_list<const char*> types);
   // A value as an error shows it: 'fp16', the string "4", a collection.
   static std::string Shown(const YAML::Node& node);
 

@@ -31,11 +31,12 @@ def write_plan(path, stage, ranks, global_batch=None):
     return path
 
 
-def start_ranks(commands, logs=None, omp_threads=None):
+def start_ranks(commands, logs=None, omp_threads=None, quiet=False):
     """Starts one process per entry of `commands` (an argv each) as ranks 0.. of one job on
     a free loopback port. Each one's stdout and stderr go to logs[rank] (a path) when
-    `logs` is given, else to this process's. `omp_threads` sets OMP_NUM_THREADS (libtorch's
-    CPU threads) where the ranks share few cores. Returns the processes."""
+    `logs` is given, else to this process's, stdout discarded when `quiet` (a script
+    printing a table of its own). `omp_threads` sets OMP_NUM_THREADS (libtorch's CPU
+    threads) where the ranks share few cores. Returns the processes."""
     port, procs = free_port(), []
     for rank, command in enumerate(commands):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(commands)), LOCAL_RANK=str(rank),
@@ -43,7 +44,7 @@ def start_ranks(commands, logs=None, omp_threads=None):
         if omp_threads is not None:
             env["OMP_NUM_THREADS"] = str(omp_threads)
         if logs is None:
-            procs.append(subprocess.Popen(command, env=env))
+            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL if quiet else None))
         else:
             with open(logs[rank], "w") as log:
                 procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))

@@ -197,7 +197,7 @@ TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
   EXPECT_EQ(job.exit_codes[1], 1) << job.Describe();
   EXPECT_TRUE(ContainsAll(job.errors[1], {"poplar-worker[rank 1]: error: " + plan + ": ranks[1].micro_batches[0]: ",
                                           "its micro-batch of 64 samples at step 1 ran out of device memory",
-                                          "of 2000000 bytes in use", "profile it again"}))
+                                          "of 2000000 bytes in use", "the plan asks more of this device than it holds"}))
       << job.errors[1];
   EXPECT_NE(job.exit_codes[0], 0) << job.Describe();
 
@@ -207,6 +207,10 @@ TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
                   "a device with more memory"});
   ExpectRejected(RunJob(scratch_, 1, Args(one, {"--memory-bytes", "100000"})),
                  {"model.json: the model (", "parameters) ran out of device memory"});
+  // Reading --init (the model and the file's tensors at once) was called a damaged file.
+  ASSERT_TRUE(RunJob(scratch_, 1, Args(one, {"--save", "init.pt"}, 1)).AllSucceeded());
+  ExpectRejected(RunJob(scratch_, 1, Args(one, {"--init", "init.pt", "--memory-bytes", "200000"})),
+                 {"model.json: the model (", "parameters, with --init read beside it) ran out of device memory"});
 }
 
 // Every output is checked before the first step: a folder that takes no files (/proc,

@@ -79,7 +79,7 @@ TEST(StateDict, AFileFromANewerPyTorchIsSaidToBeOne) {
     ReadStateDict(POPLAR_TEST_DATA_DIR "/python_version99_state_dict.pt");
     ADD_FAILURE() << "read";
   } catch (const InputError& error) {
-    EXPECT_TRUE(Contains(error.reason(), "it was written by a newer PyTorch (file format 99; this worker's libtorch "))
+    EXPECT_TRUE(Contains(error.reason(), "was written by a newer PyTorch, in file format 99; this worker's libtorch "))
         << error.what();
     EXPECT_FALSE(Contains(error.reason(), "enforce fail")) << error.what();
   }

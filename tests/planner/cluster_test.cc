@@ -426,8 +426,11 @@ TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
 TEST(ClusterFile, AQuotedStageNumberIsRefusedAsAString) {
   const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: '3'\n"));
   EXPECT_EQ(error.key(), "training.stage");
-  EXPECT_EQ(error.reason(), "must be auto, 0, 1, 2 or 3, got the string \"3\" (line 6)");
+  EXPECT_EQ(error.reason(), "must be auto, 0, 1, 2 or 3, got the string \"3\"; write it without quotes: stage: 3 (line 6)");
   EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: 'auto'\n"), kFile).stage, std::nullopt);
+  // Tagged with its type, a number is one (`!!int 3` was refused as "must be a string").
+  EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: !!int 3\n"), kFile).stage, 3);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("  global_batch: 512\n", "  global_batch: !!int 512\n"), kFile).global_batch, 512);
 }
 
 TEST(ClusterFile, RejectsTopLevelThatIsNotAMapping) {

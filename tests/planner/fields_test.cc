@@ -140,7 +140,9 @@ TEST(YamlFields, AStringTaggedAsAnotherTypeIsRefused) {
 // swallowed were then reported missing ("training: is required"). The quote is named.
 TEST(ParseYamlDocument, NamesAQuoteThatIsNeverClosed) {
   for (const std::string text : {"name: \"demo\ntraining:\n  stage: 3\n", "a: 1\nb: 'x\nc: 2\n",
-                                 "a: 1\nlist:\n  - ok\n  - \"x\\\"\n", "'key: 1\n"}) {
+                                 "a: 1\nlist:\n  - ok\n  - \"x\\\"\n", "'key: 1\n",
+                                 // after a tag or an anchor, where yaml-cpp's mark is
+                                 "name: !!str \"a100\nb: 1\n", "name: &n 'a100\nb: 1\n"}) {
     SCOPED_TRACE(text);
     const std::string error = ErrorOf([&] { ParseYamlDocument(text, "c.yaml"); });
     EXPECT_TRUE(Contains(error, "c.yaml: not valid YAML: the quote that opens on line ")) << error;
@@ -148,7 +150,9 @@ TEST(ParseYamlDocument, NamesAQuoteThatIsNeverClosed) {
   EXPECT_TRUE(Contains(ErrorOf([] { ParseYamlDocument("a: 1\nb: 'x\nc: 2\n", "c.yaml"); }), "opens on line 2 is"));
   // Closed quotes, however written, pass: escapes, '' inside single quotes, several lines.
   for (const std::string text : {"a: \"x \\\" y\"\n", "a: 'it''s'\n", "a: \"one\n  two\"\nb: 1\n",
-                                 "a: &q 'x'\nb: *q\nc: [*q, *q]\n", "a: \"\\\\\"\n"}) {
+                                 "a: &q 'x'\nb: *q\nc: [*q, *q]\n", "a: \"\\\\\"\n", "a: !!str 'x'\nb: ! \"y\"\n",
+                                 // a byte-order mark, which yaml-cpp's positions leave out
+                                 "\xef\xbb\xbf'k': \"v\"\n", "\xef\xbb\xbf{'x': \"y\"}\n"}) {
     SCOPED_TRACE(text);
     EXPECT_EQ(ErrorOf([&] { ParseYamlDocument(text, "c.yaml"); }), "");
   }
