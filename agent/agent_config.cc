@@ -25,6 +25,13 @@ std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std
     fields.Fail(key, "cannot create or use folder " + path.string() +
                          (error ? ": " + error.message() : ""));
   }
+  // A folder that takes no files (/proc, a read-only mount) failed only at the first
+  // profile or job, naming neither this file nor the key.
+  try {
+    RequireWritableFolder(path.string(), key);
+  } catch (const InputError& refusal) {
+    fields.Fail(key, refusal.reason());
+  }
   return fs::canonical(path).string();
 }
 

@@ -3,6 +3,8 @@
 // SIGINT; then it stops every job it runs and exits. Its workers die with it even if it
 // is killed (agent/spawner.h).
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <cstdio>
@@ -11,6 +13,8 @@
 
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,16 +60,37 @@ std::string WorkerNextToAgent() {
 }
 
 // `poplar-worker --version` of the agent file's worker, which keys the profile cache.
+// Within kVersionTimeout: a worker that does not answer (or leaves a child holding its
+// output) once kept the agent from starting, deaf to SIGTERM, which it blocks by then.
 std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
+  constexpr int kVersionTimeoutSeconds = 30;
   const std::string& worker = config.worker;
   SpawnSpec spec{worker, {"--version"}, InheritedEnvironment(), "/"};
   const Spawned spawned = spawner.Spawn(spec);
   std::string text;
   char buffer[256];
-  for (ssize_t got; (got = read(spawned.output_fd, buffer, sizeof(buffer))) > 0;) text.append(buffer, got);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kVersionTimeoutSeconds);
+  bool answered = false;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd readable{spawned.output_fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&readable, 1, static_cast<int>(left.count())) == 0) break;
+    const ssize_t got = read(spawned.output_fd, buffer, sizeof(buffer));
+    if (got > 0) text.append(buffer, got);
+    if (got == 0 || (got < 0 && errno != EINTR)) {
+      answered = true;
+      break;
+    }
+  }
   close(spawned.output_fd);
   int status = 0;
+  if (!answered) kill(-spawned.pid, SIGKILL);  // its process group: the worker and what it started
   waitpid(spawned.pid, &status, 0);
+  if (!answered) {
+    throw InputError(config.file, "worker", worker + " did not answer --version within " +
+                                                std::to_string(kVersionTimeoutSeconds) + " s (it said '" +
+                                                Printable(Trimmed(text).substr(0, 80)) + "'); is it poplar-worker?");
+  }
   text = Trimmed(text);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
     throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (it said '" +
@@ -81,13 +106,16 @@ struct AgentOptions {
 };
 
 void Serve(const AgentOptions& options) {
-  // SIGINT and SIGTERM are taken by a waiting thread; block them in every thread first,
-  // before any other thread exists: gRPC's threads (the credentials check below starts
-  // some) would otherwise take SIGTERM and die of it, without stopping the jobs.
+  // SIGINT, SIGTERM and SIGHUP are taken by a waiting thread; block them in every thread
+  // first, before any other thread exists: gRPC's threads (the credentials check below
+  // starts some) would otherwise take SIGTERM and die of it, without stopping the jobs.
+  // SIGHUP (the terminal of an agent started by hand closing) once killed it at once,
+  // its workers by their parent-death signal, a checkpoint cut short.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
   if (!options.port_file.empty()) {
@@ -95,7 +123,9 @@ void Serve(const AgentOptions& options) {
     RequireOutputApart(options.port_file,
                        {{config.file, "the agent file (--config)"}, {files.ca, "the credentials' ca"},
                         {files.cert, "the credentials' cert"}, {files.key, "the credentials' key"},
-                        {files.token, "the credentials' token"}, {config.worker, "poplar-worker"}},
+                        {files.token, "the credentials' token"}, {config.worker, "poplar-worker"},
+                        // Replacing it would free work_dir for a second agent.
+                        {config.work_dir + "/.agent.lock", "the work_dir's lock file"}},
                        "--port-file");
   }
   const WorkDirLock work_dir_lock(config.work_dir, config.file);
@@ -166,7 +196,8 @@ int main(int argc, char** argv) {
   // Required, but checked in the callback: CLI11 checks requirements before it names an
   // unknown flag, so `poplar-agent --bogus` would only hear that --config is required.
   app.add_option("--config", options.config, "Agent file (YAML; required)")->check(CLI::ExistingFile);
-  app.add_option("--port-file", options.port_file, "Write the port it listens on here (for listen: host:0)");
+  app.add_option("--port-file", options.port_file, "Write the port it listens on here (for listen: host:0)")
+      ->check(poplar::NotEmpty());
   app.callback([&] {
     if (options.config.empty()) throw CLI::RequiredError("--config");
     poplar::Serve(options);

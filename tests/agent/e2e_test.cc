@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
+#include <string.h>
 
 #include "agent/tls.h"
 #include "child_process.h"
@@ -190,7 +191,8 @@ class TwoAgents : public ::testing::Test {
   }
 
   void StopTheHeadWith(int signal_number, const std::string& how);
-  void StopAgentBAndExpectTheHeadToSaySo(Training& training, const std::string& run_dir, std::chrono::seconds limit);
+  void StopAgentBAndExpectTheHeadToSaySo(Training& training, const std::string& run_dir, std::chrono::seconds limit,
+                                         int signal = SIGTERM);
 
   ScratchDir dir_{"e2e"};
   std::string worker_ = POPLAR_WORKER_BINARY;  // what the agents start
@@ -429,14 +431,24 @@ TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
   StopAgentBAndExpectTheHeadToSaySo(training, "agentstop", std::chrono::seconds(60));
 }
 
+// SIGHUP, as the closing terminal of an agent started by hand sends, is a stop like
+// SIGTERM: it killed the agent at once, its ranks by their parent-death signal, and the
+// head said it had lost the agent.
+TEST_F(TwoAgents, AnAgentWhoseTerminalClosesStopsItsJobAndSaysSo) {
+  Training training = StartTraining("agenthup", 3);
+  ASSERT_TRUE(training.started());
+  StopAgentBAndExpectTheHeadToSaySo(training, "agenthup", std::chrono::seconds(60), SIGHUP);
+}
+
 // SIGTERM to node b's agent, as systemctl stop sends: the launch of `run_dir` must end
 // within `limit` with exit 1, saying so, and b's rank must be gone.
 void TwoAgents::StopAgentBAndExpectTheHeadToSaySo(Training& training, const std::string& run_dir,
-                                                  std::chrono::seconds limit) {
-  agents_[1]->Signal(SIGTERM);
+                                                  std::chrono::seconds limit, int signal) {
+  agents_[1]->Signal(signal);
   EXPECT_EQ(training.launch->Wait(limit), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/" + run_dir + ".err");
-  EXPECT_TRUE(Contains(err, "failed: node 'b': its poplar-agent was stopped (Terminated)")) << err;
+  EXPECT_TRUE(Contains(err, std::string("failed: node 'b': its poplar-agent was stopped (") + strsignal(signal) + ")"))
+      << err;
   EXPECT_FALSE(Alive(training.rank1));
 }
 
