@@ -94,7 +94,7 @@ std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
   text = Trimmed(text);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
     throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (it said '" +
-                                                text.substr(0, text.find('\n')).substr(0, 80) + "' and " +
+                                                FirstLine(text).substr(0, 80) + "' and " +
                                                 DescribeWaitStatus(status) + ")");
   }
   return text;

@@ -28,6 +28,7 @@
 #include "planner/host_port.h"
 #include "planner/input_error.h"
 #include "planner/join.h"
+#include "planner/text_file.h"
 
 namespace poplar {
 namespace {
@@ -94,8 +95,7 @@ void WaitForWork(c10d::Work& work, const char* collective) {
   try {
     work.wait();
   } catch (const std::exception& error) {
-    std::string cause = error.what();
-    cause = cause.substr(0, cause.find('\n'));
+    std::string cause = FirstLine(error.what());
     if (cause.rfind("[", 0) == 0 && cause.find("] ") != std::string::npos) cause = cause.substr(cause.find("] ") + 2);
     const auto says = [&cause](const char* words) { return cause.find(words) != std::string::npos; };
     const std::string failed = std::string("the ") + collective + " failed: ";
@@ -223,7 +223,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
       throw PeerFailure("cannot reach rank 0's rendezvous at " + env.master_addr + ":" +
                                std::to_string(env.master_port) +
                                " within --timeout; is rank 0 started, with the same MASTER_ADDR and MASTER_PORT? (" +
-                               what.substr(0, what.find('\n')) + ")");
+                               FirstLine(what) + ")");
     }
     throw;
   }
@@ -251,7 +251,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     // c10d says only "Socket Timeout" when a rank never joins.
     const std::string what = error.what();
     if (SaysTimedOut(what)) {
-      throw PeerFailure(RendezvousIncomplete(env, {}).what() + (" (" + what.substr(0, what.find('\n')) + ")"));
+      throw PeerFailure(RendezvousIncomplete(env, {}).what() + (" (" + FirstLine(what) + ")"));
     }
     throw;
   }

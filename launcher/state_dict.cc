@@ -106,7 +106,7 @@ void RequireDataRecords(caffe2::serialize::PyTorchStreamReader& reader, const St
 // written by a newer PyTorch is said to be one (libtorch advises upgrading PyTorch,
 // which a user of poplar-worker has no say in).
 InputError ReadFailure(const std::string& path, std::string reason, const std::string& damaged) {
-  reason = reason.substr(0, reason.find('\n'));
+  reason = FirstLine(reason);
   static const std::regex kEnforce(R"(^\[enforce fail at [^\]]*\]\s*\.?\s*)");
   reason = std::regex_replace(reason, kEnforce, "");
   static const std::regex kVersion(R"(file with version (\d+), but the maximum supported version for reading is (\d+))");

@@ -58,9 +58,8 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, st
 // `what` is the work that ran out ("the micro-batch of 32 samples at step 3").
 InputError OutOfMemory(const std::string& file, const std::string& key, const std::string& what,
                        const c10::OutOfMemoryError& error, const std::string& remedy) {
-  std::string reason = error.what_without_backtrace();
-  if (const auto line_end = reason.find('\n'); line_end != std::string::npos) reason.resize(line_end);
-  return InputError(file, key, what + " ran out of device memory (" + reason + "); " + remedy);
+  return InputError(file, key,
+                    what + " ran out of device memory (" + FirstLine(error.what_without_backtrace()) + "); " + remedy);
 }
 
 // The error of step `step` when `what` (its loss, gradient norm or held-out loss) is not a

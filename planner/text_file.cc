@@ -38,6 +38,8 @@ std::string WriteTarget(const std::string& path) {
 
 }  // namespace
 
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 std::string Trimmed(const std::string& text) {
   constexpr const char* kBlank = " \t\r\n";
   const auto first = text.find_first_not_of(kBlank);

@@ -85,6 +85,10 @@ void MakeOutputFolder(const std::string& path, const std::string& flag);
 // (job_id, a checkpoint's latest, the token), written by hand or by echo.
 std::string Trimmed(const std::string& text);
 
+// The first line of a message: libtorch appends a C++ backtrace to its own, gRPC and
+// Gloo their details.
+std::string FirstLine(const std::string& text);
+
 // The folder part of a path ("a/b/c.yaml" -> "a/b", "c.yaml" -> ".").
 std::string ParentFolder(const std::string& path);
 // `path` if absolute, else `base_folder`/`path`.

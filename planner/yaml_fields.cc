@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/depthguard.h>
@@ -14,6 +15,12 @@
 #include "planner/text_file.h"
 
 namespace poplar {
+namespace {
+
+// The prefix of YAML's own types' tags: `!!int 4` is tagged tag:yaml.org,2002:int.
+const std::string kCoreTag = "tag:yaml.org,2002:";
+
+}  // namespace
 
 YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string path)
     : node_(node), file_(std::move(file)), path_(std::move(path)) {
@@ -47,7 +54,7 @@ bool YamlFields::IsWrittenAs(const YAML::Node& node, std::initializer_list<const
   if (!node.IsScalar()) return false;
   if (node.Tag() == "?") return true;
   for (const char* type : types) {
-    if (node.Tag() == std::string("tag:yaml.org,2002:") + type) return true;
+    if (node.Tag() == kCoreTag + type) return true;
   }
   return false;
 }
@@ -56,7 +63,7 @@ std::string YamlFields::Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
   if (node.Tag() == "!") return "the string \"" + Printable(node.Scalar()) + "\"";
   if (node.Tag() != "?") {
-    const std::string core = "tag:yaml.org,2002:";  // as written: !!binary
+    const std::string core = kCoreTag;  // shown as written: !!binary
     const std::string tag = node.Tag().rfind(core, 0) == 0 ? "!!" + node.Tag().substr(core.size()) : node.Tag();
     return "'" + Printable(node.Scalar()) + "' tagged " + Printable(tag);
   }
@@ -65,26 +72,21 @@ std::string YamlFields::Shown(const YAML::Node& node) {
 
 namespace {
 
-constexpr const char* kStringTag = "tag:yaml.org,2002:str";
-
 // yaml-cpp reads a quote that is never closed as a string running to the end of the
 // file, and the keys swallowed by it are then reported as missing ("training: is
 // required"). Finds the first quoted scalar (key or value) under `node` whose closing
 // quote `text` lacks. `visited` holds the positions of the collections walked: an alias
 // (*name) is its anchor's node, walked once, so `&a [*b, *b]` chains stay linear.
-// yaml-cpp's positions are bytes after a UTF-8 byte-order mark, which `text` keeps.
-std::optional<YAML::Node> UnclosedQuote(const YAML::Node& node, const std::string& text, std::set<int>& visited) {
-  const int bom = text.rfind("\xef\xbb\xbf", 0) == 0 ? 3 : 0;
-  const int begin = node.Mark().pos < 0 ? -1 : node.Mark().pos + bom;
+// `text` is what yaml-cpp's positions count: the file after any UTF-8 byte-order mark.
+std::optional<YAML::Node> UnclosedQuote(const YAML::Node& node, std::string_view text, std::set<int>& visited) {
+  const int begin = node.Mark().pos;
   if (node.IsScalar()) {
     if (begin < 0) return std::nullopt;
     // A scalar's mark is at its anchor or tag when it has one (&name, !!str): the quote,
     // if any, comes after them. A plain scalar never begins with a quote.
     std::size_t at = begin;
     while (at < text.size() && (text[at] == '&' || text[at] == '!')) {
-      at = text.find_first_of(" \t\r\n", at);
-      at = at == std::string::npos ? text.size() : text.find_first_not_of(" \t\r\n", at);
-      if (at == std::string::npos) at = text.size();
+      at = text.find_first_not_of(" \t\r\n", text.find_first_of(" \t\r\n", at));  // npos past the end
     }
     if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return std::nullopt;
     const char quote = text[at];
@@ -141,9 +143,10 @@ YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
     if (document && !document.IsNull()) given.push_back(document);
   }
   if (given.empty()) throw InputError(file, "", "is empty");
+  const std::string_view counted = text.rfind("\xef\xbb\xbf", 0) == 0 ? std::string_view(text).substr(3) : text;
   for (const auto& document : given) {
     std::set<int> visited;
-    if (const auto open = UnclosedQuote(document, text, visited)) {
+    if (const auto open = UnclosedQuote(document, counted, visited)) {
       throw InputError(file, "", "not valid YAML: the quote that opens on line " + std::to_string(open->Mark().line + 1) +
                                      " is never closed");
     }
@@ -210,8 +213,8 @@ YAML::Node YamlFields::List(const std::string& key, const std::string& what) {
 std::string YamlFields::String(const std::string& key) {
   YAML::Node child = Required(key);
   if (!child.IsScalar()) Fail(key, "must be a string");
-  // `!!binary aGk=` would otherwise be read as its text, not as what it stands for.
-  if (child.Tag() != "?" && child.Tag() != "!" && child.Tag() != kStringTag) {
+  // Plain, quoted or !!str: `!!binary aGk=` would otherwise be read as its text.
+  if (child.Tag() != "!" && !IsWrittenAs(child, {"str"})) {
     Fail(key, "must be a string, got " + Shown(child));
   }
   const std::string value = child.Scalar();

@@ -9,12 +9,10 @@
 
 #include "planner/input_error.h"
 #include "planner/spelling.h"
+#include "planner/text_file.h"
 
 namespace poplar {
 namespace {
-
-// The first line of a message (libtorch appends a C++ backtrace to its own).
-std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Every command the program declares (get_subcommands() alone gives the parsed ones).
 std::vector<CLI::App*> Commands(CLI::App& app) {

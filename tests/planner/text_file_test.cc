@@ -74,7 +74,7 @@ TEST(RequireStreamOutputApart, TakesDevicesAndPipesButNotFoldersOrInputs) {
   EXPECT_TRUE(Contains(refusal(dir.path(), {}), "is a folder")) << refusal(dir.path(), {});
   EXPECT_TRUE(Contains(refusal(dir.path() + "/missing/m.jsonl", {}), "does not exist"));
   // A file named as a folder (`-o plan.json/`) is said to be one, not to be missing.
-  for (const std::string path : {kept + "/", kept + "/m.jsonl", kept + "/x/m.jsonl"}) {
+  for (const std::string& path : {kept + "/", kept + "/m.jsonl", kept + "/x/m.jsonl"}) {
     EXPECT_TRUE(Contains(refusal(path, {}), kept + " is not a folder")) << refusal(path, {});
   }
   const std::string input = refusal(kept, {{kept, "the plan (--plan)"}});
