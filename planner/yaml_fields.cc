@@ -72,47 +72,47 @@ std::string YamlFields::Shown(const YAML::Node& node) {
 
 namespace {
 
+// The scalar that ends `node` in document order (a map's last value, or its key when
+// that value is empty), if any. Recursion, not assignment: yaml-cpp's Node::operator=
+// writes into the tree.
+std::optional<YAML::Node> LastScalar(const YAML::Node& node) {
+  if (node.IsScalar()) return node;
+  if (node.IsSequence() && node.size() > 0) return LastScalar(node[node.size() - 1]);
+  if (!node.IsMap() || node.size() == 0) return std::nullopt;
+  YAML::const_iterator last = node.begin();
+  for (auto entry = node.begin(); entry != node.end(); ++entry) last = entry;
+  if (auto value = LastScalar(last->second)) return value;
+  return LastScalar(last->first);
+}
+
 // yaml-cpp reads a quote that is never closed as a string running to the end of the
 // file, and the keys swallowed by it are then reported as missing ("training: is
-// required"). Finds the first quoted scalar (key or value) under `node` whose closing
-// quote `text` lacks. `visited` holds the positions of the collections walked: an alias
-// (*name) is its anchor's node, walked once, so `&a [*b, *b]` chains stay linear.
-// `text` is what yaml-cpp's positions count: the file after any UTF-8 byte-order mark.
-std::optional<YAML::Node> UnclosedQuote(const YAML::Node& node, std::string_view text, std::set<int>& visited) {
-  const int begin = node.Mark().pos;
-  if (node.IsScalar()) {
-    if (begin < 0) return std::nullopt;
-    // A scalar's mark is at its anchor or tag when it has one (&name, !!str): the quote,
-    // if any, comes after them. A plain scalar never begins with a quote.
-    std::size_t at = begin;
-    while (at < text.size() && (text[at] == '&' || text[at] == '!')) {
-      at = text.find_first_not_of(" \t\r\n", text.find_first_of(" \t\r\n", at));  // npos past the end
-    }
-    if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return std::nullopt;
-    const char quote = text[at];
-    for (++at; at < text.size(); ++at) {
-      if (quote == '"' && text[at] == '\\') {
-        ++at;  // \" and \\ close nothing
-      } else if (text[at] == quote) {
-        if (quote == '\'' && at + 1 < text.size() && text[at + 1] == '\'') {
-          ++at;  // '' is a quote inside single quotes
-        } else {
-          return std::nullopt;
-        }
+// required"). Such a string can only be the document's last scalar: returns it if its
+// closing quote is missing from `text`, which is what yaml-cpp's positions count (the
+// file after any UTF-8 byte-order mark).
+std::optional<YAML::Node> UnclosedQuote(const YAML::Node& document, std::string_view text) {
+  const std::optional<YAML::Node> last = LastScalar(document);
+  if (!last || last->Mark().pos < 0) return std::nullopt;
+  // A scalar's mark is at its anchor or tag when it has one (&name, !!str): the quote,
+  // if any, comes after them. A plain scalar never begins with a quote.
+  std::size_t at = last->Mark().pos;
+  while (at < text.size() && (text[at] == '&' || text[at] == '!')) {
+    at = text.find_first_not_of(" \t\r\n", text.find_first_of(" \t\r\n", at));  // npos past the end
+  }
+  if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return std::nullopt;
+  const char quote = text[at];
+  for (++at; at < text.size(); ++at) {
+    if (quote == '"' && text[at] == '\\') {
+      ++at;  // \" and \\ close nothing
+    } else if (text[at] == quote) {
+      if (quote == '\'' && at + 1 < text.size() && text[at + 1] == '\'') {
+        ++at;  // '' is a quote inside single quotes
+      } else {
+        return std::nullopt;
       }
     }
-    return node;
   }
-  if (!visited.insert(begin).second) return std::nullopt;
-  for (const auto& entry : node) {
-    if (node.IsMap()) {
-      if (auto found = UnclosedQuote(entry.first, text, visited)) return found;
-      if (auto found = UnclosedQuote(entry.second, text, visited)) return found;
-    } else if (auto found = UnclosedQuote(entry, text, visited)) {
-      return found;
-    }
-  }
-  return std::nullopt;
+  return last;
 }
 
 // A bound as a user would write it: 0.001, 1000000 (no trailing zeros, no exponent
@@ -143,13 +143,11 @@ YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
     if (document && !document.IsNull()) given.push_back(document);
   }
   if (given.empty()) throw InputError(file, "", "is empty");
+  // (A quote never closed swallows any `---` after it: the last document is the one.)
   const std::string_view counted = text.rfind("\xef\xbb\xbf", 0) == 0 ? std::string_view(text).substr(3) : text;
-  for (const auto& document : given) {
-    std::set<int> visited;
-    if (const auto open = UnclosedQuote(document, counted, visited)) {
-      throw InputError(file, "", "not valid YAML: the quote that opens on line " + std::to_string(open->Mark().line + 1) +
-                                     " is never closed");
-    }
+  if (const auto open = UnclosedQuote(given.back(), counted)) {
+    throw InputError(file, "", "not valid YAML: the quote that opens on line " + std::to_string(open->Mark().line + 1) +
+                                   " is never closed");
   }
   if (given.size() > 1) {
     throw InputError(file, "", "holds " + std::to_string(given.size()) +
