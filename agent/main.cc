@@ -59,43 +59,54 @@ std::string WorkerNextToAgent() {
   return (self.parent_path() / "poplar-worker").string();
 }
 
-// `poplar-worker --version` of the agent file's worker, which keys the profile cache.
-// Within kVersionTimeout: a worker that does not answer (or leaves a child holding its
-// output) once kept the agent from starting, deaf to SIGTERM, which it blocks by then.
-std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
-  constexpr int kVersionTimeoutSeconds = 30;
-  const std::string& worker = config.worker;
-  SpawnSpec spec{worker, {"--version"}, InheritedEnvironment(), "/"};
-  const Spawned spawned = spawner.Spawn(spec);
-  std::string text;
+using Clock = std::chrono::steady_clock;
+
+// Reads `fd` to its end, keeping the first `keep` bytes in `text`; false if `deadline`
+// came first.
+bool ReadToEndBy(int fd, Clock::time_point deadline, std::size_t keep, std::string& text) {
   char buffer[256];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kVersionTimeoutSeconds);
-  bool answered = false;
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd readable{spawned.output_fd, POLLIN, 0};
-    if (left.count() <= 0 || poll(&readable, 1, static_cast<int>(left.count())) == 0) break;
-    const ssize_t got = read(spawned.output_fd, buffer, sizeof(buffer));
-    if (got > 0) text.append(buffer, got);
-    if (got == 0 || (got < 0 && errno != EINTR)) {
-      answered = true;
-      break;
-    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd readable{fd, POLLIN, 0};
+    if (left <= 0 || poll(&readable, 1, static_cast<int>(left)) == 0) return false;
+    const ssize_t got = read(fd, buffer, sizeof(buffer));
+    if (got > 0) text.append(buffer, std::min<std::size_t>(got, keep - std::min(keep, text.size())));
+    if (got == 0 || (got < 0 && errno != EINTR)) return true;
   }
-  close(spawned.output_fd);
+}
+
+// Waits for child `pid` to end (its wait status in `status`); false if `deadline` came first.
+bool WaitBy(pid_t pid, Clock::time_point deadline, int& status) {
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// `poplar-worker --version` of the agent file's worker, which keys the profile cache.
+// Within 30 s: a worker that does not answer, or does not end (or leaves a child holding
+// its output), once kept the agent from starting, deaf to SIGTERM, which it blocks by then.
+std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
+  constexpr int kTimeoutSeconds = 30;
+  const std::string& worker = config.worker;
+  const Spawned spawned = spawner.Spawn({worker, {"--version"}, InheritedEnvironment(), "/"});
+  const auto deadline = Clock::now() + std::chrono::seconds(kTimeoutSeconds);
+  std::string text;
   int status = 0;
-  if (!answered) kill(-spawned.pid, SIGKILL);  // its process group: the worker and what it started
-  waitpid(spawned.pid, &status, 0);
-  if (!answered) {
-    throw InputError(config.file, "worker", worker + " did not answer --version within " +
-                                                std::to_string(kVersionTimeoutSeconds) + " s (it said '" +
-                                                Printable(Trimmed(text).substr(0, 80)) + "'); is it poplar-worker?");
-  }
+  const bool ended = ReadToEndBy(spawned.output_fd, deadline, 4096, text) && WaitBy(spawned.pid, deadline, status);
+  close(spawned.output_fd);
   text = Trimmed(text);
+  const std::string said = "it said '" + Printable(FirstLine(text)) + "'";
+  if (!ended) {
+    kill(-spawned.pid, SIGKILL);  // its process group: the worker and what it started
+    waitpid(spawned.pid, &status, 0);
+    throw InputError(config.file, "worker", worker + " did not answer --version within " +
+                                                std::to_string(kTimeoutSeconds) + " s (" + said + "); is it poplar-worker?");
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
-    throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (it said '" +
-                                                FirstLine(text).substr(0, 80) + "' and " +
-                                                DescribeWaitStatus(status) + ")");
+    throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (" + said +
+                                                " and " + DescribeWaitStatus(status) + ")");
   }
   return text;
 }
@@ -118,6 +129,7 @@ void Serve(const AgentOptions& options) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   const AgentConfig config = LoadAgentConfig(options.config, WorkerNextToAgent());
+  const WorkDirLock work_dir_lock(config.work_dir, config.file);
   if (!options.port_file.empty()) {
     const CredentialPaths& files = config.credentials;
     RequireOutputApart(options.port_file,
@@ -125,10 +137,9 @@ void Serve(const AgentOptions& options) {
                         {files.cert, "the credentials' cert"}, {files.key, "the credentials' key"},
                         {files.token, "the credentials' token"}, {config.worker, "poplar-worker"},
                         // Replacing it would free work_dir for a second agent.
-                        {config.work_dir + "/.agent.lock", "the work_dir's lock file"}},
+                        {work_dir_lock.path(), "the work_dir's lock file"}},
                        "--port-file");
   }
-  const WorkDirLock work_dir_lock(config.work_dir, config.file);
   auto credentials = AgentServerCredentials(config.credentials, config.file, "poplar-agent");
 
   std::string worker_version;

@@ -29,6 +29,8 @@ class WorkDirLock {
   // another process holds the lock.
   WorkDirLock(const std::string& work_dir, const std::string& config_file);
 
+  const std::string& path() const { return lock_.path(); }  // the lock file
+
  private:
   FolderLock lock_;
 };
