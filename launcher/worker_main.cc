@@ -39,9 +39,9 @@ using poplar::NumberWhere;
 const CLI::Validator kBelowOne = NumberWhere([](double v) { return v >= 0 && v < 1; }, "a number in [0, 1)");
 const CLI::Validator kPositive = NumberWhere([](double v) { return v > 0; }, "a positive number");
 const CLI::Validator kZeroOrMore = NumberWhere([](double v) { return v >= 0; }, "zero or a positive number");
-// Counts of steps or samples, as --steps is bounded (2^40): a larger number once became
-// INT64_MAX silently ("9223372036854775807 is more than the 548 samples").
-const CLI::Validator kCount = poplar::WholeNumberIn(0, std::int64_t{1} << 40);
+// Counts of steps or samples, --steps among them, as the cluster file's (2^40): a larger
+// number once became INT64_MAX silently ("9223372036854775807 is more than the 548 samples").
+const CLI::Validator kCount = poplar::WholeNumberIn(0, poplar::kMostJobSteps);
 const CLI::Validator kBytes = poplar::WholeNumberIn(0, std::int64_t{1} << 50);  // up to a pebibyte
 const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <= 1000; }, "a factor from 1 to 1000");
 
@@ -61,7 +61,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
   train->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
   train->add_option("--data", o.data, "Token file (uint16, poplar prepare-data)")->required()->check(CLI::ExistingFile);
-  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(poplar::WholeNumberIn(int64_t{0}, int64_t{1} << 40))->capture_default_str();
+  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(kCount)->capture_default_str();
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
   train->add_option("--lr", o.adamw.lr, "AdamW learning rate, at most 1e6")
@@ -76,7 +76,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->capture_default_str();
   train->add_option("--decay-steps", o.schedule.decay_steps,
                     "The decay reaches --min-lr after this step (default: --steps)")
-      ->check(poplar::WholeNumberIn(int64_t{1}, int64_t{1} << 40));
+      ->check(poplar::WholeNumberIn(1, poplar::kMostJobSteps));
   train->add_option("--min-lr", o.schedule.min_lr, "The decay's floor (default: --lr / 10)")->check(kZeroOrMore);
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();

@@ -42,6 +42,7 @@
 #include "planner/precision.h"
 #include "planner/stop_grace.h"
 #include "planner/text_file.h"
+#include "planner/training_limits.h"
 #include "planner/worker_plan.h"
 
 namespace poplar {
@@ -60,9 +61,6 @@ struct NodeSpec {
   std::string agent;  // its poplar-agent's address host:port; defaults to host:7150
   std::vector<DeviceGroupSpec> devices;
 };
-
-// The most optimizer steps a job may ask for: poplar-worker's own bound on --steps (2^40).
-inline constexpr std::int64_t kMostJobSteps = std::int64_t{1} << 40;
 
 // The training job `poplar launch` runs; absent fields take the worker's defaults.
 struct JobSpec {

@@ -2,7 +2,14 @@
 // share, so that the head refuses what the worker would.
 #pragma once
 
+#include <cstdint>
+
 namespace poplar {
+
+// The most optimizer steps a job may ask for, and the bound on the worker's other
+// counts of steps or samples (--decay-steps, --checkpoint-every, --eval-samples, ...):
+// a larger number once became INT64_MAX silently.
+inline constexpr std::int64_t kMostJobSteps = std::int64_t{1} << 40;
 
 // The largest learning rate taken: larger ones only diverge, and from about 1e37 the
 // fp32 update overflows inside libtorch ("cannot be converted to type float"), an error
