@@ -18,16 +18,11 @@ namespace fs = std::filesystem;
 
 std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std::string& value,
                            const std::string& base) {
-  std::error_code error;
   const fs::path path = fs::absolute(ResolveAgainst(base, value)).lexically_normal();
-  fs::create_directories(path, error);
-  if (error || !fs::is_directory(path)) {
-    fields.Fail(key, "cannot create or use folder " + path.string() +
-                         (error ? ": " + error.message() : ""));
-  }
-  // A folder that takes no files (/proc, a read-only mount) failed only at the first
+  // Made, and able to take files: /proc or a read-only mount failed only at the first
   // profile or job, naming neither this file nor the key.
   try {
+    MakeOutputFolder(path.string(), key);
     RequireWritableFolder(path.string(), key);
   } catch (const InputError& refusal) {
     fields.Fail(key, refusal.reason());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "planner/input_error.h"
+#include "planner/join.h"
 #include "planner/model_config.h"
 #include "planner/spelling.h"
 #include "planner/text_file.h"
@@ -52,9 +53,8 @@ std::string MissingProfileHint(const std::string& type, const std::string& dir) 
   const std::string near = DidYouMean(type, types);
   if (!near.empty()) return near;
   constexpr std::size_t kMostListed = 8;
-  std::string listed;
-  for (std::size_t i = 0; i < types.size() && i < kMostListed; ++i) listed += (i ? ", " : "") + types[i];
-  return "; the folder has profiles of " + listed + (types.size() > kMostListed ? ", ..." : "");
+  const std::vector<std::string> listed(types.begin(), types.begin() + std::min(types.size(), kMostListed));
+  return "; the folder has profiles of " + Join(listed, ", ") + (types.size() > kMostListed ? ", ..." : "");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_fold
 
 std::string ReadToken(const std::string& path) {
   const std::string text = ReadTextFile(path);
-  const std::string token = Trimmed(text.substr(0, text.find('\n')));
+  const std::string token = Trimmed(FirstLine(text));
   if (token.size() < 16) {
     throw InputError(path, "", "the token must be at least 16 characters (scripts/make-cluster-credentials makes one)");
   }

@@ -63,8 +63,8 @@ std::string YamlFields::Shown(const YAML::Node& node) {
   if (!node.IsScalar()) return "a collection";
   if (node.Tag() == "!") return "the string \"" + Printable(node.Scalar()) + "\"";
   if (node.Tag() != "?") {
-    const std::string core = kCoreTag;  // shown as written: !!binary
-    const std::string tag = node.Tag().rfind(core, 0) == 0 ? "!!" + node.Tag().substr(core.size()) : node.Tag();
+    // Shown as written: !!binary.
+    const std::string tag = node.Tag().rfind(kCoreTag, 0) == 0 ? "!!" + node.Tag().substr(kCoreTag.size()) : node.Tag();
     return "'" + Printable(node.Scalar()) + "' tagged " + Printable(tag);
   }
   return "'" + Printable(node.Scalar()) + "'";

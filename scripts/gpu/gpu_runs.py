@@ -39,7 +39,6 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import worker_ranks  # noqa: E402
-from worker_ranks import write_plan  # noqa: E402
 MODELS = os.path.join(ROOT, "configs", "models")
 DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
 HELD_OUT = os.path.join(ROOT, ".device", "data", "test.bin")  # the train phase's held-out loss
@@ -112,7 +111,7 @@ class Runner:
               must_succeed=True):
         """Trains `steps` steps of the plan (stage, each rank's micro-batches); rank 0's metrics,
         or None when the run failed and need not succeed."""
-        plan = write_plan(os.path.join(WORK, f"{name}.json"), stage, ranks)
+        plan = worker_ranks.write_plan(os.path.join(WORK, f"{name}.json"), stage, ranks)
         metrics = os.path.join(WORK, f"{name}.jsonl")
         # --timeout 180: a rank that hangs costs a device call 3 minutes, not all of it.
         args = ["train", "--plan", plan, "--model-config", model, "--data", DATA, "--steps", str(steps),
