@@ -1,12 +1,16 @@
 #include "planner/text_file.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "planner/input_error.h"
 #include "test_support.h"
@@ -100,7 +104,12 @@ TEST(ReadTextFile, ANamedPipeWithoutAWriterReadsAsEmptyAtOnce) {
   ScratchDir scratch("poplar_text_file");
   const std::string fifo = scratch.path() + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_EQ(ReadTextFile(fifo), "");
+  auto read = std::async(std::launch::async, [&] { return ReadTextFile(fifo); });
+  if (read.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "ReadTextFile waited for a writer";
+    ::close(::open(fifo.c_str(), O_WRONLY));  // be the writer, so that the test ends
+  }
+  EXPECT_EQ(read.get(), "");
 }
 
 TEST(FolderEntries, ListsFilesAndFoldersAndNeverThrows) {
