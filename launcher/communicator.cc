@@ -131,6 +131,13 @@ DistributedEnv DistributedEnv::FromEnvironment() {
   if (env.world_size > 1 && std::getenv("MASTER_PORT") == nullptr) {
     throw InputError("environment MASTER_PORT", "", "must be set when WORLD_SIZE > 1");
   }
+  // A MASTER_ADDR that names no machine was found out only at --timeout, in c10d's words;
+  // here, before the rank loads anything.
+  if (const std::string problem = env.world_size > 1 ? UnresolvableHostProblem(env.master_addr) : "";
+      !problem.empty()) {
+    throw InputError("environment MASTER_ADDR", "", "'" + Printable(env.master_addr) + "' names no machine (" +
+                                                        problem + ")");
+  }
   return env;
 }
 
@@ -195,11 +202,6 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   store_options.waitWorkers = false;
   store_options.timeout = timeout;
   UseClassicStoreServer(store_options, 0);
-  // A MASTER_ADDR that names no machine was found out only at --timeout, in c10d's words.
-  if (const std::string problem = UnresolvableHostProblem(env.master_addr); !problem.empty()) {
-    throw InputError("environment MASTER_ADDR", "", "'" + Printable(env.master_addr) + "' names no machine (" +
-                                                        problem + ")");
-  }
   // Rank 0 hosts the store on every address of its machine and joins it through
   // MASTER_ADDR: another machine's address would reach whatever listens there, or no one.
   if (rank_ == 0 && !CouldBeThisMachine(env.master_addr)) {

@@ -420,6 +420,13 @@ TEST_F(WorkerBadInput, TorchrunVariablesThatAreSetButNotNumbersAreNamed) {
     EXPECT_EQ(outcome.exit_code, 1) << name << "='" << value << "': " << outcome.err;
     EXPECT_TRUE(Contains(outcome.err, "environment " + name + ": ")) << outcome.err;
   }
+  // A MASTER_ADDR that names no machine, on a rank of two: at once, not after --timeout
+  // (300 s here; the deadline is 60 s).
+  ChildOptions options = RankOptions(Args(plan), 1, 2, FindFreePort());
+  options.env["MASTER_ADDR"] = "no-such-host.invalid";
+  const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
+  EXPECT_TRUE(Contains(outcome.err, "environment MASTER_ADDR: 'no-such-host.invalid' names no machine")) << outcome.err;
 }
 
 // A rank that never comes: rank 0 says which rendezvous did not complete and which rank
