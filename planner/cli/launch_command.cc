@@ -53,9 +53,7 @@ struct LaunchOptions {
 
 struct PreparedPlan {
   std::string text;  // the plan file, as written to the run directory and sent to the agents
-  WorkerPlan plan;   // the same, parsed
-  std::string policy;
-  double predicted_step_s = 0;
+  WorkerPlan plan;   // the same, parsed; its predicted step from the profiles when it says none
   std::string checked_against;  // --plan: the profiles folder it was checked against, if any
   std::map<std::string, DeviceProfile> profiles;  // and its profiles, by device type
 };
@@ -114,14 +112,12 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
       throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
     }
   }
-  prepared.policy = prepared.plan.policy.value_or("from file");
-  prepared.predicted_step_s = prepared.plan.predicted_step_s.value_or(0);
   // Micro-batches a device cannot hold (a plan edited by hand, or made for smaller
   // ones) stop the launch here, rather than as a worker's out-of-memory error.
   if (const std::string dir = ProfilesOfPlan(cluster, options.plan_file); !dir.empty()) {
     prepared.profiles = LoadClusterProfiles(cluster, dir);
     const StepPrediction prediction = PredictPlan(cluster, prepared.profiles, prepared.plan);
-    if (prepared.predicted_step_s <= 0) prepared.predicted_step_s = prediction.step_s;
+    if (!prepared.plan.predicted_step_s) prepared.plan.predicted_step_s = prediction.step_s;
     prepared.checked_against = dir;
   }
   return prepared;
@@ -136,9 +132,7 @@ PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& 
   const auto plan = PlanToJson(cluster, profiles, result);
   std::cout << PlanReport(cluster, result) << std::flush;
   prepared.text = plan.dump(2) + "\n";
-  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");
-  prepared.policy = options.policy;
-  prepared.predicted_step_s = result.Chosen().prediction.step_s;
+  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");  // its policy and prediction too
   return prepared;
 }
 
@@ -176,7 +170,7 @@ void RunLaunch(const LaunchOptions& options) {
   std::optional<PreparedPlan> given;
   if (!options.plan_file.empty()) given = PlanFromFile(options, cluster);
   if (given) {
-    std::cout << "following " << options.plan_file << " (" << given->policy << ", stage " << given->plan.stage
+    std::cout << "following " << options.plan_file << " (" << given->plan.policy.value_or("from file") << ", stage " << given->plan.stage
               << "); "
               << (given->checked_against.empty()
                       ? std::string("no profiles to check its micro-batches against (no 'profiles' in the cluster "
@@ -262,10 +256,10 @@ void RunLaunch(const LaunchOptions& options) {
 
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
-  summary["policy"] = prepared.policy;
+  summary["policy"] = prepared.plan.policy.value_or("from file");
   summary["stage"] = prepared.plan.stage;
   summary["ok"] = !monitor.failed();
-  const nlohmann::ordered_json measured = monitor.Summary(prepared.predicted_step_s);
+  const nlohmann::ordered_json measured = monitor.Summary(prepared.plan.predicted_step_s.value_or(0));
   for (const auto& [key, value] : measured.items()) summary[key] = value;
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
@@ -294,8 +288,8 @@ void RunLaunch(const LaunchOptions& options) {
             << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
             << "; step " << Seconds(summary["measured_step_s"].get<double>())
             << " measured (median) "
-            << (prepared.predicted_step_s > 0 ? "vs " + Seconds(prepared.predicted_step_s) + " predicted; "
-                                              : "(the plan predicts none); ")
+            << (prepared.plan.predicted_step_s ? "vs " + Seconds(*prepared.plan.predicted_step_s) + " predicted; "
+                                               : "(the plan predicts none); ")
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
             << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
 }
