@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,20 +84,7 @@ void MetricsWriter::Start(bool append) {
 
 void MetricsWriter::Write(const nlohmann::json& line) {
   if (fd_ < 0) return;
-  const std::string text = line.dump() + "\n";
-  for (std::size_t done = 0; done < text.size();) {
-    const ssize_t written = ::write(fd_, text.data() + done, text.size() - done);
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      // A descriptor shared with a parent that made it non-blocking: wait until it
-      // takes more, as a blocking one would.
-      pollfd ready{fd_, POLLOUT, 0};
-      ::poll(&ready, 1, -1);
-      continue;
-    }
-    if (written <= 0) throw Unwritable(path_, written < 0 ? std::strerror(errno) : "nothing was written");
-    done += static_cast<std::size_t>(written);
-  }
+  if (const std::string failure = WriteAll(fd_, line.dump() + "\n"); !failure.empty()) throw Unwritable(path_, failure);
 }
 
 }  // namespace poplar

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -105,36 +106,39 @@ void SyncToDisk(const std::string& path) {
   if (!synced) throw InputError(path, "", std::string("cannot flush to disk: ") + std::strerror(error));
 }
 
+std::string WriteAll(int fd, std::string_view data) {
+  for (std::size_t done = 0; done < data.size();) {
+    const ssize_t written = ::write(fd, data.data() + done, data.size() - done);
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // A descriptor shared with a parent that made it non-blocking: wait until it
+      // takes more, as a blocking one would.
+      pollfd ready{fd, POLLOUT, 0};
+      ::poll(&ready, 1, -1);
+      continue;
+    }
+    if (written <= 0) return written < 0 ? std::strerror(errno) : "nothing was written";
+    done += static_cast<std::size_t>(written);
+  }
+  return "";
+}
+
 void WriteFileAtomically(const std::string& named, std::string_view contents) {
   const std::string path = WriteTarget(named);
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  {
-    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
-    // The system's reason stays with the failure: "No space left on device", "File too large".
-    std::size_t written = 0;
-    while (written < contents.size()) {
-      const ssize_t wrote = ::write(fd, contents.data() + written, contents.size() - written);
-      if (wrote < 0 && errno == EINTR) continue;
-      if (wrote <= 0) {
-        const std::string reason = wrote < 0 ? std::strerror(errno) : "nothing was written";
-        ::close(fd);
-        std::remove(temporary.c_str());
-        throw InputError(path, "", "write failed: " + reason);
-      }
-      written += static_cast<std::size_t>(wrote);
-    }
-    if (::close(fd) != 0) {
-      const std::string reason = std::strerror(errno);
-      std::remove(temporary.c_str());
-      throw InputError(path, "", "write failed: " + reason);
-    }
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
+  // The system's reason stays with the failure: "No space left on device", "File too large".
+  std::string failure = WriteAll(fd, contents);
+  if (!failure.empty()) {
+    failure = "write failed: " + failure;
+  } else if (::fsync(fd) != 0) {
+    failure = std::string("cannot flush to disk: ") + std::strerror(errno);
   }
-  try {
-    SyncToDisk(temporary);
-  } catch (const InputError& error) {
+  if (::close(fd) != 0 && failure.empty()) failure = std::string("write failed: ") + std::strerror(errno);
+  if (!failure.empty()) {
     std::remove(temporary.c_str());
-    throw InputError(path, "", error.reason());
+    throw InputError(path, "", failure);
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const std::string reason = std::strerror(errno);

@@ -85,6 +85,11 @@ void MakeOutputFolder(const std::string& path, const std::string& flag);
 // (job_id, a checkpoint's latest, the token), written by hand or by echo.
 std::string Trimmed(const std::string& text);
 
+// Writes all of `data` to descriptor `fd`, retrying after EINTR and waiting on a
+// non-blocking descriptor: "" once written, else the system's reason ("No space left on
+// device").
+std::string WriteAll(int fd, std::string_view data);
+
 // The first line of a message: libtorch appends a C++ backtrace to its own, gRPC and
 // Gloo their details.
 std::string FirstLine(const std::string& text);
