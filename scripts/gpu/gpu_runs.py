@@ -34,7 +34,9 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -67,12 +69,17 @@ class Setup:
         self.device_type = "emu-cpu" if dry_run else device_name(self).replace(" ", "-")
         self.peak_flops = DEFAULT_PEAK if dry_run else bf16_peak(device_name(self))
         self.train_steps, self.train_batch, self.train_fall = (30, 8, 1.0) if dry_run else (300, 16, 3.0)
+        # Two passes on the GPU: its timings repeat to a fraction of a percent, and a device
+        # call is short (the device tool lends 15 minutes a session).
         self.profile_args = ["--repeats", "1", "--largest-micro-batch", "8"] if dry_run else \
-            ["--repeats", "3", "--largest-micro-batch", "512"]
+            ["--repeats", "2", "--largest-micro-batch", "512"]
         self.schedules = [(0, 2, 2), (0, 4, 1), (3, 2, 2)] if dry_run else SCHEDULES
-        self.schedule_steps, self.schedule_warmup = (4, 1) if dry_run else (12, 3)
+        self.schedule_steps, self.schedule_warmup = (4, 1) if dry_run else (10, 3)
         self.speed_setups = [(self.medium, 4, 2)] if dry_run else [(self.medium, 16, 2), (self.small, 32, 1)]
-        self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (25, 5, 2)
+        self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (20, 5, 2)
+        # check: cases run side by side (they measure results, not time); GPU memory and
+        # the host's 16 cores hold this many small-model runs at once.
+        self.check_parallel = 2 if dry_run else 6
 
 
 def read_metrics(path):
@@ -87,17 +94,19 @@ class Runner:
         self.worker = os.path.abspath(worker)
         os.makedirs(WORK, exist_ok=True)
         self.log = open(os.path.join(out, "runs.log"), "a")
+        self.log_lock = threading.Lock()  # runs may go side by side (check)
 
     def ranks(self, name, rank_args, program=None, must_succeed=True):
         """Runs one process per rank; exits on a failure, or returns False if not must_succeed."""
         logs = [os.path.join(WORK, f"{name}-rank{rank}.log") for rank in range(len(rank_args))]
         codes = worker_ranks.wait_ranks(
             worker_ranks.start_ranks([(program or [self.worker]) + args for args in rank_args], logs))
-        for rank, path in enumerate(logs):
-            with open(path) as f:
-                text = f.read()
-            self.log.write(f"==== {name} rank {rank} (exit {codes[rank]})\n{text}")
-        self.log.flush()
+        with self.log_lock:
+            for rank, path in enumerate(logs):
+                with open(path) as f:
+                    text = f.read()
+                self.log.write(f"==== {name} rank {rank} (exit {codes[rank]})\n{text}")
+            self.log.flush()
         if any(codes):
             with open(logs[next(r for r, code in enumerate(codes) if code)]) as f:
                 tail = f.read()[-3000:]
@@ -208,33 +217,42 @@ def phase_check(runner, out, setup):
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))
 
+    lock = threading.Lock()  # results and check.json, as cases finish side by side
+
     def save(done):  # after every case, so that a call stopped at its limit keeps the cases done
         save_json(out, "check.json", {"steps": CHECK_STEPS, "lr": CHECK_LR, "model": "gpt-small",
                                       "reference": "poplar-worker on the CPU, 1 rank, fp32",
-                                      "movement": movement, "tolerance": FP32_TOLERANCE, "cases": results,
+                                      "movement": movement, "tolerance": FP32_TOLERANCE,
+                                      "cases": sorted(results, key=lambda r: r["order"]),
                                       "torch": torch.__version__, "device": device_name(setup), "complete": done},
                   quiet=not done)
 
-    for label, stage, ranks, precision, backend in cases:
+    def run(order, case):
+        label, stage, ranks, precision, backend = case
         name = f"check-s{stage}-{len(ranks)}r-{backend}-{precision}"
         saved = os.path.join(WORK, name + ".pt")
+        result = {"order": order, "case": label, "stage": stage, "plan": ranks, "precision": precision,
+                  "backend": backend}
         # A case that fails to run is a failed case; the others still run and report.
         if runner.train(name, stage, ranks, model, CHECK_STEPS, setup.device, precision, backend, save=saved,
                         extra=["--lr", str(CHECK_LR)], must_succeed=False) is None:
-            results.append({"case": label, "stage": stage, "plan": ranks, "precision": precision,
-                            "backend": backend, "ok": False, "error": "the run failed (runs.log)"})
+            result.update(ok=False, error="the run failed (runs.log)")
+        else:
+            trained = state(saved)
+            difference = compare(trained, expected)
+            gated = precision == "fp32"
+            result.update(max_abs_difference=difference, relative_to_movement=difference / movement,
+                          update_error=norm(trained, expected) / update,
+                          ok=difference <= FP32_TOLERANCE if gated else None)
+        with lock:
+            results.append(result)
             save(done=False)
-            continue
-        trained = state(saved)
-        difference = compare(trained, expected)
-        update_error = norm(trained, expected) / update
-        gated = precision == "fp32"
-        ok = difference <= FP32_TOLERANCE if gated else None
-        results.append({"case": label, "stage": stage, "plan": ranks, "precision": precision,
-                        "backend": backend, "max_abs_difference": difference,
-                        "relative_to_movement": difference / movement, "update_error": update_error,
-                        "ok": ok})
-        save(done=False)
+
+    # Each case is its own job on its own port; their results do not depend on timing.
+    with ThreadPoolExecutor(max_workers=setup.check_parallel) as pool:
+        for future in [pool.submit(run, order, case) for order, case in enumerate(cases)]:
+            future.result()  # raises what a case raised
+    results.sort(key=lambda r: r["order"])
     save(done=True)
     print(f"\nagainst the CPU, 1 rank, fp32 ({CHECK_STEPS} steps, lr {CHECK_LR}; the largest parameter "
           f"moved {movement:.2e}):")

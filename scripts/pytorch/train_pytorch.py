@@ -6,7 +6,8 @@ MASTER_PORT); Gloo on the CPU (--device cpu, the default), NCCL on a GPU.
   --mode ddp:   DistributedDataParallel, gradient accumulation under no_sync()
   --mode zero1: DDP + torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)
   --mode fsdp:  FullyShardedDataParallel, FULL_SHARD (ZeRO-3), one unit per block (GPU
-                only; with one rank FSDP shards nothing: it switches to NO_SHARD)
+                only; with one rank FSDP shards nothing: it switches to NO_SHARD);
+                gradients are reduced after every micro-batch, as ZeRO-3 does
 --checkpoint-blocks: each block's activations are recomputed in backward (non-reentrant
 activation checkpointing), the trade poplar-worker's stage 3 always makes.
 --precision bf16: DDP and ZeRO-1 autocast to bf16 (fp32 weights and Adam state); FSDP
@@ -123,8 +124,12 @@ def main():
             count = min(args.micro_batch, share - offset)
             x, y = (t.to(device, non_blocking=True) for t in tokens.batch(first + offset, count))
             last = i == len(starts) - 1
-            # Backward inside no_sync too: FSDP decides there whether to reduce.
-            with wrapped.no_sync() if not last else contextlib.nullcontext():
+            # DDP reduces once, after the last micro-batch (as poplar's stages 0-1). FSDP
+            # reduces every micro-batch, as ZeRO-3 and poplar's stage 3 reduce-scatter every
+            # round; its no_sync() keeps whole unsharded gradients instead, and in PyTorch
+            # 2.11 fails with bf16 mixed precision ("a gradient with dtype BFloat16 to a
+            # tensor with grad_dtype Float", seen on an H200, GPT-2 medium 16 x 2).
+            with wrapped.no_sync() if not last and args.mode != "fsdp" else contextlib.nullcontext():
                 with autocast():
                     logits = wrapped(x)
                     loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), reduction="sum")
