@@ -28,6 +28,15 @@ struct Sample {
   std::int64_t peak_bytes = 0;
 };
 
+// A size is timed over consecutive runs, as training runs consecutive micro-batches of
+// one size: after its untimed runs, until the timed ones add up to kPointSeconds or
+// there are kMostRunsPerPoint of them (at least one). Short micro-batches, whose time
+// on a GPU is libtorch's CPU-side dispatch and varies from run to run, get several
+// runs; long ones one. On an H200 one timed run per pass read GPT-2 medium's 1-4
+// samples at 36.7-49.2 ms where training sustained 32.5-35.8 (docs/benchmarks.md).
+constexpr double kPointSeconds = 0.25;
+constexpr int kMostRunsPerPoint = 5;
+
 // One stage's model and engine, alive for one pass over that stage.
 class StageProfiler {
  public:
@@ -41,24 +50,22 @@ class StageProfiler {
                          WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
   }
 
-  // One micro-batch of `size` samples after `warm_ups` untimed ones: its time and the
-  // peak bytes of all of them, or nullopt if it does not fit. Out-of-memory errors are
-  // recovered from.
-  std::optional<Sample> Measure(int size, int warm_ups) {
-    Sample sample;
+  // Micro-batches of `size` samples: `warm_ups` untimed runs, then timed runs as
+  // kPointSeconds says (none if `timed` is false). Returns each timed run, with the
+  // peak bytes of every run up to it, or nullopt if the size does not fit.
+  // Out-of-memory errors are recovered from.
+  std::optional<std::vector<Sample>> Measure(int size, int warm_ups, bool timed = true) {
+    std::vector<Sample> samples;
+    std::int64_t peak_bytes = 0;
+    double timed_seconds = 0;
     try {
-      for (int run = 0; run <= warm_ups; ++run) {
-        auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size},
-                                     torch::TensorOptions(torch::kLong).device(device_));
-        Synchronize(device_);
-        ResetMemoryPeak(device_);
-        const auto start = Clock::now();
-        // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
-        // MicroBatch returns the loss as a number, so the device is done when it returns.
-        engine_->MicroBatch(inputs, inputs, /*last=*/false);
-        sample.seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
-        engine_->EndRound(true);
-        sample.peak_bytes = std::max(sample.peak_bytes, MemoryPeak(device_));
+      for (int run = 0; run < warm_ups; ++run) peak_bytes = std::max(peak_bytes, RunOnce(size).peak_bytes);
+      while (timed && (samples.empty() || (timed_seconds < kPointSeconds &&
+                                           static_cast<int>(samples.size()) < kMostRunsPerPoint))) {
+        Sample sample = RunOnce(size);
+        sample.peak_bytes = peak_bytes = std::max(peak_bytes, sample.peak_bytes);
+        samples.push_back(sample);
+        timed_seconds += sample.seconds;
       }
     } catch (const c10::OutOfMemoryError&) {
       // The activations unwound with the exception; hand the cache back so that the
@@ -75,7 +82,7 @@ class StageProfiler {
       ReleaseCachedMemory(device_);
       return std::nullopt;
     }
-    return sample;
+    return samples;
   }
 
   // What the stage's engine hands to its collectives (recorded for the cost model).
@@ -101,6 +108,22 @@ class StageProfiler {
   }
 
  private:
+  // One micro-batch of `size` samples: its time and the peak bytes in use while it ran.
+  // Throws what running out of memory throws.
+  Sample RunOnce(int size) {
+    auto inputs = torch::randint(config_.vocab_size, {size, config_.block_size},
+                                 torch::TensorOptions(torch::kLong).device(device_));
+    Synchronize(device_);
+    ResetMemoryPeak(device_);
+    const auto start = Clock::now();
+    // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
+    // MicroBatch returns the loss as a number, so the device is done when it returns.
+    engine_->MicroBatch(inputs, inputs, /*last=*/false);
+    const double seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
+    engine_->EndRound(true);
+    return Sample{seconds, MemoryPeak(device_)};
+  }
+
   const GptConfig& config_;
   const ProfileOptions& options_;
   torch::Device device_;
@@ -117,6 +140,13 @@ struct StageSamples {
   CollectiveParams collectives;
 };
 
+// Timed runs of every size so far.
+std::size_t TimedRuns(const StageSamples& samples) {
+  std::size_t runs = 0;
+  for (const auto& [size, timed] : samples.runs) runs += timed.size();
+  return runs;
+}
+
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
 // search between the last that did and the first that did not), each after a warm-up
 // run of its own, and the optimizer step.
@@ -127,9 +157,9 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
   StageProfiler profiler(config, stage, options, communicator, device);
   result.collectives = profiler.CollectivePlan();
   auto fits = [&](int size) {
-    auto sample = profiler.Measure(size, /*warm_ups=*/1);
-    if (sample) result.runs[size].push_back(*sample);
-    return sample.has_value();
+    auto samples = profiler.Measure(size, /*warm_ups=*/1);
+    if (samples) result.runs[size] = *samples;
+    return samples.has_value();
   };
   int low = 0;
   int high = 0;
@@ -147,19 +177,19 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
   result.max_micro_batch = low;
   if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
   std::cerr << "poplar-worker profile: pass 1: stage " << stage << ": largest micro-batch " << low << ", "
-            << result.runs.size() << " sizes\n";
+            << result.runs.size() << " sizes, " << TimedRuns(result) << " timed runs\n";
   return result;
 }
 
 // A later pass of a stage: a fresh model and engine, one warm-up run at the largest size,
-// then one timed run of every size that fit, and the optimizer step. A size that does
-// not fit this time (fragmentation at the edge of memory) keeps its earlier samples.
+// then every size that fit timed again (as kPointSeconds says), and the optimizer step. A size that does not fit this time (fragmentation at
+// the edge of memory) keeps its earlier samples.
 void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, const ProfileOptions& options,
                     Communicator& communicator, torch::Device device) {
   StageProfiler profiler(config, samples.stage, options, communicator, device);
-  profiler.Measure(samples.max_micro_batch, /*warm_ups=*/0);
+  profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
   for (auto& [size, runs] : samples.runs) {
-    if (auto sample = profiler.Measure(size, /*warm_ups=*/0)) runs.push_back(*sample);
+    if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) runs.insert(runs.end(), timed->begin(), timed->end());
   }
   samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
   std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << "\n";

@@ -1,13 +1,15 @@
 // `poplar-worker profile`: measures one device for ZeRO stages 0-3 (DESIGN.md 7) and writes
 // the profile file the planner reads (docs/formats.md).
 //
-// Pass 1 measures each stage alone (world size 1): a warm-up and a timed run at micro-batch
+// Pass 1 measures each stage alone (world size 1): a warm-up and timed runs at micro-batch
 // sizes 1, 2, 4, ... until one runs out of memory, then a binary search between the last
 // size that fitted and the first that did not finds the largest micro-batch.
 // Out-of-memory errors are caught and recovered from, never fatal. Passes 2..`repeats`
 // build each stage's model and engine afresh, stage after stage in a rotating order, and
-// time every size that fitted once more. A point records the median time over the passes
-// and the peak bytes in use. In every pass the optimizer step is timed as training takes
+// time every size that fitted again. A size is timed over consecutive runs until they
+// add up to 0.25 s or number 5 (at least one), as training runs consecutive
+// micro-batches of one size. A point records the median time over every timed run of
+// every pass and the peak bytes in use. In every pass the optimizer step is timed as training takes
 // it: after a last micro-batch, with the buckets training uses by default on the device
 // (device.h, BucketElements); the profile records its median. Interleaving the stages
 // keeps a drift in the machine's speed from favouring one stage over another.

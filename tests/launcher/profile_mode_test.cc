@@ -1,6 +1,7 @@
 // `poplar-worker profile` on an emulated device: finds the largest micro-batch under a
 // memory cap by running out of memory and recovering, and writes a profile the planner
 // reads.
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -128,6 +129,20 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
       "pass 2: stage 1", "pass 2: stage 2", "pass 2: stage 3", "pass 2: stage 0",
       "pass 3: stage 2", "pass 3: stage 3", "pass 3: stage 0", "pass 3: stage 1"};
   EXPECT_EQ(order, expected) << run.err;
+  // A size is timed over consecutive runs while they are short (this model's are a few
+  // milliseconds), up to 5 a pass: more timed runs than sizes, at most 5 per size.
+  std::istringstream fitted(run.err);
+  int stages_read = 0;
+  for (std::string line; std::getline(fitted, line);) {
+    int stage = 0, largest = 0, sizes = 0, timed = 0;
+    if (std::sscanf(line.c_str(), "poplar-worker profile: pass 1: stage %d: largest micro-batch %d, %d sizes, %d timed runs",
+                    &stage, &largest, &sizes, &timed) == 4) {
+      ++stages_read;
+      EXPECT_GT(timed, sizes) << line;
+      EXPECT_LE(timed, 5 * sizes) << line;
+    }
+  }
+  EXPECT_EQ(stages_read, 4) << run.err;
   // Each stage records what its engine moves, as the cost model charges it: the whole
   // model once per step or round (one bucket here), and at stage 3 the schedule's
   // gathers: every block twice, the tied embedding and the final LayerNorm once each.
