@@ -195,6 +195,7 @@ void Zero3Engine::FinishReductions(std::size_t in_flight) {
 }
 
 void Zero3Engine::AbandonMicroBatch() {
+  head_input_ = head_output_ = torch::Tensor();
   prefetched_ = Gathering();
   reductions_.clear();
   cursor_ = 0;
@@ -212,7 +213,14 @@ torch::Tensor Zero3Engine::RunUnit(int unit, const torch::Tensor& input, const t
 torch::Tensor Zero3Engine::ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
   BeginVisit(unit);
   torch::Tensor output;
-  {
+  if (unit == units() - 1) {
+    // The head: its backward comes next, with its parameters still gathered (one run of
+    // visits); keep the graph for it instead of recomputing.
+    torch::AutoGradMode enable(true);
+    head_input_ = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
+    head_output_ = RunUnit(unit, head_input_, targets);
+    output = head_output_.detach();
+  } else {
     torch::NoGradGuard no_grad;
     output = RunUnit(unit, input, targets);
   }
@@ -226,11 +234,14 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
   torch::Tensor input_gradient;
   {
     torch::AutoGradMode enable(true);
-    const bool differentiable = input.is_floating_point();
-    auto x = differentiable ? input.detach().requires_grad_(true) : input;
-    auto output = RunUnit(unit, x, targets);
+    torch::Tensor x = head_input_, output = head_output_;
+    head_input_ = head_output_ = torch::Tensor();
+    if (!output.defined()) {  // every unit but the head: recompute
+      x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
+      output = RunUnit(unit, x, targets);
+    }
     torch::autograd::backward({output}, {output_gradient});
-    if (differentiable) input_gradient = x.grad();
+    if (x.requires_grad()) input_gradient = x.grad();
   }
   EndVisit();
   return input_gradient;

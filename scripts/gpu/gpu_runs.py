@@ -75,7 +75,10 @@ class Setup:
             ["--repeats", "2", "--largest-micro-batch", "512"]
         self.schedules = [(0, 2, 2), (0, 4, 1), (3, 2, 2)] if dry_run else SCHEDULES
         self.schedule_steps, self.schedule_warmup = (4, 1) if dry_run else (10, 3)
-        self.speed_setups = [(self.medium, 4, 2)] if dry_run else [(self.medium, 16, 2), (self.small, 32, 1)]
+        # GPT-2 medium at 16 x 2 (accumulation) and 64 x 1 (where stage 0 passed 40% MFU on
+        # the first H200 run, by hand), GPT-2 small at 32 x 1.
+        self.speed_setups = [(self.medium, 4, 2), (self.medium, 8, 1)] if dry_run else \
+            [(self.medium, 16, 2), (self.medium, 64, 1), (self.small, 32, 1)]
         self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (20, 5, 2)
         # check: cases run side by side (they measure results, not time); GPU memory and
         # the host's 16 cores hold this many small-model runs at once.
@@ -416,7 +419,8 @@ def phase_speed(runner, out, setup):
     else:
         ceiling = matmul_ceiling()
         systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP+AC"]
-    measured, attempted = {}, set()  # (model, system): tokens/s of each run that succeeded; tried
+    # (model, micro-batch, count, system): tokens/s of each run that succeeded; tried
+    measured, attempted = {}, set()
 
     def summary():
         """The results of every (model, system) tried so far."""
@@ -425,19 +429,20 @@ def phase_speed(runner, out, setup):
             _, config = load_config(name)
             flops = model_flops_per_token(config)
             for system in systems:
-                if (name, system) not in attempted:
+                if (name, size, count, system) not in attempted:
                     continue
-                if (name, system) not in measured:
+                if (name, size, count, system) not in measured:
                     results.append({"model": name, "system": system, "micro_batch": size, "count": count,
                                     "failed": True})
                     continue
-                tokens = statistics.median(measured[(name, system)])
+                tokens = statistics.median(measured[(name, size, count, system)])
                 baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
                 # The dry run has no FSDP to set stage 3 against: no ratio rather than nan.
-                base = statistics.median(measured[(name, baseline)]) if (name, baseline) in measured else None
+                base_key = (name, size, count, baseline)
+                base = statistics.median(measured[base_key]) if base_key in measured else None
                 mfu = tokens * flops / setup.peak_flops
                 results.append({"model": name, "system": system, "micro_batch": size, "count": count,
-                                "tokens_per_s": tokens, "runs": measured[(name, system)], "mfu": mfu,
+                                "tokens_per_s": tokens, "runs": measured[(name, size, count, system)], "mfu": mfu,
                                 "of_matmul_ceiling": tokens * flops / ceiling,
                                 "vs_pytorch": tokens / base if base else None})
         return results
@@ -454,9 +459,9 @@ def phase_speed(runner, out, setup):
         for name, size, count in setups:
             model, config = load_config(name)
             for system in systems:
-                label = f"speed-{name}-{system.replace(' ', '-')}"
+                label = f"speed-{name}-{size}x{count}-{system.replace(' ', '-')}"
                 metrics = os.path.join(WORK, label + ".jsonl")
-                attempted.add((name, system))
+                attempted.add((name, size, count, system))
                 # A run that fails (a PyTorch API gone in its version, a stage out of
                 # memory) costs its row, not the phase: the others' figures come back.
                 if system.startswith("poplar"):
@@ -475,7 +480,7 @@ def phase_speed(runner, out, setup):
                     lines = read_metrics(metrics) if ran else []
                 if lines and len(lines) > warmup:
                     tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
-                    measured.setdefault((name, system), []).append(tokens)
+                    measured.setdefault((name, size, count, system), []).append(tokens)
                 save(done=False)
     save(done=True)
     results = summary()
