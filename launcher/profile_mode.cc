@@ -29,12 +29,12 @@ struct Sample {
 };
 
 // A size is timed over consecutive runs, as training runs consecutive micro-batches of
-// one size: after its untimed runs, until the timed ones add up to kPointSeconds or
-// there are kMostRunsPerPoint of them (at least one). Short micro-batches, whose time
-// on a GPU is libtorch's CPU-side dispatch and varies from run to run, get several
-// runs; long ones one. On an H200 one timed run per pass read GPT-2 medium's 1-4
-// samples at 36.7-49.2 ms where training sustained 32.5-35.8 (docs/benchmarks.md).
-constexpr double kPointSeconds = 0.25;
+// one size: after its untimed runs, until the timed ones add up to
+// ProfileOptions::point_seconds or there are kMostRunsPerPoint of them (at least one).
+// Short micro-batches, whose time on a GPU is libtorch's CPU-side dispatch and varies
+// from run to run, get several runs; long ones one. On an H200 one timed run per pass
+// read GPT-2 medium's 1-4 samples at 36.7-49.2 ms where training sustained 32.4-35.8
+// (docs/benchmarks.md).
 constexpr int kMostRunsPerPoint = 5;
 
 // One stage's model and engine, alive for one pass over that stage.
@@ -51,7 +51,7 @@ class StageProfiler {
   }
 
   // Micro-batches of `size` samples: `warm_ups` untimed runs, then timed runs as
-  // kPointSeconds says (none if `timed` is false). Returns each timed run, with the
+  // point_seconds says (none if `timed` is false). Returns each timed run, with the
   // peak bytes of every run up to it, or nullopt if the size does not fit.
   // Out-of-memory errors are recovered from.
   std::optional<std::vector<Sample>> Measure(int size, int warm_ups, bool timed = true) {
@@ -60,7 +60,7 @@ class StageProfiler {
     double timed_seconds = 0;
     try {
       for (int run = 0; run < warm_ups; ++run) peak_bytes = std::max(peak_bytes, RunOnce(size).peak_bytes);
-      while (timed && (samples.empty() || (timed_seconds < kPointSeconds &&
+      while (timed && (samples.empty() || (timed_seconds < options_.point_seconds &&
                                            static_cast<int>(samples.size()) < kMostRunsPerPoint))) {
         Sample sample = RunOnce(size);
         sample.peak_bytes = peak_bytes = std::max(peak_bytes, sample.peak_bytes);
@@ -182,17 +182,22 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
 }
 
 // A later pass of a stage: a fresh model and engine, one warm-up run at the largest size,
-// then every size that fit timed again (as kPointSeconds says), and the optimizer step. A size that does not fit this time (fragmentation at
+// then every size that fit timed again (as point_seconds says), and the optimizer step. A size that does not fit this time (fragmentation at
 // the edge of memory) keeps its earlier samples.
 void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, const ProfileOptions& options,
                     Communicator& communicator, torch::Device device) {
   StageProfiler profiler(config, samples.stage, options, communicator, device);
   profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
+  std::size_t timed_runs = 0;
   for (auto& [size, runs] : samples.runs) {
-    if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) runs.insert(runs.end(), timed->begin(), timed->end());
+    if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) {
+      runs.insert(runs.end(), timed->begin(), timed->end());
+      timed_runs += timed->size();
+    }
   }
   samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
-  std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << "\n";
+  std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << ": " << timed_runs
+            << " timed runs\n";
 }
 
 StageProfile Summarize(const StageSamples& samples) {

@@ -7,7 +7,7 @@
 // Out-of-memory errors are caught and recovered from, never fatal. Passes 2..`repeats`
 // build each stage's model and engine afresh, stage after stage in a rotating order, and
 // time every size that fitted again. A size is timed over consecutive runs until they
-// add up to 0.25 s or number 5 (at least one), as training runs consecutive
+// add up to `point_seconds` or number 5 (at least one), as training runs consecutive
 // micro-batches of one size. A point records the median time over every timed run of
 // every pass and the peak bytes in use. In every pass the optimizer step is timed as training takes
 // it: after a last micro-batch, with the buckets training uses by default on the device
@@ -39,6 +39,7 @@ struct ProfileOptions {
   std::vector<int> stages = {0, 1, 2, 3};
   std::string precision = "fp32";  // or bf16
   int repeats = 3;
+  double point_seconds = 0.25;     // each size's timed runs in a pass add up to this (<= 5 runs)
   int largest_micro_batch = 4096;  // search limit when memory never runs out
   std::uint64_t seed = 1337;
 };

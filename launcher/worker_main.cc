@@ -131,6 +131,7 @@ void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(poplar::WholeNumberIn(0, 3))->capture_default_str();
   profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(poplar::WholeNumberIn(1, 100))->capture_default_str();
+  profile->add_option("--point-seconds", o.point_seconds, "Time each size over consecutive runs until they add up to this, at most 5 runs (0: one run)")->check(poplar::NumberWhere([](double v) { return v >= 0 && v <= 60; }, "seconds from 0 to 60"))->capture_default_str();
   profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(poplar::WholeNumberIn(1, 1 << 20))->capture_default_str();
   profile->callback([&o] {
     // Measured twice, a stage would be written twice, and the planner refuses that file.

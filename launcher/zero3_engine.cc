@@ -234,6 +234,8 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
   torch::Tensor input_gradient;
   {
     torch::AutoGradMode enable(true);
+    TORCH_CHECK(!head_output_.defined() || unit == units() - 1,
+                "ZeRO-3: the head's kept graph would serve unit ", unit);
     torch::Tensor x = head_input_, output = head_output_;
     head_input_ = head_output_ = torch::Tensor();
     if (!output.defined()) {  // every unit but the head: recompute

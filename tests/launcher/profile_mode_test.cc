@@ -1,8 +1,9 @@
 // `poplar-worker profile` on an emulated device: finds the largest micro-batch under a
 // memory cap by running out of memory and recovering, and writes a profile the planner
 // reads.
-#include <cstdio>
 #include <filesystem>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,32 @@ namespace poplar::testing {
 namespace {
 
 constexpr std::int64_t kCap = 12 << 20;  // 12 MiB emulated device
+
+// What a profile's stderr says of each pass of each stage: pass 1's line gives the sizes
+// that fit and the timed runs, a later pass's line the timed runs of that pass.
+struct PassRuns {
+  int pass = 0;
+  int stage = 0;
+  int sizes = 0;  // pass 1 only
+  int timed = 0;
+};
+
+std::vector<PassRuns> TimedRunsByPass(const std::string& err) {
+  static const std::regex first(
+      R"(poplar-worker profile: pass 1: stage (\d): largest micro-batch \d+, (\d+) sizes, (\d+) timed runs)");
+  static const std::regex later(R"(poplar-worker profile: pass (\d+): stage (\d): (\d+) timed runs)");
+  std::vector<PassRuns> passes;
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch match;
+    if (std::regex_search(line, match, first)) {
+      passes.push_back({1, std::stoi(match[1]), std::stoi(match[2]), std::stoi(match[3])});
+    } else if (std::regex_search(line, match, later)) {
+      passes.push_back({std::stoi(match[1]), std::stoi(match[2]), 0, std::stoi(match[3])});
+    }
+  }
+  return passes;
+}
 
 ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output, int repeats = 1) {
   ChildOptions options;
@@ -130,19 +157,17 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
       "pass 3: stage 2", "pass 3: stage 3", "pass 3: stage 0", "pass 3: stage 1"};
   EXPECT_EQ(order, expected) << run.err;
   // A size is timed over consecutive runs while they are short (this model's are a few
-  // milliseconds), up to 5 a pass: more timed runs than sizes, at most 5 per size.
-  std::istringstream fitted(run.err);
-  int stages_read = 0;
-  for (std::string line; std::getline(fitted, line);) {
-    int stage = 0, largest = 0, sizes = 0, timed = 0;
-    if (std::sscanf(line.c_str(), "poplar-worker profile: pass 1: stage %d: largest micro-batch %d, %d sizes, %d timed runs",
-                    &stage, &largest, &sizes, &timed) == 4) {
-      ++stages_read;
-      EXPECT_GT(timed, sizes) << line;
-      EXPECT_LE(timed, 5 * sizes) << line;
-    }
+  // milliseconds), up to 5 a pass, in every pass: more timed runs than sizes, at most 5
+  // per size.
+  const std::vector<PassRuns> passes = TimedRunsByPass(run.err);
+  ASSERT_EQ(passes.size(), 12u) << run.err;
+  std::map<int, int> sizes;  // by stage, from pass 1
+  for (const PassRuns& pass : passes) {
+    if (pass.pass == 1) sizes[pass.stage] = pass.sizes;
+    ASSERT_GT(sizes[pass.stage], 0) << "pass 1 comes first: " << run.err;
+    EXPECT_GT(pass.timed, sizes[pass.stage]) << "pass " << pass.pass << ", stage " << pass.stage;
+    EXPECT_LE(pass.timed, 5 * sizes[pass.stage]) << "pass " << pass.pass << ", stage " << pass.stage;
   }
-  EXPECT_EQ(stages_read, 4) << run.err;
   // Each stage records what its engine moves, as the cost model charges it: the whole
   // model once per step or round (one bucket here), and at stage 3 the schedule's
   // gathers: every block twice, the tied embedding and the final LayerNorm once each.
@@ -176,6 +201,26 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
         EXPECT_EQ(moved.all_reduce_per_step.calls + moved.all_gather_per_step.calls, 0);
     }
   }
+}
+
+TEST(ProfileMode, WithNoTimeToFillASizeIsTimedOnceAPass) {
+  // --point-seconds 0: the first timed run of a size already adds up to it, so each size
+  // is timed once a pass (where the default timed this model's sizes several times).
+  ScratchDir scratch("poplar_profile_point_seconds");
+  WriteModelConfig(scratch, 32, 64);
+  const std::string path = scratch.path() + "/once.json";
+  ChildOptions options;
+  options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json", "-o", path,
+                  "--device-type", "tiny-cpu", "--memory-bytes", std::to_string(kCap), "--threads", "1",
+                  "--stage", "0", "--repeats", "2", "--point-seconds", "0"};
+  const ProcessOutcome run = RunProcess(options, scratch.path());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<PassRuns> passes = TimedRunsByPass(run.err);
+  ASSERT_EQ(passes.size(), 2u) << run.err;
+  EXPECT_GT(passes[0].sizes, 1) << run.err;
+  EXPECT_EQ(passes[0].timed, passes[0].sizes) << run.err;
+  EXPECT_EQ(passes[1].timed, passes[0].sizes) << run.err;
+  EXPECT_EQ(LoadProfileFile(path).stages.at(0).points.size(), static_cast<std::size_t>(passes[0].sizes));
 }
 
 TEST(ProfileMode, TrainingBeyondTheEmulatedMemoryFailsWithAClearError) {
