@@ -182,8 +182,9 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
 }
 
 // A later pass of a stage: a fresh model and engine, one warm-up run at the largest size,
-// then every size that fit timed again (as point_seconds says), and the optimizer step. A size that does not fit this time (fragmentation at
-// the edge of memory) keeps its earlier samples.
+// then every size that fit timed again (as point_seconds says), and the optimizer step.
+// A size that does not fit this time (fragmentation at the edge of memory) keeps its
+// earlier samples.
 void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, const ProfileOptions& options,
                     Communicator& communicator, torch::Device device) {
   StageProfiler profiler(config, samples.stage, options, communicator, device);

@@ -9,9 +9,9 @@
 // time every size that fitted again. A size is timed over consecutive runs until they
 // add up to `point_seconds` or number 5 (at least one), as training runs consecutive
 // micro-batches of one size. A point records the median time over every timed run of
-// every pass and the peak bytes in use. In every pass the optimizer step is timed as training takes
-// it: after a last micro-batch, with the buckets training uses by default on the device
-// (device.h, BucketElements); the profile records its median. Interleaving the stages
+// every pass and the peak bytes in use. In every pass the optimizer step is timed as
+// training takes it: after a last micro-batch, with the buckets training uses by default
+// on the device (device.h, BucketElements); the profile records its median. Interleaving the stages
 // keeps a drift in the machine's speed from favouring one stage over another.
 //
 // On a GPU (--device cuda) the card is measured as it is: times after the device has
