@@ -189,16 +189,13 @@ void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, co
                     Communicator& communicator, torch::Device device) {
   StageProfiler profiler(config, samples.stage, options, communicator, device);
   profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
-  std::size_t timed_runs = 0;
+  const std::size_t runs_before = TimedRuns(samples);
   for (auto& [size, runs] : samples.runs) {
-    if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) {
-      runs.insert(runs.end(), timed->begin(), timed->end());
-      timed_runs += timed->size();
-    }
+    if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) runs.insert(runs.end(), timed->begin(), timed->end());
   }
   samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
-  std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << ": " << timed_runs
-            << " timed runs\n";
+  std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << ": "
+            << TimedRuns(samples) - runs_before << " timed runs\n";
 }
 
 StageProfile Summarize(const StageSamples& samples) {

@@ -51,6 +51,12 @@ def start_ranks(commands, logs=None, omp_threads=None, quiet=False):
     return procs
 
 
+def read_metrics(path):
+    """The JSON lines a rank wrote with --metrics, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def wait_ranks(procs, timeout=None):
     """The ranks' exit codes; with `timeout` (seconds, for all of them together) a rank
     still running then is killed and its code is None."""

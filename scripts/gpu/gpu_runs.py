@@ -56,6 +56,8 @@ CHECK_STEPS, CHECK_LR = 5, 1e-3
 ONE_RANK = [[4, 4, 4]]
 TWO_RANKS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
 FP32_TOLERANCE = 1e-4  # max |difference| after 5 steps of lr 1e-3 (a step moves up to 1e-3)
+# speed: each poplar stage against the PyTorch system it is compared with (DDP, FSDP+AC).
+SPEED_SYSTEMS = ("poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP+AC")
 
 
 class Setup:
@@ -75,21 +77,18 @@ class Setup:
             ["--repeats", "2", "--largest-micro-batch", "512"]
         self.schedules = [(0, 2, 2), (0, 4, 1), (3, 2, 2)] if dry_run else SCHEDULES
         self.schedule_steps, self.schedule_warmup = (4, 1) if dry_run else (10, 3)
-        # GPT-2 medium at 16 x 2 (accumulation) and 64 x 1, GPT-2 small at 32 x 1. At 64 x 1,
-        # where stage 0 passed 40% MFU on the first H200 run (by hand), only stage 0 and
-        # DDP run, to keep the phase within a device call's budget.
-        self.speed_setups = [(self.medium, 4, 2), (self.medium, 8, 1)] if dry_run else \
-            [(self.medium, 16, 2), (self.medium, 64, 1), (self.small, 32, 1)]
-        self.speed_stage0_only = {self.speed_setups[1]}
+        # (model, micro-batch, count, systems): GPT-2 medium at 16 x 2 (accumulation) and
+        # 64 x 1, GPT-2 small at 32 x 1. At 64 x 1, where stage 0 passed 40% MFU on the first
+        # H200 run (by hand), only stage 0 and DDP run, to keep the phase within a device
+        # call's budget.
+        every = SPEED_SYSTEMS[:3] if dry_run else SPEED_SYSTEMS  # PyTorch's FSDP needs a GPU
+        stage0 = SPEED_SYSTEMS[:2]
+        self.speed_setups = [(self.medium, 4, 2, every), (self.medium, 8, 1, stage0)] if dry_run else \
+            [(self.medium, 16, 2, every), (self.medium, 64, 1, stage0), (self.small, 32, 1, every)]
         self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (20, 5, 2)
         # check: cases run side by side (they measure results, not time); GPU memory and
         # the host's 16 cores hold this many small-model runs at once.
         self.check_parallel = 2 if dry_run else 6
-
-
-def read_metrics(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 class Runner:
@@ -137,7 +136,7 @@ class Runner:
             args += ["--save", save]
         if not self.ranks(name, [args] * len(ranks), must_succeed=must_succeed):
             return None
-        return read_metrics(metrics) if steps > 0 else []
+        return worker_ranks.read_metrics(metrics) if steps > 0 else []
 
 
 def table(headers, rows):
@@ -425,36 +424,32 @@ def phase_speed(runner, out, setup):
     steps, warmup, rounds = setup.speed_steps, setup.speed_warmup, setup.speed_rounds
     pytorch = [sys.executable, os.path.join(ROOT, "scripts", "pytorch", "train_pytorch.py")]
     setups = setup.speed_setups
-    if setup.dry_run:  # PyTorch's FSDP needs a GPU: DDP on the CPU only
-        ceiling = setup.peak_flops
-        systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3"]
-    else:
-        ceiling = matmul_ceiling()
-        systems = ["poplar stage 0", "PyTorch DDP", "poplar stage 3", "PyTorch FSDP+AC"]
+    ceiling = setup.peak_flops if setup.dry_run else matmul_ceiling()
     # (model, micro-batch, count, system): tokens/s of each run that succeeded; tried
     measured, attempted = {}, set()
 
     def summary():
         """The results of every (model, micro-batches, system) tried so far."""
         results = []
-        for name, size, count in setups:
+        for name, size, count, systems in setups:
             _, config = load_config(name)
             flops = model_flops_per_token(config)
             for system in systems:
-                if (name, size, count, system) not in attempted:
+                key = (name, size, count, system)
+                if key not in attempted:
                     continue
-                if (name, size, count, system) not in measured:
+                if key not in measured:
                     results.append({"model": name, "system": system, "micro_batch": size, "count": count,
                                     "failed": True})
                     continue
-                tokens = statistics.median(measured[(name, size, count, system)])
+                tokens = statistics.median(measured[key])
                 baseline = "PyTorch DDP" if "0" in system or "DDP" in system else "PyTorch FSDP+AC"
                 # The dry run has no FSDP to set stage 3 against: no ratio rather than nan.
                 base_key = (name, size, count, baseline)
                 base = statistics.median(measured[base_key]) if base_key in measured else None
                 mfu = tokens * flops / setup.peak_flops
                 results.append({"model": name, "system": system, "micro_batch": size, "count": count,
-                                "tokens_per_s": tokens, "runs": measured[(name, size, count, system)], "mfu": mfu,
+                                "tokens_per_s": tokens, "runs": measured[key], "mfu": mfu,
                                 "of_matmul_ceiling": tokens * flops / ceiling,
                                 "vs_pytorch": tokens / base if base else None})
         return results
@@ -468,14 +463,13 @@ def phase_speed(runner, out, setup):
                                       "complete": done, "results": summary()}, quiet=not done)
 
     for _ in range(rounds):  # interleaved, so that drift affects every system alike
-        for name, size, count in setups:
+        for name, size, count, systems in setups:
             model, config = load_config(name)
             for system in systems:
-                if (name, size, count) in setup.speed_stage0_only and system not in ("poplar stage 0", "PyTorch DDP"):
-                    continue
+                key = (name, size, count, system)
                 label = f"speed-{name}-{size}x{count}-{system.replace(' ', '-')}"
                 metrics = os.path.join(WORK, label + ".jsonl")
-                attempted.add((name, size, count, system))
+                attempted.add(key)
                 # A run that fails (a PyTorch API gone in its version, a stage out of
                 # memory) costs its row, not the phase: the others' figures come back.
                 if system.startswith("poplar"):
@@ -491,10 +485,10 @@ def phase_speed(runner, out, setup):
                                                 "--metrics", metrics, "--device", setup.device,
                                                 "--precision", "bf16", "--threads", str(os.cpu_count() or 1)]],
                                        program=pytorch, must_succeed=False)
-                    lines = read_metrics(metrics) if ran else []
+                    lines = worker_ranks.read_metrics(metrics) if ran else []
                 if lines and len(lines) > warmup:
                     tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
-                    measured.setdefault((name, size, count, system), []).append(tokens)
+                    measured.setdefault(key, []).append(tokens)
                 save(done=False)
     save(done=True)
     results = summary()
