@@ -211,13 +211,13 @@ def phase_check(runner, out, setup):
     movement = compare(expected, start)
     update = norm(expected, start)  # the reference's whole update, theta_T - theta_0
     results = []
-    cases = []
+    # The two-rank cases first: they start first, so a call cut short still shows them.
+    cases = [(f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo") for stage in range(4)]
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "fp32", "auto"))
         # A named backend runs a one-rank process group: NCCL's path on one GPU.
         alone = "nccl" if setup.device == "cuda" else "gloo"
         cases.append((f"{setup.device} 1 rank {alone}", stage, ONE_RANK, "fp32", alone))
-        cases.append((f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo"))
     for stage in range(4):
         cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))
 
