@@ -11,6 +11,30 @@ torch::nn::LayerNorm MakeLayerNorm(int n_embd) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd}).eps(1e-5));
 }
 
+// A linear map hidden · Wᵀ + b in a graph whose output is never read, only
+// back-propagated through: forward returns zeros of the output's shape (a broadcast
+// scalar: no memory, no matrix product), backward gives the linear map's true gradients
+// of hidden, W and b (b is an input for that alone). Autograd accumulates them and
+// frees hidden once used, as for torch::nn::Linear.
+struct SkippedProjection : public torch::autograd::Function<SkippedProjection> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& /*bias*/) {
+    context->save_for_backward({hidden, weight});
+    auto shape = hidden.sizes().vec();
+    shape.back() = weight.size(0);
+    return torch::zeros({}, hidden.options()).expand(shape);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
+                                                 torch::autograd::variable_list gradients) {
+    const auto saved = context->get_saved_variables();
+    const auto& hidden = saved[0];
+    const auto& weight = saved[1];
+    const auto rows = gradients[0].reshape({-1, gradients[0].size(-1)});
+    return {gradients[0].matmul(weight), rows.t().mm(hidden.reshape({-1, hidden.size(-1)})), rows.sum(0)};
+  }
+};
+
 }  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
@@ -54,7 +78,9 @@ MlpImpl::MlpImpl(const GptConfig& config) {
   c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return c_proj(torch::gelu(c_fc(x))); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return c_proj(Hidden(x)); }
+
+torch::Tensor MlpImpl::Hidden(const torch::Tensor& x) { return torch::gelu(c_fc(x)); }
 
 BlockImpl::BlockImpl(const GptConfig& config) {
   ln_1 = register_module("ln_1", MakeLayerNorm(config.n_embd));
@@ -66,6 +92,21 @@ BlockImpl::BlockImpl(const GptConfig& config) {
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto y = x + attn(ln_1(x));
   return y + mlp(ln_2(y));
+}
+
+void BlockImpl::RecomputeBackward(const torch::Tensor& x, const torch::Tensor& output_gradient) {
+  // forward(x) = y + c_proj(hidden): the output's gradient flows to y unchanged, and to
+  // c_proj's weight, bias and input through SkippedProjection, which stands in for
+  // c_proj's output without computing it.
+  // Only the graph holds the activations during backward (hidden, 4 x the width a token,
+  // is freed once its gradient is used), as in autograd's backward of forward(x).
+  torch::autograd::variable_list roots;
+  {
+    auto y = x + attn(ln_1(x));
+    auto projection = SkippedProjection::apply(mlp->Hidden(ln_2(y)), mlp->c_proj->weight, mlp->c_proj->bias);
+    roots = {std::move(y), std::move(projection)};
+  }
+  torch::autograd::backward(roots, {output_gradient, output_gradient});
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {

@@ -30,7 +30,8 @@ TORCH_MODULE(CausalSelfAttention);
 class MlpImpl : public torch::nn::Module {
  public:
   explicit MlpImpl(const GptConfig& config);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x);  // c_proj(Hidden(x))
+  torch::Tensor Hidden(const torch::Tensor& x);   // gelu(c_fc(x)): c_proj's input
 
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
 };
@@ -40,6 +41,14 @@ class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GptConfig& config);
   torch::Tensor forward(const torch::Tensor& x);
+
+  // ZeRO-3's backward of the block, its forward recomputed from the input x: the same
+  // gradients as forward(x) followed by autograd's backward with `output_gradient`, but
+  // the forward stops at the input of the block's last linear map (mlp.c_proj), whose
+  // output no backward needs: the map's product is never computed, only its gradients
+  // (PyTorch's non-reentrant checkpointing stops early the same way). Parameter
+  // gradients accumulate into .grad, and x's into x.grad where x requires grad.
+  void RecomputeBackward(const torch::Tensor& x, const torch::Tensor& output_gradient);
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};

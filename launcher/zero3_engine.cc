@@ -238,11 +238,16 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
                 "ZeRO-3: the head's kept graph would serve unit ", unit);
     torch::Tensor x = head_input_, output = head_output_;
     head_input_ = head_output_ = torch::Tensor();
-    if (!output.defined()) {  // every unit but the head: recompute
+    if (output.defined()) {  // the head, its graph kept
+      torch::autograd::backward({output}, {output_gradient});
+    } else {
       x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
-      output = RunUnit(unit, x, targets);
+      if (unit > 0 && unit + 1 < units()) {  // a block: recomputed up to its last linear map
+        model_->h[unit - 1]->as<Block>()->RecomputeBackward(x, output_gradient);
+      } else {  // the embedding: recomputed whole
+        torch::autograd::backward({RunUnit(unit, x, targets)}, {output_gradient});
+      }
     }
-    torch::autograd::backward({output}, {output_gradient});
     if (x.requires_grad()) input_gradient = x.grad();
   }
   EndVisit();

@@ -6,8 +6,9 @@
 // (its head is tied to wte). Each unit runs inside a custom autograd function that
 //   forward:  runs the unit without keeping activations and saves only its input;
 //   backward: recomputes the unit with autograd on and back-propagates
-// (block-level activation recomputation: one extra forward per unit). The head is the
-// exception: its backward follows its forward at once, so its forward keeps its graph
+// (block-level activation recomputation: one extra forward per unit, less each block's
+// last linear map, whose output the backward does not need: BlockImpl::RecomputeBackward).
+// The head is the exception: its backward follows its forward at once, so its forward keeps its graph
 // (the activations recomputing would rebuild at that very moment: no higher peak) and
 // its backward uses it. That saves a forward of the vocabulary-wide head per
 // micro-batch, a tenth of GPT-2 small's step.
