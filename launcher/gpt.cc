@@ -11,18 +11,18 @@ torch::nn::LayerNorm MakeLayerNorm(int n_embd) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd}).eps(1e-5));
 }
 
-// A linear map hidden · Wᵀ + b in a graph whose output is never read, only
-// back-propagated through: forward returns zeros of the output's shape (a broadcast
-// scalar: no memory, no matrix product), backward gives the linear map's true gradients
-// of hidden, W and b (b is an input for that alone). Autograd accumulates them and
+// A block's output y + hidden · Wᵀ + b in a graph that never reads it, only
+// back-propagates through it: forward returns zeros of the output's shape (a broadcast
+// scalar: no memory, no matrix product), backward gives the true gradients: the
+// output's to y, and the linear map's to hidden, W and b (b is an input for that alone;
+// y too, so that the graph, not the caller, holds it). Autograd accumulates them and
 // frees hidden once used, as for torch::nn::Linear.
-struct SkippedProjection : public torch::autograd::Function<SkippedProjection> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& hidden,
-                               const torch::Tensor& weight, const torch::Tensor& /*bias*/) {
+struct SkippedBlockOutput : public torch::autograd::Function<SkippedBlockOutput> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& y,
+                               const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& /*bias*/) {
     context->save_for_backward({hidden, weight});
-    auto shape = hidden.sizes().vec();
-    shape.back() = weight.size(0);
-    return torch::zeros({}, hidden.options()).expand(shape);
+    return torch::zeros({}, y.options()).expand(y.sizes());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
@@ -30,8 +30,9 @@ struct SkippedProjection : public torch::autograd::Function<SkippedProjection> {
     const auto saved = context->get_saved_variables();
     const auto& hidden = saved[0];
     const auto& weight = saved[1];
-    const auto rows = gradients[0].reshape({-1, gradients[0].size(-1)});
-    return {gradients[0].matmul(weight), rows.t().mm(hidden.reshape({-1, hidden.size(-1)})), rows.sum(0)};
+    const auto& output = gradients[0];
+    const auto rows = output.reshape({-1, output.size(-1)});
+    return {output, output.matmul(weight), rows.t().mm(hidden.reshape({-1, hidden.size(-1)})), rows.sum(0)};
   }
 };
 
@@ -95,18 +96,16 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 }
 
 void BlockImpl::RecomputeBackward(const torch::Tensor& x, const torch::Tensor& output_gradient) {
-  // forward(x) = y + c_proj(hidden): the output's gradient flows to y unchanged, and to
-  // c_proj's weight, bias and input through SkippedProjection, which stands in for
-  // c_proj's output without computing it.
-  // Only the graph holds the activations during backward (hidden, 4 x the width a token,
-  // is freed once its gradient is used), as in autograd's backward of forward(x).
-  torch::autograd::variable_list roots;
+  // forward(x) = y + c_proj(hidden), y = x + attn(ln_1(x)): SkippedBlockOutput stands in
+  // for it without computing c_proj. Only the graph holds the activations during
+  // backward, each freed once used, as in autograd's backward of forward(x).
+  torch::Tensor output;
   {
     auto y = x + attn(ln_1(x));
-    auto projection = SkippedProjection::apply(mlp->Hidden(ln_2(y)), mlp->c_proj->weight, mlp->c_proj->bias);
-    roots = {std::move(y), std::move(projection)};
+    auto hidden = mlp->Hidden(ln_2(y));
+    output = SkippedBlockOutput::apply(y, hidden, mlp->c_proj->weight, mlp->c_proj->bias);
   }
-  torch::autograd::backward(roots, {output_gradient, output_gradient});
+  torch::autograd::backward({output}, {output_gradient});
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {
