@@ -13,13 +13,7 @@ namespace poplar {
 namespace {
 
 GptConfig SmallConfig() {
-  GptConfig config;
-  config.n_layer = 1;
-  config.n_head = 2;
-  config.n_embd = 16;
-  config.block_size = 8;
-  config.vocab_size = 32;
-  return config;
+  return GptConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/16, /*vocab_size=*/32, /*block_size=*/8};
 }
 
 struct Gradients {
