@@ -24,6 +24,7 @@
 #include "launcher/metrics_writer.h"
 #include "launcher/resume.h"
 #include "launcher/state_dict.h"
+#include "launcher/step_trace.h"
 #include "launcher/stop_signals.h"
 #include "launcher/stopwatch.h"
 #include "launcher/token_data.h"
@@ -95,11 +96,14 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
                                          {options.init, "the initial state (--init)"},
                                          {options.eval_data, "the evaluation's token file (--eval-data)"}};
   const std::string metrics = MetricsWriter::PathFor(options.metrics, rank);
+  const std::string trace = MetricsWriter::PathFor(options.trace, rank);
   // Nor one output another's: the state dict would replace the metrics, or find the
   // checkpoint folder in its way only after the training.
   using Output = std::pair<std::string, std::string>;  // flag, path ("" when not written here)
-  const Output save_output{"--save", rank == 0 ? options.save : ""}, metrics_output{"--metrics", metrics};
-  const std::vector<Output> outputs = {save_output, metrics_output, {"--checkpoint-dir", options.checkpoint_dir}};
+  const Output save_output{"--save", rank == 0 ? options.save : ""}, metrics_output{"--metrics", metrics},
+      trace_output{"--trace", trace};
+  const std::vector<Output> outputs = {save_output, metrics_output, trace_output,
+                                       {"--checkpoint-dir", options.checkpoint_dir}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       if (!outputs[i].second.empty() && !outputs[j].second.empty() && SamePath(outputs[i].second, outputs[j].second)) {
@@ -111,7 +115,7 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   // The checkpoint folders hold what the checkpoints write: a file inside one would be
   // replaced by a step folder or `latest`, deleted by --keep-checkpoints, or corrupt
   // the checkpoint --resume reads.
-  for (const auto& [flag, path] : {save_output, metrics_output}) {
+  for (const auto& [flag, path] : {save_output, metrics_output, trace_output}) {
     if (path.empty()) continue;
     for (const auto& [folder_flag, folder] : {std::pair{"--checkpoint-dir", options.checkpoint_dir},
                                               std::pair{"--resume", options.resume}}) {
@@ -122,6 +126,7 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
     }
   }
   if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
+  if (!trace.empty()) RequireOutputApart(trace, inputs, "--trace");
   if (!metrics.empty()) {
     RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do
   }
@@ -302,8 +307,12 @@ void Train(const TrainOptions& options) {
     writer.reset();  // finishes what is in flight
     EndByStopSignal();
   };
+  // The traced step: the run's --trace-step-th, or its last.
+  const std::int64_t traced_step = std::min(first_step + options.trace_step, options.steps);
+  StepTrace trace(MetricsWriter::PathFor(options.trace, rank), device, rank);
   for (std::int64_t step = first_step; step < options.steps; ++step) {
     stop_if_asked();
+    if (step + 1 == traced_step) trace.Start();
     const auto step_start = Clock::now();
     const double communication_before = communicator.communication_seconds();
     const Communicator::Volume volume_before = communicator.volume();
@@ -356,6 +365,7 @@ void Train(const TrainOptions& options) {
       throw Diverged(step + 1, "the loss is " + std::to_string(mean_loss) + " and the gradient norm " + norm);
     }
     const double step_s = SecondsSince(step_start);
+    if (step + 1 == traced_step) trace.Finish(step + 1, step_s);
     const Communicator::Volume volume = communicator.volume().Since(volume_before);
     const double communication_s = communicator.communication_seconds() - communication_before;
     const std::int64_t peak_bytes = MemoryPeak(device) - baseline_bytes;

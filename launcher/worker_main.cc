@@ -119,6 +119,8 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(poplar::WholeNumberIn(1, 86400))->capture_default_str();
   train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(NumberWhere([](double v) { return v >= 0 && v <= 4096; }, "a number of MiB from 0 to 4096"))->capture_default_str();
   train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(kCount)->capture_default_str();
+  auto* trace = train->add_option("--trace", o.trace, "Profile one step: each operator's and kernel's count and time, as JSON ({rank} in the path: every rank)")->check(poplar::NotEmpty());
+  train->add_option("--trace-step", o.trace_step, "With --trace: the N-th step this run takes (its last if it takes fewer)")->check(poplar::WholeNumberIn(1, poplar::kMostJobSteps))->needs(trace)->capture_default_str();
   train->callback([&o] { poplar::Train(o); });
 }
 

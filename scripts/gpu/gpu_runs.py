@@ -28,6 +28,10 @@ to check the scripts themselves before spending device time:
              nothing either; both still run their per-unit machinery. FSDP runs with
              each block checkpointed (recomputed in backward), as poplar's stage 3
              always does, so that the two make the same trade
+  trace      one step of each speed system on GPT-2 small, profiled (--trace): the
+             device's time by kind of kernel, and each poplar system against its PyTorch
+             baseline kernel by kernel (scripts/gpu/step_traces.py), to show where a
+             gap in speed lies
 """
 import argparse
 import json
@@ -41,6 +45,8 @@ from concurrent.futures import ThreadPoolExecutor
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import worker_ranks  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
+import step_traces  # noqa: E402
 MODELS = os.path.join(ROOT, "configs", "models")
 DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
 HELD_OUT = os.path.join(ROOT, ".device", "data", "test.bin")  # the train phase's held-out loss
@@ -93,6 +99,11 @@ class Setup:
             [(self.medium, 16, 2, every), (self.medium, 64, 1, stage0),
              (self.small, 32, 1, every + ("PyTorch FSDP",))]
         self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (20, 5, 2)
+        # trace: GPT-2 small at 32 x 1, where poplar's stage 3 trailed FSDP+AC (0.90x, the
+        # second H200 run); its 4th step, after three of warm-up.
+        self.trace_setup = (self.small, 4, 1, every) if dry_run else \
+            (self.small, 32, 1, every + ("PyTorch FSDP",))
+        self.trace_steps = 3 if dry_run else 4
         # check: cases run side by side (they measure results, not time); GPU memory and
         # the host's 16 cores hold this many small-model runs at once.
         self.check_parallel = 2 if dry_run else 6
@@ -426,10 +437,28 @@ def matmul_ceiling():
     return 10 * 2 * 8192 ** 3 / (start.elapsed_time(end) / 1e3)
 
 
+def run_system(runner, label, system, model, size, count, steps, setup, extra=()):
+    """Trains one rank of `system` (a SPEED_BASELINES key) in bf16, `count` micro-batches of
+    `size` a step; rank 0's metrics lines, empty when the run failed. `extra`: flags both
+    poplar-worker train and train_pytorch.py take (--trace)."""
+    if system.startswith("poplar"):
+        return runner.train(label, int(system[-1]), [[size] * count], model, steps, setup.device, "bf16",
+                            extra=extra, must_succeed=False) or []
+    metrics = os.path.join(WORK, label + ".jsonl")
+    mode = "ddp" if "DDP" in system else "fsdp"
+    checkpointing = ["--checkpoint-blocks"] if system.endswith("+AC") else []
+    pytorch = [sys.executable, os.path.join(ROOT, "scripts", "pytorch", "train_pytorch.py")]
+    ran = runner.ranks(label, [["--mode", mode, *checkpointing, "--model-config", model, "--data", DATA,
+                                "--steps", str(steps), "--global-batch", str(size * count),
+                                "--micro-batch", str(size), "--metrics", metrics, "--device", setup.device,
+                                "--precision", "bf16", "--threads", str(os.cpu_count() or 1), *extra]],
+                       program=pytorch, must_succeed=False)
+    return worker_ranks.read_metrics(metrics) if ran else []
+
+
 def phase_speed(runner, out, setup):
     import torch
     steps, warmup, rounds = setup.speed_steps, setup.speed_warmup, setup.speed_rounds
-    pytorch = [sys.executable, os.path.join(ROOT, "scripts", "pytorch", "train_pytorch.py")]
     setups = setup.speed_setups
     ceiling = setup.peak_flops if setup.dry_run else matmul_ceiling()
     # (model, micro-batch, count, system): tokens/s of each run that succeeded; tried
@@ -475,24 +504,10 @@ def phase_speed(runner, out, setup):
             for system in systems:
                 key = (name, size, count, system)
                 label = f"speed-{name}-{size}x{count}-{system.replace(' ', '-')}"
-                metrics = os.path.join(WORK, label + ".jsonl")
                 attempted.add(key)
                 # A run that fails (a PyTorch API gone in its version, a stage out of
                 # memory) costs its row, not the phase: the others' figures come back.
-                if system.startswith("poplar"):
-                    stage = int(system[-1])
-                    lines = runner.train(label, stage, [[size] * count], model, steps, setup.device, "bf16",
-                                         must_succeed=False)
-                else:
-                    mode = "ddp" if "DDP" in system else "fsdp"
-                    checkpointing = ["--checkpoint-blocks"] if system.endswith("+AC") else []
-                    ran = runner.ranks(label, [["--mode", mode, *checkpointing, "--model-config", model,
-                                                "--data", DATA, "--steps", str(steps),
-                                                "--global-batch", str(size * count), "--micro-batch", str(size),
-                                                "--metrics", metrics, "--device", setup.device,
-                                                "--precision", "bf16", "--threads", str(os.cpu_count() or 1)]],
-                                       program=pytorch, must_succeed=False)
-                    lines = worker_ranks.read_metrics(metrics) if ran else []
+                lines = run_system(runner, label, system, model, size, count, steps, setup)
                 if lines and len(lines) > warmup:
                     tokens = statistics.median(line["tokens_per_s"] for line in lines[warmup:])
                     measured.setdefault(key, []).append(tokens)
@@ -523,9 +538,49 @@ def speed_rows(results):
     return rows
 
 
+# ---------------------------------------------------------------- trace
+# The pairs the trace phase sets side by side, kernel by kernel: poplar against the
+# PyTorch system its speed ratio is against, and each against its own other stage or mode
+# (what recomputing blocks costs poplar, and what it costs PyTorch).
+TRACE_PAIRS = [("poplar stage 3", "PyTorch FSDP+AC"), ("poplar stage 0", "PyTorch DDP"),
+               ("poplar stage 3", "poplar stage 0"), ("PyTorch FSDP+AC", "PyTorch FSDP")]
+
+
+def phase_trace(runner, out, setup):
+    name, size, count, systems = setup.trace_setup
+    model, _ = load_config(name)
+    steps = setup.trace_steps
+    traces, failed = {}, []
+    for system in systems:
+        label = f"trace-{name}-{size}x{count}-{system.replace(' ', '-')}"
+        path = os.path.join(WORK, label + "-step.json")
+        if os.path.exists(path):
+            os.remove(path)  # a file from an earlier call must not pass for this run's
+        lines = run_system(runner, label, system, model, size, count, steps, setup,
+                           extra=["--trace", path, "--trace-step", str(steps)])
+        if lines and os.path.exists(path):
+            traces[system] = step_traces.load(path)
+        else:
+            failed.append(system)
+    summaries = {system: step_traces.summary(trace) for system, trace in traces.items()}
+    pairs = [(a, b) for a, b in TRACE_PAIRS if a in traces and b in traces]
+    save_json(out, "trace.json", {
+        "model": name, "micro_batch": size, "count": count, "precision": "bf16", "step": steps,
+        "device": device_name(setup), "systems": summaries, "failed": failed,
+        "differences": {f"{a} vs {b}": step_traces.differences(traces[a], traces[b]) for a, b in pairs}})
+    print(f"\ntrace, {name} {size} x {count}, bf16, step {steps}, one {device_name(setup)} (ms; the device's "
+          f"kernels by kind where the profiler sees them):")
+    print(step_traces.table(*step_traces.kinds_table(list(summaries.items()))))
+    for a, b in pairs:
+        print(f"\n{a} against {b}, the largest differences:")
+        print(step_traces.table(*step_traces.differences_table(step_traces.differences(traces[a], traces[b], 10), a, b)))
+    if failed:
+        sys.exit(f"gpu_runs: trace: {', '.join(failed)} failed (runs.log says why); the table has the others")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("phase", choices=["check", "train", "profile", "schedules", "speed"])
+    parser.add_argument("phase", choices=["check", "train", "profile", "schedules", "speed", "trace"])
     parser.add_argument("--worker", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--dry-run", action="store_true", help="on the CPU, small models, few steps")
@@ -535,7 +590,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     runner = Runner(args.worker, args.out)
     {"check": phase_check, "train": phase_train, "profile": phase_profile, "schedules": phase_schedules,
-     "speed": phase_speed}[args.phase](runner, args.out, Setup(args.dry_run))
+     "speed": phase_speed, "trace": phase_trace}[args.phase](runner, args.out, Setup(args.dry_run))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ micro-batches of --micro-batch. The model is scripts/pytorch/reference_gpt.py; t
 is fp32, summed over tokens and scaled to the global mean; gradients are clipped at 1.0;
 AdamW decays matrices and embeddings only, fused on a GPU. A step is timed from a
 synchronised device to the loss read back, like poplar-worker's. Rank 0 writes one
-JSON line per step (loss, step_s, tokens_per_s).
+JSON line per step (loss, step_s, tokens_per_s). --trace FILE: rank 0 profiles step
+--trace-step (torch.profiler) and writes what poplar-worker's --trace writes
+(launcher/step_trace.h), so that the two compare kernel by kernel.
 """
 import argparse
 import contextlib
@@ -69,6 +71,31 @@ def optimizer(wrapped, mode, lr, fused):
     return torch.optim.AdamW([decay, no_decay], **settings)
 
 
+def profiler(cuda):
+    from torch.profiler import ProfilerActivity, profile
+    return profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+
+
+def write_step_trace(tracing, path, step, rank, device, step_s):
+    """The profiled step summed by event name, in poplar-worker --trace's format: libtorch's
+    own events (kineto_results), as the worker reads them in C++."""
+    totals = {}
+    device_events = 0
+    for event in tracing.profiler.kineto_results.events():
+        on = str(event.device_type()).split(".")[-1].lower()  # DeviceType.CUDA -> cuda
+        device_events += on != "cpu"
+        seconds = event.duration_ns() * 1e-9 if hasattr(event, "duration_ns") else event.duration_us() * 1e-6
+        total = totals.setdefault((on, event.name()), [0, 0.0])
+        total[0] += 1
+        total[1] += seconds
+    events = [{"name": name, "on": on, "count": count, "total_s": seconds}
+              for (on, name), (count, seconds) in sorted(totals.items(), key=lambda item: -item[1][1])]
+    with open(path + ".tmp", "w") as out:
+        json.dump({"step": step, "rank": rank, "device": str(device), "libtorch": torch.__version__,
+                   "step_s": step_s, "device_events": device_events, "events": events}, out, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=["ddp", "zero1", "fsdp"], required=True)
@@ -84,6 +111,8 @@ def main():
                         help="recompute each block's activations in backward")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per rank")
     parser.add_argument("--metrics", required=True)
+    parser.add_argument("--trace", help="rank 0 profiles one step and writes its summary here")
+    parser.add_argument("--trace-step", type=int, default=3, help="the step --trace profiles (its last if fewer)")
     args = parser.parse_args()
     cuda = args.device == "cuda"
     if args.mode == "fsdp" and not cuda:
@@ -113,8 +142,12 @@ def main():
     tokens = ref.Tokens(args.data, config["block_size"])
     share = args.global_batch // world
     out = open(args.metrics, "w") if rank == 0 else None
+    traced = min(args.trace_step, args.steps) - 1 if args.trace and rank == 0 else -1
     for step in range(args.steps):
         synchronize()
+        tracing = profiler(cuda) if step == traced else None
+        if tracing:
+            tracing.start()
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         first = step * args.global_batch + rank * share
@@ -144,6 +177,10 @@ def main():
         dist.all_reduce(total)
         mean_loss = total.item() / (args.global_batch * tokens.L)  # waits for the device
         elapsed = time.perf_counter() - start
+        if tracing:
+            synchronize()
+            tracing.stop()
+            write_step_trace(tracing, args.trace, step + 1, rank, device, elapsed)
         if out:
             out.write(json.dumps({"step": step + 1, "loss": mean_loss, "step_s": elapsed,
                                   "tokens_per_s": args.global_batch * tokens.L / elapsed}) + "\n")

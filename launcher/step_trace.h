@@ -1,0 +1,48 @@
+// `poplar-worker train --trace FILE`: where one training step's time goes, as libtorch's
+// profiler sees it, summed by name and written as one JSON object (docs/formats.md,
+// "Step trace"):
+//   {"step": 3, "rank": 0, "device": "cuda:0", "libtorch": "2.11.0", "step_s": 0.107,
+//    "device_events": 2113,
+//    "events": [{"name": "aten::mm", "on": "cpu", "count": 96, "total_s": 0.0123}, ...]}
+// "cpu" events are operators on the host: an operator's time includes the operators it
+// calls (they nest), and on a GPU it is the time to launch, not to run. Device events
+// ("cuda") are kernels and copies, timed on the device, which the profiler records
+// where libtorch was built with Kineto (PyTorch's wheels are; Debian's libtorch is not:
+// there device_events is 0). Events are sorted by total time, longest first.
+//
+// The profiler is on for the traced step only (its bookkeeping slows the step a little;
+// the step's own metrics line is still written, with that step's time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace poplar {
+
+class StepTrace {
+ public:
+  // Records nothing when `path` is empty. `path` was checked writable beforehand
+  // (RequireOutputApart).
+  StepTrace(std::string path, torch::Device device, int rank);
+  ~StepTrace();
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
+
+  bool enabled() const { return !path_.empty(); }
+  // Starts the profiler (device work queued before it is waited for first).
+  void Start();
+  // Stops it after step `step` (counting from 1) that took `step_s` seconds, and writes
+  // the file whole (WriteFileAtomically).
+  void Finish(std::int64_t step, double step_s);
+
+ private:
+  std::string path_;
+  torch::Device device_;
+  int rank_;
+  bool running_ = false;
+};
+
+}  // namespace poplar
