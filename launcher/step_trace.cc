@@ -1,6 +1,7 @@
 #include "launcher/step_trace.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <utility>
@@ -36,6 +37,43 @@ std::set<ActivityType> Activities(torch::Device device) {
   return activities;
 }
 
+// The trace file's object (step_trace.h) of the profiler's events.
+nlohmann::ordered_json Summary(const profiler::ProfilerResult& result, std::int64_t step, int rank,
+                               torch::Device device, double step_s) {
+  struct Total {
+    std::int64_t count = 0;
+    double seconds = 0;
+  };
+  // Kineto also gives a device-side copy of each host range (record_function's, such as
+  // PyTorch's "Optimizer.step#AdamW.step") that spans the kernels inside it: not a kernel,
+  // and known by the name of a host event, which no kernel has.
+  std::set<std::string> host_names;
+  for (const auto& event : result.events()) {
+    if (event.deviceType() == c10::DeviceType::CPU) host_names.insert(event.name());
+  }
+  std::map<std::pair<std::string, std::string>, Total> totals;  // (on, name)
+  std::int64_t device_events = 0;
+  for (const auto& event : result.events()) {
+    const bool on_host = event.deviceType() == c10::DeviceType::CPU;
+    if (!on_host && host_names.count(event.name()) > 0) continue;
+    if (!on_host) ++device_events;
+    Total& total = totals[{c10::DeviceTypeName(event.deviceType(), /*lower_case=*/true), event.name()}];
+    total.count += 1;
+    total.seconds += DurationSeconds(event, 0);
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, Total>> sorted(totals.begin(), totals.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (const auto& [key, total] : sorted) {
+    events.push_back({{"name", key.second}, {"on", key.first}, {"count", total.count}, {"total_s", total.seconds}});
+  }
+  return {{"step", step},         {"rank", rank},
+          {"device", device.str()}, {"libtorch", TORCH_VERSION},
+          {"step_s", step_s},     {"device_events", device_events},
+          {"events", std::move(events)}};
+}
+
 }  // namespace
 
 StepTrace::StepTrace(std::string path, torch::Device device, int rank)
@@ -53,43 +91,29 @@ StepTrace::~StepTrace() {
 void StepTrace::Start() {
   if (!enabled()) return;
   Synchronize(device_);  // the previous step's kernels stay out of this one's
-  const profiler::ProfilerConfig config(ProfilerState::KINETO);
-  profiler::prepareProfiler(config, Activities(device_));
-  profiler::enableProfiler(config, Activities(device_));
-  running_ = true;
+  try {
+    const profiler::ProfilerConfig config(ProfilerState::KINETO);
+    profiler::prepareProfiler(config, Activities(device_));
+    profiler::enableProfiler(config, Activities(device_));
+    running_ = true;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "poplar-worker[rank %d]: warning: --trace: libtorch's profiler did not start: %s\n", rank_,
+                 FirstLine(error.what()).c_str());
+  }
 }
 
 void StepTrace::Finish(std::int64_t step, double step_s) {
   if (!running_) return;
-  Synchronize(device_);
+  Synchronize(device_);  // (a device that fails here fails the run; the destructor stops the profiler)
   running_ = false;
-  const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
-
-  struct Total {
-    std::int64_t count = 0;
-    double seconds = 0;
-  };
-  std::map<std::pair<std::string, std::string>, Total> totals;  // (on, name)
-  std::int64_t device_events = 0;
-  for (const auto& event : result->events()) {
-    const std::string on = c10::DeviceTypeName(event.deviceType(), /*lower_case=*/true);
-    if (event.deviceType() != c10::DeviceType::CPU) ++device_events;
-    Total& total = totals[{on, event.name()}];
-    total.count += 1;
-    total.seconds += DurationSeconds(event, 0);
+  // A diagnostic: a trace that cannot be made or written costs a warning, not the run.
+  try {
+    const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+    WriteFileAtomically(path_, Summary(*result, step, rank_, device_, step_s).dump(1) + "\n");
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "poplar-worker[rank %d]: warning: --trace: step %lld was not traced: %s\n", rank_,
+                 static_cast<long long>(step), FirstLine(error.what()).c_str());
   }
-  std::vector<std::pair<std::pair<std::string, std::string>, Total>> sorted(totals.begin(), totals.end());
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  for (const auto& [key, total] : sorted) {
-    events.push_back({{"name", key.second}, {"on", key.first}, {"count", total.count}, {"total_s", total.seconds}});
-  }
-  const nlohmann::ordered_json trace = {{"step", step},         {"rank", rank_},
-                                        {"device", device_.str()}, {"libtorch", TORCH_VERSION},
-                                        {"step_s", step_s},     {"device_events", device_events},
-                                        {"events", std::move(events)}};
-  WriteFileAtomically(path_, trace.dump(1) + "\n");
 }
 
 }  // namespace poplar

@@ -6,12 +6,14 @@
 //    "events": [{"name": "aten::mm", "on": "cpu", "count": 96, "total_s": 0.0123}, ...]}
 // "cpu" events are operators on the host: an operator's time includes the operators it
 // calls (they nest), and on a GPU it is the time to launch, not to run. Device events
-// ("cuda") are kernels and copies, timed on the device, which the profiler records
-// where libtorch was built with Kineto (PyTorch's wheels are; Debian's libtorch is not:
-// there device_events is 0). Events are sorted by total time, longest first.
+// ("cuda") are kernels, copies and fills, timed on the device, which the profiler
+// records where libtorch was built with Kineto (PyTorch's wheels are; Debian's libtorch
+// is not: there device_events is 0); Kineto's device-side copies of host ranges are left
+// out. Events are sorted by total time, longest first.
 //
 // The profiler is on for the traced step only (its bookkeeping slows the step a little;
-// the step's own metrics line is still written, with that step's time).
+// the step's own metrics line is still written, with that step's time). A trace that
+// fails (the profiler refuses, the disk is full) is a warning: training goes on.
 #pragma once
 
 #include <cstdint>

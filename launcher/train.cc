@@ -310,6 +310,10 @@ void Train(const TrainOptions& options) {
   // The traced step: the run's --trace-step-th, or its last.
   const std::int64_t traced_step = std::min(first_step + options.trace_step, options.steps);
   StepTrace trace(MetricsWriter::PathFor(options.trace, rank), device, rank);
+  if (trace.enabled() && first_step >= options.steps) {
+    std::cerr << "poplar-worker[rank " << rank << "]: warning: --trace: nothing to trace: the run resumes at step "
+              << first_step << " of " << options.steps << "\n";
+  }
   for (std::int64_t step = first_step; step < options.steps; ++step) {
     stop_if_asked();
     if (step + 1 == traced_step) trace.Start();

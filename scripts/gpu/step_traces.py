@@ -13,16 +13,21 @@ import argparse
 import json
 import sys
 
-# A kernel's kind: the first whose words appear in its lower-cased name. cuBLAS's Hopper
-# kernels are nvjet_* and sm90_xmma_*; flash and memory-efficient attention name
-# themselves; kineto names copies "Memcpy ..." and fills "Memset ...".
-KINDS = [("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas")),
-         ("attention", ("flash", "fmha", "attention", "attn")),
+# A kernel's kind: the first whose words appear in its lower-cased name, so the order
+# matters: attention's kernels are built on CUTLASS (flash_fwd_kernel<...cutlass::...>,
+# fmha_cutlassF_*) and come before the matrix products; the fused AdamW and PyTorch's
+# gradient norm run as multi_tensor_apply kernels, poplar's norm as a cuBLAS dot (names
+# as read from PyTorch's and cuBLAS's sources, not yet seen in a GPU trace). cuBLAS's
+# Hopper products are nvjet_* and sm90_xmma_*. "copy" is Kineto's Memcpy and Memset and
+# copying kernels, dtype casts among them.
+KINDS = [("attention", ("flash", "fmha", "attention", "attn")),
          ("optimizer", ("adam",)),
+         ("gradient norm", ("lpnorm", "normtwo", "dot_kernel", "reduce_1block")),
+         ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas")),
          ("communication", ("nccl",)),
          ("copy", ("memcpy", "memset", "copy")),
-         ("norm, softmax, loss", ("layer_norm", "layernorm", "softmax", "cross_entropy", "nll_loss", "norm")),
-         ("elementwise", ("elementwise", "vectorized", "unrolled", "gelu", "reduce"))]
+         ("norm, softmax, loss", ("layer_norm", "layernorm", "gammabeta", "softmax", "cross_entropy", "nll_loss")),
+         ("elementwise", ("elementwise", "vectorized", "unrolled", "multi_tensor_apply", "gelu", "reduce"))]
 OTHER = "other"
 KIND_NAMES = [name for name, _ in KINDS] + [OTHER]
 
@@ -44,14 +49,17 @@ def kind_of(name):
     return OTHER
 
 
-def timed_events(trace):
-    """The events whose times add up: the device's where it has any, else the host's."""
-    on_device = [e for e in trace["events"] if e["on"] != "cpu"]
-    return on_device if on_device else trace["events"]
+def timed_events(trace, device=None):
+    """The device's events (kernels, whose times add up), or the host's where `device` is
+    False or, by default, the trace has no device events."""
+    if device is None:
+        device = bool(trace["device_events"])
+    return [e for e in trace["events"] if (e["on"] != "cpu") == device]
 
 
 def summary(trace, top=25):
-    """Step time, the device's busy time by kind, and the longest events."""
+    """Step time, the device's summed kernel time, by kind too, and the longest events.
+    Kernels on several streams may overlap: their sum can pass the step's time."""
     events = timed_events(trace)
     device = bool(trace["device_events"])
     kinds = {kind: 0.0 for kind in KIND_NAMES}
@@ -65,10 +73,12 @@ def summary(trace, top=25):
 
 
 def differences(a, b, top=15):
-    """Events by name, a's total against b's, the largest differences first."""
+    """Events by name, a's total against b's, the largest differences first: kernels where
+    both traces have them, else host operators of both (never one's against the other's)."""
+    device = bool(a["device_events"]) and bool(b["device_events"])
     totals = {}
     for side, trace in ((0, a), (1, b)):
-        for event in timed_events(trace):
+        for event in timed_events(trace, device):
             entry = totals.setdefault(event["name"], [0.0, 0.0, 0, 0])
             entry[side] += event["total_s"]
             entry[2 + side] += event["count"]
@@ -86,8 +96,8 @@ def short(name, width=90):
 
 
 def kinds_table(named_summaries):
-    """One row per trace: step time, device busy time and its kinds, in ms."""
-    headers = ["system", "step ms", "device ms", *KIND_NAMES]
+    """One row per trace: step time, summed kernel time and its kinds, in ms."""
+    headers = ["system", "step ms", "kernels ms", *KIND_NAMES]
     rows = []
     for name, s in named_summaries:
         kinds = s["kinds_s"] or {}

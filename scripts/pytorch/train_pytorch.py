@@ -81,8 +81,14 @@ def write_step_trace(tracing, path, step, rank, device, step_s):
     own events (kineto_results), as the worker reads them in C++."""
     totals = {}
     device_events = 0
-    for event in tracing.profiler.kineto_results.events():
+    events = tracing.profiler.kineto_results.events()
+    # Kineto's device-side copies of host ranges (record_function's) are not kernels: they
+    # carry a host event's name, which no kernel has (as the worker leaves them out).
+    host_names = {event.name() for event in events if str(event.device_type()).endswith("CPU")}
+    for event in events:
         on = str(event.device_type()).split(".")[-1].lower()  # DeviceType.CUDA -> cuda
+        if on != "cpu" and event.name() in host_names:
+            continue
         device_events += on != "cpu"
         seconds = event.duration_ns() * 1e-9 if hasattr(event, "duration_ns") else event.duration_us() * 1e-6
         total = totals.setdefault((on, event.name()), [0, 0.0])
@@ -114,6 +120,8 @@ def main():
     parser.add_argument("--trace", help="rank 0 profiles one step and writes its summary here")
     parser.add_argument("--trace-step", type=int, default=3, help="the step --trace profiles (its last if fewer)")
     args = parser.parse_args()
+    if args.trace_step < 1:
+        parser.error(f"--trace-step must be 1 or more, got {args.trace_step}")
     cuda = args.device == "cuda"
     if args.mode == "fsdp" and not cuda:
         sys.exit("train_pytorch: --mode fsdp needs --device cuda")

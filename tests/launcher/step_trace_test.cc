@@ -96,6 +96,28 @@ TEST_F(StepTraceRun, EveryRankTracesItsOwnStepAtStageThree) {
   }
 }
 
+TEST_F(StepTraceRun, AResumedRunTracesItsOwnNthStep) {
+  const std::string plan = WritePlan(scratch, "plan.json", 0, {{4}});
+  const JobOutcome first = RunJob(scratch, 1, Args(plan, 2, {"--checkpoint-dir", "checkpoints"}));
+  ASSERT_TRUE(first.AllSucceeded()) << first.Describe();
+  const JobOutcome resumed =
+      RunJob(scratch, 1, Args(plan, 5, {"--resume", "checkpoints", "--trace", "trace.json", "--trace-step", "2"}));
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+  const nlohmann::json trace = Read("trace.json");
+  EXPECT_EQ(trace["step"], 4) << "the second step the resumed run takes (it starts after step 2)";
+  const std::vector<std::string> lines = ReadLines(scratch.path() + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 5u) << "a resumed run appends";
+  EXPECT_EQ(nlohmann::json::parse(lines[3])["step"], 4);
+  EXPECT_EQ(trace["step_s"], nlohmann::json::parse(lines[3])["step_s"]);
+
+  // A run that takes no step has nothing to trace: it says so, and succeeds.
+  std::filesystem::remove(scratch.path() + "/trace.json");
+  const JobOutcome done = RunJob(scratch, 1, Args(plan, 2, {"--resume", "checkpoints", "--trace", "trace.json"}));
+  ASSERT_TRUE(done.AllSucceeded()) << done.Describe();
+  EXPECT_TRUE(Contains(done.errors[0], "--trace: nothing to trace")) << done.errors[0];
+  EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/trace.json"));
+}
+
 TEST_F(StepTraceRun, BadTraceFlagsAreRefusedByNameBeforeTraining) {
   const std::string plan = WritePlan(scratch, "plan.json", 0, {{4}});
   struct Case {
