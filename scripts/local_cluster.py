@@ -45,6 +45,8 @@ def corpora():
         return os.path.join(shared, "valid.txt"), os.path.join(shared, "test.txt")
     docs = ""
     for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
+        if not name.endswith(".md"):
+            continue  # docs/results holds JSON measurements, not text
         with open(os.path.join(ROOT, "docs", name)) as f:
             docs += f.read()
     cut = len(docs) * 9 // 10
