@@ -39,7 +39,8 @@ def cache_dir(agent):
 
 def corpora():
     """The text to train on and the held-out text: WikiText-2's validation and test splits
-    from ../shared when present, else poplar's own docs, the last tenth held out."""
+    from ../shared when present, else poplar's own docs (docs/*.md, written to out/demo),
+    the last tenth held out. The demo's and the CPU benchmarks' text."""
     shared = os.path.join(ROOT, "..", "shared", "data", "wikitext-2")
     if os.path.exists(os.path.join(shared, "valid.txt")) and os.path.exists(os.path.join(shared, "test.txt")):
         return os.path.join(shared, "valid.txt"), os.path.join(shared, "test.txt")
@@ -50,6 +51,7 @@ def corpora():
         with open(os.path.join(ROOT, "docs", name)) as f:
             docs += f.read()
     cut = len(docs) * 9 // 10
+    os.makedirs(OUT, exist_ok=True)
     paths = os.path.join(OUT, "docs-train.txt"), os.path.join(OUT, "docs-heldout.txt")
     for path, text in zip(paths, (docs[:cut], docs[cut:])):
         with open(path, "w") as out:
