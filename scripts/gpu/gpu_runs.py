@@ -15,7 +15,7 @@ to check the scripts themselves before spending device time:
              the same initial parameters, fp32, at ZeRO stages 0-3, on the GPU with
              one rank (no collectives), one rank through a one-rank NCCL group, and
              two ranks sharing the GPU over Gloo (NCCL allows one rank per GPU); bf16
-             on the GPU is reported against it
+             on the GPU against it too, its whole update within 10%
   train      GPT-2 small, bf16, 300 steps on WikiText-2 valid: the loss must fall
   profile    `poplar-worker profile --device cuda`: GPT-2 small and medium, bf16,
              stages 0-3; the profile files are the repository's measured examples
@@ -62,6 +62,12 @@ CHECK_STEPS, CHECK_LR = 5, 1e-3
 ONE_RANK = [[4, 4, 4]]
 TWO_RANKS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
 FP32_TOLERANCE = 1e-4  # max |difference| after 5 steps of lr 1e-3 (a step moves up to 1e-3)
+# bf16 against the fp32 reference: its whole update |theta - theta_ref| / |theta_ref - theta_0|
+# (L2 over every parameter). bf16 rounding gave 0.033 at every stage (second H200 run); a
+# gradient gone wrong in a kind of layer (every block's, bf16 only) is a large part of the
+# update, and no max |difference| separates the two (rounding alone moved one parameter
+# by 0.87 of the largest movement).
+BF16_UPDATE_TOLERANCE = 0.1
 # speed: each system and the PyTorch system its "vs PyTorch" ratio is against: poplar's
 # stage 0 against DDP, stage 3 (which recomputes every block) against FSDP with each block
 # checkpointed. FSDP without checkpointing has no ratio: it shows what checkpointing costs
@@ -245,6 +251,7 @@ def phase_check(runner, out, setup):
         save_json(out, "check.json", {"steps": CHECK_STEPS, "lr": CHECK_LR, "model": "gpt-small",
                                       "reference": "poplar-worker on the CPU, 1 rank, fp32",
                                       "movement": movement, "tolerance": FP32_TOLERANCE,
+                                      "bf16_update_tolerance": BF16_UPDATE_TOLERANCE,
                                       "cases": sorted(results, key=lambda r: r["order"]),
                                       "torch": torch.__version__, "device": device_name(setup), "complete": done},
                   quiet=not done)
@@ -272,10 +279,11 @@ def phase_check(runner, out, setup):
         else:
             trained = state(saved)
             difference = compare(trained, expected)
-            gated = precision == "fp32"
+            update_error = norm(trained, expected) / update
             result.update(max_abs_difference=difference, relative_to_movement=difference / movement,
-                          update_error=norm(trained, expected) / update,
-                          ok=difference <= FP32_TOLERANCE if gated else None)
+                          update_error=update_error,
+                          ok=difference <= FP32_TOLERANCE if precision == "fp32" else
+                          update_error <= BF16_UPDATE_TOLERANCE)
         with lock:
             results.append(result)
             save(done=False)
