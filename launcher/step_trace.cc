@@ -76,8 +76,17 @@ nlohmann::ordered_json Summary(const profiler::ProfilerResult& result, std::int6
 
 }  // namespace
 
-StepTrace::StepTrace(std::string path, torch::Device device, int rank)
-    : path_(std::move(path)), device_(device), rank_(rank) {}
+StepTrace::StepTrace(std::string path, std::int64_t nth, std::int64_t first_step, std::int64_t last_step,
+                     torch::Device device, int rank)
+    : path_(std::move(path)),
+      step_(path_.empty() || first_step >= last_step ? 0 : std::min(first_step + nth, last_step)),
+      device_(device),
+      rank_(rank) {
+  if (!path_.empty() && step_ == 0) {
+    std::fprintf(stderr, "poplar-worker[rank %d]: warning: --trace: nothing to trace: the run resumes at step %lld of %lld\n",
+                 rank_, static_cast<long long>(first_step), static_cast<long long>(last_step));
+  }
+}
 
 StepTrace::~StepTrace() {
   if (!running_) return;
@@ -88,13 +97,14 @@ StepTrace::~StepTrace() {
   }
 }
 
-void StepTrace::Start() {
-  if (!enabled()) return;
+void StepTrace::BeforeStep(std::int64_t step) {
+  if (step != step_) return;
   Synchronize(device_);  // the previous step's kernels stay out of this one's
   try {
     const profiler::ProfilerConfig config(ProfilerState::KINETO);
-    profiler::prepareProfiler(config, Activities(device_));
-    profiler::enableProfiler(config, Activities(device_));
+    const std::set<ActivityType> activities = Activities(device_);
+    profiler::prepareProfiler(config, activities);
+    profiler::enableProfiler(config, activities);
     running_ = true;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "poplar-worker[rank %d]: warning: --trace: libtorch's profiler did not start: %s\n", rank_,
@@ -102,8 +112,8 @@ void StepTrace::Start() {
   }
 }
 
-void StepTrace::Finish(std::int64_t step, double step_s) {
-  if (!running_) return;
+void StepTrace::AfterStep(std::int64_t step, double step_s) {
+  if (step != step_ || !running_) return;
   Synchronize(device_);  // (a device that fails here fails the run; the destructor stops the profiler)
   running_ = false;
   // A diagnostic: a trace that cannot be made or written costs a warning, not the run.

@@ -26,22 +26,24 @@ namespace poplar {
 
 class StepTrace {
  public:
-  // Records nothing when `path` is empty. `path` was checked writable beforehand
-  // (RequireOutputApart).
-  StepTrace(std::string path, torch::Device device, int rank);
+  // Traces the `nth` step of a run that takes steps first_step + 1 .. last_step (counting
+  // from 1), or its last if it takes fewer; none when `path` is empty, and a warning when
+  // the run takes no step. `path` was checked writable beforehand (RequireOutputApart).
+  StepTrace(std::string path, std::int64_t nth, std::int64_t first_step, std::int64_t last_step,
+            torch::Device device, int rank);
   ~StepTrace();
   StepTrace(const StepTrace&) = delete;
   StepTrace& operator=(const StepTrace&) = delete;
 
-  bool enabled() const { return !path_.empty(); }
-  // Starts the profiler (device work queued before it is waited for first).
-  void Start();
-  // Stops it after step `step` (counting from 1) that took `step_s` seconds, and writes
-  // the file whole (WriteFileAtomically).
-  void Finish(std::int64_t step, double step_s);
+  // Around each step (counting from 1): before it, the traced step starts the profiler
+  // (device work queued before is waited for first); after it, having taken `step_s`
+  // seconds, it stops the profiler and writes the file whole (WriteFileAtomically).
+  void BeforeStep(std::int64_t step);
+  void AfterStep(std::int64_t step, double step_s);
 
  private:
   std::string path_;
+  std::int64_t step_;  // the traced step; 0: none
   torch::Device device_;
   int rank_;
   bool running_ = false;

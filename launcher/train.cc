@@ -307,16 +307,11 @@ void Train(const TrainOptions& options) {
     writer.reset();  // finishes what is in flight
     EndByStopSignal();
   };
-  // The traced step: the run's --trace-step-th, or its last.
-  const std::int64_t traced_step = std::min(first_step + options.trace_step, options.steps);
-  StepTrace trace(MetricsWriter::PathFor(options.trace, rank), device, rank);
-  if (trace.enabled() && first_step >= options.steps) {
-    std::cerr << "poplar-worker[rank " << rank << "]: warning: --trace: nothing to trace: the run resumes at step "
-              << first_step << " of " << options.steps << "\n";
-  }
+  StepTrace trace(MetricsWriter::PathFor(options.trace, rank), options.trace_step, first_step, options.steps, device,
+                  rank);
   for (std::int64_t step = first_step; step < options.steps; ++step) {
     stop_if_asked();
-    if (step + 1 == traced_step) trace.Start();
+    trace.BeforeStep(step + 1);
     const auto step_start = Clock::now();
     const double communication_before = communicator.communication_seconds();
     const Communicator::Volume volume_before = communicator.volume();
@@ -369,7 +364,7 @@ void Train(const TrainOptions& options) {
       throw Diverged(step + 1, "the loss is " + std::to_string(mean_loss) + " and the gradient norm " + norm);
     }
     const double step_s = SecondsSince(step_start);
-    if (step + 1 == traced_step) trace.Finish(step + 1, step_s);
+    trace.AfterStep(step + 1, step_s);
     const Communicator::Volume volume = communicator.volume().Since(volume_before);
     const double communication_s = communicator.communication_seconds() - communication_before;
     const std::int64_t peak_bytes = MemoryPeak(device) - baseline_bytes;

@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import worker_ranks  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "scripts", "gpu"))
 import step_traces  # noqa: E402
+from step_traces import table  # noqa: E402  (also predict-schedules')
 MODELS = os.path.join(ROOT, "configs", "models")
 DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
 HELD_OUT = os.path.join(ROOT, ".device", "data", "test.bin")  # the train phase's held-out loss
@@ -161,12 +162,6 @@ class Runner:
         if not self.ranks(name, [args] * len(ranks), must_succeed=must_succeed):
             return None
         return worker_ranks.read_metrics(metrics) if steps > 0 else []
-
-
-def table(headers, rows):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def save_json(out, name, document, quiet=False):
@@ -571,17 +566,18 @@ def phase_trace(runner, out, setup):
         else:
             failed.append(system)
     summaries = {system: step_traces.summary(trace) for system, trace in traces.items()}
-    pairs = [(a, b) for a, b in TRACE_PAIRS if a in traces and b in traces]
+    differences = {(a, b): step_traces.differences(traces[a], traces[b])
+                   for a, b in TRACE_PAIRS if a in traces and b in traces}
     save_json(out, "trace.json", {
         "model": name, "micro_batch": size, "count": count, "precision": "bf16", "step": steps,
         "device": device_name(setup), "systems": summaries, "failed": failed,
-        "differences": {f"{a} vs {b}": step_traces.differences(traces[a], traces[b]) for a, b in pairs}})
+        "differences": {f"{a} vs {b}": rows for (a, b), rows in differences.items()}})
     print(f"\ntrace, {name} {size} x {count}, bf16, step {steps}, one {device_name(setup)} (ms; the device's "
           f"kernels by kind where the profiler sees them):")
-    print(step_traces.table(*step_traces.kinds_table(list(summaries.items()))))
-    for a, b in pairs:
+    print(table(*step_traces.kinds_table(list(summaries.items()))))
+    for (a, b), rows in differences.items():
         print(f"\n{a} against {b}, the largest differences:")
-        print(step_traces.table(*step_traces.differences_table(step_traces.differences(traces[a], traces[b], 10), a, b)))
+        print(table(*step_traces.differences_table(rows[:10], a, b)))
     if failed:
         sys.exit(f"gpu_runs: trace: {', '.join(failed)} failed (runs.log says why); the table has the others")
 

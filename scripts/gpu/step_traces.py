@@ -61,15 +61,15 @@ def summary(trace, top=25):
     """Step time, the device's summed kernel time, by kind too, and the longest events.
     Kernels on several streams may overlap: their sum can pass the step's time."""
     events = timed_events(trace)
-    device = bool(trace["device_events"])
-    kinds = {kind: 0.0 for kind in KIND_NAMES}
-    if device:
+    result = {"step_s": trace["step_s"], "device_s": None, "kernels": None, "kinds_s": None,
+              "top": [{k: e[k] for k in ("name", "on", "count", "total_s")} for e in events[:top]]}
+    if trace["device_events"]:
+        kinds = {kind: 0.0 for kind in KIND_NAMES}
         for event in events:
             kinds[kind_of(event["name"])] += event["total_s"]
-    return {"step_s": trace["step_s"], "device_s": sum(e["total_s"] for e in events) if device else None,
-            "kernels": sum(e["count"] for e in events) if device else None,
-            "kinds_s": kinds if device else None,
-            "top": [{k: e[k] for k in ("name", "on", "count", "total_s")} for e in events[:top]]}
+        result.update(device_s=sum(e["total_s"] for e in events), kernels=sum(e["count"] for e in events),
+                      kinds_s=kinds)
+    return result
 
 
 def differences(a, b, top=15):
@@ -112,6 +112,7 @@ def differences_table(rows, a_name, b_name):
 
 
 def table(headers, rows):
+    """Plain-text columns, right-aligned but the last (names, left-aligned); also gpu_runs'."""
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(str(c).rjust(w) if i < len(cells) - 1 else str(c)

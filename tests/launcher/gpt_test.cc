@@ -77,12 +77,14 @@ TEST(BlockRecomputeBackward, GivesAutogradsGradientsInBf16) { CheckAgainstAutogr
 // The peak bytes (above what was in use before) of `backward` from fresh gradients.
 template <typename Backward>
 std::int64_t PeakOf(Block& block, const torch::Tensor& x0, Backward backward) {
-  for (auto& parameter : block->parameters()) parameter.mutable_grad() = torch::Tensor();
-  auto x = x0.detach().clone().requires_grad_(true);
-  const std::int64_t before = CountingAllocator::InUse();
-  CountingAllocator::ResetPeak();
-  backward(x);
-  return CountingAllocator::Peak() - before;
+  std::int64_t peak = 0;
+  RunBackward(block, x0, torch::Tensor(), [&](const torch::Tensor& x) {
+    const std::int64_t before = CountingAllocator::InUse();
+    CountingAllocator::ResetPeak();
+    backward(x);
+    peak = CountingAllocator::Peak() - before;
+  });
+  return peak;
 }
 
 // ZeRO-3's peak memory is a block's recompute: skipping the last product must lower it
