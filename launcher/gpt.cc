@@ -4,6 +4,8 @@
 
 #include <torch/version.h>
 
+#include "launcher/head_loss.h"
+
 namespace poplar {
 namespace {
 
@@ -143,11 +145,8 @@ torch::Tensor GptImpl::Embed(const torch::Tensor& idx) {
 }
 
 torch::Tensor GptImpl::HeadLoss(const torch::Tensor& x, const torch::Tensor& targets) {
-  // The loss in fp32 whatever the compute precision.
-  const auto logits = torch::nn::functional::linear(ln_f(x), wte->weight).to(torch::kFloat32);
-  return torch::nn::functional::cross_entropy(
-      logits.view({-1, logits.size(-1)}), targets.view({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  // The loss in fp32 whatever the compute precision (head_loss.h).
+  return HeadCrossEntropySum(ln_f(x), wte->weight, targets);
 }
 
 torch::Tensor GptImpl::LossSum(const torch::Tensor& idx, const torch::Tensor& targets) {
