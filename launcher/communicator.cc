@@ -13,10 +13,10 @@
 #include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-// Gloo's headers come with Debian's libtorch and PyTorch's wheels; a libtorch without
-// Gloo or its headers still builds a worker for NCCL alone (UsableBackend refuses Gloo).
-#if defined(USE_C10D_GLOO) && __has_include(<gloo/algorithm.h>)
-#define POPLAR_WITH_GLOO
+// POPLAR_WITH_GLOO: CMake found Gloo in libtorch (USE_C10D_GLOO) and Gloo's headers
+// (launcher/CMakeLists.txt). Without them the worker builds for NCCL alone
+// (UsableBackend refuses Gloo).
+#ifdef POPLAR_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef USE_C10D_NCCL
