@@ -60,7 +60,7 @@ TEST_F(StepTraceRun, WritesTheChosenStepsOperatorsWithThatStepsTime) {
   // Forward and backward of two micro-batches through 2 blocks and the head: matrix
   // products forward (recorded on this thread) and backward (on autograd's), and one
   // optimizer step's fused or per-slice AdamW arithmetic.
-  const nlohmann::json backward = HostEvent(trace, "MmBackward0");
+  const nlohmann::json backward = HostEvent(trace, "AddmmBackward0");  // the linear layers' (at::linear)
   ASSERT_FALSE(backward.is_null()) << trace.dump(1).substr(0, 3000);
   EXPECT_GT(backward["count"].get<int>(), 0);
   const nlohmann::json layer_norm = HostEvent(trace, "aten::layer_norm");
