@@ -68,6 +68,7 @@ LaunchSettings SettingsOf(const v1::LaunchRequest& request) {
   settings.eval_data_path = request.eval_data_path();
   settings.eval_every = request.eval_every();
   settings.eval_samples = request.eval_samples();
+  settings.trace_step = request.trace_step();
   settings.timeout_s = request.timeout_s();
   settings.resume = request.resume();
   switch (request.kind()) {

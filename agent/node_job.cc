@@ -14,6 +14,7 @@
 #include "planner/precision.h"
 #include "planner/stop_grace.h"
 #include "planner/text_file.h"
+#include "planner/training_limits.h"
 #include "planner/worker_plan.h"
 
 namespace poplar {
@@ -83,6 +84,9 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.eval_data_path.empty() && (s.eval_every != 0 || s.eval_samples != 0)) {
     throw InputError(s.eval_every != 0 ? "eval_every" : "eval_samples", "", "is for an evaluation: set eval_data_path");
   }
+  if (s.trace_step < 0 || s.trace_step > kMostJobSteps) {
+    throw InputError("trace_step", "", "must be 0 (none) or a step from 1 to " + std::to_string(kMostJobSteps));
+  }
   RequireModelConfig(s.model_config_json);
 }
 
@@ -128,6 +132,10 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
   if (!eval_data.empty()) {
     args.insert(args.end(), {"--eval-data", eval_data, "--eval-every", std::to_string(settings.eval_every),
                              "--eval-samples", std::to_string(settings.eval_samples)});
+  }
+  if (settings.trace_step > 0) {
+    args.insert(args.end(), {"--trace", (job_dir / "traces" / "rank-{rank}.json").string(), "--trace-step",
+                             std::to_string(settings.trace_step)});
   }
   if (has_checkpoint) args.insert(args.end(), {"--resume", checkpoints.string()});
   return args;
@@ -229,6 +237,9 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
   const fs::path job_dir = JobFolder(config, settings.job_id);
   fs::create_directories(job_dir / "logs");
   fs::create_directories(job_dir / "metrics");
+  if (settings.kind == LaunchSettings::Kind::kTrain && settings.trace_step > 0) {
+    fs::create_directories(job_dir / "traces");
+  }
   WriteFileAtomically((job_dir / "plan.json").string(), settings.plan_json);
   if (settings.kind == LaunchSettings::Kind::kTrain) {
     WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);

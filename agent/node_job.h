@@ -42,6 +42,7 @@ struct LaunchSettings {
   std::string eval_data_path;         // empty: no evaluation
   std::int64_t eval_every = 0;
   std::int64_t eval_samples = 0;
+  std::int64_t trace_step = 0;  // 0: no step traced
   int timeout_s = 0;
   bool resume = false;
   std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default

@@ -48,6 +48,7 @@ struct LaunchOptions {
   int master_port = 0;  // 0: a port rank 0's agent finds free
   int timeout_s = 0;
   int progress_every = 10;
+  std::int64_t trace_step = 0;  // 0: no step traced
   bool resume = false;
 };
 
@@ -229,6 +230,7 @@ void RunLaunch(const LaunchOptions& options) {
     request.set_eval_data_path(job.eval_data);
     request.set_eval_every(job.eval_every);
     request.set_eval_samples(job.eval_samples);
+    request.set_trace_step(options.trace_step);
     request.set_timeout_s(options.timeout_s);
     request.set_resume(options.resume);
     requests.emplace_back(node, std::move(request));
@@ -335,6 +337,10 @@ void RegisterLaunchCommand(CLI::App& app) {
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
       ->check(WholeNumberIn(0, 1 << 30))
       ->capture_default_str();
+  command->add_option("--trace-step", options->trace_step,
+                      "Profile this step of the run on every rank (the N-th it takes): each node keeps its ranks' "
+                      "traces in <work_dir>/jobs/<job id>/traces/rank-R.json")
+      ->check(WholeNumberIn(std::int64_t{1}, kMostJobSteps));
   // Without the job's id a resume would start a new job (the default id is new each time).
   command->add_flag("--resume", options->resume, "Resume the job --job-id names from its last checkpoint")
       ->needs(job_id);

@@ -262,7 +262,7 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   // torchrun's customary 29500 taken (once the default, and fixed).
   const poplar::testing::HeldPort customary(29500);
   const auto launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run", "--job-id",
-                              "train1"});
+                              "train1", "--trace-step", "3"});
   ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
   EXPECT_TRUE(Contains(launch.out, "rendezvous 127.0.0.1:")) << launch.out;
   EXPECT_FALSE(Contains(launch.out, "rendezvous 127.0.0.1:29500;")) << launch.out;
@@ -297,6 +297,15 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_TRUE(fs::exists(dir_.path() + "/run/logs/rank-1.log"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/model.pt"));
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));
+  // --trace-step: every rank profiled its 3rd step, its trace kept on its own node.
+  for (const auto& [node, rank] : {std::pair{"a", 0}, std::pair{"b", 1}}) {
+    const std::string path = dir_.path() + "/" + node + "/work/jobs/train1/traces/rank-" + std::to_string(rank) + ".json";
+    ASSERT_TRUE(fs::exists(path)) << path;
+    const auto trace = nlohmann::json::parse(ReadTextFile(path));
+    EXPECT_EQ(trace["step"], 3) << path;
+    EXPECT_EQ(trace["rank"], rank) << path;
+    EXPECT_FALSE(trace["events"].empty()) << path;
+  }
 
   // A device that has since less memory than its profile was measured with (here the
   // profile says more) is refused before any rank starts: its worker once ran out of

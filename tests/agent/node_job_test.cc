@@ -152,6 +152,27 @@ TEST(NodeJob, RefusesADataPathOutsideTheWorkDirectory) {
   EXPECT_FALSE(std::filesystem::exists(f.config.work_dir + "/jobs/j1"));  // nothing written
 }
 
+// --trace-step N: each rank traces the N-th step into the job folder's traces/; 0 and
+// unset trace nothing; a negative step is refused, naming the field.
+TEST(NodeJob, ATracedStepWritesIntoTheJobFolder) {
+  Fixture f;
+  EXPECT_FALSE(Has(PrepareNodeJob(f.config, f.devices, f.settings)[0].spec.args, "--trace"));
+  EXPECT_FALSE(std::filesystem::exists(f.config.work_dir + "/jobs/j1/traces"));
+  f.settings.resume = true;  // the job folder is there now
+  f.settings.trace_step = 4;
+  const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings);
+  EXPECT_EQ(After(ranks[0].spec.args, "--trace"), f.config.work_dir + "/jobs/j1/traces/rank-{rank}.json");
+  EXPECT_EQ(After(ranks[0].spec.args, "--trace-step"), "4");
+  EXPECT_TRUE(std::filesystem::is_directory(f.config.work_dir + "/jobs/j1/traces"));
+  f.settings.trace_step = -1;
+  try {
+    CheckNodeJob(f.config, f.devices, f.settings);
+    ADD_FAILURE() << "a negative trace_step was accepted";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "trace_step")) << error.what();
+  }
+}
+
 // The held-out evaluation's flags only with its file, resolved inside the work directory
 // as the training data is; outside it, or counts without it, are refused.
 TEST(NodeJob, TheEvaluationTakesAFileInsideTheWorkDirectory) {
