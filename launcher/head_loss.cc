@@ -37,7 +37,9 @@ struct HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
                                std::int64_t chunk_rows) {
     auto logits = hidden.reshape({-1, hidden.size(-1)}).mm(weight.t());
     auto loss = LossOverChunks(logits, targets.reshape({-1}), chunk_rows, /*write_gradient=*/true);
-    context->save_for_backward({hidden, weight, logits});  // the logits now hold their gradient
+    // weight.detach(): the storage this forward used, even if ZeRO-3 swaps the
+    // parameter's data before backward (set_data); in-place updates still show.
+    context->save_for_backward({hidden, weight.detach(), logits});  // the logits now hold their gradient
     return loss;
   }
 
@@ -48,8 +50,11 @@ struct HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
     const auto& weight = saved[1];
     const auto& logits_gradient = saved[2];  // for an incoming gradient of 1
     const auto& scale = gradients[0];        // the incoming gradient: a scalar
-    auto hidden_gradient = logits_gradient.mm(weight).mul_(scale).view(hidden.sizes());
-    auto weight_gradient = logits_gradient.t().mm(hidden.reshape({-1, hidden.size(-1)})).mul_(scale);
+    torch::Tensor hidden_gradient, weight_gradient;
+    if (context->needs_input_grad(0)) hidden_gradient = logits_gradient.mm(weight).mul_(scale).view(hidden.sizes());
+    if (context->needs_input_grad(1)) {
+      weight_gradient = logits_gradient.t().mm(hidden.reshape({-1, hidden.size(-1)})).mul_(scale);
+    }
     return {hidden_gradient, weight_gradient, torch::Tensor(), torch::Tensor()};
   }
 };

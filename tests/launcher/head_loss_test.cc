@@ -74,9 +74,27 @@ TEST(HeadCrossEntropySum, GivesAutogradsLossAndGradientsWhateverTheChunks) {
 
 TEST(HeadCrossEntropySum, GivesAutogradsLossAndGradientsInBf16) {
   // The loss in fp32 from bf16 logits (exactly as autograd's fp32 copy of them); the
-  // gradients rounded once to bf16, as autograd's copy back rounds them.
+  // logits' gradient computed in fp32 and rounded once to bf16, as autograd's copy back
+  // rounds it: the same bits, so a gradient computed in bf16 anywhere shows.
   const auto inputs = MakeInputs(torch::kBFloat16);
-  ExpectClose(LossAndGradients(AutogradLoss, inputs), LossAndGradients(Chunked(5), inputs), 2e-2, 2e-2);
+  const auto expected = LossAndGradients(AutogradLoss, inputs);
+  const auto actual = LossAndGradients(Chunked(5), inputs);
+  ExpectClose(expected, actual, 0, 0);
+  EXPECT_TRUE(torch::equal(expected.hidden_gradient, actual.hidden_gradient));
+  EXPECT_TRUE(torch::equal(expected.weight_gradient, actual.weight_gradient));
+  // Another incoming gradient scales after the products: one bf16 rounding more.
+  ExpectClose(LossAndGradients(AutogradLoss, inputs, 2.5), LossAndGradients(Chunked(5), inputs, 2.5), 2e-2, 2e-2);
+}
+
+TEST(HeadCrossEntropySum, GivesOnlyTheGradientsWanted) {
+  const auto inputs = MakeInputs(torch::kFloat32);
+  const auto expected = LossAndGradients(AutogradLoss, inputs);
+  auto weight = inputs.weight.clone().requires_grad_(true);
+  HeadCrossEntropySum(inputs.hidden, weight, inputs.targets, 5).backward();  // hidden needs none
+  EXPECT_TRUE(torch::allclose(expected.weight_gradient, weight.grad(), 1e-5, 1e-6));
+  auto hidden = inputs.hidden.clone().requires_grad_(true);
+  HeadCrossEntropySum(hidden, inputs.weight, inputs.targets, 5).backward();  // weight needs none
+  EXPECT_TRUE(torch::allclose(expected.hidden_gradient, hidden.grad(), 1e-5, 1e-6));
 }
 
 TEST(HeadCrossEntropySum, ScalesItsGradientsByTheIncomingOne) {
@@ -115,16 +133,22 @@ std::int64_t PeakOf(const Loss& loss_of, const Inputs& inputs) {
 
 // Autograd's head holds fp32 [tokens, vocabulary] tensors: the log-softmax from forward
 // to backward, and in backward its gradient and the one-hot's besides (12 bytes a logit
-// in bf16, at its peak). In chunks of a quarter of the tokens this one holds the logits
-// in their own precision and fp32 a chunk at a time (4 bytes a logit in bf16).
-TEST(HeadCrossEntropySum, HoldsLessThanHalfOfAutogradsPeak) {
+// at its peak). In chunks of a quarter of the tokens this one holds the logits in their
+// own precision and, besides, at most two fp32 tensors of a chunk (its copy of the
+// logits and their log-softmax): 4 bytes a logit in bf16, 5 in fp32 (fp32 logits are
+// their own copy).
+TEST(HeadCrossEntropySum, HoldsTheLogitsAndTwoFp32ChunksAtMost) {
   CountingAllocator::Install();
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     SCOPED_TRACE(dtype == torch::kFloat32 ? "fp32" : "bf16");
-    const auto inputs = MakeInputs(dtype, /*batch=*/16, /*vocabulary=*/4096);
-    const auto tokens = 16 * kTime;
+    constexpr std::int64_t kBatchOf = 16, kVocabularyOf = 4096, kTokens = kBatchOf * kTime;
+    const auto inputs = MakeInputs(dtype, kBatchOf, kVocabularyOf);
+    const std::int64_t logits_bytes = kTokens * kVocabularyOf * torch::elementSize(dtype);
+    const std::int64_t chunk_bytes = (kTokens / 4) * kVocabularyOf * 4;
     const auto autograd = PeakOf(AutogradLoss, inputs);
-    const auto chunked = PeakOf(Chunked(tokens / 4), inputs);
+    const auto chunked = PeakOf(Chunked(kTokens / 4), inputs);
+    EXPECT_LE(chunked, logits_bytes + 2 * chunk_bytes + (64 << 10))
+        << "chunked: " << chunked << " bytes at peak; logits " << logits_bytes << ", a chunk in fp32 " << chunk_bytes;
     EXPECT_LT(2 * chunked, autograd) << "chunked: " << chunked << " bytes at peak, autograd: " << autograd;
   }
 }
