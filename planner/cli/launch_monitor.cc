@@ -209,8 +209,15 @@ void LaunchMonitor::HeadStalled(double seconds) { head_stalled_s_ = std::max(hea
 std::string LaunchMonitor::RootCause() const {
   if (failures_.empty()) return "";
   const std::string seconds = Fixed(head_stalled_s_, 0) + " s";
-  const Failed& first = failures_.front();
-  if (head_stalled_s_ > 0 && first.kind == Failed::Kind::kConnection) {
+  // A stall long enough for the agents to give up on the head explains the failures
+  // that followed when the first of them is a dropped connection, or when, whatever
+  // order they arrived in (a stopped rank's exit may come before its node's stream is
+  // seen to drop), none is the job's own: a rank failing or killed by itself stays the
+  // cause.
+  const bool failed_on_its_own = std::any_of(failures_.begin(), failures_.end(), [](const Failed& failure) {
+    return failure.kind == Failed::Kind::kJob && failure.severity <= kCause;
+  });
+  if (head_stalled_s_ > 0 && (failures_.front().kind == Failed::Kind::kConnection || !failed_on_its_own)) {
     return "the head (this poplar launch) was stalled for " + seconds +
            " (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
            "the agents to give up on it (they wait 10 to 20 s for a silent peer), so the job was stopped; run it "

@@ -276,6 +276,18 @@ TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseOfTheFailureThatFollows) {
       << monitor.RootCause();
 }
 
+// Which consequence of the stall arrives first does not matter: a rank the agent stopped
+// may exit before its node's stream is seen to drop (seen once under load: the launch
+// then blamed node 'a' for losing its agent).
+TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseWhateverItsConsequencesOrder) {
+  LaunchMonitor monitor = Monitor();
+  monitor.HeadStalled(19.0);
+  monitor.Failure("b", "rank 1 exited with signal 15 (Terminated)", 128 + SIGTERM);
+  monitor.AgentLost("a", "lost its agent at 127.0.0.1:1 during the job: recvmsg:Connection reset by peer");
+  EXPECT_EQ(monitor.RootCause().rfind("the head (this poplar launch) was stalled for 19 s (suspended", 0), 0u)
+      << monitor.RootCause();
+}
+
 // A failure of the job's own that came after a stall (a rank out of memory while the
 // head's output was blocked: no connection dropped) stays the cause; the stall is said
 // after it. It once hid the failure behind "the head was stalled".
