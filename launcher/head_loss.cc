@@ -5,6 +5,9 @@
 namespace poplar {
 namespace {
 
+// [..., width] as [tokens, width].
+torch::Tensor Rows(const torch::Tensor& hidden) { return hidden.reshape({-1, hidden.size(-1)}); }
+
 // The loss summed over the rows of `logits` ([tokens, vocabulary]) against `targets`
 // ([tokens]), in fp32. With `write_gradient`, each row of `logits` is replaced by the
 // loss's gradient with respect to it, softmax(row) - onehot(target), computed in fp32
@@ -35,7 +38,7 @@ struct HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& targets,
                                std::int64_t chunk_rows) {
-    auto logits = hidden.reshape({-1, hidden.size(-1)}).mm(weight.t());
+    auto logits = Rows(hidden).mm(weight.t());
     auto loss = LossOverChunks(logits, targets.reshape({-1}), chunk_rows, /*write_gradient=*/true);
     // weight.detach(): the storage this forward used, even if ZeRO-3 swaps the
     // parameter's data before backward (set_data); in-place updates still show.
@@ -53,7 +56,7 @@ struct HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
     torch::Tensor hidden_gradient, weight_gradient;
     if (context->needs_input_grad(0)) hidden_gradient = logits_gradient.mm(weight).mul_(scale).view(hidden.sizes());
     if (context->needs_input_grad(1)) {
-      weight_gradient = logits_gradient.t().mm(hidden.reshape({-1, hidden.size(-1)})).mul_(scale);
+      weight_gradient = logits_gradient.t().mm(Rows(hidden)).mul_(scale);
     }
     return {hidden_gradient, weight_gradient, torch::Tensor(), torch::Tensor()};
   }
@@ -70,7 +73,7 @@ torch::Tensor HeadCrossEntropySum(const torch::Tensor& hidden, const torch::Tens
   if (torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad())) {
     return HeadCrossEntropy::apply(hidden, weight, targets, chunk_rows);
   }
-  auto logits = hidden.reshape({-1, hidden.size(-1)}).mm(weight.t());
+  auto logits = Rows(hidden).mm(weight.t());
   return LossOverChunks(logits, targets.reshape({-1}), chunk_rows, /*write_gradient=*/false);
 }
 
