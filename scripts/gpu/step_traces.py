@@ -16,11 +16,12 @@ import sys
 # A kernel's kind: the first whose words appear in its lower-cased name, so the order
 # matters: attention's kernels are built on CUTLASS (flash_fwd_kernel<...cutlass::...>,
 # fmha_cutlassF_*) and come before the matrix products; the fused AdamW and PyTorch's
-# gradient norm run as multi_tensor_apply kernels, poplar's norm as a cuBLAS dot (names
-# as read from PyTorch's and cuBLAS's sources, not yet seen in a GPU trace). cuBLAS's
-# Hopper products are nvjet_* and sm90_xmma_*. "copy" is Kineto's Memcpy and Memset and
-# copying kernels, dtype casts among them.
-KINDS = [("attention", ("flash", "fmha", "attention", "attn")),
+# gradient norm run as multi_tensor_apply kernels, poplar's norm as a cuBLAS dot. On the
+# H200 (PyTorch 2.11) attention is cuDNN's (cudnn_generated_fort_native_sdpa_*_flash_*,
+# with cudnn::fusion helpers in its backward) and cuBLAS's products are nvjet_*; other
+# names are as read from PyTorch's and cuBLAS's sources. "copy" is Kineto's Memcpy and
+# Memset and copying kernels, dtype casts among them.
+KINDS = [("attention", ("flash", "fmha", "attention", "attn", "cudnn::fusion")),
          ("optimizer", ("adam",)),
          ("gradient norm", ("lpnorm", "normtwo", "dot_kernel", "reduce_1block")),
          ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas")),
