@@ -24,6 +24,7 @@ from step_traces import table
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEVICE_FILES = os.path.join(ROOT, ".device")
 CREDENTIALS = os.path.join(DEVICE_FILES, "credentials")
+COMMAND_TIMEOUT_S = 240  # each poplar command's; the whole phase takes under a minute on the H200
 
 
 def programs():
@@ -74,7 +75,8 @@ def write_files(folder, setup, worker, port, train_data, held_out):
 
 
 def start_agent(agent, config, log_path):
-    """Starts the agent; returns it once it listens, or exits with its log's end."""
+    """Starts the agent; returns it once it listens, or None if it exits or does not listen
+    within 20 s (its log says why)."""
     with open(config) as f:
         port = int(f.readline().rsplit(":", 1)[1])
     log = open(log_path, "w")
@@ -87,8 +89,7 @@ def start_agent(agent, config, log_path):
                 return process
         time.sleep(0.05)
     process.kill()
-    with open(log_path) as f:
-        sys.exit(f"gpu_runs: agents: poplar-agent did not start listening on 127.0.0.1:{port}:\n{f.read()[-3000:]}")
+    return None
 
 
 def stop_agent(process):
@@ -120,24 +121,30 @@ def phase_agents(runner, out, setup, save_json, train_data, held_out, work_root)
     ]
     result = {"device_type": setup.device_type, "programs": os.path.relpath(os.path.dirname(poplar), ROOT),
               "commands": {}, "complete": False}
-    process = start_agent(agent, os.path.join(folder, "agent.yaml"), os.path.join(folder, "agent.log"))
-    failed = None
+    agent_log = os.path.join(folder, "agent.log")
+    process = start_agent(agent, os.path.join(folder, "agent.yaml"), agent_log)
+    failed = None if process else "poplar-agent"
     try:
-        for name, command in commands:
+        for name, command in commands if process else []:
             started = time.monotonic()
-            run = subprocess.run(command, capture_output=True, text=True)
+            try:
+                run = subprocess.run(command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+                code, stdout, stderr = run.returncode, run.stdout, run.stderr
+            except subprocess.TimeoutExpired as timeout:  # a hang costs the call minutes, not all of it
+                code, stdout, stderr = "timeout", timeout.stdout or "", timeout.stderr or ""
+                stdout, stderr = (text.decode() if isinstance(text, bytes) else text for text in (stdout, stderr))
             result["commands"][name] = {"command": " ".join(["poplar"] + command[1:]),
-                                        "exit": run.returncode, "seconds": round(time.monotonic() - started, 1),
-                                        "stdout": run.stdout[-6000:], "stderr": run.stderr[-6000:]}
-            print(f"== poplar {name} (exit {run.returncode}, {time.monotonic() - started:.1f} s)\n{run.stdout}"
-                  f"{run.stderr}", flush=True)
+                                        "exit": code, "seconds": round(time.monotonic() - started, 1),
+                                        "stdout": stdout[-6000:], "stderr": stderr[-6000:]}
+            print(f"== poplar {name} (exit {code}, {time.monotonic() - started:.1f} s)\n{stdout}{stderr}", flush=True)
             save_json(out, "agents.json", result, quiet=True)
-            if run.returncode != 0:
-                failed = name
+            if code != 0:
+                failed = f"poplar {name}"
                 break
     finally:
-        stop_agent(process)
-        with open(os.path.join(folder, "agent.log")) as f:
+        if process:
+            stop_agent(process)
+        with open(agent_log) as f:
             result["agent_log"] = f.read()[-6000:]
     if not failed:
         with open(os.path.join(profiles, setup.device_type + ".json")) as f:
@@ -153,7 +160,8 @@ def phase_agents(runner, out, setup, save_json, train_data, held_out, work_root)
         result["complete"] = True
     save_json(out, "agents.json", result)
     if failed:
-        sys.exit(f"gpu_runs: agents: poplar {failed} failed (agents.json has its output and the agent's log)")
+        sys.exit(f"gpu_runs: agents: {failed} failed (agents.json has its output and the agent's log):\n"
+                 + result["agent_log"][-2000:])
     print(table(AGENTS_HEADERS, agents_rows(result)))
 
 
