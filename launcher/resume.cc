@@ -119,21 +119,32 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   }
   Resumed resumed;
   resumed.step = step;
+  resumed.source = source;
   resumed.line = BroadcastLine(communicator, checkpoint ? checkpoint->line : CheckpointLine{}, source, device);
   for (auto& [name, parameter] : model->NamedParameters()) {
     auto value = parameter.detach();  // the source's holds the checkpoint's already
     communicator.Broadcast(value, source);
-    AdamMoments& moment = resumed.moments[name];
-    if (checkpoint) {
-      const AdamMoments& loaded = checkpoint->moments.at(name);
-      moment = {loaded.exp_avg.to(device, torch::kFloat32), loaded.exp_avg_sq.to(device, torch::kFloat32)};
-    } else {
-      moment = {torch::zeros_like(value, torch::kFloat32), torch::zeros_like(value, torch::kFloat32)};
-    }
-    communicator.Broadcast(moment.exp_avg, source);
-    communicator.Broadcast(moment.exp_avg_sq, source);
+    resumed.parameters.emplace_back(name, value.sizes().vec());
   }
+  if (checkpoint) resumed.moments = std::move(checkpoint->moments);
   return resumed;
+}
+
+void SendResumedMoments(Communicator& communicator, TrainingEngine& engine, Resumed& resumed, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  const auto fp32 = torch::TensorOptions(torch::kFloat32).device(device);
+  for (const auto& [name, shape] : resumed.parameters) {
+    AdamMoments moment;
+    if (const auto loaded = resumed.moments.find(name); loaded != resumed.moments.end()) {
+      moment = {loaded->second.exp_avg.to(fp32), loaded->second.exp_avg_sq.to(fp32)};
+      resumed.moments.erase(loaded);
+    } else {
+      moment = {torch::empty(shape, fp32), torch::empty(shape, fp32)};  // the collectives fill them
+    }
+    communicator.Broadcast(moment.exp_avg, resumed.source);
+    communicator.Broadcast(moment.exp_avg_sq, resumed.source);
+    engine.LoadMoments({{name, moment}}, resumed.step);
+  }
 }
 
 }  // namespace poplar

@@ -276,7 +276,7 @@ void Train(const TrainOptions& options) {
   const std::uint64_t run = env.rank == 0 ? NewRunId() : 0;
   const CheckpointLine training_line = resumed ? resumed->line.ContinuedBy(run, first_step) : CheckpointLine{run, {}};
   if (resumed) {
-    engine.LoadMoments(resumed->moments, first_step);
+    SendResumedMoments(communicator, engine, *resumed, device);
     resumed.reset();
   }
 

@@ -132,9 +132,10 @@ void ShardedAdamW::LoadMoments(const std::map<std::string, AdamMoments>& moments
   for (const FlatBucket& bucket : layout_.buckets()) {
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
-      const AdamMoments& loaded = moments.at(slot.name);
-      CopyOwned(exp_avg_, bucket, slot, loaded.exp_avg);
-      CopyOwned(exp_avg_sq_, bucket, slot, loaded.exp_avg_sq);
+      const auto loaded = moments.find(slot.name);
+      if (loaded == moments.end()) continue;
+      CopyOwned(exp_avg_, bucket, slot, loaded->second.exp_avg);
+      CopyOwned(exp_avg_sq_, bucket, slot, loaded->second.exp_avg_sq);
     }
   }
   step_ = step;

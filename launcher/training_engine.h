@@ -60,7 +60,9 @@ class TrainingEngine {
   // rank that passes `keep` (the one that writes) builds the CPU copies, the others
   // return an empty map, so that checkpoints do not cost every rank a full copy.
   virtual std::map<std::string, AdamMoments> GatherMoments(bool keep) = 0;
-  // Restores full moments (from a checkpoint written with any plan) and the step count.
+  // Restores the full moments of the parameters in `moments` (from a checkpoint written
+  // with any plan; any of the parameters: the others keep theirs, so that a resume can
+  // hand them over one at a time) and sets the step count.
   virtual void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) = 0;
   // The full model state dict with nanoGPT names, on the CPU (collective at stage 3;
   // empty unless `keep`, as for GatherMoments).

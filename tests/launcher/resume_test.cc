@@ -311,6 +311,33 @@ TEST_F(Resume, FromStageThreeOnOneRank) {
             1e-5);
 }
 
+// The rank that reads the checkpoint sends the Adam moments one parameter at a time, each
+// straight into the ranks' shards: no rank holds the whole moments (8 bytes a parameter),
+// which at stage 3 over 4 ranks are twice its share of all the states. Ranks capped where
+// the uninterrupted run fits (80 MB; its step peaks at 68) once ran out of memory on
+// resuming, which then needed about 110 MB.
+TEST_F(Resume, FitsWhereTheRunFitsForTheMomentsComeOneParameterAtATime) {
+  scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", 8}, {"n_head", 2}, {"n_embd", 256},
+                                             {"vocab_size", 256}, {"block_size", 16}}
+                                  .dump());
+  const std::string four = WritePlan(scratch, "four.json", 3, {{1}, {1}, {1}, {1}});
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  ASSERT_TRUE(RunJob(scratch, 4, Args(scratch, four, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
+  // Rank 0 reads the checkpoint (its whole state, in its memory) and is not capped.
+  auto per_rank = [&](const std::vector<std::string>& extra) {
+    std::vector<std::vector<std::string>> args(4, Args(scratch, four, 3, extra));
+    for (int rank = 1; rank < 4; ++rank) args[rank].insert(args[rank].end(), {"--memory-bytes", "80000000"});
+    return args;
+  };
+  const JobOutcome whole = RunJob(scratch, per_rank({"--save", "whole.pt"}));
+  ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
+  const JobOutcome resumed = RunJob(scratch, per_rank({"--resume", checkpoints, "--save", "resumed.pt"}));
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+  EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
+                             ReadStateDict(scratch.path() + "/resumed.pt")),
+            1e-5);
+}
+
 // Each file of a checkpoint is checked against the model and blamed by name: another
 // model's model.pt was once blamed on optimizer.pt, extra optimizer keys passed, a pipe
 // as `latest` blocked the worker past --timeout, and a folder in the way of `latest`
