@@ -199,7 +199,7 @@ struct LocalSetup {
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-  Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
+  Communicator::UsableBackend(device, backend, env.world_size, env.local_rank);  // its error, before the rendezvous
   const GlooReduceScatter gloo_reduce_scatter =
       ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
   const AdamWOptions adamw = OptimizerOptions(options);
