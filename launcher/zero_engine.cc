@@ -3,6 +3,15 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 namespace poplar {
+namespace {
+
+// Stage 2: a reduction holds its bucket's whole gradient until it is done, so at most
+// this many are left in flight while backward goes on (as at stage 3); with all of them
+// in flight until the round's end, stage 2's peak held the whole gradient again and
+// exceeded stage 1's.
+constexpr int kReductionsInFlight = 3;
+
+}  // namespace
 
 // Runs after a parameter's gradient accumulator has added this backward's gradient.
 struct GradientReadyHook : public torch::autograd::FunctionPostHook {
@@ -94,20 +103,29 @@ void ZeroEngine::Launch(int b) {
   }
   reduced_[b] = WorkingEmpty(bucket.owned_size);
   pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b]);
+  // Buckets start from the last down, so those above b + kReductionsInFlight - 1 are the
+  // oldest in flight.
+  for (int older = b + kReductionsInFlight; older < static_cast<int>(pending_.size()); ++older) {
+    if (pending_[older]) FinishBucket(older);
+  }
+}
+
+void ZeroEngine::FinishBucket(int b) {
+  pending_[b]->Wait();
+  pending_[b].reset();  // releases the bucket's whole gradient
+  if (stage_ == 2) {
+    const FlatBucket& bucket = layout_.buckets()[b];
+    gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduced_[b]);
+    reduced_[b] = torch::Tensor();
+  }
 }
 
 void ZeroEngine::FinishReduction() {
   if (!reducing_) BeginReduction();
   hooks_armed_ = false;
   LaunchBuckets(true);
-  for (std::size_t b = 0; b < pending_.size(); ++b) {
-    pending_[b]->Wait();
-    pending_[b].reset();
-    if (stage_ == 2) {
-      const FlatBucket& bucket = layout_.buckets()[b];
-      gradient_shard_.narrow(0, bucket.shard_offset, bucket.owned_size).add_(reduced_[b]);
-      reduced_[b] = torch::Tensor();
-    }
+  for (int b = 0; b < static_cast<int>(pending_.size()); ++b) {
+    if (pending_[b]) FinishBucket(b);
   }
   reducing_ = false;
 }

@@ -49,6 +49,7 @@ class ZeroEngine final : public ShardedAdamW {
   void LaunchBuckets(bool all);          // start complete (or all) buckets, in order
   void Launch(int bucket);
   void FinishReduction();                // start the rest, wait for all
+  void FinishBucket(int bucket);         // wait for its reduction; stage 2: add it to the shard
 
   Gpt model_;
   int stage_;
