@@ -159,28 +159,13 @@ GlooReduceScatter ParseGlooReduceScatter(const std::string& name, const std::str
   throw InputError(flag, "", "must be alltoall or allreduce, got '" + name + "'");
 }
 
-std::string NcclGpuSharing(int local_rank, int gpus) {
-  if (gpus <= 0 || local_rank < gpus) return "";
-  const int gpu = local_rank % gpus;
-  return "nccl needs a GPU of its own for every rank, and local rank " + std::to_string(local_rank) +
-         " would share GPU " + std::to_string(gpu) + " with local rank " + std::to_string(gpu) + " (" +
-         std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") +
-         " visible); use --backend gloo, which carries CUDA tensors through host memory, or start at most " +
-         std::to_string(gpus) + (gpus == 1 ? " rank" : " ranks") + " on this node";
-}
-
-CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBackend backend, int world_size,
-                                              int local_rank) {
+CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBackend backend, int world_size) {
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
   if (backend == CollectiveBackend::kAuto) {
     backend = device.is_cuda() ? CollectiveBackend::kNccl : CollectiveBackend::kGloo;
   }
   if (backend == CollectiveBackend::kNccl && !device.is_cuda()) {
     throw InputError("--backend", "", "nccl carries CUDA tensors only; use gloo with --device cpu");
-  }
-  if (backend == CollectiveBackend::kNccl && world_size > 1) {
-    const std::string sharing = NcclGpuSharing(local_rank, static_cast<int>(torch::cuda::device_count()));
-    if (!sharing.empty()) throw InputError("--backend", "", sharing);
   }
 #ifndef POPLAR_WITH_GLOO
   if (backend == CollectiveBackend::kGloo && (world_size > 1 || explicit_backend)) {
@@ -206,7 +191,7 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   // A backend named explicitly gets a process group even for one rank, so that a
   // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
   const bool explicit_backend = backend != CollectiveBackend::kAuto;
-  backend = UsableBackend(device, backend, world_size_, env.local_rank);
+  backend = UsableBackend(device, backend, world_size_);
   if (world_size_ == 1 && !explicit_backend) return;
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(env.master_port);

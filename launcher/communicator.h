@@ -57,11 +57,6 @@ enum class CollectiveBackend { kAuto, kGloo, kNccl };
 // "auto", "gloo" or "nccl"; throws InputError naming `flag` otherwise.
 CollectiveBackend ParseCollectiveBackend(const std::string& name, const std::string& flag);
 
-// Why NCCL cannot carry local rank `local_rank` of a node where `gpus` GPUs are visible
-// ("" when it can): NCCL runs one rank per GPU (two on one fail at their first
-// collective), and local rank r computes on GPU r % gpus (SelectDevice).
-std::string NcclGpuSharing(int local_rank, int gpus);
-
 // How a reduce-scatter runs on Gloo, which has none of its own (libtorch 1.13 refuses
 // it; libtorch 2's all-reduces a copy). kAllToAll: each rank sends input chunk r to rank
 // r and adds the chunks it receives: (N-1)/N of the input on the wire, a ring
@@ -138,10 +133,7 @@ class Communicator {
   // Gloo). Throws InputError naming --backend when this build cannot (nccl with the CPU,
   // nccl without NCCL): called by each rank before it meets the others, so that its error
   // reaches them, and by the constructor.
-  // With 2+ ranks NCCL also needs a GPU of its own for each rank: a rank whose
-  // `local_rank` would share one (NcclGpuSharing) is refused, naming --backend gloo.
-  static CollectiveBackend UsableBackend(torch::Device device, CollectiveBackend backend, int world_size,
-                                         int local_rank = 0);
+  static CollectiveBackend UsableBackend(torch::Device device, CollectiveBackend backend, int world_size);
 
   // For a rank that stops before its rendezvous (a bad flag, file or plan of its own):
   // tells the ranks waiting at rank 0's store why, so that they stop at once, naming it,

@@ -120,7 +120,7 @@ struct NetworkSetup {
 NetworkSetup SetUpLocally(const NetworkOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-  Communicator::UsableBackend(device, backend, env.world_size, env.local_rank);  // its error, before the rendezvous
+  Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter reduce_scatter = ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
   const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
   // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.

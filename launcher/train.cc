@@ -44,14 +44,17 @@ struct MicroBatchResult {
   double seconds = 0;    // its compute, stretched on an emulated slower device
 };
 
-// Compute of one micro-batch: forward, backward, and for an emulated slower device the
-// extra wall time.
-MicroBatchResult RunMicroBatch(TrainingEngine& engine, const TokenData& data, std::int64_t first, int size,
-                               bool last, double slowdown, torch::Device device) {
+// Compute of one micro-batch: forward and backward less the waits in collectives inside
+// them (stage 2's and 3's, which the step counts as communication), and for an emulated
+// slower device the extra wall time.
+MicroBatchResult RunMicroBatch(TrainingEngine& engine, const Communicator& communicator, const TokenData& data,
+                               std::int64_t first, int size, bool last, double slowdown, torch::Device device) {
   const auto start = Clock::now();
+  const double waited_before = communicator.communication_seconds();
   auto [inputs, targets] = data.Batch(first, size);
   const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  return {loss_sum, StretchCompute(SecondsSince(start), slowdown)};
+  const double waited = communicator.communication_seconds() - waited_before;
+  return {loss_sum, StretchCompute(SecondsSince(start) - waited, slowdown)};
 }
 
 // Out of device memory, said in the plan's terms: an emulated or real device's
@@ -199,7 +202,7 @@ struct LocalSetup {
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
-  Communicator::UsableBackend(device, backend, env.world_size, env.local_rank);  // its error, before the rendezvous
+  Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter gloo_reduce_scatter =
       ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
   const AdamWOptions adamw = OptimizerOptions(options);
@@ -276,7 +279,14 @@ void Train(const TrainOptions& options) {
   const std::uint64_t run = env.rank == 0 ? NewRunId() : 0;
   const CheckpointLine training_line = resumed ? resumed->line.ContinuedBy(run, first_step) : CheckpointLine{run, {}};
   if (resumed) {
-    SendResumedMoments(communicator, engine, *resumed, device);
+    try {
+      SendResumedMoments(communicator, engine, *resumed, device);
+    } catch (const c10::OutOfMemoryError& error) {
+      throw OutOfMemory(plan.file, "stage",
+                        "resuming the Adam moments at ZeRO stage " + std::to_string(plan.stage) +
+                            " (one parameter's two fp32 moments beyond the model's states, before any micro-batch)",
+                        error, "they need a device with more memory, or more ranks to shard the states over");
+    }
     resumed.reset();
   }
 
@@ -327,7 +337,8 @@ void Train(const TrainOptions& options) {
       if (size > 0) {
         MicroBatchResult result;
         try {
-          result = RunMicroBatch(engine, data, first, size, entry == last_computing_entry, options.device.slowdown, device);
+          result = RunMicroBatch(engine, communicator, data, first, size, entry == last_computing_entry,
+                                 options.device.slowdown, device);
         } catch (const c10::OutOfMemoryError& error) {
           throw OutOfMemory(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(entry) + "]",
                             "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,

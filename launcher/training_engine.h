@@ -75,6 +75,12 @@ class TrainingEngine {
   virtual CollectiveParams CollectivePlan() const = 0;
 };
 
+// Stages 2-3: a bucket's reduce-scatter holds the bucket's whole gradient until it is
+// done, so at most this many are left in flight while backward goes on (the oldest is
+// waited for as the next starts): backward's peak then grows with a few buckets, not
+// with the model (stage 2 with all of them in flight peaked above stage 1).
+inline constexpr int kReductionsInFlight = 3;
+
 // The working dtype of a precision: kFloat32, or kBFloat16 for mixed precision.
 inline torch::ScalarType WorkingType(Precision precision) {
   return precision == Precision::kMixed ? torch::kBFloat16 : torch::kFloat32;

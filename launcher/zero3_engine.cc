@@ -8,9 +8,6 @@
 namespace poplar {
 namespace {
 
-// Gradient reduce-scatters allowed to run behind backward at stage 3 (buckets).
-constexpr std::size_t kReductionsInFlight = 3;
-
 // Units as flat-layout buckets: [Embed's parameters], [block 0's], ..., [ln_f's].
 std::vector<std::vector<NamedTensor>> UnitBuckets(const Gpt& model) {
   std::vector<std::vector<NamedTensor>> buckets(model->config().n_layer + 2);
@@ -181,7 +178,7 @@ void Zero3Engine::ReduceGradients(const std::vector<int>& buckets) {
   }
   // A reduction holds a whole bucket's gradient until it is done: keep only the last
   // few in flight, so that backward's peak memory stays a few units, not the model.
-  FinishReductions(kReductionsInFlight);
+  FinishReductions(static_cast<std::size_t>(kReductionsInFlight));
 }
 
 void Zero3Engine::FinishReductions(std::size_t in_flight) {

@@ -3,15 +3,6 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 namespace poplar {
-namespace {
-
-// Stage 2: a reduction holds its bucket's whole gradient until it is done, so at most
-// this many are left in flight while backward goes on (as at stage 3); with all of them
-// in flight until the round's end, stage 2's peak held the whole gradient again and
-// exceeded stage 1's.
-constexpr int kReductionsInFlight = 3;
-
-}  // namespace
 
 // Runs after a parameter's gradient accumulator has added this backward's gradient.
 struct GradientReadyHook : public torch::autograd::FunctionPostHook {

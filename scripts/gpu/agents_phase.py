@@ -121,6 +121,7 @@ def phase_agents(runner, out, setup, save_json, train_data, held_out, work_root)
     ]
     result = {"device_type": setup.device_type, "programs": os.path.relpath(os.path.dirname(poplar), ROOT),
               "commands": {}, "complete": False}
+    save_json(out, "agents.json", result, quiet=True)  # a call stopped from here on brings back what ran
     agent_log = os.path.join(folder, "agent.log")
     process = start_agent(agent, os.path.join(folder, "agent.yaml"), agent_log)
     failed = None if process else "poplar-agent"
@@ -132,7 +133,8 @@ def phase_agents(runner, out, setup, save_json, train_data, held_out, work_root)
                 code, stdout, stderr = run.returncode, run.stdout, run.stderr
             except subprocess.TimeoutExpired as timeout:  # a hang costs the call minutes, not all of it
                 code, stdout, stderr = "timeout", timeout.stdout or "", timeout.stderr or ""
-                stdout, stderr = (text.decode() if isinstance(text, bytes) else text for text in (stdout, stderr))
+                stdout, stderr = (text.decode(errors="replace") if isinstance(text, bytes) else text
+                                  for text in (stdout, stderr))
             result["commands"][name] = {"command": " ".join(["poplar"] + command[1:]),
                                         "exit": code, "seconds": round(time.monotonic() - started, 1),
                                         "stdout": stdout[-6000:], "stderr": stderr[-6000:]}
@@ -147,17 +149,21 @@ def phase_agents(runner, out, setup, save_json, train_data, held_out, work_root)
         with open(agent_log) as f:
             result["agent_log"] = f.read()[-6000:]
     if not failed:
-        with open(os.path.join(profiles, setup.device_type + ".json")) as f:
-            profile = json.load(f)
-        result["profile"] = {"source": profile["source"], "memory_bytes": profile["memory_bytes"],
-                             "emulated": profile["emulated"],
-                             "stages": [{key: stage[key] for key in ("stage", "max_micro_batch", "optimizer_step_s")}
-                                        | {"points": stage["points"]} for stage in profile["stages"]]}
-        with open(plan) as f:
-            result["plan"] = json.load(f)
-        with open(os.path.join(run_dir, "summary.json")) as f:
-            result["summary"] = json.load(f)
-        result["complete"] = True
+        try:
+            with open(os.path.join(profiles, setup.device_type + ".json")) as f:
+                profile = json.load(f)
+            result["profile"] = {"source": profile["source"], "memory_bytes": profile["memory_bytes"],
+                                 "emulated": profile["emulated"],
+                                 "stages": [{key: stage[key] for key in ("stage", "max_micro_batch",
+                                                                         "optimizer_step_s")}
+                                            | {"points": stage["points"]} for stage in profile["stages"]]}
+            with open(plan) as f:
+                result["plan"] = json.load(f)
+            with open(os.path.join(run_dir, "summary.json")) as f:
+                result["summary"] = json.load(f)
+            result["complete"] = True
+        except (OSError, ValueError, KeyError) as error:  # what the commands wrote is not what was expected
+            failed = f"reading what the commands wrote ({error!r})"
     save_json(out, "agents.json", result)
     if failed:
         sys.exit(f"gpu_runs: agents: {failed} failed (agents.json has its output and the agent's log):\n"

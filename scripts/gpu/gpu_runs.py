@@ -409,14 +409,15 @@ def phase_schedules(runner, out, setup):
     def entry(schedule):
         stage, size, count = schedule
         result = {"stage": stage, "micro_batch": size, "count": count, "global_batch": size * count}
-        runs = steps_of[schedule]
-        if any(lines is None for lines in runs):
+        runs = [lines for lines in steps_of[schedule] if lines is not None]
+        if len(runs) < len(steps_of[schedule]):
+            result["failed_rounds"] = len(steps_of[schedule]) - len(runs)  # runs.log says why
+        if not runs:
             return {**result, "failed": True}
-        if runs:
-            # measured: medians over every round's steps; rounds: each round's median step.
-            every = [line for lines in runs for line in lines]
-            result["measured"] = {key: statistics.median(line[key] for line in every) for key in keys}
-            result["rounds_step_s"] = [statistics.median(line["step_s"] for line in lines) for lines in runs]
+        # measured: medians over every round's steps; rounds: each round's median step.
+        every = [line for lines in runs for line in lines]
+        result["measured"] = {key: statistics.median(line[key] for line in every) for key in keys}
+        result["rounds_step_s"] = [statistics.median(line["step_s"] for line in lines) for lines in runs]
         return result
 
     def save(done):  # after every run, as schedules.json
@@ -430,7 +431,7 @@ def phase_schedules(runner, out, setup):
         for schedule in setup.schedules:
             stage, size, count = schedule
             if None in steps_of[schedule]:
-                continue  # failed in an earlier round
+                continue  # failed in an earlier round (out of memory, say): not tried again
             name = f"schedule-s{stage}-{size}x{count}-round{round_index + 1}"
             # One schedule that fails (out of memory on a smaller card) costs its row only.
             lines = runner.train(name, stage, [[size] * count], model, steps, setup.device, "bf16",
@@ -449,7 +450,7 @@ def phase_schedules(runner, out, setup):
                       f"{times['compute_s'] * 1e3:.1f}", f"{times['optimizer_s'] * 1e3:.2f}"]
                      if times else ["failed", "-", "-", "-"]))
     print(table(["stage", "micro-batches", "step ms", "rounds ms", "compute ms", "optimizer ms"], rows))
-    if any(r.get("failed") for r in results):
+    if any(r.get("failed") or r.get("failed_rounds") for r in results):
         sys.exit("gpu_runs: schedules: a run failed (runs.log says why); the table has the others")
 
 

@@ -15,7 +15,6 @@
 #include <torch/cuda.h>
 
 #include "child_process.h"
-#include "launcher/communicator.h"
 #include "launcher/device.h"
 #include "planner/cli/command_failed.h"
 #include "planner/free_port.h"
@@ -114,22 +113,6 @@ TEST_F(WorkerBadInput, StageTwoPlanWithUnequalRounds) {
 TEST_F(WorkerBadInput, NcclWithoutAGpu) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
   ExpectRejected(RunJob(scratch_, 2, Args(plan, {"--backend", "nccl"})), {"--backend", "nccl", "CUDA tensors"});
-}
-
-// NCCL runs one rank per GPU; local rank r computes on GPU r % gpus. A rank that would
-// share one is refused before the rendezvous (it needs a GPU to reach that check; the
-// rule itself is tested here), where NCCL would fail at the first collective.
-TEST(NcclGpuSharing, ARankBeyondTheVisibleGpusIsToldToUseGlooOrFewerRanks) {
-  EXPECT_EQ(NcclGpuSharing(0, 1), "");
-  EXPECT_EQ(NcclGpuSharing(7, 8), "");
-  EXPECT_EQ(NcclGpuSharing(3, 0), "");  // no GPU: --device cuda fails first, with its own error
-  const std::string one = NcclGpuSharing(1, 1);
-  for (const char* part : {"local rank 1 would share GPU 0 with local rank 0", "1 GPU visible", "--backend gloo",
-                           "at most 1 rank on this node"}) {
-    EXPECT_NE(one.find(part), std::string::npos) << one;
-  }
-  EXPECT_NE(NcclGpuSharing(5, 4).find("local rank 5 would share GPU 1 with local rank 1 (4 GPUs visible)"),
-            std::string::npos);
 }
 
 TEST_F(WorkerBadInput, CudaOnAWorkerWithoutIt) {
