@@ -83,9 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, CollectiveVolume, ::testing::Values(0, 1, 2, 3)
 // 468.5 + 44.2 + 7.8 ms in a step of 482.5).
 TEST(StepTimes, ComputeCommunicationAndOptimizerAddUpToAtMostTheStep) {
   ScratchDir scratch("poplar_step_times");
-  scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", 8}, {"n_head", 4}, {"n_embd", 256},
-                                             {"vocab_size", 256}, {"block_size", 64}}
-                                  .dump());
+  WriteModelConfig(scratch, 256, 64, 8, 4);
   WriteTokens(scratch, 8000);
   const std::string plan = WritePlan(scratch, "plan.json", 3, {{4, 4}, {4, 4}});
   const JobOutcome job = RunJob(

@@ -70,9 +70,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, StateMemory,
 // gradients.
 std::int64_t PeakBytesOfTwoRanks(int stage) {
   ScratchDir scratch("poplar_memory_peak");
-  scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", 8}, {"n_head", 2}, {"n_embd", 256},
-                                             {"vocab_size", 256}, {"block_size", 16}}
-                                  .dump());
+  WriteModelConfig(scratch, 256, 16, 8);
   WriteTokens(scratch, 4000);
   const std::string plan = WritePlan(scratch, "plan.json", stage, {{1}, {1}});
   const JobOutcome job = RunJob(

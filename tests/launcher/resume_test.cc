@@ -317,9 +317,7 @@ TEST_F(Resume, FromStageThreeOnOneRank) {
 // the uninterrupted run fits (80 MB; its step peaks at 68) once ran out of memory on
 // resuming, which then needed about 110 MB.
 TEST_F(Resume, FitsWhereTheRunFitsForTheMomentsComeOneParameterAtATime) {
-  scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", 8}, {"n_head", 2}, {"n_embd", 256},
-                                             {"vocab_size", 256}, {"block_size", 16}}
-                                  .dump());
+  WriteModelConfig(scratch, 256, 16, 8);
   const std::string four = WritePlan(scratch, "four.json", 3, {{1}, {1}, {1}, {1}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch, 4, Args(scratch, four, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());

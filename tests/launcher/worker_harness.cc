@@ -16,8 +16,8 @@
 
 namespace poplar::testing {
 
-std::string WriteModelConfig(const ScratchDir& scratch, int n_embd, int block_size) {
-  return scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", 2}, {"n_head", 2},
+std::string WriteModelConfig(const ScratchDir& scratch, int n_embd, int block_size, int n_layer, int n_head) {
+  return scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", n_layer}, {"n_head", n_head},
                                                     {"n_embd", n_embd}, {"vocab_size", 256},
                                                     {"block_size", block_size}}
                                          .dump());

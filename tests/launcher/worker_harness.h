@@ -13,8 +13,10 @@
 
 namespace poplar::testing {
 
-// A tiny GPT (2 layers, 2 heads, 32 wide, byte vocabulary, 16 tokens per sample).
-std::string WriteModelConfig(const ScratchDir& scratch, int n_embd = 32, int block_size = 16);
+// A GPT of byte vocabulary, by default tiny (2 layers, 2 heads, 32 wide, 16 tokens per
+// sample).
+std::string WriteModelConfig(const ScratchDir& scratch, int n_embd = 32, int block_size = 16, int n_layer = 2,
+                             int n_head = 2);
 
 // `count` tokens of a deterministic, learnable byte sequence (a repeated sentence with
 // a counter), written as uint16 into scratch/`file`.
