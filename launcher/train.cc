@@ -44,17 +44,31 @@ struct MicroBatchResult {
   double seconds = 0;    // its compute, stretched on an emulated slower device
 };
 
+// The wall time since it was made less what `communicator` waited in collectives
+// meanwhile: a phase's own work, its exposed communication being counted apart.
+class OwnTime {
+ public:
+  explicit OwnTime(const Communicator& communicator)
+      : communicator_(communicator), start_(Clock::now()), waited_(communicator.communication_seconds()) {}
+  double Seconds() const {
+    return SecondsSince(start_) - (communicator_.communication_seconds() - waited_);
+  }
+
+ private:
+  const Communicator& communicator_;
+  Clock::time_point start_;
+  double waited_;
+};
+
 // Compute of one micro-batch: forward and backward less the waits in collectives inside
 // them (stage 2's and 3's, which the step counts as communication), and for an emulated
 // slower device the extra wall time.
 MicroBatchResult RunMicroBatch(TrainingEngine& engine, const Communicator& communicator, const TokenData& data,
                                std::int64_t first, int size, bool last, double slowdown, torch::Device device) {
-  const auto start = Clock::now();
-  const double waited_before = communicator.communication_seconds();
+  const OwnTime time(communicator);
   auto [inputs, targets] = data.Batch(first, size);
   const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  const double waited = communicator.communication_seconds() - waited_before;
-  return {loss_sum, StretchCompute(SecondsSince(start) - waited, slowdown)};
+  return {loss_sum, StretchCompute(time.Seconds(), slowdown)};
 }
 
 // Out of device memory, said in the plan's terms: an emulated or real device's
@@ -357,11 +371,9 @@ void Train(const TrainOptions& options) {
     // and stretched alike on an emulated device. (The stretch comes after the step's
     // all-gather rather than before; the loss's all-reduce below makes every rank wait
     // for it the same.)
-    const auto step_phase_start = Clock::now();
-    const double waited_before_step = communicator.communication_seconds();
+    const OwnTime step_phase(communicator);
     const double grad_norm = engine.Step(tokens_per_step);
-    const double optimizer_s = StretchCompute(
-        SecondsSince(step_phase_start) - (communicator.communication_seconds() - waited_before_step), options.device.slowdown);
+    const double optimizer_s = StretchCompute(step_phase.Seconds(), options.device.slowdown);
     // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
     // computes the norm of its own all-reduced copy, which may round to inf on one alone.
     auto loss = torch::tensor({loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0}, torch::kFloat64).to(device);

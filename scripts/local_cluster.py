@@ -78,15 +78,24 @@ def prepare(fresh=True):
             shutil.copyfile(os.path.join(OUT, name), os.path.join(work, name))
 
 
-def wait_listening(host, port, process, log):
-    for _ in range(200):
+def listening(host, port, process, seconds=10):
+    """Whether `process` (a poplar-agent) listens on host:port within `seconds`; False as
+    soon as it exits."""
+    for _ in range(int(seconds / 0.05)):
         if process.poll() is not None:
-            sys.exit(f"poplar-agent exited (status {process.returncode}); see {log}")
+            return False
         with socket.socket() as s:
             if s.connect_ex((host, port)) == 0:
-                return
+                return True
         time.sleep(0.05)
-    sys.exit(f"poplar-agent did not start listening on {host}:{port}; see {log}")
+    return False
+
+
+def wait_listening(host, port, process, log):
+    if not listening(host, port, process):
+        state = f"exited (status {process.returncode})" if process.poll() is not None else \
+            f"did not start listening on {host}:{port}"
+        sys.exit(f"poplar-agent {state}; see {log}")
 
 
 @contextlib.contextmanager

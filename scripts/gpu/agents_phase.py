@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,9 @@ import time
 from step_traces import table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import local_cluster  # noqa: E402  (listening)
+import worker_ranks  # noqa: E402  (free_port)
 DEVICE_FILES = os.path.join(ROOT, ".device")
 CREDENTIALS = os.path.join(DEVICE_FILES, "credentials")
 COMMAND_TIMEOUT_S = 240  # each poplar command's; the whole phase takes under a minute on the H200
@@ -35,12 +37,6 @@ def programs():
         return os.path.join(bundle, "poplar"), os.path.join(bundle, "poplar-agent")
     build = os.path.join(ROOT, os.environ.get("POPLAR_BUILD_DIR", "build"))
     return os.path.join(build, "planner", "poplar"), os.path.join(build, "agent", "poplar-agent")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_files(folder, setup, worker, port, train_data, held_out):
@@ -79,15 +75,10 @@ def start_agent(agent, config, log_path):
     within 20 s (its log says why)."""
     with open(config) as f:
         port = int(f.readline().rsplit(":", 1)[1])
-    log = open(log_path, "w")
-    process = subprocess.Popen([agent, "--config", config], stdout=log, stderr=subprocess.STDOUT)
-    for _ in range(400):
-        if process.poll() is not None:
-            break
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        time.sleep(0.05)
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([agent, "--config", config], stdout=log, stderr=subprocess.STDOUT)
+    if local_cluster.listening("127.0.0.1", port, process, seconds=20):
+        return process
     process.kill()
     return None
 
@@ -109,7 +100,7 @@ def phase_agents(runner, out, setup, save_json, train_data, held_out, work_root)
     folder = os.path.join(work_root, "agents")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
-    port = free_port()
+    port = worker_ranks.free_port()
     cluster = write_files(folder, setup, runner.worker, port, train_data, held_out)
     profiles, plan, run_dir = (os.path.join(folder, name) for name in ("profiles", "plan.json", "run"))
     commands = [
