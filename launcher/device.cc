@@ -10,6 +10,7 @@
 #ifdef POPLAR_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -153,6 +154,13 @@ torch::Device SelectDevice(const std::string& kind, int local_rank) {
   // Start CUDA and its caching allocator now: the memory counters refuse a device the
   // allocator has not been initialised for.
   torch::empty({0}, torch::TensorOptions().device(device));
+#ifdef POPLAR_WITH_CUDA
+  // This thread's CUDA work runs on a stream of the worker's own, not on the legacy
+  // default stream, on which CUDA graphs cannot be captured (micro_batch_graphs.h).
+  // Autograd records the stream of every node as it is built (the parameters' gradient
+  // accumulators when the engine is made): all of a micro-batch is then on this one.
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+#endif
   return device;
 }
 

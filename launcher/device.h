@@ -24,7 +24,8 @@ bool BuiltWithCuda();
 torch::Device SetUpDevice(const DeviceFlags& flags, int local_rank);
 
 // "cpu", or "cuda": GPU `local_rank` modulo the visible GPUs (the agent narrows them
-// with CUDA_VISIBLE_DEVICES). Throws InputError when no GPU can be used, with the reason.
+// with CUDA_VISIBLE_DEVICES), made current with a stream of its own for this thread.
+// Throws InputError when no GPU can be used, with the reason.
 torch::Device SelectDevice(const std::string& kind, int local_rank);
 
 // Bytes of tensor memory on `device`: in use now, the peak since the last ResetPeak,
@@ -36,7 +37,8 @@ std::int64_t MemoryPeak(torch::Device device);
 void ResetMemoryPeak(torch::Device device);
 std::int64_t MemoryCapacity(torch::Device device);
 // After an out-of-memory error: hand cached blocks back so that the next, smaller try
-// starts from an unfragmented device (a no-op on the CPU).
+// starts from an unfragmented device (a no-op on the CPU); also before a CUDA graph's
+// capture, which allocates from a pool of its own.
 void ReleaseCachedMemory(torch::Device device);
 
 // Elements (fp32 slots) per gradient/parameter bucket for a bucket size in MiB, where 0

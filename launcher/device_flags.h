@@ -16,6 +16,9 @@ struct DeviceFlags {
   int threads = 0;                // intra-op CPU threads; 0: libtorch's default
   double slowdown = 1.0;          // emulated: compute wall time stretched by this (>= 1)
   std::int64_t memory_bytes = 0;  // emulated: cap on CPU tensor bytes; 0: none
+  // cuda: micro-batches whose backward launches no collective (a one-rank job's, at
+  // stages 0-1) replay from CUDA graphs (micro_batch_graphs.h); profiles time both ways.
+  bool cuda_graphs = true;
 };
 
 }  // namespace poplar

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -57,32 +58,39 @@ class StageProfiler {
   std::optional<std::vector<Sample>> Measure(int size, int warm_ups, bool timed = true) {
     std::vector<Sample> samples;
     std::int64_t peak_bytes = 0;
-    double timed_seconds = 0;
-    try {
+    const bool fitted = Fits([&] {
       for (int run = 0; run < warm_ups; ++run) peak_bytes = std::max(peak_bytes, RunOnce(size).peak_bytes);
-      while (timed && (samples.empty() || (timed_seconds < options_.point_seconds &&
-                                           static_cast<int>(samples.size()) < kMostRunsPerPoint))) {
+      while (timed && MoreRuns(samples)) {
         Sample sample = RunOnce(size);
         sample.peak_bytes = peak_bytes = std::max(peak_bytes, sample.peak_bytes);
         samples.push_back(sample);
-        timed_seconds += sample.seconds;
       }
-    } catch (const c10::OutOfMemoryError&) {
-      // The activations unwound with the exception; hand the cache back so that the
-      // next, smaller size is measured on an unfragmented device.
-      ReleaseCachedMemory(device_);
-      return std::nullopt;
-    } catch (const c10::Error& error) {
-      // Out of memory outside the caching allocator (a cuBLAS workspace, a kernel
-      // launch) is a plain c10::Error: also "does not fit", anything else is not.
-      const std::string what = error.what();
-      if (what.find("out of memory") == std::string::npos && what.find("ALLOC_FAILED") == std::string::npos) {
-        throw;
-      }
-      ReleaseCachedMemory(device_);
-      return std::nullopt;
-    }
+    });
+    if (!fitted) return std::nullopt;
     return samples;
+  }
+
+  // Micro-batches of `size` replayed from CUDA graphs, as a one-rank job runs them at
+  // stages 0-1 (micro_batch_graphs.h): an eager run and the capture (which replays once)
+  // untimed, then replays timed as Measure times eager runs. Empty where the engine
+  // cannot replay (stages 2-3, the CPU, --cuda-graphs off), the capture failed or memory
+  // ran out. The graphs are freed before it returns.
+  std::vector<double> MeasureReplays(int size) {
+    std::vector<Sample> samples;
+    if (!options_.device.cuda_graphs || !engine_->ReplayFromGraphs(true)) return {};
+    const bool fitted = Fits([&] {
+      RunOnce(size);
+      RunOnce(size);
+      if (!engine_->Replays(size)) return;
+      while (MoreRuns(samples)) samples.push_back(RunOnce(size));
+    });
+    engine_->ReplayFromGraphs(false);
+    ReleaseCachedMemory(device_);
+    std::vector<double> seconds;
+    if (fitted) {
+      for (const Sample& sample : samples) seconds.push_back(sample.seconds);
+    }
+    return seconds;
   }
 
   // What the stage's engine hands to its collectives (recorded for the cost model).
@@ -108,6 +116,36 @@ class StageProfiler {
   }
 
  private:
+  // Runs `work`; false if it ran out of device memory, which is recovered from.
+  bool Fits(const std::function<void()>& work) {
+    try {
+      work();
+      return true;
+    } catch (const c10::OutOfMemoryError&) {
+      // The activations unwound with the exception; hand the cache back so that the
+      // next, smaller size is measured on an unfragmented device.
+      ReleaseCachedMemory(device_);
+      return false;
+    } catch (const c10::Error& error) {
+      // Out of memory outside the caching allocator (a cuBLAS workspace, a kernel
+      // launch) is a plain c10::Error: also "does not fit", anything else is not.
+      const std::string what = error.what();
+      if (what.find("out of memory") == std::string::npos && what.find("ALLOC_FAILED") == std::string::npos) {
+        throw;
+      }
+      ReleaseCachedMemory(device_);
+      return false;
+    }
+  }
+
+  // Whether a size's timed runs so far call for another (kMostRunsPerPoint).
+  bool MoreRuns(const std::vector<Sample>& samples) const {
+    double seconds = 0;
+    for (const Sample& sample : samples) seconds += sample.seconds;
+    return samples.empty() ||
+           (seconds < options_.point_seconds && static_cast<int>(samples.size()) < kMostRunsPerPoint);
+  }
+
   // One micro-batch of `size` samples: its time and the peak bytes in use while it ran.
   // Throws what running out of memory throws.
   Sample RunOnce(int size) {
@@ -136,6 +174,7 @@ struct StageSamples {
   int stage = 0;
   int max_micro_batch = 0;
   std::map<int, std::vector<Sample>> runs;  // by micro-batch size
+  std::map<int, std::vector<double>> replays;  // by size: from CUDA graphs (TimeReplays)
   std::vector<double> optimizer_steps;
   CollectiveParams collectives;
 };
@@ -145,6 +184,28 @@ std::size_t TimedRuns(const StageSamples& samples) {
   std::size_t runs = 0;
   for (const auto& [size, timed] : samples.runs) runs += timed.size();
   return runs;
+}
+
+// A replay that gains less than this on the same size's eager runs: GPU-bound.
+constexpr double kLeastReplayGain = 0.02;
+
+// Times replays from CUDA graphs (StageProfiler::MeasureReplays): in pass 1 of every
+// size that fit, ascending, up to the first whose replays gain less than
+// kLeastReplayGain on its eager runs (the larger sizes are as GPU-bound: their points
+// keep their eager time alone); in later passes of the sizes pass 1 timed. Nothing
+// where the stage's engine cannot replay.
+void TimeReplays(StageProfiler& profiler, StageSamples& samples, bool first_pass) {
+  for (const auto& [size, runs] : samples.runs) {
+    if (!first_pass && samples.replays.count(size) == 0) break;
+    const std::vector<double> seconds = profiler.MeasureReplays(size);
+    if (seconds.empty()) break;  // cannot replay, or not this size (nor, then, larger ones)
+    auto& timed = samples.replays[size];
+    timed.insert(timed.end(), seconds.begin(), seconds.end());
+    if (!first_pass) continue;
+    std::vector<double> eager;
+    for (const Sample& run : runs) eager.push_back(run.seconds);
+    if (Median(seconds) > (1 - kLeastReplayGain) * Median(eager)) break;
+  }
 }
 
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
@@ -175,9 +236,12 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
     (fits(middle) ? low : high) = middle;
   }
   result.max_micro_batch = low;
+  TimeReplays(profiler, result, /*first_pass=*/true);
   if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
   std::cerr << "poplar-worker profile: pass 1: stage " << stage << ": largest micro-batch " << low << ", "
-            << result.runs.size() << " sizes, " << TimedRuns(result) << " timed runs\n";
+            << result.runs.size() << " sizes, " << TimedRuns(result) << " timed runs"
+            << (result.replays.empty() ? "" : ", " + std::to_string(result.replays.size()) + " sizes replayed from CUDA graphs")
+            << "\n";
   return result;
 }
 
@@ -193,6 +257,7 @@ void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, co
   for (auto& [size, runs] : samples.runs) {
     if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) runs.insert(runs.end(), timed->begin(), timed->end());
   }
+  TimeReplays(profiler, samples, /*first_pass=*/false);
   samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
   std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << ": "
             << TimedRuns(samples) - runs_before << " timed runs\n";
@@ -211,7 +276,11 @@ StageProfile Summarize(const StageSamples& samples) {
       seconds.push_back(run.seconds);
       peak = std::max(peak, run.peak_bytes);
     }
-    result.points.push_back(ProfilePoint{size, Median(seconds), peak});  // std::map: sizes ascending
+    ProfilePoint point{size, Median(seconds), peak};
+    if (const auto replays = samples.replays.find(size); replays != samples.replays.end()) {
+      point.graph_compute_s = Median(replays->second);
+    }
+    result.points.push_back(point);  // std::map: sizes ascending
   }
   if (!samples.optimizer_steps.empty()) result.optimizer_step_s = Median(samples.optimizer_steps);
   return result;

@@ -316,11 +316,14 @@ void Train(const TrainOptions& options) {
     if (micro_batches[entry] > 0) last_computing_entry = entry;
   }
   const double tokens_per_step = static_cast<double>(plan.global_batch) * config.block_size;
+  // After the resume: the graphs then capture the parameters' and gradients' final buffers.
+  const bool graphs = engine.ReplayFromGraphs(options.device.cuda_graphs);
   if (rank == 0 && options.log_every > 0) {
     std::cerr << "poplar-worker[rank 0]: " << Count(env.world_size, "rank") << ", ZeRO stage " << plan.stage
               << ", global batch " << plan.global_batch << ", " << config.ParameterCount()
               << " parameters, steps " << first_step << ".." << options.steps << ", on "
-              << device.str() << ", collectives " << communicator.backend_name() << "\n";
+              << device.str() << ", collectives " << communicator.backend_name()
+              << (graphs ? ", micro-batches replayed from CUDA graphs" : "") << "\n";
   }
 
   // A stop that came while a checkpoint was in flight (stop_signals.h): no further step,

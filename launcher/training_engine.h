@@ -68,6 +68,15 @@ class TrainingEngine {
   // empty unless `keep`, as for GatherMoments).
   virtual StateDict FullState(bool keep) = 0;
 
+  // Asks for (on) or stops (off) replaying micro-batches from CUDA graphs
+  // (micro_batch_graphs.h); returns whether they now replay. Only stages 0-1 on one rank
+  // on a GPU can: their micro-batches launch no collective (with one rank the step
+  // starts the reductions, which have nothing to overlap with). Stopping frees the graphs.
+  virtual bool ReplayFromGraphs(bool /*on*/) { return false; }
+  // Whether micro-batches of `size` samples replay from a graph now (micro_batch_graphs.h:
+  // from the second of a size on, unless its capture failed).
+  virtual bool Replays(std::int64_t /*size*/) const { return false; }
+
   // What this engine hands to its collectives per step and per reduce round, call by call
   // (buckets, and at stage 3 the visits' gathers): what a profile records for the cost
   // model. The scalar all-reduces of the loss and the gradient norm are not here: the

@@ -54,6 +54,9 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
   command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(kSlowdown);
   // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
   command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kBytes);
+  command->add_option("--cuda-graphs", flags.cuda_graphs, "cuda: replay one-rank micro-batches at stages 0-1 from CUDA graphs (on or off)")
+      ->check(CLI::IsMember({"on", "off", "true", "false"}))
+      ->default_str("on");
 }
 
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {

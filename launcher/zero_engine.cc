@@ -121,7 +121,23 @@ void ZeroEngine::FinishReduction() {
   reducing_ = false;
 }
 
+bool ZeroEngine::ReplayFromGraphs(bool on) {
+  if (!on || stage_ >= 2 || communicator_.world_size() > 1 || !device_.is_cuda() || !MicroBatchGraphs::Available()) {
+    graphs_.reset();
+    return false;
+  }
+  if (!graphs_) {
+    graphs_ = std::make_unique<MicroBatchGraphs>([this](const torch::Tensor& inputs, const torch::Tensor& targets) {
+      auto loss = model_->LossSum(inputs, targets);
+      loss.backward();  // hooks disarmed: the step starts the reductions
+      return loss.detach();
+    });
+  }
+  return true;
+}
+
 double ZeroEngine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) {
+  if (graphs_) return graphs_->Run(inputs, targets).item<double>();
   auto loss = model_->LossSum(inputs, targets);
   if (stage_ == 2 || last) {
     BeginReduction();

@@ -17,8 +17,13 @@
 // stage 2). Buckets always start in reverse bucket order, the order backward completes
 // them, so every rank issues the same collectives in the same order whatever the timing;
 // a rank with no compute in a round starts them all, in that order, with zeros.
+//
+// CUDA graphs (ReplayFromGraphs): stages 0-1 on one rank replay each micro-batch's
+// forward and backward from a graph (micro_batch_graphs.h), hooks disarmed; the step
+// starts the (one-rank) reductions.
 #pragma once
 
+#include "launcher/micro_batch_graphs.h"
 #include "launcher/training_engine.h"
 
 namespace poplar {
@@ -37,6 +42,8 @@ class ZeroEngine final : public ShardedAdamW {
     return keep ? ModelStateDict(model_) : StateDict{};
   }
   CollectiveParams CollectivePlan() const override;
+  bool ReplayFromGraphs(bool on) override;
+  bool Replays(std::int64_t size) const override { return graphs_ && graphs_->Replays(size); }
 
  private:
   friend struct GradientReadyHook;
@@ -56,6 +63,7 @@ class ZeroEngine final : public ShardedAdamW {
   torch::Tensor flat_parameters_;  // all parameters (working precision)
   torch::Tensor flat_gradients_;   // stages 0-1: all gradients (working precision)
   torch::Tensor gradient_shard_;   // stage 2: owned gradients, shard layout
+  std::unique_ptr<MicroBatchGraphs> graphs_;  // while micro-batches replay from graphs
 
   // Bucket reductions in flight.
   std::vector<int> slot_bucket_;

@@ -29,6 +29,10 @@ ProfilePoint ParsePoint(JsonFields fields) {
                                     "a number of seconds from 1e-9 to 86400");
   point.peak_bytes = fields.Integer("peak_bytes");  // a float was cast unchecked (1e300 is undefined)
   if (point.peak_bytes <= 0) fields.Fail("peak_bytes", "must be a positive number of bytes");
+  if (fields.Has("graph_compute_s")) {
+    point.graph_compute_s = fields.NumberIn("graph_compute_s", kLeastMeasuredSeconds, kMostMeasuredSeconds,
+                                            "a number of seconds from 1e-9 to 86400");
+  }
   fields.Finish();
   return point;
 }
@@ -209,9 +213,11 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     }
     entry["points"] = nlohmann::ordered_json::array();
     for (const auto& point : stage.points) {
-      entry["points"].push_back({{"micro_batch", point.micro_batch},
-                                 {"compute_s", point.compute_s},
-                                 {"peak_bytes", point.peak_bytes}});
+      nlohmann::ordered_json written = {{"micro_batch", point.micro_batch},
+                                        {"compute_s", point.compute_s},
+                                        {"peak_bytes", point.peak_bytes}};
+      if (point.graph_compute_s > 0) written["graph_compute_s"] = point.graph_compute_s;
+      entry["points"].push_back(std::move(written));
     }
     root["stages"].push_back(std::move(entry));
   }

@@ -11,7 +11,8 @@
 //                "optimizer_step_s": 0.011,
 //                "collectives": {"all_reduce_per_step": {"params": 354823168, "calls": 15},
 //                                ...},                                     // optional
-//                "points": [{"micro_batch": 1, "compute_s": 0.031, "peak_bytes": 9.1e9}, ...]},
+//                "points": [{"micro_batch": 1, "compute_s": 0.031, "peak_bytes": 9.1e9,
+//                            "graph_compute_s": 0.009}, ...]},      // graph_compute_s optional
 //               ...]}
 //
 // `points` are forward plus backward of one micro-batch on one device; `world_size` is
@@ -35,6 +36,10 @@ struct ProfilePoint {
   int micro_batch = 0;         // samples, > 0
   double compute_s = 0;        // seconds for forward + backward, > 0
   std::int64_t peak_bytes = 0; // peak device memory during the micro-batch, > 0
+  // Seconds for forward + backward replayed from a CUDA graph, as a one-rank job runs
+  // stages 0-1 on a GPU (launcher/micro_batch_graphs.h); 0: not measured (optional in
+  // the file, "graph_compute_s").
+  double graph_compute_s = 0;
 };
 
 // How a stage's engine uses one kind of collective in one period: the parameters it

@@ -15,9 +15,15 @@ std::string Gibibytes(std::int64_t bytes) {
   return text;
 }
 
-ComputeCurve CurveOf(const StageProfile& stage) {
+// A micro-batch's compute by size. A one-rank job replays its micro-batches from CUDA
+// graphs where the profile timed that (stages 0-1 on a GPU, ProfilePoint::
+// graph_compute_s; no collective inside them then); every other job runs them eagerly.
+ComputeCurve CurveOf(const StageProfile& stage, int ranks) {
   std::vector<std::pair<int, double>> points;
-  for (const auto& point : stage.points) points.emplace_back(point.micro_batch, point.compute_s);
+  for (const auto& point : stage.points) {
+    const bool replayed = ranks == 1 && point.graph_compute_s > 0;
+    points.emplace_back(point.micro_batch, replayed ? point.graph_compute_s : point.compute_s);
+  }
   return ComputeCurve(std::move(points));
 }
 
@@ -79,7 +85,7 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster,
     device_class.max_micro_batch =
         static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch,
                                                 cluster.global_batch));
-    device_class.compute = CurveOf(*measured);
+    device_class.compute = CurveOf(*measured, ranks);
     device_class.optimizer_s = OptimizerSeconds(measured->optimizer_step_s, stage,
                                                 profile.model.params, measured->world_size, ranks);
     if (!device_class.memory.states_fit && reason.empty()) {

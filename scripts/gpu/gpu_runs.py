@@ -380,7 +380,8 @@ def phase_profile(runner, out, setup):
     print(table(PROFILE_HEADERS, rows))
 
 
-PROFILE_HEADERS = ["model", "stage", "max micro-batch", "1 sample ms", "largest: ms", "peak GiB", "optimizer ms"]
+PROFILE_HEADERS = ["model", "stage", "max micro-batch", "1 sample ms", "largest: ms", "peak GiB", "optimizer ms",
+                   "CUDA graph replays: size ms (eager ms)"]
 
 
 def profile_rows(name, profile):
@@ -388,9 +389,12 @@ def profile_rows(name, profile):
     rows = []
     for stage in profile["stages"]:
         largest = stage["points"][-1]
+        replays = ", ".join(f"{p['micro_batch']}: {p['graph_compute_s'] * 1e3:.1f} ({p['compute_s'] * 1e3:.1f})"
+                            for p in stage["points"] if "graph_compute_s" in p)
         rows.append([name, stage["stage"], stage["max_micro_batch"], f"{stage['points'][0]['compute_s'] * 1e3:.1f}",
                      f"{largest['micro_batch']}: {largest['compute_s'] * 1e3:.1f}",
-                     f"{largest['peak_bytes'] / 2**30:.1f}", f"{stage['optimizer_step_s'] * 1e3:.2f}"])
+                     f"{largest['peak_bytes'] / 2**30:.1f}", f"{stage['optimizer_step_s'] * 1e3:.2f}",
+                     replays or "-"])
     return rows
 
 

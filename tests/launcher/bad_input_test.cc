@@ -171,6 +171,15 @@ TEST_F(WorkerBadInput, ScheduleFlagsThatChangeNothingOrLeaveNoDecayAreNamed) {
   EXPECT_TRUE(Contains(job.errors[0], "--lr-decay: step not in {constant,cosine,linear}")) << job.errors[0];
 }
 
+// --cuda-graphs is on or off (a CPU run takes either and replays nothing).
+TEST_F(WorkerBadInput, TheCudaGraphsFlagIsOnOrOff) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  const JobOutcome job = RunJob(scratch_, 1, Args(plan, {"--cuda-graphs", "sometimes"}));
+  EXPECT_EQ(job.exit_codes[0], 2) << job.Describe();
+  EXPECT_TRUE(Contains(job.errors[0], "--cuda-graphs: sometimes not in {on,off,true,false}")) << job.errors[0];
+  EXPECT_EQ(RunJob(scratch_, 1, Args(plan, {"--cuda-graphs", "off"})).exit_codes[0], 0);
+}
+
 // Checkpoint settings without a folder to write in once did nothing, silently.
 TEST_F(WorkerBadInput, CheckpointSettingsNeedACheckpointFolder) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});

@@ -138,6 +138,26 @@ TEST(StageProblem, ChargesTheCollectivesTheProfileRecordsInsteadOfTheTable) {
   EXPECT_LT(charged, table);
 }
 
+TEST(StageProblem, AOneRankJobComputesAtTheProfilesGraphReplayTimes) {
+  // A one-rank job replays its micro-batches from CUDA graphs where the profile timed
+  // that (stages 0-1 on a GPU); a job of more ranks runs them eagerly.
+  DeviceProfile profile = GpuProfile(1'000'000, {0, 1}, std::nullopt);
+  profile.stages[0].points[0].graph_compute_s = 0.03;  // 1 sample: 0.1 s eagerly
+  const std::map<std::string, DeviceProfile> profiles = {{"gpu", profile}};
+  const ClusterSpec one = ParseClusterYaml(R"(training: {global_batch: 8, precision: fp32}
+nodes: [{name: a, devices: [{type: gpu, count: 1}]}])",
+                                           "cluster.yaml");
+  const StageProblem alone = BuildStageProblem(one, profiles, 0);
+  ASSERT_TRUE(alone.feasible) << alone.infeasible_reason;
+  EXPECT_DOUBLE_EQ(alone.classes[0].compute.Time(1), 0.03);
+  EXPECT_DOUBLE_EQ(alone.classes[0].compute.Time(8), 0.8);  // not replayed: eager
+  const StageProblem stage_one = BuildStageProblem(one, profiles, 1);
+  EXPECT_DOUBLE_EQ(stage_one.classes[0].compute.Time(1), 0.1);  // no graph time at stage 1
+  const StageProblem two = BuildStageProblem(TwoGpus(), profiles, 0);
+  ASSERT_TRUE(two.feasible) << two.infeasible_reason;
+  EXPECT_DOUBLE_EQ(two.classes[0].compute.Time(1), 0.1);
+}
+
 TEST(StageProblem, ChargesTheTrainingLoopsScalarAllReducesPerStep) {
   // Loss every stage, gradient norm from stage 1 on: each an all-reduce's fixed cost
   // (plus one element), beside the engine's collectives, here none.

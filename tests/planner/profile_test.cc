@@ -46,7 +46,7 @@ DeviceProfile SampleProfile(const std::string& type = "A100-80GB") {
   zero.world_size = 1;
   zero.max_micro_batch = 24;
   zero.optimizer_step_s = 0.011;
-  zero.points = {{1, 0.031, 9100000000}, {2, 0.1 + 0.2, 9600000001}, {8, 0.2, 12884901888}};
+  zero.points = {{1, 0.031, 9100000000, 0.0071}, {2, 0.1 + 0.2, 9600000001}, {8, 0.2, 12884901888}};
   StageProfile three;
   three.stage = 3;
   three.world_size = 4;
@@ -130,8 +130,23 @@ TEST(ProfileFile, RoundTripPreservesEveryField) {
       // Exact: a profile written and read back must plan identically.
       EXPECT_EQ(got.points[p].compute_s, want.points[p].compute_s);
       EXPECT_EQ(got.points[p].peak_bytes, want.points[p].peak_bytes);
+      EXPECT_EQ(got.points[p].graph_compute_s, want.points[p].graph_compute_s);
     }
   }
+}
+
+TEST(ProfileFile, WritesGraphComputeOnlyWhereMeasured) {
+  const Json json = SampleJson();
+  EXPECT_EQ(json["stages"][0]["points"][0]["graph_compute_s"], 0.0071);
+  EXPECT_FALSE(json["stages"][0]["points"][1].contains("graph_compute_s"));
+  EXPECT_FALSE(json["stages"][1]["points"][0].contains("graph_compute_s"));
+}
+
+TEST(ProfileFile, RejectsAGraphComputeTimeOutOfRange) {
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["graph_compute_s"] = 0; },
+                 "stages[0].points[1].graph_compute_s", "must be a number of seconds from 1e-9");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["graph_compute_s"] = "fast"; },
+                 "stages[0].points[0].graph_compute_s", "");
 }
 
 TEST(ProfileFile, RoundTripPreservesTheCollectivesOfAStage) {
