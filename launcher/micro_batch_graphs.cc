@@ -17,7 +17,6 @@ namespace poplar {
 #ifdef POPLAR_WITH_CUDA
 
 struct MicroBatchGraphs::Size {
-  int eager_runs = 0;
   bool eager_only = false;  // its capture failed
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   torch::Tensor inputs, targets, result;  // the graph's: fixed addresses
@@ -25,11 +24,12 @@ struct MicroBatchGraphs::Size {
 
 namespace {
 
-// After a capture that threw: ends it if the stream still captures, and stops the
-// allocator from routing the stream's allocations to the pool (capture_end does both
-// when it succeeds). Whatever the failed capture allocated is free in the pool again,
-// for the next capture. Clears CUDA's last error, which the next kernel launch would
-// otherwise report as its own.
+// After a capture that threw (in the body, or in capture_end itself): ends it if the
+// stream still captures, and stops the allocator from routing the stream's allocations
+// to the pool (capture_end does both when it gets that far). Whatever the failed capture
+// allocated is free in the pool again, for the next capture; a pool whose capture never
+// ended stays reserved until the process ends (a failure's cost, on a rare path). Clears
+// CUDA's last error, which the next kernel launch would otherwise report as its own.
 void AbandonCapture(at::cuda::CUDAGraph& graph, c10::cuda::MempoolId_t pool, torch::Device device) {
   try {
     graph.capture_end();
@@ -73,10 +73,7 @@ torch::Tensor MicroBatchGraphs::Run(const torch::Tensor& inputs, const torch::Te
     size.graph->replay();
     return size.result;
   }
-  if (size.eager_only || size.eager_runs == 0) {
-    ++size.eager_runs;
-    return body_(inputs, targets);
-  }
+  if (size.eager_only || !warmed_up_) return body_(inputs, targets);
   const torch::Device device = inputs.device();
   // The eager runs' cached blocks go back to the device first: the capture allocates its
   // own, in the pool, and at the edge of memory both would not fit.
@@ -84,23 +81,22 @@ torch::Tensor MicroBatchGraphs::Run(const torch::Tensor& inputs, const torch::Te
   size.inputs = inputs.clone();  // outside the pool: they live as long as the graph
   size.targets = targets.clone();
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  bool capturing = false;
   try {
     // Thread-local: other threads (autograd's, which runs backward onto this stream, and
     // NCCL's watchdog) keep the whole CUDA API while this one captures.
     graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
-    try {
-      size.result = body_(size.inputs, size.targets);
-    } catch (...) {
-      size.result = torch::Tensor();
-      AbandonCapture(*graph, pool_, device);
-      throw;
-    }
+    capturing = true;
+    size.result = body_(size.inputs, size.targets);
     graph->capture_end();
+    capturing = false;
   } catch (const std::exception& error) {
+    size.result = torch::Tensor();
+    if (capturing) AbandonCapture(*graph, pool_, device);
     std::string what = error.what();
     what = what.substr(0, what.find('\n'));
-    std::cerr << "poplar-worker: micro-batches of " << inputs.size(0)
-              << " samples run eagerly from now on: capturing their CUDA graph failed: " << what << "\n";
+    std::cerr << "poplar-worker: capturing the CUDA graph of a micro-batch of " << inputs.size(0)
+              << " samples failed (" << what << "); micro-batches of that size run eagerly\n";
     size = Size{};
     size.eager_only = true;
     graph.reset();

@@ -10,14 +10,17 @@
 // accumulates into) and return a tensor of its own (the loss), which each replay
 // rewrites in place.
 //
-// The first micro-batch of a size runs eagerly: it readies, on the stream, what the
-// capture must find ready (cuBLAS workspaces, autograd's lazily built state). The second
-// is captured and then replayed once (a capture records kernels, it runs none); later
-// ones copy their inputs into the graph's and replay it. Capture needs a stream other
-// than the legacy default one: SelectDevice (device.h) gives the worker one. Every size
-// allocates from one memory pool, so the graphs hold about the memory of the largest
-// size's micro-batch, as eager training would. A size whose capture fails (out of
-// memory, at the edge of the device) runs eagerly from then on, said once on stderr.
+// Until EndWarmUp (the engine calls it at the end of the first step) micro-batches run
+// eagerly: they ready, on the stream, what a capture must find ready (cuBLAS workspaces,
+// autograd's lazily built state), every size of the plan among them, while no graph
+// holds memory yet. After it, the first micro-batch of each size is captured and then
+// replayed (a capture records kernels, it runs none); later ones copy their inputs into
+// the graph's and replay it. Capture needs a stream other than the legacy default one:
+// SelectDevice (device.h) gives the worker one. Every size allocates from one memory
+// pool, and the allocator's cache is emptied before each capture, so the graphs hold
+// about the memory of the largest size's activations, which eager training's cache
+// holds too. A size whose capture fails (out of memory, at the edge of the device) runs
+// eagerly, said once on stderr.
 //
 // Only CUDA builds of the worker (POPLAR_WITH_CUDA) capture; elsewhere Available() is
 // false and nothing constructs one.
@@ -44,8 +47,10 @@ class MicroBatchGraphs {
   // One micro-batch of `inputs` and `targets` ([size, block], on the GPU): the body's
   // result, not yet waited for (a replay's is rewritten by the next replay of its size).
   torch::Tensor Run(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // Ends the warm-up: later micro-batches are captured and replayed.
+  void EndWarmUp() { warmed_up_ = true; }
   // Whether micro-batches of `size` samples now replay from a graph: false before their
-  // second, and where the capture failed.
+  // first after the warm-up, and where the capture failed.
   bool Replays(std::int64_t size) const;
 
   // Whether this build of the worker can capture CUDA graphs.
@@ -59,6 +64,7 @@ class MicroBatchGraphs {
   // before any other micro-batch runs, so sizes can share it; freed with the graphs.
   std::pair<unsigned long long, unsigned long long> pool_{0, 0};
   std::map<std::int64_t, std::unique_ptr<Size>> sizes_;
+  bool warmed_up_ = false;
 };
 
 }  // namespace poplar

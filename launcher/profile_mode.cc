@@ -71,15 +71,17 @@ class StageProfiler {
   }
 
   // Micro-batches of `size` replayed from CUDA graphs, as a one-rank job runs them at
-  // stages 0-1 (micro_batch_graphs.h): an eager run and the capture (which replays once)
-  // untimed, then replays timed as Measure times eager runs. Empty where the engine
-  // cannot replay (stages 2-3, the CPU, --cuda-graphs off), the capture failed or memory
-  // ran out. The graphs are freed before it returns.
+  // stages 0-1 (micro_batch_graphs.h): an eager run and a step (the warm-up training
+  // takes) and the capture (which replays once) untimed, then replays timed as Measure
+  // times eager runs. Empty where the engine cannot replay (stages 2-3, the CPU,
+  // --cuda-graphs off), the capture failed or memory ran out. The graphs are freed
+  // before it returns.
   std::vector<double> MeasureReplays(int size) {
     std::vector<Sample> samples;
     if (!options_.device.cuda_graphs || !engine_->ReplayFromGraphs(true)) return {};
     const bool fitted = Fits([&] {
       RunOnce(size);
+      engine_->Step(1.0);
       RunOnce(size);
       if (!engine_->Replays(size)) return;
       while (MoreRuns(samples)) samples.push_back(RunOnce(size));

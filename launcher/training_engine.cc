@@ -73,14 +73,16 @@ StateDict ShardedAdamW::MasterState(bool keep) {
 
 double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   torch::NoGradGuard no_grad;
-  // fp32 gradients of the owned slices (in place when the working precision is fp32),
-  // still summed over tokens: the norm of g / t is norm(g) / t, so scaling and clipping
-  // are one multiplication per element, below.
-  std::vector<torch::Tensor> gradients;
+  // The owned gradients, still summed over tokens: the norm of g / t is norm(g) / t, so
+  // scaling and clipping are one multiplication per element, below. Their squares are
+  // summed in fp32 straight from the working precision: no fp32 copy of every gradient
+  // at once (4 bytes a parameter beside the model states, which with CUDA graphs could
+  // not reuse the activations' freed memory); the update takes one bucket's at a time.
   auto squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const FlatBucket& bucket : layout_.buckets()) {
-    gradients.push_back(Mixed() ? OwnedGradient(bucket).to(torch::kFloat32) : OwnedGradient(bucket));
-    squares += torch::dot(gradients.back(), gradients.back()).to(torch::kFloat64);  // one pass
+    squares += at::linalg_vector_norm(OwnedGradient(bucket), 2, c10::nullopt, false, torch::kFloat32)
+                   .to(torch::kFloat64)
+                   .square();
   }
   if (Partitioned()) communicator_.AllReduceSum(squares);
   const double norm = std::sqrt(squares.item<double>()) / token_count;
@@ -91,7 +93,8 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   options.lr = learning_rate_ = LearningRateAt(options_.schedule, options_.lr, step_);
   for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
     const FlatBucket& bucket = layout_.buckets()[b];
-    auto& gradient = gradients[b];
+    // fp32, in place when the working precision is fp32.
+    auto gradient = Mixed() ? OwnedGradient(bucket).to(torch::kFloat32) : OwnedGradient(bucket);
     gradient.mul_(scale);
     auto parameters = Mixed() ? master_.narrow(0, bucket.shard_offset, bucket.owned_size)
                               : OwnedParameters(bucket);

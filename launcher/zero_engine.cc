@@ -188,6 +188,7 @@ double ZeroEngine::Step(double token_count) {
   }
   if (stage_ <= 1) flat_gradients_.zero_();
   if (stage_ == 2) gradient_shard_.zero_();
+  if (graphs_) graphs_->EndWarmUp();  // every size of the plan has run eagerly
   return norm;
 }
 

@@ -86,6 +86,11 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
     if (i > 0 && stage.points[i].micro_batch <= stage.points[i - 1].micro_batch) {
       fields.Fail(key + ".micro_batch", "points must be in increasing micro_batch order");
     }
+    if (stage.stage >= 2 && stage.points[i].graph_compute_s > 0) {
+      fields.Fail(key + ".graph_compute_s",
+                  "is for stages 0-1: stages 2-3 launch collectives inside every backward and never replay "
+                  "from CUDA graphs");
+    }
   }
   // A measured point ran, so it fitted; beyond the last point the compute line is
   // extrapolated up to max_micro_batch.

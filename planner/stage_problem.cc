@@ -21,7 +21,7 @@ std::string Gibibytes(std::int64_t bytes) {
 ComputeCurve CurveOf(const StageProfile& stage, int ranks) {
   std::vector<std::pair<int, double>> points;
   for (const auto& point : stage.points) {
-    const bool replayed = ranks == 1 && point.graph_compute_s > 0;
+    const bool replayed = ranks == 1 && stage.stage <= 1 && point.graph_compute_s > 0;
     points.emplace_back(point.micro_batch, replayed ? point.graph_compute_s : point.compute_s);
   }
   return ComputeCurve(std::move(points));

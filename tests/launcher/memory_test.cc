@@ -96,5 +96,32 @@ TEST(PeakMemory, StageTwoHoldsLessThanStageOneForItsGradientsAreReducedAsTheyCom
   EXPECT_LT(stage2, stage1);
 }
 
+// Mixed precision: the optimizer step converts one bucket's gradients to fp32 at a time.
+// It once converted every gradient first (4 bytes a parameter beside the states, at the
+// step's peak), which a one-rank job on a GPU, whose CUDA graphs keep the activations'
+// memory in a pool of their own, could not fit into freed activation memory.
+TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
+  ScratchDir scratch("poplar_memory_step");
+  WriteModelConfig(scratch, 256, 16, 8);  // parameters outweigh one sample's activations
+  WriteTokens(scratch, 4000);
+  const std::string plan = WritePlan(scratch, "plan.json", 0, {{1}});
+  const JobOutcome job = RunJob(
+      scratch, 1,
+      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
+       scratch.path() + "/tokens.bin", "--steps", "3", "--metrics", scratch.path() + "/m{rank}.jsonl",
+       "--precision", "bf16", "--bucket-mb", "1", "--log-every", "0"});
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  const std::int64_t params = GptConfig{8, 2, 256, 256, 16}.ParameterCount();
+  std::int64_t above_states = 0;
+  for (const auto& line : ReadLines(scratch.path() + "/m0.jsonl")) {
+    const auto metrics = nlohmann::json::parse(line);
+    above_states = std::max(above_states,
+                            metrics["peak_bytes"].get<std::int64_t>() - metrics["state_bytes"].get<std::int64_t>());
+  }
+  std::cout << "[ bf16 step ] " << above_states << " bytes above the states at the peak; " << params
+            << " parameters\n";
+  EXPECT_LT(above_states, 2 * params);  // every gradient in fp32 at once: 4 bytes a parameter
+}
+
 }  // namespace
 }  // namespace poplar::testing

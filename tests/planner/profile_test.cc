@@ -147,6 +147,9 @@ TEST(ProfileFile, RejectsAGraphComputeTimeOutOfRange) {
                  "stages[0].points[1].graph_compute_s", "must be a number of seconds from 1e-9");
   ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["graph_compute_s"] = "fast"; },
                  "stages[0].points[0].graph_compute_s", "");
+  // The sample's second entry is stage 3, which never replays.
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["graph_compute_s"] = 0.1; },
+                 "stages[1].points[0].graph_compute_s", "is for stages 0-1");
 }
 
 TEST(ProfileFile, RoundTripPreservesTheCollectivesOfAStage) {
