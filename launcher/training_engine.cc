@@ -80,7 +80,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
   // not reuse the activations' freed memory); the update takes one bucket's at a time.
   auto squares = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const FlatBucket& bucket : layout_.buckets()) {
-    squares += at::linalg_vector_norm(OwnedGradient(bucket), 2, c10::nullopt, false, torch::kFloat32)
+    squares += at::linalg_vector_norm(OwnedGradient(bucket), 2, at::OptionalIntArrayRef(), false, torch::kFloat32)
                    .to(torch::kFloat64)
                    .square();
   }
