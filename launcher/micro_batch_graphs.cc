@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "launcher/device.h"
+#include "planner/text_file.h"
 
 #ifdef POPLAR_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -56,8 +57,6 @@ MicroBatchGraphs::MicroBatchGraphs(Body body) : body_(std::move(body)), pool_(at
 // The sizes' tensors and graphs go first; the pool is released with its last graph.
 MicroBatchGraphs::~MicroBatchGraphs() = default;
 
-bool MicroBatchGraphs::Available() { return true; }
-
 bool MicroBatchGraphs::Replays(std::int64_t size) const {
   const auto found = sizes_.find(size);
   return found != sizes_.end() && found->second->graph != nullptr;
@@ -91,12 +90,9 @@ torch::Tensor MicroBatchGraphs::Run(const torch::Tensor& inputs, const torch::Te
     graph->capture_end();
     capturing = false;
   } catch (const std::exception& error) {
-    size.result = torch::Tensor();
     if (capturing) AbandonCapture(*graph, pool_, device);
-    std::string what = error.what();
-    what = what.substr(0, what.find('\n'));
     std::cerr << "poplar-worker: capturing the CUDA graph of a micro-batch of " << inputs.size(0)
-              << " samples failed (" << what << "); micro-batches of that size run eagerly\n";
+              << " samples failed (" << FirstLine(error.what()) << "); micro-batches of that size run eagerly\n";
     size = Size{};
     size.eager_only = true;
     graph.reset();
@@ -117,8 +113,6 @@ MicroBatchGraphs::MicroBatchGraphs(Body body) : body_(std::move(body)) {
 }
 
 MicroBatchGraphs::~MicroBatchGraphs() = default;
-
-bool MicroBatchGraphs::Available() { return false; }
 
 bool MicroBatchGraphs::Replays(std::int64_t /*size*/) const { return false; }
 

@@ -22,8 +22,8 @@
 // holds too. A size whose capture fails (out of memory, at the edge of the device) runs
 // eagerly, said once on stderr.
 //
-// Only CUDA builds of the worker (POPLAR_WITH_CUDA) capture; elsewhere Available() is
-// false and nothing constructs one.
+// Only CUDA builds of the worker (POPLAR_WITH_CUDA) capture. Elsewhere no device is a
+// GPU, so nothing constructs one (the constructor throws).
 #pragma once
 
 #include <torch/torch.h>
@@ -52,9 +52,6 @@ class MicroBatchGraphs {
   // Whether micro-batches of `size` samples now replay from a graph: false before their
   // first after the warm-up, and where the capture failed.
   bool Replays(std::int64_t size) const;
-
-  // Whether this build of the worker can capture CUDA graphs.
-  static bool Available();
 
  private:
   struct Size;  // one micro-batch size's graph and its inputs and result

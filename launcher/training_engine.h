@@ -74,7 +74,8 @@ class TrainingEngine {
   // starts the reductions, which have nothing to overlap with). Stopping frees the graphs.
   virtual bool ReplayFromGraphs(bool /*on*/) { return false; }
   // Whether micro-batches of `size` samples replay from a graph now (micro_batch_graphs.h:
-  // from the second of a size on, unless its capture failed).
+  // after the first step's warm-up, from the first of the size on, unless its capture
+  // failed).
   virtual bool Replays(std::int64_t /*size*/) const { return false; }
 
   // What this engine hands to its collectives per step and per reduce round, call by call

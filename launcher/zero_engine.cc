@@ -122,7 +122,8 @@ void ZeroEngine::FinishReduction() {
 }
 
 bool ZeroEngine::ReplayFromGraphs(bool on) {
-  if (!on || stage_ >= 2 || communicator_.world_size() > 1 || !device_.is_cuda() || !MicroBatchGraphs::Available()) {
+  // (A GPU device means a CUDA build: SelectDevice refuses "cuda" elsewhere.)
+  if (!on || stage_ >= 2 || communicator_.world_size() > 1 || !device_.is_cuda()) {
     graphs_.reset();
     return false;
   }

@@ -32,11 +32,8 @@ TEST_P(CollectiveVolume, IsWhatTheCostModelCounts) {
   const std::string plan = WritePlan(scratch, "plan.json", stage,
                                      stage >= 2 ? std::vector<std::vector<int>>{{3, 0}, {1, 2}}
                                                 : std::vector<std::vector<int>>{{3}, {1, 2}});
-  const JobOutcome job = RunJob(
-      scratch, 2,
-      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--steps", "2", "--metrics", scratch.path() + "/m{rank}.jsonl",
-       "--log-every", "0"});
+  const JobOutcome job =
+      RunJob(scratch, 2, TrainCommand(scratch, plan, 2, {"--metrics", scratch.path() + "/m{rank}.jsonl"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
   const GptConfig config{2, 2, 32, 256, 16};
@@ -87,10 +84,7 @@ TEST(StepTimes, ComputeCommunicationAndOptimizerAddUpToAtMostTheStep) {
   WriteTokens(scratch, 8000);
   const std::string plan = WritePlan(scratch, "plan.json", 3, {{4, 4}, {4, 4}});
   const JobOutcome job = RunJob(
-      scratch, 2,
-      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--steps", "3", "--metrics", scratch.path() + "/m{rank}.jsonl",
-       "--threads", "1", "--log-every", "0"});
+      scratch, 2, TrainCommand(scratch, plan, 3, {"--metrics", scratch.path() + "/m{rank}.jsonl", "--threads", "1"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   for (int rank = 0; rank < 2; ++rank) {
     for (const auto& line : ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl")) {

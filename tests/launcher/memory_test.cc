@@ -33,9 +33,7 @@ TEST_P(StateMemory, AgreesWithTheZeroAccounting) {
   const std::string plan = WritePlan(scratch, "plan.json", stage, {{3, 1}, {2, 2}});
   const JobOutcome job = RunJob(
       scratch, 2,
-      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--steps", "4", "--metrics", scratch.path() + "/m{rank}.jsonl",
-       "--precision", precision, "--log-every", "0"});
+      TrainCommand(scratch, plan, 4, {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", precision}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
   const GptConfig config{2, 2, 128, 256, 16};
@@ -74,10 +72,7 @@ std::int64_t PeakBytesOfTwoRanks(int stage) {
   WriteTokens(scratch, 4000);
   const std::string plan = WritePlan(scratch, "plan.json", stage, {{1}, {1}});
   const JobOutcome job = RunJob(
-      scratch, 2,
-      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--steps", "3", "--metrics", scratch.path() + "/m{rank}.jsonl",
-       "--bucket-mb", "1", "--log-every", "0"});
+      scratch, 2, TrainCommand(scratch, plan, 3, {"--metrics", scratch.path() + "/m{rank}.jsonl", "--bucket-mb", "1"}));
   EXPECT_TRUE(job.AllSucceeded()) << job.Describe();
   std::int64_t peak = 0;
   for (const auto& line : ReadLines(scratch.path() + "/m1.jsonl")) {
@@ -105,11 +100,10 @@ TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
   WriteModelConfig(scratch, 256, 16, 8);  // parameters outweigh one sample's activations
   WriteTokens(scratch, 4000);
   const std::string plan = WritePlan(scratch, "plan.json", 0, {{1}});
-  const JobOutcome job = RunJob(
-      scratch, 1,
-      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--steps", "3", "--metrics", scratch.path() + "/m{rank}.jsonl",
-       "--precision", "bf16", "--bucket-mb", "1", "--log-every", "0"});
+  const JobOutcome job = RunJob(scratch, 1,
+                                TrainCommand(scratch, plan, 3,
+                                             {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", "bf16",
+                                              "--bucket-mb", "1"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   const std::int64_t params = GptConfig{8, 2, 256, 256, 16}.ParameterCount();
   std::int64_t above_states = 0;

@@ -24,12 +24,8 @@ namespace {
 
 std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps,
                               std::vector<std::string> extra) {
-  std::vector<std::string> args = {"train", "--plan", plan, "--model-config",
-                                   scratch.path() + "/model.json", "--data",
-                                   scratch.path() + "/tokens.bin", "--steps", std::to_string(steps),
-                                   "--lr", "1e-3", "--log-every", "0", "--timeout", "60"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+  extra.insert(extra.begin(), {"--lr", "1e-3", "--timeout", "60"});
+  return TrainCommand(scratch, plan, steps, extra);
 }
 
 // A slow disk for the workers started while it lives (slow_fsync.cc, by LD_PRELOAD, which

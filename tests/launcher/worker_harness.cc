@@ -48,6 +48,15 @@ std::string WritePlan(const ScratchDir& scratch, const std::string& name, int st
   return scratch.Write(name, nlohmann::json{{"stage", stage}, {"global_batch", total}, {"ranks", ranks}}.dump());
 }
 
+std::vector<std::string> TrainCommand(const ScratchDir& scratch, const std::string& plan, int steps,
+                                      const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json",
+                                   "--data", scratch.path() + "/tokens.bin", "--steps", std::to_string(steps),
+                                   "--log-every", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 bool JobOutcome::AllSucceeded() const {
   for (int code : exit_codes) {
     if (code != 0) return false;

@@ -27,6 +27,11 @@ std::string WriteTokens(const ScratchDir& scratch, int count, const std::string&
 std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,
                       const std::vector<std::vector<int>>& micro_batches);
 
+// `train --plan plan` for `steps` steps on the scratch folder's model.json and tokens.bin
+// (WriteModelConfig, WriteTokens), without progress lines, then `extra`.
+std::vector<std::string> TrainCommand(const ScratchDir& scratch, const std::string& plan, int steps,
+                                      const std::vector<std::string>& extra = {});
+
 struct JobOutcome {
   std::vector<int> exit_codes;  // per rank; -1: killed at the deadline
   std::vector<std::string> errors;  // per rank stderr
