@@ -75,11 +75,13 @@ TEST(HeadCrossEntropySum, GivesAutogradsLossAndGradientsWhateverTheChunks) {
 TEST(HeadCrossEntropySum, GivesAutogradsLossAndGradientsInBf16) {
   // The loss in fp32 from bf16 logits (exactly as autograd's fp32 copy of them); the
   // logits' gradient computed in fp32 and rounded once to bf16, as autograd's copy back
-  // rounds it: the same bits, so a gradient computed in bf16 anywhere shows.
+  // rounds it. The products that follow are bf16 matrix products whose order of
+  // accumulation is the CPU kernel's (AVX-512 and AVX2 kernels differ), so the gradients
+  // agree within one bf16 rounding of each value (a relative 2^-7), not to the bit.
   const auto inputs = MakeInputs(torch::kBFloat16);
   const auto expected = LossAndGradients(AutogradLoss, inputs);
   const auto actual = LossAndGradients(Chunked(5), inputs);
-  ExpectClose(expected, actual, 0, 0);  // no tolerance: equal to the bit
+  ExpectClose(expected, actual, /*rtol=*/1.0 / 128, /*atol=*/1e-6);
   // Another incoming gradient scales after the products: one bf16 rounding more.
   ExpectClose(LossAndGradients(AutogradLoss, inputs, 2.5), LossAndGradients(Chunked(5), inputs, 2.5), 2e-2, 2e-2);
 }
