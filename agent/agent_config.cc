@@ -5,11 +5,11 @@
 
 #include <unistd.h>
 
-#include "planner/host_port.h"
-#include "planner/input_error.h"
-#include "planner/profile.h"
-#include "planner/text_file.h"
-#include "planner/yaml_fields.h"
+#include "planner/base/host_port.h"
+#include "planner/base/input_error.h"
+#include "planner/formats/profile.h"
+#include "planner/base/text_file.h"
+#include "planner/base/yaml_fields.h"
 
 namespace poplar {
 namespace {

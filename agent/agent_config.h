@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/credentials.h"
+#include "planner/cluster/credentials.h"
 
 namespace poplar {
 

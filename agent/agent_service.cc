@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 #include "agent/devices.h"
-#include "planner/free_port.h"
+#include "planner/base/free_port.h"
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 namespace {

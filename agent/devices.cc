@@ -6,7 +6,7 @@
 #include <cstring>
 #include <utility>
 
-#include "planner/join.h"
+#include "planner/base/join.h"
 
 namespace poplar {
 namespace {

@@ -119,7 +119,7 @@ void Job::ReadOutput(std::size_t index, int fd) {
   const int code = ExitCodeOf(status);
   std::string exit = DescribeExit(rank.process.rank, status, rank.last_line);
   // The agent's own SIGKILL is a consequence of the stop, not a cause (the head ranks
-  // causes by these words: planner/cli/launch_monitor.cc).
+  // causes by these words: launcher/head/launch_monitor.cc).
   if (escalated_ && code == 128 + SIGKILL) exit += " (by its agent, the stop's grace over)";
   Push({JobEvent::Kind::kExited, rank.process.rank, exit, code});
   if (code != 0 && !stopping_) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "agent/spawner.h"
-#include "planner/stop_grace.h"
+#include "planner/formats/stop_grace.h"
 
 namespace poplar {
 
@@ -40,9 +40,9 @@ struct RankProcess {
 
 class Job {
  public:
-  // `stop_grace`: how long a stopped rank may take before SIGKILL (planner/stop_grace.h;
+  // `stop_grace`: how long a stopped rank may take before SIGKILL (planner/formats/stop_grace.h;
   // the job's stop_grace_s). A rank ends at once on SIGTERM unless rank 0 is writing a
-  // checkpoint, which it finishes first (launcher/stop_signals.h): a GPT-2 medium
+  // checkpoint, which it finishes first (launcher/worker/stop_signals.h): a GPT-2 medium
   // checkpoint is 4.3 GB, flushed to the disk.
   Job(std::string id, std::vector<RankProcess> ranks,
       std::chrono::milliseconds stop_grace = std::chrono::seconds(kDefaultStopGraceSeconds));

@@ -21,14 +21,14 @@
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/devices.h"
-#include "agent/grpc_log.h"
-#include "agent/keepalive.h"
-#include "agent/tls.h"
+#include "agent/rpc/grpc_log.h"
+#include "agent/rpc/keepalive.h"
+#include "agent/rpc/tls.h"
 #include "agent/work_dir.h"
-#include "planner/cli/run_app.h"
-#include "planner/input_error.h"
-#include "planner/join.h"
-#include "planner/text_file.h"
+#include "planner/base/run_app.h"
+#include "planner/base/input_error.h"
+#include "planner/base/join.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {

@@ -8,14 +8,15 @@
 
 #include "agent/spawner.h"
 #include "agent/work_dir.h"
+#include "planner/formats/job_id.h"
 #include "agent/worker_settings.h"
-#include "planner/input_error.h"
-#include "planner/lr_schedule.h"
-#include "planner/precision.h"
-#include "planner/stop_grace.h"
-#include "planner/text_file.h"
-#include "planner/training_limits.h"
-#include "planner/worker_plan.h"
+#include "planner/base/input_error.h"
+#include "planner/formats/lr_schedule.h"
+#include "planner/formats/precision.h"
+#include "planner/formats/stop_grace.h"
+#include "planner/base/text_file.h"
+#include "planner/formats/training_limits.h"
+#include "planner/formats/worker_plan.h"
 
 namespace poplar {
 namespace {

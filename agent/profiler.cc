@@ -15,10 +15,10 @@
 #include "agent/job.h"
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
-#include "planner/input_error.h"
-#include "planner/join.h"
-#include "planner/precision.h"
-#include "planner/text_file.h"
+#include "planner/base/input_error.h"
+#include "planner/base/join.h"
+#include "planner/formats/precision.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {
@@ -105,7 +105,7 @@ std::string Profiler::Run(const ProfileSettings& settings, const DeviceInfo& dev
     parts[stage] = nlohmann::json::parse(ReadTextFile(cached.string()));
   }
   if (!missing.empty()) {
-    // One worker measures every missing stage, interleaving them (launcher/profile_mode.h);
+    // One worker measures every missing stage, interleaving them (launcher/worker/profile_mode.h);
     // each stage is then cached on its own, whole or not at all.
     const DeviceInfo measured_on = claim ? claim() : device;
     const nlohmann::json measured = nlohmann::json::parse(MeasureStages(settings, measured_on, missing, progress));

@@ -65,7 +65,7 @@ int ExitCodeOf(int wait_status);
 
 // A child's wait status in words, for messages that name the child first: "exited with
 // status 1", or "was killed by signal 9 (Killed)". The head ranks a job's failures by
-// these words (planner/cli/launch_monitor.cc).
+// these words (launcher/head/launch_monitor.cc).
 std::string DescribeWaitStatus(int wait_status);
 
 }  // namespace poplar

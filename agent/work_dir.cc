@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 
@@ -26,15 +26,6 @@ std::string ResolveInside(const std::string& work_dir, const std::string& relati
     throw InputError(field, "", "'" + relative + "' leads outside the agent's work directory");
   }
   return resolved.string();
-}
-
-void CheckJobId(const std::string& job_id) {
-  const bool plain = !job_id.empty() && job_id.size() <= 64 && job_id != "." && job_id != ".." &&
-                     job_id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                              "0123456789._-") == std::string::npos;
-  if (!plain) {
-    throw InputError("job_id", "", "'" + job_id + "' must be 1-64 characters of letters, digits, '.', '_' or '-'");
-  }
 }
 
 WorkDirLock::WorkDirLock(const std::string& work_dir, const std::string& config_file)

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "planner/folder_lock.h"
+#include "planner/base/folder_lock.h"
 
 namespace poplar {
 
@@ -14,10 +14,6 @@ namespace poplar {
 // in it) leads outside `work_dir`.
 std::string ResolveInside(const std::string& work_dir, const std::string& relative,
                           const std::string& field);
-
-// Throws InputError("job_id") unless the id is 1-64 characters of [A-Za-z0-9._-] and
-// not "." or "..".
-void CheckJobId(const std::string& job_id);
 
 // An exclusive lock (flock) on <work_dir>/.agent.lock, held for the agent's life and
 // released by the kernel however it ends. A second agent on the same work_dir (on

@@ -1,6 +1,6 @@
 #include "agent/worker_settings.h"
 
-#include "planner/model_config.h"
+#include "planner/formats/model_config.h"
 
 namespace poplar {
 

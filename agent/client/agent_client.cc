@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "agent/keepalive.h"
+#include "agent/rpc/keepalive.h"
 
 namespace poplar {
 namespace {

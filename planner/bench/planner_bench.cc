@@ -19,13 +19,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "planner/cli/text_table.h"
-#include "planner/cluster_profiles.h"
-#include "planner/input_error.h"
-#include "planner/memory_model.h"
-#include "planner/plan_file.h"
-#include "planner/planner.h"
-#include "planner/text_file.h"
+#include "planner/base/text_table.h"
+#include "planner/cluster/cluster_profiles.h"
+#include "planner/base/input_error.h"
+#include "planner/model/memory_model.h"
+#include "planner/search/plan_file.h"
+#include "planner/search/planner.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {

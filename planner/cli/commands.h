@@ -1,4 +1,4 @@
-// The subcommands of `poplar`. Each Register* adds one subcommand to the app with its
+// The planner's subcommands of `poplar` (the head's are in launcher/head/head_commands.h). Each Register* adds one subcommand to the app with its
 // flags and a callback that does the work; callbacks throw InputError for bad input
 // (main turns it into one line on stderr and exit status 1).
 #pragma once
@@ -11,10 +11,5 @@ void RegisterPlanCommand(CLI::App& app);
 void RegisterSimulateCommand(CLI::App& app);
 void RegisterEstimateMemoryCommand(CLI::App& app);
 void RegisterPrepareDataCommand(CLI::App& app);
-// Head-node commands that talk to the agents over gRPC.
-void RegisterProfileCommand(CLI::App& app);
-void RegisterLaunchCommand(CLI::App& app);
-void RegisterStatusCommand(CLI::App& app);
-void RegisterNetworkCommand(CLI::App& app);
 
 }  // namespace poplar

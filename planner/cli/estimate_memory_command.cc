@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/cli/commands.h"
-#include "planner/cli/run_app.h"
-#include "planner/cli/text_table.h"
-#include "planner/input_error.h"
-#include "planner/join.h"
-#include "planner/memory_model.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_table.h"
+#include "planner/base/input_error.h"
+#include "planner/base/join.h"
+#include "planner/model/memory_model.h"
 
 namespace poplar {
 namespace {

@@ -5,8 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "launcher/head/head_commands.h"
 #include "planner/cli/commands.h"
-#include "planner/cli/run_app.h"
+#include "planner/base/run_app.h"
 
 int main(int argc, char** argv) {
   // A reader that goes away (`| head`, a `| tee` killed) makes writes to stdout fail, not

@@ -5,16 +5,16 @@
 #include <memory>
 
 #include "planner/cli/commands.h"
-#include "planner/cli/head_agents.h"
-#include "planner/cli/plan_report.h"
-#include "planner/cli/run_app.h"
-#include "planner/cli/text_table.h"
-#include "planner/cluster_profiles.h"
-#include "planner/input_error.h"
-#include "planner/plan_file.h"
-#include "planner/planner.h"
-#include "planner/text_file.h"
-#include "planner/worker_plan.h"
+#include "launcher/head/head_agents.h"
+#include "planner/search/plan_report.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_table.h"
+#include "planner/cluster/cluster_profiles.h"
+#include "planner/base/input_error.h"
+#include "planner/search/plan_file.h"
+#include "planner/search/planner.h"
+#include "planner/base/text_file.h"
+#include "planner/formats/worker_plan.h"
 
 namespace poplar {
 namespace {

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "planner/cli/commands.h"
-#include "planner/cli/run_app.h"
-#include "planner/input_error.h"
-#include "planner/text_file.h"
+#include "planner/base/run_app.h"
+#include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Step traces (poplar-worker train --trace, train_pytorch.py --trace) side by side.
 
-A trace sums one training step's profiler events by name (launcher/step_trace.h). This
+A trace sums one training step's profiler events by name (launcher/worker/step_trace.h). This
 puts the device's kernels into kinds (matrix products, attention, ...) and sets two
 traces against each other kernel by kernel, so that a gap in step time between two
 systems shows where on the device it is:

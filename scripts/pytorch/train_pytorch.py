@@ -20,7 +20,7 @@ AdamW decays matrices and embeddings only, fused on a GPU. A step is timed from 
 synchronised device to the loss read back, like poplar-worker's. Rank 0 writes one
 JSON line per step (loss, step_s, tokens_per_s). --trace FILE: rank 0 profiles step
 --trace-step (torch.profiler) and writes what poplar-worker's --trace writes
-(launcher/step_trace.h), so that the two compare kernel by kernel.
+(launcher/worker/step_trace.h), so that the two compare kernel by kernel.
 """
 import argparse
 import contextlib

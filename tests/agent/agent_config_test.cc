@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -1,7 +1,7 @@
 // CheckOwnCertificate's verdicts on certificates made here with OpenSSL, dates included:
 // the cases scripts/make-cluster-credentials cannot make (a certificate not valid yet, a
 // CA that has expired or is not valid yet, one expiring within a day).
-#include "agent/certificate_check.h"
+#include "agent/rpc/certificate_check.h"
 
 #include <ctime>
 #include <memory>
@@ -13,7 +13,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

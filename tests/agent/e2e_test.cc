@@ -15,12 +15,12 @@
 #include <signal.h>
 #include <string.h>
 
-#include "agent/tls.h"
+#include "agent/rpc/tls.h"
 #include "child_process.h"
-#include "planner/credentials.h"
-#include "planner/free_port.h"
-#include "planner/network.h"
-#include "planner/text_file.h"
+#include "planner/cluster/credentials.h"
+#include "planner/base/free_port.h"
+#include "planner/formats/network.h"
+#include "planner/base/text_file.h"
 #include "poplar/v1/agent.grpc.pb.h"
 #include "test_support.h"
 

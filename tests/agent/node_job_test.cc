@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/node_job.h"
-#include "planner/input_error.h"
-#include "planner/text_file.h"
+#include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include "agent/profiler.h"
-#include "planner/input_error.h"
-#include "planner/text_file.h"
+#include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -4,7 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/work_dir.h"
-#include "planner/input_error.h"
+#include "planner/formats/job_id.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "launcher/adamw.h"
+#include "launcher/zero/adamw.h"
 
 namespace poplar {
 namespace {

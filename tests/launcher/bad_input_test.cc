@@ -15,10 +15,10 @@
 #include <torch/cuda.h>
 
 #include "child_process.h"
-#include "launcher/device.h"
-#include "planner/cli/command_failed.h"
-#include "planner/free_port.h"
-#include "planner/text_file.h"
+#include "launcher/device/device.h"
+#include "planner/base/command_failed.h"
+#include "planner/base/free_port.h"
+#include "planner/base/text_file.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/gpt.h"
+#include "launcher/model/gpt.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

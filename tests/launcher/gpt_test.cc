@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/counting_allocator.h"
-#include "launcher/gpt.h"
+#include "launcher/device/counting_allocator.h"
+#include "launcher/model/gpt.h"
 
 namespace poplar {
 namespace {

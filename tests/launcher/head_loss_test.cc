@@ -1,4 +1,4 @@
-// The head's loss (launcher/head_loss.h): autograd's loss and gradients, whatever the
+// The head's loss (launcher/model/head_loss.h): autograd's loss and gradients, whatever the
 // chunking, with far less memory at its peak.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "launcher/counting_allocator.h"
-#include "launcher/head_loss.h"
+#include "launcher/device/counting_allocator.h"
+#include "launcher/model/head_loss.h"
 
 namespace poplar {
 namespace {

@@ -1,4 +1,4 @@
-// The learning-rate schedule (planner/lr_schedule.h) in real training: the rate each
+// The learning-rate schedule (planner/formats/lr_schedule.h) in real training: the rate each
 // step's AdamW update takes, and a resumed run going on at the uninterrupted run's
 // rates on another plan. Real processes on loopback; the formula itself is checked in
 // planner_tests, and against PyTorch's schedulers by scripts/check-against-pytorch.

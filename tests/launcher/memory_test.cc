@@ -1,5 +1,5 @@
 // Measured model-state memory per rank agrees with the planner's ZeRO accounting
-// (planner/memory_model.h) within 10%, for stages 0-3.
+// (planner/model/memory_model.h) within 10%, for stages 0-3.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "launcher/gpt.h"
-#include "planner/memory_model.h"
+#include "launcher/model/gpt.h"
+#include "planner/model/memory_model.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

@@ -1,12 +1,12 @@
 // `poplar-worker network`: real ranks on loopback time the three collectives over Gloo;
-// rank 0's lines are what `poplar network` fits (planner/network.h).
+// rank 0's lines are what `poplar network` fits (planner/formats/network.h).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
 
-#include "planner/cli/command_failed.h"
-#include "planner/network.h"
+#include "planner/base/command_failed.h"
+#include "planner/formats/network.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
-#include "planner/model_config.h"
-#include "planner/profile.h"
+#include "planner/formats/model_config.h"
+#include "planner/formats/profile.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

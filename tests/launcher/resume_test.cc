@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "child_process.h"
-#include "launcher/checkpoint.h"
+#include "launcher/worker/checkpoint.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

@@ -10,13 +10,13 @@
 // the same tensor object twice would be pickled once), and data/python_cuda_tied_state_dict.pt
 // the same with torch.serialization.location_tag returning "cuda:0", as a GPU model's
 // state dict is saved.
-#include "launcher/state_dict.h"
+#include "launcher/model/state_dict.h"
 
 #include <filesystem>
 
 #include <gtest/gtest.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {

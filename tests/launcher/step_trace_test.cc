@@ -1,5 +1,5 @@
 // poplar-worker train --trace: one step profiled and written as a summary of its events
-// (launcher/step_trace.h). Real processes on loopback.
+// (launcher/worker/step_trace.h). Real processes on loopback.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -11,7 +11,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 
-#include "planner/free_port.h"
+#include "planner/base/free_port.h"
 
 
 namespace poplar::testing {

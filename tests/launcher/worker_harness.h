@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "child_process.h"
-#include "launcher/state_dict.h"
+#include "launcher/model/state_dict.h"
 #include "test_support.h"
 
 namespace poplar::testing {

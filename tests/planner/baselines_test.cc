@@ -1,4 +1,4 @@
-#include "planner/baselines.h"
+#include "planner/search/baselines.h"
 
 #include <gtest/gtest.h>
 

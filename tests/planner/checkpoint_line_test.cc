@@ -1,13 +1,13 @@
-// A run's line of training (planner/checkpoint_line.h): which checkpoints it holds
+// A run's line of training (planner/formats/checkpoint_line.h): which checkpoints it holds
 // across resumes, and the meta.json keys that record it, read strictly.
-#include "planner/checkpoint_line.h"
+#include "planner/formats/checkpoint_line.h"
 
 #include <set>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

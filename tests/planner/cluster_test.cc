@@ -1,7 +1,7 @@
-// Tests of the cluster file parser (planner/cluster.h): the values a valid file
+// Tests of the cluster file parser (planner/cluster/cluster.h): the values a valid file
 // produces, and for every kind of bad input an InputError naming the file, the key
 // and the reason (DESIGN.md section 8).
-#include "planner/cluster.h"
+#include "planner/cluster/cluster.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 namespace {

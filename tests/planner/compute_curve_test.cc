@@ -1,4 +1,4 @@
-#include "planner/compute_curve.h"
+#include "planner/model/compute_curve.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "planner/cost_model.h"
+#include "planner/model/cost_model.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/cluster.h"
-#include "planner/stage_problem.h"
+#include "planner/cluster/cluster.h"
+#include "planner/search/stage_problem.h"
 
 namespace poplar {
 namespace {

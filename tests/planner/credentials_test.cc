@@ -1,11 +1,11 @@
-// The shared token (planner/credentials.h): it travels as a gRPC header, so what gRPC
+// The shared token (planner/cluster/credentials.h): it travels as a gRPC header, so what gRPC
 // would refuse at every call is refused when the file is read, without quoting it.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "planner/credentials.h"
-#include "planner/input_error.h"
+#include "planner/cluster/credentials.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -1,5 +1,5 @@
-// How the ranks divide an evaluation (planner/eval_share.h).
-#include "planner/eval_share.h"
+// How the ranks divide an evaluation (planner/formats/eval_share.h).
+#include "planner/formats/eval_share.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "planner/simulator.h"
+#include "planner/search/simulator.h"
 
 namespace poplar::testing {
 namespace {

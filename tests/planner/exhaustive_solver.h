@@ -8,8 +8,8 @@
 // sum to exactly the global batch. Exponential: tiny problems only.
 #pragma once
 
-#include "planner/schedule.h"
-#include "planner/stage_problem.h"
+#include "planner/search/schedule.h"
+#include "planner/search/stage_problem.h"
 
 namespace poplar::testing {
 

@@ -5,9 +5,9 @@
 #include <functional>
 #include <string>
 
-#include "planner/input_error.h"
-#include "planner/json_fields.h"
-#include "planner/yaml_fields.h"
+#include "planner/base/input_error.h"
+#include "planner/base/json_fields.h"
+#include "planner/base/yaml_fields.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -1,4 +1,4 @@
-#include "planner/folder_lock.h"
+#include "planner/base/folder_lock.h"
 
 #include <filesystem>
 #include <optional>
@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "planner/text_file.h"
+#include "planner/base/text_file.h"
 #include "test_support.h"
 
 namespace poplar {

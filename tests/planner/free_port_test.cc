@@ -1,4 +1,4 @@
-#include "planner/free_port.h"
+#include "planner/base/free_port.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-#include "planner/host_port.h"
+#include "planner/base/host_port.h"
 
 #include <gtest/gtest.h>
 

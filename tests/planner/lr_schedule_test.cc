@@ -1,5 +1,5 @@
-// The learning-rate schedule's formula (planner/lr_schedule.h) and its checks.
-#include "planner/lr_schedule.h"
+// The learning-rate schedule's formula (planner/formats/lr_schedule.h) and its checks.
+#include "planner/formats/lr_schedule.h"
 
 #include <cmath>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 namespace {

@@ -1,4 +1,4 @@
-#include "planner/memory_model.h"
+#include "planner/model/memory_model.h"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
-// Tests of the model configuration file (planner/model_config.h): what the worker, the
+// Tests of the model configuration file (planner/formats/model_config.h): what the worker, the
 // agent and the head all accept, and the errors that name the file, key and reason.
-#include "planner/model_config.h"
+#include "planner/formats/model_config.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -1,7 +1,7 @@
-// Tests of the measured network (planner/network.h): fitting the collectives' lines,
+// Tests of the measured network (planner/formats/network.h): fitting the collectives' lines,
 // the network file, and the cluster file's `network.measured`, which replaces the
 // declared links in the cost model.
-#include "planner/network.h"
+#include "planner/formats/network.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "planner/cluster.h"
-#include "planner/input_error.h"
+#include "planner/cluster/cluster.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 namespace {

@@ -1,7 +1,7 @@
-// Tests of profile files (planner/profile.h): ProfileToJson and ParseProfileJson agree,
+// Tests of profile files (planner/formats/profile.h): ProfileToJson and ParseProfileJson agree,
 // every kind of bad profile is an InputError naming the file, key and reason, and
 // LoadClusterProfiles finds and cross-checks the profiles of a cluster's device types.
-#include "planner/profile.h"
+#include "planner/formats/profile.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,9 +17,9 @@
 #include <string>
 #include <utility>
 
-#include "planner/cluster.h"
-#include "planner/cluster_profiles.h"
-#include "planner/input_error.h"
+#include "planner/cluster/cluster.h"
+#include "planner/cluster/cluster_profiles.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 namespace {

@@ -1,4 +1,4 @@
-#include "planner/search.h"
+#include "planner/search/search.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <random>
 
 #include "exhaustive_solver.h"
-#include "planner/baselines.h"
-#include "planner/simulator.h"
+#include "planner/search/baselines.h"
+#include "planner/search/simulator.h"
 #include "test_problems.h"
 
 namespace poplar {

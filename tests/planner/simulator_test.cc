@@ -1,4 +1,4 @@
-#include "planner/simulator.h"
+#include "planner/search/simulator.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "planner/stage_problem.h"
+#include "planner/search/stage_problem.h"
 
 namespace poplar::testing {
 

@@ -1,4 +1,4 @@
-#include "planner/text_file.h"
+#include "planner/base/text_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -1,13 +1,13 @@
-// The training recipe a checkpoint records (planner/training_recipe.h): written and read
+// The training recipe a checkpoint records (planner/formats/training_recipe.h): written and read
 // back whole, read strictly, and compared with a resuming run's.
-#include "planner/training_recipe.h"
+#include "planner/formats/training_recipe.h"
 
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {

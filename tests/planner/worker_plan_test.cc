@@ -1,13 +1,13 @@
 // The worker's view of a plan file, and the placement the head and agents read from it.
 #include <gtest/gtest.h>
 
-#include "planner/worker_plan.h"
+#include "planner/formats/worker_plan.h"
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "planner/input_error.h"
+#include "planner/base/input_error.h"
 
 namespace poplar::testing {
 

@@ -18,7 +18,7 @@ namespace poplar::testing {
 // Errors are one line a user can act on: non-empty, ending in a newline, no other newline.
 ::testing::AssertionResult IsOneLine(const std::string& text);
 
-// The message of the InputError (planner/input_error.h) `read` throws; empty when it
+// The message of the InputError (planner/base/input_error.h) `read` throws; empty when it
 // throws none (any other exception goes on).
 std::string ErrorOf(const std::function<void()>& read);
 

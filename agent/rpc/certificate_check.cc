@@ -1,0 +1,139 @@
+#include "agent/rpc/certificate_check.h"
+
+#include <memory>
+#include <vector>
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+#include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
+
+namespace poplar {
+namespace {
+
+constexpr int kWarnDays = 30;
+
+struct X509Free {
+  void operator()(X509* certificate) const { X509_free(certificate); }
+};
+using Certificate = std::unique_ptr<X509, X509Free>;
+
+// Every certificate in a PEM file, in order (a chain may follow a leaf); none if the
+// text holds none.
+std::vector<Certificate> ReadCertificates(const std::string& path, const std::string& source, const std::string& key) {
+  std::string text;
+  try {
+    text = ReadTextFile(path);
+  } catch (const InputError& error) {
+    throw InputError(source, key, "cannot read " + path + " (" + error.reason() + ")");
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
+  std::vector<Certificate> certificates;
+  while (X509* certificate = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    certificates.emplace_back(certificate);
+  }
+  ERR_clear_error();  // the loop ends on "no start line"
+  if (certificates.empty()) throw InputError(source, key, path + " holds no PEM certificate");
+  return certificates;
+}
+
+// "Nov 23 22:32:06 2026 GMT"
+std::string TimeText(const ASN1_TIME* time) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  ASN1_TIME_print(bio.get(), time);
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<std::size_t>(size));
+}
+
+}  // namespace
+
+std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string& source, CertificateRole role) {
+  const std::vector<Certificate> own = ReadCertificates(paths.cert, source, "credentials.cert");
+  const std::vector<Certificate> authorities = ReadCertificates(paths.ca, source, "credentials.ca");
+  X509* leaf = own.front().get();
+  const std::string made = "; make new credentials with scripts/make-cluster-credentials, or sign a new certificate "
+                           "with the cluster's CA key";
+
+  if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
+    throw InputError(source, "credentials.cert", paths.cert + " expired on " + TimeText(X509_get0_notAfter(leaf)) + made);
+  }
+  if (X509_cmp_current_time(X509_get0_notBefore(leaf)) > 0) {
+    throw InputError(source, "credentials.cert", paths.cert + " is valid only from " +
+                                                     TimeText(X509_get0_notBefore(leaf)) +
+                                                     ": is this machine's clock right?");
+  }
+
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
+  for (const Certificate& authority : authorities) X509_STORE_add_cert(store.get(), authority.get());
+  struct StackFree {  // the stack only: the certificates stay `own`'s
+    void operator()(STACK_OF(X509) * stack) const { sk_X509_free(stack); }
+  };
+  std::unique_ptr<STACK_OF(X509), StackFree> chain(sk_X509_new_null());
+  for (std::size_t i = 1; i < own.size(); ++i) sk_X509_push(chain.get(), own[i].get());
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> context(X509_STORE_CTX_new(), X509_STORE_CTX_free);
+  if (!context || X509_STORE_CTX_init(context.get(), store.get(), leaf, chain.get()) != 1 ||
+      X509_STORE_CTX_set_purpose(context.get(), role == CertificateRole::kAgent ? X509_PURPOSE_SSL_SERVER
+                                                                                 : X509_PURPOSE_SSL_CLIENT) != 1) {
+    throw std::runtime_error("OpenSSL could not set up a certificate check");
+  }
+  const std::string renew = "; make new credentials with scripts/make-cluster-credentials (every node then needs "
+                            "the new ca.pem)";
+  if (X509_verify_cert(context.get()) != 1) {
+    const int error = X509_STORE_CTX_get_error(context.get());
+    const int depth = X509_STORE_CTX_get_error_depth(context.get());  // 0: the leaf; above: a CA
+    ERR_clear_error();
+    if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
+      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
+                                                     X509_verify_cert_error_string(error) + renew);
+    }
+    if (error == X509_V_ERR_INVALID_PURPOSE && depth > 0) {
+      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert +
+                                                     " is not meant to sign " +
+                                                     (role == CertificateRole::kAgent ? "agents'" : "the head's") +
+                                                     " certificates (its extended key usage)" + renew);
+    }
+    if (error == X509_V_ERR_INVALID_PURPOSE) {
+      throw InputError(source, "credentials.cert",
+                       paths.cert + " is not meant for " +
+                           (role == CertificateRole::kAgent ? "an agent (it lacks serverAuth; agent.pem has it)"
+                                                            : "the head (it lacks clientAuth; head.pem has it)") +
+                           ": the other side would refuse it");
+    }
+    const bool unsigned_by_ca = error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
+                                error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||
+                                error == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE ||
+                                error == X509_V_ERR_CERT_SIGNATURE_FAILURE;
+    throw InputError(source, "credentials.cert",
+                     paths.cert + (unsigned_by_ca ? " is not signed by" : " does not verify against") +
+                         " the cluster's CA in credentials.ca (" + paths.ca +
+                         "): are both from one scripts/make-cluster-credentials run? (OpenSSL: " +
+                         X509_verify_cert_error_string(error) + ")");
+  }
+
+  // The certificate, or a CA above it, that expires first.
+  STACK_OF(X509)* verified = X509_STORE_CTX_get0_chain(context.get());
+  int soonest = -1, soonest_days = kWarnDays;
+  for (int i = 0; i < sk_X509_num(verified); ++i) {
+    int days = 0, seconds = 0;
+    if (ASN1_TIME_diff(&days, &seconds, nullptr, X509_get0_notAfter(sk_X509_value(verified, i))) == 1 &&
+        days < soonest_days) {
+      soonest = i;
+      soonest_days = days;
+    }
+  }
+  if (soonest < 0) return "";
+  const ASN1_TIME* end = X509_get0_notAfter(sk_X509_value(verified, soonest));
+  const std::string in = soonest_days == 0 ? ", within a day"
+                                           : ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
+  if (soonest == 0) return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(end) + in + made;
+  return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert +
+         " expires on " + TimeText(end) + in + renew;
+}
+
+}  // namespace poplar

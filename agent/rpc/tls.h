@@ -1,0 +1,31 @@
+// gRPC credentials from a cluster's credential files (planner/cluster/credentials.h).
+//
+// Server (agent): TLS with the agent's certificate; the caller must present a client
+// certificate signed by the cluster's CA, and every call must carry the header
+// `authorization: Bearer <token>`, checked in constant time before any handler runs.
+// Client (head node): TLS trusting only the cluster's CA, presenting the head's
+// certificate, and adding the token to every call.
+#pragma once
+
+#include <memory>
+
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include "planner/cluster/credentials.h"
+
+namespace poplar {
+
+// Both throw InputError naming `source` (the agent or cluster file) and the key when a
+// credential file cannot be read, when the certificate is not the CA's or not valid now
+// (certificate_check.h), and naming `credentials` when the files cannot be used
+// together (a key that is not the certificate's, a file that is not PEM). A certificate
+// that expires within 30 days is said on stderr, after "<speaker>: warning: ".
+std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
+                                                                const std::string& source,
+                                                                const std::string& speaker);
+std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
+                                                                 const std::string& source,
+                                                                 const std::string& speaker);
+
+}  // namespace poplar

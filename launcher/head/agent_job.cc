@@ -1,0 +1,273 @@
+#include "launcher/head/agent_job.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "agent/rpc/keepalive.h"
+#include "launcher/head/interruption.h"
+#include "planner/base/run_app.h"
+
+namespace poplar {
+namespace {
+
+// One event from one node's stream, or the end of that stream.
+struct NodeEvent {
+  std::size_t node = 0;
+  bool stream_ended = false;
+  std::string stream_error;  // set when the stream broke
+  v1::LaunchEvent event;
+  bool lost_agent = false;   // the stream broke mid-job because its agent went away
+};
+
+class EventQueue {
+ public:
+  void Push(NodeEvent event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(std::move(event));
+    ready_.notify_one();
+  }
+  bool Pop(NodeEvent* event, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [this] { return !events_.empty(); })) return false;
+    *event = std::move(events_.front());
+    events_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<NodeEvent> events_;
+};
+
+// Time that goes on while the machine is suspended (CLOCK_BOOTTIME): steady_clock's
+// CLOCK_MONOTONIC stops then, and a suspended head would show no stall.
+struct AwakeClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<AwakeClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() {
+    timespec now{};
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    return time_point(std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec));
+  }
+};
+
+// 16 hex digits, new for every launch.
+std::string LaunchId() {
+  std::random_device random;
+  std::uniform_int_distribution<unsigned long long> digits;
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", digits(random));
+  return text;
+}
+
+}  // namespace
+
+std::string DefaultJobId(const std::string& cluster_name, const std::string& what) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  // A long name is shortened, never the stamp, so that two runs do not share an id.
+  const std::string suffix = "-" + (what.empty() ? "" : what + "-") + stamp;
+  std::string id = cluster_name.substr(0, 64 - std::min<std::size_t>(suffix.size(), 63)) + suffix;
+  for (char& c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
+  }
+  return id.substr(0, 64);
+}
+
+void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
+                   const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests) {
+  // Every node at once; each answers in about the time of listing its devices.
+  std::vector<std::string> refusals(requests.size());
+  std::vector<std::thread> checks;
+  auto check = [&](std::size_t i) {
+    try {
+      agents.clients[requests[i].first]->CheckLaunch(requests[i].second);
+    } catch (const AgentError& error) {
+      refusals[i] = error.what();
+    } catch (const std::exception& error) {
+      refusals[i] = "node '" + cluster.nodes[requests[i].first].name + "': " + error.what();
+    }
+  };
+  try {
+    for (std::size_t i = 0; i < requests.size(); ++i) checks.emplace_back(check, i);
+  } catch (...) {  // no thread to be had
+    for (auto& thread : checks) thread.join();
+    throw;
+  }
+  for (auto& thread : checks) thread.join();
+  std::string reasons;
+  for (const std::string& refusal : refusals) {
+    if (!refusal.empty()) reasons += (reasons.empty() ? "" : "; ") + refusal;
+  }
+  if (!reasons.empty()) {
+    throw CommandFailed("job " + job_id + " was not started: " + reasons + "; no worker was started on any node");
+  }
+}
+
+AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,
+                            const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests,
+                            LaunchMonitor& monitor, std::ostream& out,
+                            const std::function<void(int rank, const std::string& line)>& on_metrics) {
+  EventQueue queue;
+  CallCanceller streams_canceller;  // ends every Launch stream at once (agents then stop the job)
+  std::vector<std::thread> streams;
+  // Names this launch on every agent, so that stopping it cannot stop another launch's
+  // job of the same id (which the agents refused this one for).
+  const std::string launch_id = LaunchId();
+  try {
+    for (const auto& [node, node_request] : requests) {
+      v1::LaunchRequest request = node_request;
+      request.set_launch_id(launch_id);
+      streams.emplace_back([&queue, &agents, &streams_canceller, node = node, request = std::move(request)] {
+        NodeEvent end{node, true, "", {}};
+        try {
+          agents.clients[node]->Launch(
+              request, [&](const v1::LaunchEvent& event) { queue.Push({node, false, "", event}); },
+              &streams_canceller);
+        } catch (const AgentError& error) {
+          end.stream_error = error.reason();
+          end.lost_agent = error.kind() == AgentError::Kind::kLostAgent;
+        }
+        queue.Push(end);
+      });
+    }
+  } catch (...) {  // no thread to be had: end the streams already open
+    streams_canceller.Cancel();
+    for (auto& stream : streams) stream.join();
+    throw;
+  }
+
+  // Ctrl-C, SIGTERM (a scheduler, `timeout`) and SIGHUP (the terminal closed) stop the
+  // job everywhere in order. (SIGPIPE is ignored from main: lost output ends nothing.)
+  const Interruption interruption;
+  AgentJobOutcome outcome;
+  bool stopping = false;
+  auto stop_everywhere = [&](const std::string& reason) {
+    if (stopping) return;
+    stopping = true;
+    for (const auto& request : requests) {
+      try {
+        agents.clients[request.first]->Stop(job_id, reason, launch_id);
+      } catch (const AgentError&) {
+        // That node's stream reports its own failure; its agent stops the job when the
+        // stream breaks.
+      }
+    }
+  };
+  // Whatever happens in the loop (a monitor that cannot write, a callback that throws),
+  // the job is stopped everywhere and the stream threads are joined before leaving.
+  auto cleanup = [&] {
+    for (auto& stream : streams) stream.join();
+  };
+  try {
+    std::size_t open_streams = streams.size();
+    auto stop_deadline = std::chrono::steady_clock::time_point::max();
+    // A stall shorter than the keepalive's timeout cannot have dropped a connection; a
+    // failure that comes later than kStallEffect after one has another cause.
+    constexpr auto kStall = kKeepaliveTimeout;
+    constexpr auto kStallEffect = std::chrono::seconds(30);
+    // How long the head waits for the nodes' final events once it has stopped the job:
+    // 15 s longer than the job's stop grace or 30 s (what agents older than the grace
+    // give), whichever is longer (agent/job.h): in the grace a rank 0 may be
+    // finishing a checkpoint; then it cancels the streams (the agents stop the job when
+    // they break).
+    int stop_grace_s = kDefaultStopGraceSeconds;
+    for (const auto& [node, request] : requests) {
+      if (request.stop_grace_s() > 0) stop_grace_s = std::max(stop_grace_s, request.stop_grace_s());
+    }
+    const auto stop_wait = std::chrono::seconds(stop_grace_s + 15);
+    auto last_turn = AwakeClock::now();
+    double stall_s = 0;  // the latest stall, 0 while none
+    AwakeClock::time_point stall_end;
+    while (open_streams > 0) {
+      if (interruption.signal() != 0 && !stopping) {
+        const std::string how = InterruptionName(interruption.signal());
+        out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
+        monitor.UserStopped(how);
+        stop_everywhere("stopped by the user (" + how + " on the head node)");
+        stop_deadline = std::chrono::steady_clock::now() + stop_wait;
+      }
+      if (std::chrono::steady_clock::now() > stop_deadline) {
+        streams_canceller.Cancel();
+        stop_deadline = std::chrono::steady_clock::time_point::max();
+      }
+      NodeEvent item;
+      const bool popped = queue.Pop(&item, std::chrono::milliseconds(200));
+      // This loop turns at least every 200 ms; a long gap means the head was not running.
+      // Measured after the wait, so that the event that ends a stall sees it.
+      const auto turn = AwakeClock::now();
+      if (turn - last_turn > kStall) {
+        stall_s = std::chrono::duration<double>(turn - last_turn).count();
+        stall_end = turn;
+      }
+      last_turn = turn;
+      if (!popped) continue;
+      const std::string& node_name = cluster.nodes[item.node].name;
+      if (item.stream_ended) {
+        --open_streams;
+        if (!item.stream_error.empty()) {
+          // A lost agent is a cause whenever it is noticed (its peers' resets may have
+          // started the stop first); any other broken or cancelled stream is a stop.
+          if (item.lost_agent) monitor.AgentLost(node_name, item.stream_error);
+          else monitor.Stopped(node_name, item.stream_error);
+        }
+      } else {
+        const v1::LaunchEvent& event = item.event;
+        switch (event.kind()) {
+          case v1::LaunchEvent::STARTED:
+            outcome.any_started = true;
+            monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
+            break;
+          case v1::LaunchEvent::OUTPUT:
+            monitor.Output(event.rank(), event.text());
+            break;
+          case v1::LaunchEvent::METRICS:
+            monitor.Metrics(event.rank(), event.text());
+            if (on_metrics) on_metrics(event.rank(), event.text());
+            break;
+          case v1::LaunchEvent::EXITED:
+            monitor.Output(event.rank(), "[poplar] " + event.text());
+            // Every rank that failed is a candidate cause, not only the first one its
+            // agent saw: on one node, rank 0 failing to host the rendezvous may exit
+            // after rank 1, which lost it.
+            if (event.exit_code() != 0) monitor.Failure(node_name, event.text(), event.exit_code());
+            break;
+          case v1::LaunchEvent::JOB_FAILED:
+            monitor.Failure(node_name, event.text());
+            break;
+          default:
+            break;
+        }
+      }
+      if (monitor.failed() && !stopping) {
+        // The first failure, and not the user's stop: a stall just before is its cause.
+        if (stall_s > 0 && AwakeClock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
+        stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
+        stop_deadline = std::chrono::steady_clock::now() + stop_wait;
+      }
+    }
+  } catch (...) {
+    stop_everywhere("the head node failed");
+    streams_canceller.Cancel();
+    cleanup();
+    throw;
+  }
+  cleanup();
+  outcome.signal = interruption.signal();
+  return outcome;
+}
+
+}  // namespace poplar

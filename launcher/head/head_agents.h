@@ -1,0 +1,58 @@
+// The head node's view of a cluster's agents: connecting to each node's poplar-agent
+// with the cluster's credentials, checking that it has the devices the cluster file
+// lists, and fetching profiles from them. Used by `poplar profile|plan|launch|status`.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/client/agent_client.h"
+#include "planner/cluster/cluster.h"
+#include "planner/formats/profile.h"
+
+namespace poplar {
+
+struct ClusterAgents {
+  std::vector<std::unique_ptr<AgentClient>> clients;  // one per node, in cluster order
+  std::vector<v1::DescribeResponse> descriptions;     // ConnectAgents: each node's devices
+};
+
+// Clients for every node (no call made yet). Throws InputError if the cluster file has
+// no `credentials` or they cannot be read.
+ClusterAgents ClientsFor(const ClusterSpec& cluster);
+
+// The agent's Describe. gRPC's own log line about a failed TLS handshake is held back:
+// the AgentError already quotes it (every other line is written out as usual).
+v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds deadline = std::chrono::seconds(10));
+
+// Connects to every agent and checks each node has at least the devices the cluster
+// file lists for it. Throws CommandFailed naming the node and the reason.
+ClusterAgents ConnectAgents(const ClusterSpec& cluster);
+
+// The rendezvous port of a job whose rank 0 runs on node `rank0_node`: `requested` if
+// given (> 0), else a port that node's agent finds free. Throws CommandFailed naming
+// the node if its agent cannot say.
+int RendezvousPort(const ClusterAgents& agents, const std::string& rank0_node, int requested);
+
+// The JSON text of the cluster's job.model, checked as the worker will check it
+// (planner/formats/model_config.h). Throws InputError naming the model file and key, or the
+// cluster file if there is no job.
+std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
+
+struct ProfileRequestOptions {
+  int repeats = 0;              // 0: the worker's default
+  int largest_micro_batch = 0;  // 0: the worker's default
+  std::vector<std::string> types;  // device types to profile; empty: every type
+};
+
+// Profiles every device type of the cluster (or those options.types names: an
+// InputError unless the cluster has them) on the first node that has it, all types at
+// once (agents reuse cached stages), writes DIR/<type>.json and returns the profiles.
+// Progress goes to stderr, each line labelled with node and type. The first failure
+// cancels the other requests; nothing is written then.
+std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, ClusterAgents& agents,
+                                                   const std::string& dir, const ProfileRequestOptions& options);
+
+}  // namespace poplar

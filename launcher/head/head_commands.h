@@ -1,0 +1,16 @@
+// The head node's subcommands of `poplar`: those that talk to the agents over gRPC. Each
+// Register* adds one subcommand to the app with its flags and a callback that does the
+// work; callbacks throw InputError for bad input, as the planner's commands do
+// (planner/cli/commands.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace poplar {
+
+void RegisterProfileCommand(CLI::App& app);
+void RegisterLaunchCommand(CLI::App& app);
+void RegisterStatusCommand(CLI::App& app);
+void RegisterNetworkCommand(CLI::App& app);
+
+}  // namespace poplar

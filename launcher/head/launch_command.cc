@@ -1,0 +1,350 @@
+// `poplar launch`: plans if needed, starts every rank through its node's agent, shows
+// progress, writes the run directory, and stops the job everywhere on the first
+// failure, on Ctrl-C or on SIGTERM.
+//
+// Run directory (default runs/<job id>; run_directory.h): job_id, plan.json, profiles/
+// (when it planned), logs/rank-N.log, metrics/rank-N.jsonl, summary.json, and after a
+// resume attempts/N/ with the earlier attempts' plan, profiles and summary.
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "planner/formats/job_id.h"
+#include "launcher/head/agent_job.h"
+#include "launcher/head/head_commands.h"
+#include "launcher/head/head_agents.h"
+#include "launcher/head/interruption.h"
+#include "launcher/head/launch_monitor.h"
+#include "planner/search/plan_report.h"
+#include "launcher/head/run_directory.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_table.h"
+#include "planner/base/input_error.h"
+#include "planner/cluster/cluster_profiles.h"
+#include "planner/base/join.h"
+#include "planner/formats/lr_schedule.h"
+#include "planner/formats/precision.h"
+#include "planner/search/plan_file.h"
+#include "planner/search/planner.h"
+#include "planner/base/text_file.h"
+#include "planner/formats/training_limits.h"
+#include "planner/formats/worker_plan.h"
+
+namespace poplar {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct LaunchOptions {
+  std::string cluster_file;
+  std::string plan_file;
+  std::string network_file;  // when planning: a measured network instead of the cluster file's
+  std::string policy = "poplar";
+  std::string run_dir;
+  std::string job_id;
+  std::int64_t steps = 0;
+  int master_port = 0;  // 0: a port rank 0's agent finds free
+  int timeout_s = 0;
+  int progress_every = 10;
+  std::int64_t trace_step = 0;  // 0: no step traced
+  bool resume = false;
+};
+
+struct PreparedPlan {
+  std::string text;  // the plan file, as written to the run directory and sent to the agents
+  WorkerPlan plan;   // the same, parsed; its predicted step from the profiles when it says none
+  std::string checked_against;  // --plan: the profiles folder it was checked against, if any
+  std::map<std::string, DeviceProfile> profiles;  // and its profiles, by device type
+};
+
+// A plan checked against profiles fits the devices only if they still have the memory
+// the profiles were measured with: a device since given less (a lower emulated cap, a
+// card partitioned) ran the worker out of memory. 1% is allowed for NVML's and CUDA's
+// slightly different totals.
+void RequireDevicesAsProfiled(const ClusterSpec& cluster, const ClusterAgents& agents, const PreparedPlan& plan) {
+  constexpr double kMiB = 1 << 20;
+  for (std::size_t node = 0; node < cluster.nodes.size(); ++node) {
+    for (const auto& device : agents.descriptions.at(node).devices()) {
+      const auto profile = plan.profiles.find(device.type());
+      if (profile == plan.profiles.end() || device.memory_bytes() >= 0.99 * profile->second.memory_bytes) continue;
+      throw CommandFailed("node '" + cluster.nodes[node].name + "': its " + device.type() + " has " +
+                          Fixed(device.memory_bytes() / kMiB, 0) + " MiB of memory, but its profile in " +
+                          plan.checked_against + " was measured with " +
+                          Fixed(profile->second.memory_bytes / kMiB, 0) +
+                          " MiB: the plan's micro-batches may not fit. Profile again (poplar plan) and launch "
+                          "with the new plan, or launch without --plan");
+    }
+  }
+}
+
+// The profiles a plan file was made from, where they are known: the cluster file's
+// `profiles`, else a profiles/ folder beside the plan (where `poplar plan` and `poplar
+// launch` keep those the agents measured). Empty when neither is there.
+std::string ProfilesOfPlan(const ClusterSpec& cluster, const std::string& plan_file) {
+  if (!cluster.profiles_dir.empty()) {
+    RequireProfilesFolder(cluster.profiles_dir, cluster.file, "profiles");
+    return cluster.profiles_dir;
+  }
+  const std::string beside = (fs::path(ParentFolder(plan_file)) / "profiles").string();
+  std::error_code error;
+  return fs::is_directory(beside, error) ? beside : "";
+}
+
+// The plan of --plan, checked against the cluster before any agent is asked.
+PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& cluster) {
+  PreparedPlan prepared;
+  prepared.text = ReadTextFile(options.plan_file);
+  prepared.plan = ParseWorkerPlan(prepared.text, options.plan_file);
+  RequirePlanForCluster(cluster, prepared.plan);
+  for (int rank = 0; rank < prepared.plan.WorldSize(); ++rank) {
+    // A node given is the cluster's (RequirePlanForCluster); launching needs it given.
+    const RankPlacement& placement = prepared.plan.placement[rank];
+    const std::string key = prepared.plan.RankKey(rank);
+    if (placement.node.empty()) {
+      throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
+    }
+    if (placement.device_type.empty()) {
+      throw InputError(options.plan_file, key + ".device_type",
+                       "is required: which of the node's devices runs the rank (poplar plan writes it)");
+    }
+    if (rank == 0 && placement.host.empty()) {
+      throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
+    }
+  }
+  // Micro-batches a device cannot hold (a plan edited by hand, or made for smaller
+  // ones) stop the launch here, rather than as a worker's out-of-memory error.
+  if (const std::string dir = ProfilesOfPlan(cluster, options.plan_file); !dir.empty()) {
+    prepared.profiles = LoadClusterProfiles(cluster, dir);
+    const StepPrediction prediction = PredictPlan(cluster, prepared.profiles, prepared.plan);
+    if (!prepared.plan.predicted_step_s) prepared.plan.predicted_step_s = prediction.step_s;
+    prepared.checked_against = dir;
+  }
+  return prepared;
+}
+
+// A plan made now: the agents profile their devices, and the planner searches.
+PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
+                               const std::string& run_dir) {
+  PreparedPlan prepared;
+  const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
+  const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
+  const auto plan = PlanToJson(cluster, profiles, result);
+  std::cout << PlanReport(cluster, result) << std::flush;
+  prepared.text = plan.dump(2) + "\n";
+  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");  // its policy and prediction too
+  return prepared;
+}
+
+// A signal received before any worker was started ends the launch at the next step,
+// which leaves the run directory as it found it (RunDirectory) and starts nothing.
+void StopIfInterrupted(const Interruption& interruption, const std::string& job_id) {
+  if (const int signal = interruption.signal(); signal != 0) {
+    throw CommandFailed("job " + job_id + " was not started: stopped by the user (" + InterruptionName(signal) +
+                            "); no worker was started",
+                        128 + signal);
+  }
+}
+
+void RunLaunch(const LaunchOptions& options) {
+  // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
+  // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
+  const Interruption interruption;
+  const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
+  const std::string model = ModelConfigText(cluster, "by poplar launch");
+  JobSpec job = *cluster.job;
+  if (options.steps > 0) {
+    job.steps = options.steps;
+    // A decay over the job's steps may have none left. One that ends at them moves with
+    // --steps: the worker that reads the checkpoint then warns, with the rates it changes.
+    ScheduleOf(job, cluster.file, "--steps");
+  }
+  const std::string job_id = options.job_id.empty() ? DefaultJobId(cluster.name) : options.job_id;
+  try {
+    CheckJobId(job_id);
+  } catch (const InputError& error) {
+    throw InputError("--job-id", "", error.reason());
+  }
+  const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
+  RunDirectory directory(run_dir, job_id, options.resume);
+  std::optional<PreparedPlan> given;
+  if (!options.plan_file.empty()) given = PlanFromFile(options, cluster);
+  if (given) {
+    std::cout << "following " << options.plan_file << " (" << given->plan.policy.value_or("from file") << ", stage " << given->plan.stage
+              << "); "
+              << (given->checked_against.empty()
+                      ? std::string("no profiles to check its micro-batches against (no 'profiles' in the cluster "
+                                    "file, no profiles/ beside the plan)")
+                      : "its micro-batches fit the profiles in " + given->checked_against)
+              << std::endl;
+  }
+
+  ClusterAgents agents = ConnectAgents(cluster);
+  if (given) RequireDevicesAsProfiled(cluster, agents, *given);
+  StopIfInterrupted(interruption, job_id);
+  const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
+  directory.Record();
+  const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
+  StopIfInterrupted(interruption, job_id);
+  const std::string& plan_text = prepared.text;
+  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
+
+  std::vector<RankInfo> ranks;
+  for (const RankPlacement& placement : prepared.plan.placement) ranks.push_back({placement.node, placement.device_type});
+  const std::string master_addr = prepared.plan.placement.at(0).host;
+  std::vector<std::size_t> nodes_in_job;
+  for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
+    for (const auto& rank : ranks) {
+      if (rank.node == cluster.nodes[i].name) {
+        nodes_in_job.push_back(i);
+        break;
+      }
+    }
+  }
+
+  const int master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
+  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
+  for (std::size_t node : nodes_in_job) {
+    v1::LaunchRequest request;
+    request.set_job_id(job_id);
+    request.set_node(cluster.nodes[node].name);
+    request.set_plan_json(plan_text);
+    request.set_model_config_json(model);
+    request.set_data_path(job.data);
+    request.set_master_addr(master_addr);
+    request.set_master_port(master_port);
+    request.set_steps(job.steps);
+    request.set_precision(WorkerPrecisionName(cluster.precision));
+    if (job.lr) request.set_lr(*job.lr);
+    if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
+    if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
+    const LrScheduleSettings& schedule = job.schedule;
+    request.set_warmup_steps(schedule.warmup_steps);
+    if (schedule.decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(schedule.decay));
+    if (schedule.decay_steps) request.set_decay_steps(*schedule.decay_steps);
+    if (schedule.min_lr) request.set_min_lr(*schedule.min_lr);
+    request.set_checkpoint_every(job.checkpoint_every);
+    request.set_keep_checkpoints(job.keep_checkpoints);
+    request.set_stop_grace_s(job.stop_grace_s);
+    request.set_eval_data_path(job.eval_data);
+    request.set_eval_every(job.eval_every);
+    request.set_eval_samples(job.eval_samples);
+    request.set_trace_step(options.trace_step);
+    request.set_timeout_s(options.timeout_s);
+    request.set_resume(options.resume);
+    requests.emplace_back(node, std::move(request));
+  }
+  CheckAgentJob(cluster, agents, job_id, requests);
+  StopIfInterrupted(interruption, job_id);
+  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
+            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr
+            << ":" << master_port << "; run directory " << run_dir << std::endl;
+  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
+  if (options.resume) monitor.ExpectResume(job_id);
+  if (job.schedule.warmup_steps > 0 || job.schedule.decay != LrDecay::kConstant) {
+    monitor.ExpectLearningRates([schedule = ScheduleOf(job), lr = job.lr.value_or(kDefaultLearningRate)](
+                                    std::int64_t step) { return LearningRateAt(schedule, lr, step); });
+  }
+  if (!job.eval_data.empty()) monitor.ExpectEvaluation(job.eval_every);
+  const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
+  // A launch every agent refused leaves the run directory as it was (RunDirectory).
+  if (!outcome.any_started && monitor.failed()) {
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started",
+                        outcome.signal != 0 ? 128 + outcome.signal : 1);
+  }
+  directory.Keep();
+  if (!previous_attempt.empty()) std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
+
+  nlohmann::ordered_json summary;
+  summary["job_id"] = job_id;
+  summary["policy"] = prepared.plan.policy.value_or("from file");
+  summary["stage"] = prepared.plan.stage;
+  summary["ok"] = !monitor.failed();
+  const nlohmann::ordered_json measured = monitor.Summary(prepared.plan.predicted_step_s.value_or(0));
+  for (const auto& [key, value] : measured.items()) summary[key] = value;
+  if (monitor.failed()) summary["failure"] = monitor.RootCause();
+  WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
+  if (monitor.failed()) {
+    // The user's own stop is not a failure of the job's (unless one came first).
+    const std::string user_stop = monitor.UserStop();
+    const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
+    throw CommandFailed("job " + job_id + " " + what + "; every worker was stopped; " +
+                            monitor.CheckpointsKept(job.checkpoint_every,
+                                                    "the agents' work directories under jobs/" + job_id +
+                                                        "/checkpoints (rank 0's node writes them)") +
+                            "; logs in " + run_dir + "/logs",
+                        outcome.signal != 0 ? 128 + outcome.signal : 1);
+  }
+  if (!summary.contains("first_loss")) {
+    std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir
+              << "\n";
+    return;
+  }
+  const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
+  const std::int64_t last_step = summary["steps"].get<std::int64_t>();
+  std::cout << "trained " << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
+                                             : Count(last_step, "step"))
+            << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
+            << Fixed(summary["last_loss"].get<double>(), 3)
+            << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
+            << "; step " << Seconds(summary["measured_step_s"].get<double>())
+            << " measured (median) "
+            << (prepared.plan.predicted_step_s ? "vs " + Seconds(*prepared.plan.predicted_step_s) + " predicted; "
+                                               : "(the plan predicts none); ")
+            << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
+            << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
+}
+
+}  // namespace
+
+void RegisterLaunchCommand(CLI::App& app) {
+  auto options = std::make_shared<LaunchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "launch", "Train the cluster file's job on every node through the agents, following a plan");
+  command->add_option("cluster", options->cluster_file, "Cluster file (YAML, with a 'job' section)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("--plan", options->plan_file, "Plan file to follow (default: plan now, through the agents)")
+      ->check(CLI::ExistingFile);
+  command->add_option("--policy", options->policy, "When planning: poplar, uniform (DeepSpeed) or proportional")
+      ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
+      ->capture_default_str()
+      ->excludes("--plan");  // a plan given is followed; its policy is the plan's
+  command->add_option("--network", options->network_file,
+                      "When planning: a network file measured by `poplar network`, instead of the cluster file's 'network'")
+      ->check(CLI::ExistingFile)
+      ->excludes("--plan");
+  command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
+      ->check(WholeNumberIn(std::int64_t{1}, std::int64_t{1} << 40));
+  command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)")->check(NotEmpty());
+  auto* job_id = command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
+                     ->check(CLI::Validator(
+                         [](std::string& text) {
+                           try {
+                             CheckJobId(text);
+                             return std::string();
+                           } catch (const InputError& error) {
+                             return error.reason();
+                           }
+                         },
+                         "JOB_ID"));
+  command->add_option("--master-port", options->master_port,
+                      "Rendezvous port on rank 0's host (default: one its agent finds free)")
+      ->check(WholeNumberIn(1, 65535));
+  command->add_option("--timeout", options->timeout_s, "Seconds before a rendezvous or collective gives up (0: worker default)")
+      ->check(WholeNumberIn(0, 86400));
+  command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
+      ->check(WholeNumberIn(0, 1 << 30))
+      ->capture_default_str();
+  command->add_option("--trace-step", options->trace_step,
+                      "Profile this step of the run on every rank (the N-th it takes): each node keeps its ranks' "
+                      "traces in <work_dir>/jobs/<job id>/traces/rank-R.json")
+      ->check(WholeNumberIn(std::int64_t{1}, kMostJobSteps));
+  // Without the job's id a resume would start a new job (the default id is new each time).
+  command->add_flag("--resume", options->resume, "Resume the job --job-id names from its last checkpoint")
+      ->needs(job_id);
+  command->callback([options] { RunLaunch(*options); });
+}
+
+}  // namespace poplar

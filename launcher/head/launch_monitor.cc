@@ -1,0 +1,298 @@
+#include "launcher/head/launch_monitor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include "planner/base/command_failed.h"
+#include "planner/base/text_table.h"
+#include "planner/base/median.h"
+#include "planner/formats/step_cadence.h"
+
+namespace poplar {
+namespace {
+
+// How likely a failure is the root cause, most likely first.
+constexpr int kKilled = 0;    // a rank killed by a signal it did not get from poplar
+constexpr int kCause = 1;     // a rank failing on its own, or a node losing its agent
+constexpr int kLostPeer = 2;  // a rank failing because a peer went away
+constexpr int kStopped = 3;   // poplar stopping the job, and what that stop led to
+
+// A reason without an exit status (a node's final reason, a stop), or from a worker
+// before kPeerFailureExitStatus: by its words.
+int SeverityOfText(const std::string& reason) {
+  auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
+  // "failed elsewhere": the head's own stop, echoed back by a node it stopped; "the
+  // stop's grace over": the agent's SIGKILL of a rank slow to stop (agent/job.cc).
+  if (has("stopped by") || has("head node went away") || has("signal 15") || has("failed elsewhere") ||
+      has("the stop's grace over")) {
+    return kStopped;
+  }
+  // "(its error says why)": a worker pointing at another rank's failure (launcher/worker/resume.cc).
+  if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Timeout") ||
+      has("within --timeout") || has("Broken pipe") || has("(its error says why)")) {
+    return kLostPeer;
+  }
+  if (has("killed by signal")) return kKilled;
+  return kCause;
+}
+
+// A rank's exit, by its status.
+int SeverityOfExit(int status, const std::string& reason) {
+  // SIGTERM is poplar's stop; SIGKILL after it, the agent's end of the stop's grace
+  // (agent/job.cc says so in the reason).
+  if (status == 128 + SIGTERM || reason.find("the stop's grace over") != std::string::npos) return kStopped;
+  if (status > 128) return kKilled;
+  if (status == kPeerFailureExitStatus) return kLostPeer;
+  return kCause;
+}
+
+constexpr double kNoNumber = std::numeric_limits<double>::quiet_NaN();
+
+// A record's number at `key`, or `otherwise` where it has none (absent; null, as a
+// worker writes nan; not a number): records come from workers on other nodes, and an
+// odd one must not stop the head.
+double NumberOf(const nlohmann::json& record, const char* key, double otherwise = 0.0) {
+  const auto found = record.find(key);
+  return found != record.end() && found->is_number() ? found->get<double>() : otherwise;
+}
+
+// A record's held-out loss (val_loss), where its step was evaluated.
+std::optional<double> HeldOutLoss(const nlohmann::json& record) {
+  const double loss = NumberOf(record, "val_loss", kNoNumber);
+  return std::isnan(loss) ? std::nullopt : std::optional<double>(loss);
+}
+
+}  // namespace
+
+std::string LaunchMonitor::NodeOf(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
+}
+
+LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps,
+                             int progress_every, std::ostream& out)
+    : run_dir_(std::move(run_dir)), ranks_(std::move(ranks)), steps_(steps),
+      progress_every_(progress_every), out_(out) {
+  if (run_dir_.empty()) return;
+  std::filesystem::create_directories(std::filesystem::path(run_dir_) / "logs");
+  std::filesystem::create_directories(std::filesystem::path(run_dir_) / "metrics");
+}
+
+std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files,
+                                       const char* folder, const char* suffix, int rank) {
+  auto& file = files[rank];
+  if (!file) {
+    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / folder /
+                                           ("rank-" + std::to_string(rank) + suffix), std::ios::app);
+  }
+  return *file;
+}
+
+void LaunchMonitor::Output(int rank, const std::string& line) {
+  if (!run_dir_.empty()) RankFile(logs_, "logs", ".log", rank) << line << std::endl;
+  if (line.rfind("poplar-worker", 0) == 0 && line.find(": warning: ") != std::string::npos) {
+    out_ << "node '" << NodeOf(rank) << "': " << line << std::endl;
+  }
+}
+
+void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
+  if (!run_dir_.empty()) RankFile(metrics_files_, "metrics", ".jsonl", rank) << json_line << std::endl;
+  auto record = nlohmann::json::parse(json_line, nullptr, false);
+  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return;
+  latest_[rank] = record;
+  CheckLearningRate(rank, record);
+  if (rank != 0) return;
+  CheckEvaluation(record);
+  const bool first = rank0_steps_.empty();
+  rank0_steps_.push_back(record);
+  const std::int64_t step = record["step"].get<std::int64_t>();
+  if (first && step > 1) {
+    out_ << "resumed from the checkpoint of step " << step - 1 << std::endl;
+  } else if (first && !resume_job_.empty()) {
+    out_ << "no node held a checkpoint of job " << resume_job_ << ": training starts from step 0" << std::endl;
+  }
+  if (progress_every_ > 0 && (DueAfterStep(step, progress_every_, steps_) || first || HeldOutLoss(record))) {
+    out_ << ProgressLine(step) << std::endl;
+  }
+}
+
+void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
+  if (!expected_rate_ || !rates_checked_.insert(rank).second) return;
+  const std::string node = NodeOf(rank);
+  const std::int64_t step = record["step"].get<std::int64_t>();
+  const double expected = expected_rate_(step);
+  const double reported = NumberOf(record, "lr", kNoNumber);
+  if (std::isnan(reported)) {
+    Failure(node, "rank " + std::to_string(rank) + " reports no learning rate: its poplar-worker predates the " +
+                      "learning-rate schedule the cluster file asks for; update poplar-worker on this node");
+  } else if (std::abs(reported - expected) > 1e-9 * expected) {
+    char text[96];
+    std::snprintf(text, sizeof text, "step %lld at learning rate %.4g, not the %.4g", static_cast<long long>(step),
+                  reported, expected);
+    Failure(node, "rank " + std::to_string(rank) + " trained " + text + " of the cluster file's schedule: its " +
+                      "poplar-agent left the schedule out (it predates job.warmup_steps and job.lr_decay); " +
+                      "update poplar-agent on this node");
+  }
+}
+
+void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
+  if (!eval_every_) return;
+  const std::int64_t every = *std::exchange(eval_every_, std::nullopt);  // the first record tells
+  if (record.contains("eval_every")) return;
+  Failure(NodeOf(0),
+          "rank 0 trains without a held-out evaluation (its step " + record["step"].dump() + " reports no " +
+              "eval_every) where the cluster file's job.eval_data asks for one every " + std::to_string(every) +
+              " steps: its poplar-agent left the evaluation out (it predates job.eval_data); update " +
+              "poplar-agent on this node");
+}
+
+std::map<std::string, double> LaunchMonitor::BusyShares() const {
+  std::map<std::string, std::pair<double, int>> sums;  // type -> (sum of shares, ranks)
+  for (const auto& [rank, latest] : latest_) {
+    const double step_s = NumberOf(latest, "step_s");
+    if (step_s <= 0 || rank >= static_cast<int>(ranks_.size())) continue;
+    auto& entry = sums[ranks_[rank].device_type];
+    entry.first += std::min(1.0, NumberOf(latest, "compute_s") / step_s);
+    entry.second += 1;
+  }
+  std::map<std::string, double> shares;
+  for (const auto& [type, entry] : sums) shares[type] = entry.first / entry.second;
+  return shares;
+}
+
+std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
+  const auto& record = rank0_steps_.back();
+  std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) +
+                     "  loss " + Fixed(NumberOf(record, "loss", kNoNumber), 4);
+  // The step's learning rate, from workers that report it.
+  if (const double lr = NumberOf(record, "lr", kNoNumber); !std::isnan(lr)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2e", lr);
+    line += std::string("  lr ") + text;
+  }
+  if (const auto val_loss = HeldOutLoss(record)) line += "  val loss " + Fixed(*val_loss, 4);
+  line += "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
+                     "  step " + Seconds(NumberOf(record, "step_s")) + "  busy";
+  for (const auto& [type, share] : BusyShares()) line += " " + type + " " + Fixed(100.0 * share, 0) + "%";
+  return line;
+}
+
+void LaunchMonitor::Failure(const std::string& node, const std::string& reason, std::optional<int> exit_status) {
+  int severity = exit_status ? SeverityOfExit(*exit_status, reason) : SeverityOfText(reason);
+  if (!exit_status) {
+    // A node's final reason repeats the exit of its first failed rank.
+    for (const Failed& failed : failures_) {
+      if (failed.node == node && failed.reason == reason) severity = failed.severity;
+    }
+  }
+  failures_.push_back({severity, node, reason});
+}
+
+void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {
+  failures_.push_back({kStopped, node, reason, Failed::Kind::kConnection});
+}
+
+void LaunchMonitor::UserStopped(const std::string& how) {
+  failures_.push_back({kStopped, "head", "stopped by the user (" + how + ")", Failed::Kind::kUser});
+}
+
+void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason) {
+  failures_.push_back({kCause, node, reason, Failed::Kind::kConnection});
+}
+
+void LaunchMonitor::HeadStalled(double seconds) { head_stalled_s_ = std::max(head_stalled_s_, seconds); }
+
+std::string LaunchMonitor::RootCause() const {
+  if (failures_.empty()) return "";
+  const std::string seconds = Fixed(head_stalled_s_, 0) + " s";
+  // A stall long enough for the agents to give up on the head explains the failures
+  // that followed when the first of them is a dropped connection, or when, whatever
+  // order they arrived in (a stopped rank's exit may come before its node's stream is
+  // seen to drop), none is the job's own: a rank failing or killed by itself stays the
+  // cause.
+  const bool failed_on_its_own = std::any_of(failures_.begin(), failures_.end(), [](const Failed& failure) {
+    return failure.kind == Failed::Kind::kJob && failure.severity <= kCause;
+  });
+  if (head_stalled_s_ > 0 && (failures_.front().kind == Failed::Kind::kConnection || !failed_on_its_own)) {
+    return "the head (this poplar launch) was stalled for " + seconds +
+           " (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
+           "the agents to give up on it (they wait 10 to 20 s for a silent peer), so the job was stopped; run it "
+           "under tmux, nohup or systemd-run, and resume with --resume";
+  }
+  const Failed& best = MostTelling();
+  const std::string cause = "node '" + best.node + "': " + best.reason;
+  return head_stalled_s_ > 0 ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
+                             : cause;
+}
+
+const LaunchMonitor::Failed& LaunchMonitor::MostTelling() const {
+  const Failed* best = &failures_.front();
+  for (const auto& failure : failures_) {
+    if (failure.severity < best->severity) best = &failure;
+  }
+  return *best;
+}
+
+std::string LaunchMonitor::UserStop() const {
+  if (failures_.empty() || head_stalled_s_ > 0) return "";
+  const Failed& best = MostTelling();
+  return best.kind == Failed::Kind::kUser ? best.reason : "";
+}
+
+std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
+  const std::int64_t first = rank0_steps_.empty() ? 0 : rank0_steps_.front().value("step", 0);
+  const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
+  // A resume went on from a checkpoint, or meant to (a resume that failed before its
+  // first step reported none); either way those stay.
+  const bool resumed = first > 1 || !resume_job_.empty();
+  // The last step writes one too: a job shorter than checkpoint_every has it due there.
+  const std::int64_t first_due = checkpoint_every > 0 ? std::min(checkpoint_every, steps_) : steps_;
+  if (resumed || (checkpoint_every > 0 && last >= first_due)) {
+    // Rank 0 writes in the background: one due may not have been completed.
+    return "the checkpoints rank 0's node completed" +
+           (checkpoint_every == 1   ? std::string(" (every step)")
+            : checkpoint_every > 1 ? " (every " + std::to_string(checkpoint_every) + " steps)"
+                                   : std::string()) +
+           " stay in " + where;
+  }
+  return checkpoint_every > 0 ? "no checkpoint was due by step " + std::to_string(last) +
+                                    ", the last the head heard of (the first is due at step " +
+                                    std::to_string(first_due) + ")"
+                              : "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)";
+}
+
+nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
+  nlohmann::ordered_json summary;
+  summary["steps"] = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
+  if (rank0_steps_.empty()) return summary;
+  std::vector<double> step_times;
+  for (std::size_t i = rank0_steps_.size() / 5; i < rank0_steps_.size(); ++i) {
+    step_times.push_back(NumberOf(rank0_steps_[i], "step_s"));
+  }
+  const double measured = Median(step_times);
+  const double global_batch = NumberOf(rank0_steps_.back(), "samples_per_s") * NumberOf(rank0_steps_.back(), "step_s");
+  summary["first_step"] = rank0_steps_.front().value("step", 0);
+  summary["first_loss"] = NumberOf(rank0_steps_.front(), "loss", kNoNumber);
+  summary["last_loss"] = NumberOf(rank0_steps_.back(), "loss", kNoNumber);
+  summary["measured_step_s"] = measured;
+  summary["predicted_step_s"] = predicted_step_s;
+  summary["prediction_error"] = predicted_step_s > 0 && measured > 0 ? predicted_step_s / measured - 1 : 0.0;
+  summary["samples_per_s"] = measured > 0 ? global_batch / measured : 0.0;
+  nlohmann::ordered_json busy = nlohmann::ordered_json::object();
+  for (const auto& [type, share] : BusyShares()) busy[type] = share;
+  summary["busy_share"] = busy;
+  for (auto record = rank0_steps_.rbegin(); record != rank0_steps_.rend(); ++record) {
+    if (const auto val_loss = HeldOutLoss(*record)) {
+      summary["val_loss"] = *val_loss;
+      summary["val_step"] = record->value("step", 0);
+      break;
+    }
+  }
+  return summary;
+}
+
+}  // namespace poplar

@@ -1,0 +1,40 @@
+// `poplar-worker network`: times the collectives that training uses, among every rank of
+// a job, with the backend, device and payload type that training will use. `poplar
+// network` starts it on every device of a cluster through the agents and fits the lines
+// the planner charges instead of a declared link (planner/formats/network.h).
+//
+// For each payload size (4 KiB, then x4 up to `max_bytes`, and below an eighth of the
+// smallest emulated memory among the ranks)
+// and each collective (all-reduce, reduce-scatter, all-gather), every rank runs three
+// warm-ups and then timed runs, each started together after a barrier and timed until
+// the device is done: at least `repeats`, and for fast collectives as many as fill 50 ms
+// (at most 50). A run takes as long as its slowest rank; the point is the median over
+// the runs. Rank 0 writes a line per point to --metrics:
+//   {"collective": "all_gather", "bytes": 65536, "seconds": 0.00042, "world_size": 3,
+//    "backend": "gloo"}
+// and a readable line to stdout. The payload is the caller's tensor (an all-reduce's
+// tensor, a reduce-scatter's input, an all-gather's output).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "launcher/device/device_flags.h"
+
+namespace poplar {
+
+struct NetworkOptions {
+  DeviceFlags device;              // memory_bytes: payloads stay below an eighth of it;
+                                   // slowdown: unused (nothing is computed)
+  std::string backend = "auto";    // as `train --backend`
+  std::string gloo_reduce_scatter = "alltoall";  // as `train --gloo-reduce-scatter`
+  std::string precision = "fp32";  // payload type: fp32, or bf16
+  std::string metrics;             // rank 0's lines ({rank} allowed, as for train)
+  std::int64_t max_bytes = 64 << 20;
+  int repeats = 5;
+  int timeout_s = 120;
+};
+
+void MeasureNetwork(const NetworkOptions& options);
+
+}  // namespace poplar

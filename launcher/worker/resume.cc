@@ -1,0 +1,150 @@
+#include "launcher/worker/resume.h"
+
+#include <exception>
+#include <iostream>
+#include <vector>
+
+#include "launcher/worker/checkpoint.h"
+#include "planner/base/command_failed.h"
+#include "planner/base/input_error.h"
+#include "planner/base/join.h"
+
+namespace poplar {
+namespace {
+
+// Warns, on the rank that read the checkpoint, when this run goes on otherwise than the
+// one that wrote it (RecipeChanges): a changed --lr or schedule, batch or token file is
+// often meant (a lower rate after a loss spike, more steps), never silent. The head
+// shows worker warnings (LaunchMonitor::Output).
+void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRecipe& recipe, const std::string& path,
+                         int rank) {
+  if (!checkpoint.training) {
+    std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": the checkpoint of step "
+              << checkpoint.step << " records no training recipe (poplar before 2026-11-26), so whether this run "
+              << "goes on with the --lr, schedule, batch and data that wrote it cannot be checked" << std::endl;
+    return;
+  }
+  const std::vector<std::string> changes = RecipeChanges(*checkpoint.training, recipe, checkpoint.step);
+  if (changes.empty()) return;
+  std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": this run goes on from step "
+            << checkpoint.step << " otherwise than the run that wrote it: " << Join(changes, "; ") << std::endl;
+}
+
+// Sends `line` from rank `source` to every rank (rank 0, which writes checkpoints, may
+// not hold the one the job resumed from): its ancestor count, then the run ids (as
+// their bits) and steps.
+CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source,
+                             torch::Device device) {
+  const auto longs = torch::TensorOptions(torch::kLong);
+  auto count = torch::tensor({static_cast<std::int64_t>(line.ancestors.size())}, longs).to(device);
+  communicator.Broadcast(count, source);
+  const std::int64_t ancestors = count.cpu().item<std::int64_t>();
+  std::vector<std::int64_t> values(1 + 2 * ancestors, 0);
+  if (communicator.rank() == source) {
+    values[0] = static_cast<std::int64_t>(line.run);
+    for (std::int64_t i = 0; i < ancestors; ++i) {
+      values[1 + 2 * i] = static_cast<std::int64_t>(line.ancestors[i].run);
+      values[2 + 2 * i] = line.ancestors[i].step;
+    }
+  }
+  auto sent = torch::tensor(values, longs).to(device);
+  communicator.Broadcast(sent, source);
+  sent = sent.cpu();
+  CheckpointLine received{static_cast<std::uint64_t>(sent[0].item<std::int64_t>()), {}};
+  for (std::int64_t i = 0; i < ancestors; ++i) {
+    received.ancestors.push_back(
+        {static_cast<std::uint64_t>(sent[1 + 2 * i].item<std::int64_t>()), sent[2 + 2 * i].item<std::int64_t>()});
+  }
+  return received;
+}
+
+}  // namespace
+
+std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const std::string& resume,
+                                                  std::int64_t steps, const GptConfig& config,
+                                                  const TrainingRecipe& recipe, torch::Device device) {
+  const int world_size = communicator.world_size();
+  constexpr std::int64_t kNoCheckpoint = -1;
+  constexpr std::int64_t kUnreadable = -2;
+  torch::NoGradGuard no_grad;
+  std::exception_ptr own_error;
+  std::int64_t own_step = kNoCheckpoint;
+  if (!resume.empty()) {
+    try {
+      own_step = CheckpointStep(resume, config);
+    } catch (const std::exception&) {
+      own_error = std::current_exception();
+      own_step = kUnreadable;
+    }
+  }
+  auto own = torch::tensor({own_step}, torch::TensorOptions(torch::kLong)).to(device);
+  auto newest = torch::empty({world_size}, torch::TensorOptions(torch::kLong)).to(device);
+  communicator.AllGather(own, newest);
+  newest = newest.cpu();
+  if (own_error) std::rethrow_exception(own_error);
+  int source = 0;
+  for (int r = 0; r < world_size; ++r) {
+    if (newest[r].item<std::int64_t>() == kUnreadable) {
+      throw PeerFailure("rank " + std::to_string(r) + " cannot read its --resume checkpoint (its error says why)");
+    }
+    if (newest[r].item<std::int64_t>() > newest[source].item<std::int64_t>()) source = r;
+  }
+  const std::int64_t step = newest[source].item<std::int64_t>();
+  if (step == kNoCheckpoint) return std::nullopt;
+  if (step > steps) {
+    throw InputError("--steps", "", std::to_string(steps) + " is below the step of the newest checkpoint (" +
+                                        std::to_string(step) + ", rank " + std::to_string(source) + "'s)");
+  }
+
+  // The source reads the tensors and says whether it could, before any is sent.
+  std::optional<RestoredCheckpoint> checkpoint;
+  if (communicator.rank() == source) {
+    try {
+      checkpoint = RestoreCheckpoint(resume, config, model);
+      if (checkpoint->step != step) {
+        throw InputError(resume, "", "changed while the job started (step " + std::to_string(step) +
+                                                 ", now " + std::to_string(checkpoint->step) + ")");
+      }
+      WarnOfRecipeChanges(*checkpoint, recipe, resume, communicator.rank());
+    } catch (const std::exception&) {
+      own_error = std::current_exception();
+    }
+  }
+  auto readable = torch::tensor({own_error ? std::int64_t{0} : 1}, torch::TensorOptions(torch::kLong)).to(device);
+  communicator.Broadcast(readable, source);
+  if (own_error) std::rethrow_exception(own_error);
+  if (readable.cpu().item<std::int64_t>() == 0) {
+    throw PeerFailure("rank " + std::to_string(source) + ", which holds the newest checkpoint (step " +
+                             std::to_string(step) + "), cannot read it (its error says why)");
+  }
+  Resumed resumed;
+  resumed.step = step;
+  resumed.source = source;
+  resumed.line = BroadcastLine(communicator, checkpoint ? checkpoint->line : CheckpointLine{}, source, device);
+  for (auto& [name, parameter] : model->NamedParameters()) {
+    auto value = parameter.detach();  // the source's holds the checkpoint's already
+    communicator.Broadcast(value, source);
+    resumed.parameters.emplace_back(name, value.sizes().vec());
+  }
+  if (checkpoint) resumed.moments = std::move(checkpoint->moments);
+  return resumed;
+}
+
+void SendResumedMoments(Communicator& communicator, TrainingEngine& engine, Resumed& resumed, torch::Device device) {
+  torch::NoGradGuard no_grad;
+  const auto fp32 = torch::TensorOptions(torch::kFloat32).device(device);
+  for (const auto& [name, shape] : resumed.parameters) {
+    AdamMoments moment;
+    if (const auto loaded = resumed.moments.find(name); loaded != resumed.moments.end()) {
+      moment = {loaded->second.exp_avg.to(fp32), loaded->second.exp_avg_sq.to(fp32)};
+      resumed.moments.erase(loaded);
+    } else {
+      moment = {torch::empty(shape, fp32), torch::empty(shape, fp32)};  // the collectives fill them
+    }
+    communicator.Broadcast(moment.exp_avg, resumed.source);
+    communicator.Broadcast(moment.exp_avg_sq, resumed.source);
+    engine.LoadMoments({{name, moment}}, resumed.step);
+  }
+}
+
+}  // namespace poplar

@@ -1,0 +1,470 @@
+#include "launcher/worker/train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/worker/checkpoint.h"
+#include "launcher/worker/checkpoint_writer.h"
+#include "launcher/comm/communicator.h"
+#include "launcher/device/device.h"
+#include "launcher/device/emulated_slowdown.h"
+#include "launcher/worker/evaluation.h"
+#include "launcher/model/gpt.h"
+#include "launcher/worker/metrics_writer.h"
+#include "launcher/worker/resume.h"
+#include "launcher/model/state_dict.h"
+#include "launcher/worker/step_trace.h"
+#include "launcher/worker/stop_signals.h"
+#include "launcher/worker/stopwatch.h"
+#include "launcher/worker/token_data.h"
+#include "launcher/zero/training_engine.h"
+#include "planner/base/input_error.h"
+#include "planner/base/join.h"
+#include "planner/formats/model_config.h"
+#include "planner/formats/step_cadence.h"
+#include "planner/base/text_file.h"
+#include "planner/formats/worker_plan.h"
+
+namespace poplar {
+namespace {
+
+struct MicroBatchResult {
+  double loss_sum = 0;   // the loss summed over the micro-batch's tokens
+  double seconds = 0;    // its compute, stretched on an emulated slower device
+};
+
+// The wall time since it was made less what `communicator` waited in collectives
+// meanwhile: a phase's own work, its exposed communication being counted apart.
+class OwnTime {
+ public:
+  explicit OwnTime(const Communicator& communicator)
+      : communicator_(communicator), start_(Clock::now()), waited_(communicator.communication_seconds()) {}
+  double Seconds() const {
+    return SecondsSince(start_) - (communicator_.communication_seconds() - waited_);
+  }
+
+ private:
+  const Communicator& communicator_;
+  Clock::time_point start_;
+  double waited_;
+};
+
+// Compute of one micro-batch: forward and backward less the waits in collectives inside
+// them (stage 2's and 3's, which the step counts as communication), and for an emulated
+// slower device the extra wall time.
+MicroBatchResult RunMicroBatch(TrainingEngine& engine, const Communicator& communicator, const TokenData& data,
+                               std::int64_t first, int size, bool last, double slowdown, torch::Device device) {
+  const OwnTime time(communicator);
+  auto [inputs, targets] = data.Batch(first, size);
+  const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
+  return {loss_sum, StretchCompute(time.Seconds(), slowdown)};
+}
+
+// Out of device memory, said in the plan's terms: an emulated or real device's
+// OutOfMemoryError read "tried to allocate 65536 bytes" and named nothing of the job.
+// `what` is the work that ran out ("the micro-batch of 32 samples at step 3").
+InputError OutOfMemory(const std::string& file, const std::string& key, const std::string& what,
+                       const c10::OutOfMemoryError& error, const std::string& remedy) {
+  return InputError(file, key,
+                    what + " ran out of device memory (" + FirstLine(error.what_without_backtrace()) + "); " + remedy);
+}
+
+// The error of step `step` when `what` (its loss, gradient norm or held-out loss) is not a
+// finite number: every rank sees the same (they are all-reduced) and stops alike, before
+// anything of the step is written, so the newest checkpoint stays the last good state.
+std::runtime_error Diverged(std::int64_t step, const std::string& what) {
+  return std::runtime_error("training diverged at step " + std::to_string(step) + ": " + what +
+                            "; nothing of this step was written. Lower --lr, or clip with --grad-clip");
+}
+
+// --lr and the schedule flags as AdamW's options; throws InputError naming the flag.
+AdamWOptions OptimizerOptions(const TrainOptions& options) {
+  LrScheduleSettings settings = options.schedule;
+  const std::optional<LrDecay> decay = LrDecayNamed(options.lr_decay);
+  if (!decay) throw InputError("--lr-decay", "", "must be constant, cosine or linear, got '" + options.lr_decay + "'");
+  settings.decay = *decay;
+  AdamWOptions adamw = options.adamw;
+  adamw.schedule = ResolveLrSchedule(
+      settings, adamw.lr, options.steps,
+      {"--warmup-steps", "--decay-steps", "--min-lr", "--steps", "add --lr-decay cosine or linear"});
+  return adamw;
+}
+
+// Output paths are checked before the rendezvous, so a typo or a folder that takes no
+// files fails at once on its own rank instead of after training (or as a peer's
+// connection error); and no output may be one of the files the job reads. --save is
+// rank 0's alone to write; --metrics each rank's own file, if any. Returns the lock of
+// --checkpoint-dir, which rank 0 holds while it runs.
+std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, int rank) {
+  const std::vector<InputFile> inputs = {{options.data, "the token file (--data)"},
+                                         {options.plan, "the plan (--plan)"},
+                                         {options.model_config, "the model configuration (--model-config)"},
+                                         {options.init, "the initial state (--init)"},
+                                         {options.eval_data, "the evaluation's token file (--eval-data)"}};
+  const std::string metrics = MetricsWriter::PathFor(options.metrics, rank);
+  const std::string trace = MetricsWriter::PathFor(options.trace, rank);
+  // Nor one output another's: the state dict would replace the metrics, or find the
+  // checkpoint folder in its way only after the training.
+  using Output = std::pair<std::string, std::string>;  // flag, path ("" when not written here)
+  const Output save_output{"--save", rank == 0 ? options.save : ""}, metrics_output{"--metrics", metrics},
+      trace_output{"--trace", trace};
+  const std::vector<Output> outputs = {save_output, metrics_output, trace_output,
+                                       {"--checkpoint-dir", options.checkpoint_dir}};
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      if (!outputs[i].second.empty() && !outputs[j].second.empty() && SamePath(outputs[i].second, outputs[j].second)) {
+        throw InputError(outputs[i].first, "", outputs[i].second + " is also " + outputs[j].first +
+                                                   "; each output needs a path of its own");
+      }
+    }
+  }
+  // The checkpoint folders hold what the checkpoints write: a file inside one would be
+  // replaced by a step folder or `latest`, deleted by --keep-checkpoints, or corrupt
+  // the checkpoint --resume reads.
+  for (const auto& [flag, path] : {save_output, metrics_output, trace_output}) {
+    if (path.empty()) continue;
+    for (const auto& [folder_flag, folder] : {std::pair{"--checkpoint-dir", options.checkpoint_dir},
+                                              std::pair{"--resume", options.resume}}) {
+      if (!folder.empty() && IsWithin(path, folder)) {
+        throw InputError(flag, "", path + " is inside " + folder_flag + " " + folder +
+                                       ", which holds the checkpoints alone; write it elsewhere");
+      }
+    }
+  }
+  if (!options.save.empty() && rank == 0) RequireOutputApart(options.save, inputs, "--save");
+  if (!trace.empty()) RequireOutputApart(trace, inputs, "--trace");
+  if (!metrics.empty()) {
+    RequireStreamOutputApart(metrics, inputs, "--metrics");  // appended to: /dev/stdout or a pipe will do
+  }
+  if (options.checkpoint_dir.empty()) return std::nullopt;
+  PrepareCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
+  if (rank != 0) return std::nullopt;
+  return LockCheckpointFolder(options.checkpoint_dir, "--checkpoint-dir");
+}
+
+// How this run trains (what its checkpoints record): the data as this rank's token file
+// holds it, which every rank's must match (JobSettings), wherever each file is.
+TrainingRecipe RecipeOf(const TrainOptions& options, const AdamWOptions& adamw, const WorkerPlan& plan,
+                        const TokenData& data) {
+  return {adamw, plan.global_batch, options.precision, data.tokens(), data.fingerprint()};
+}
+
+// What every rank must agree on before any collective that depends on it (the resume's
+// broadcasts are shaped by the model): anything that decides which collectives run, or
+// what is trained. Keys in the order a mismatch is most likely explained by: the model,
+// the recipe's keys one by one ("'lr' is 0.1 here but 0.2 on rank 1"), then the rest.
+std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recipe, const WorkerPlan& plan,
+                        const GptConfig& config, const std::optional<Evaluation>& evaluation) {
+  nlohmann::ordered_json settings = {{"model", ModelConfigObject(config)}};
+  const nlohmann::ordered_json recipe_object = RecipeObject(recipe);
+  for (const auto& [key, value] : recipe_object.items()) settings[key] = value;
+  settings["plan"] = {{"stage", plan.stage}, {"micro_batches", plan.micro_batches}};
+  settings["steps"] = options.steps;
+  settings["bucket_mb"] = options.bucket_mb;
+  settings["save"] = !options.save.empty();
+  settings["checkpoint_dir"] = !options.checkpoint_dir.empty();
+  settings["checkpoint_every"] = options.checkpoint_every;
+  settings["device"] = options.device.kind;
+  settings["backend"] = options.backend;
+  settings["gloo_reduce_scatter"] = options.gloo_reduce_scatter;
+  // The same evaluation everywhere: its rounds are collective at stage 3, and its loss a sum.
+  settings["eval"] = nullptr;
+  if (evaluation) {
+    settings["eval"] = {{"every", options.eval_every}, {"samples", evaluation->samples},
+                        {"tokens", evaluation->data.tokens()}, {"fingerprint", evaluation->data.fingerprint()}};
+  }
+  return settings.dump();
+}
+
+// Where training starts, agreed once the resume is done: the step, and a checksum of the
+// parameters (the same --init and --seed, or the state every rank received).
+std::string StartingPoint(const Gpt& model, std::int64_t first_step) {
+  double checksum = 0;
+  for (const auto& [name, parameter] : model->NamedParameters()) {
+    checksum += parameter.detach().to(torch::kFloat64).sum().item<double>();
+  }
+  return nlohmann::ordered_json{{"first_step", first_step}, {"parameters_sum", checksum}}.dump();
+}
+
+// What a rank checks, loads and builds on its own, before it meets the others.
+struct LocalSetup {
+  torch::Device device;
+  CollectiveBackend backend;
+  GlooReduceScatter gloo_reduce_scatter;
+  AdamWOptions adamw;
+  WorkerPlan plan;
+  GptConfig config;
+  TokenData data;
+  std::optional<Evaluation> evaluation;  // with --eval-data
+  std::int64_t baseline_bytes;  // device memory in use before the model
+  Gpt model;                    // from --seed or --init; a --resume replaces it later
+  MetricsWriter metrics;        // opened, not yet started (a resume appends)
+  std::optional<FolderLock> checkpoint_lock;  // rank 0's, of --checkpoint-dir
+};
+
+LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
+  const torch::Device device = SetUpDevice(options.device, env.local_rank);
+  const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
+  Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
+  const GlooReduceScatter gloo_reduce_scatter =
+      ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
+  const AdamWOptions adamw = OptimizerOptions(options);
+  WorkerPlan plan = LoadWorkerPlan(options.plan);
+  RequireWorldSize(plan, env.world_size);
+  const GptConfig config = LoadModelConfig(options.model_config);
+  TokenData data(options.data, config.block_size, config.vocab_size);
+  std::optional<Evaluation> evaluation = LoadEvaluation(options.eval_data, options.eval_samples, plan, config, env.rank);
+  std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
+  const std::int64_t baseline_bytes = MemoryInUse(device);
+  torch::manual_seed(options.seed);
+  try {
+    Gpt model(config);
+    if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
+    MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
+    model->to(device);
+    return {device,          backend,  gloo_reduce_scatter, adamw,
+            std::move(plan), config,   std::move(data),     std::move(evaluation),
+            baseline_bytes,  model,    std::move(metrics),  std::move(checkpoint_lock)};
+  } catch (const c10::OutOfMemoryError& error) {
+    // (Reading --init holds the file's tensors beside the model's: libtorch's errors in
+    // ReadStateDict pass this one through.)
+    throw OutOfMemory(options.model_config, "",
+                      "the model (" + std::to_string(config.ParameterCount()) + " parameters" +
+                          (options.init.empty() ? "" : ", with --init read beside it") + ")",
+                      error, "it needs a device with more memory");
+  }
+}
+
+}  // namespace
+
+void Train(const TrainOptions& options) {
+  InstallStopHandlers();
+  const DistributedEnv env = DistributedEnv::FromEnvironment();
+  // A rank that stops here tells the others why (they would wait out --timeout for it).
+  LocalSetup local = Communicator::BeforeRendezvous(env, std::chrono::seconds(options.timeout_s),
+                                                    [&] { return SetUpLocally(options, env); });
+  const torch::Device device = local.device;
+  const WorkerPlan& plan = local.plan;
+  const GptConfig& config = local.config;
+  const TokenData& data = local.data;
+  const std::int64_t baseline_bytes = local.baseline_bytes;
+  Gpt& model = local.model;
+  const CollectiveBackend backend = local.backend;
+
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
+                            local.gloo_reduce_scatter);
+  const AdamWOptions& adamw = local.adamw;
+  const TrainingRecipe recipe = RecipeOf(options, adamw, plan, data);
+  communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config, local.evaluation));
+  std::optional<Resumed> resumed =
+      ResumeFromNewestCheckpoint(communicator, model, options.resume, options.steps, config, recipe, device);
+  const std::int64_t first_step = resumed ? resumed->step : 0;
+  MetricsWriter& metrics = local.metrics;
+  metrics.Start(/*append=*/resumed.has_value());
+  const std::unique_ptr<TrainingEngine> engine_owner = [&] {
+    try {
+      // (The checksum's float64 copy of a parameter is a state's size, too.)
+      communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
+      return MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
+                        WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
+    } catch (const c10::OutOfMemoryError& error) {
+      throw OutOfMemory(plan.file, "stage",
+                        "the model's states at ZeRO stage " + std::to_string(plan.stage) + " (its parameters, "
+                        "gradients and optimizer moments, before any micro-batch)",
+                        error, plan.stage < 3 && env.world_size > 1
+                                   ? "a higher stage shards more of them over the ranks (poplar plan chooses one that fits)"
+                                   : "they need a device with more memory, or more ranks to shard them over");
+    }
+  }();
+  TrainingEngine& engine = *engine_owner;
+  // This run's line of training: on from the checkpoint's, or a line of its own. Only
+  // rank 0 writes checkpoints, so only it draws an id.
+  const std::uint64_t run = env.rank == 0 ? NewRunId() : 0;
+  const CheckpointLine training_line = resumed ? resumed->line.ContinuedBy(run, first_step) : CheckpointLine{run, {}};
+  if (resumed) {
+    try {
+      SendResumedMoments(communicator, engine, *resumed, device);
+    } catch (const c10::OutOfMemoryError& error) {
+      throw OutOfMemory(plan.file, "stage",
+                        "resuming the Adam moments at ZeRO stage " + std::to_string(plan.stage) +
+                            " (one parameter's two fp32 moments beyond the model's states, before any micro-batch)",
+                        error, "they need a device with more memory, or more ranks to shard the states over");
+    }
+    resumed.reset();
+  }
+
+  const int rank = env.rank;
+  std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
+  if (rank == 0 && !options.checkpoint_dir.empty()) {
+    writer.emplace(options.checkpoint_dir, config, recipe, options.keep_checkpoints, training_line);
+  }
+  const std::vector<int>& micro_batches = plan.micro_batches[rank];
+  const std::int64_t offset = plan.RankOffset(rank);
+  std::size_t last_computing_entry = micro_batches.size();
+  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+    if (micro_batches[entry] > 0) last_computing_entry = entry;
+  }
+  const double tokens_per_step = static_cast<double>(plan.global_batch) * config.block_size;
+  // After the resume: the graphs then capture the parameters' and gradients' final buffers.
+  const bool graphs = engine.ReplayFromGraphs(options.device.cuda_graphs);
+  if (rank == 0 && options.log_every > 0) {
+    std::cerr << "poplar-worker[rank 0]: " << Count(env.world_size, "rank") << ", ZeRO stage " << plan.stage
+              << ", global batch " << plan.global_batch << ", " << config.ParameterCount()
+              << " parameters, steps " << first_step << ".." << options.steps << ", on "
+              << device.str() << ", collectives " << communicator.backend_name()
+              << (graphs ? ", micro-batches replayed from CUDA graphs" : "") << "\n";
+  }
+
+  // A stop that came while a checkpoint was in flight (stop_signals.h): no further step,
+  // and no newer checkpoint to take its place; the writer ends the process once it is on
+  // the disk.
+  const auto stop_if_asked = [&writer] {
+    if (StopRequested() == 0) return;
+    writer.reset();  // finishes what is in flight
+    EndByStopSignal();
+  };
+  StepTrace trace(MetricsWriter::PathFor(options.trace, rank), options.trace_step, first_step, options.steps, device,
+                  rank);
+  for (std::int64_t step = first_step; step < options.steps; ++step) {
+    stop_if_asked();
+    trace.BeforeStep(step + 1);
+    const auto step_start = Clock::now();
+    const double communication_before = communicator.communication_seconds();
+    const Communicator::Volume volume_before = communicator.volume();
+    // What the rank carries from step to step: its model states. Measured here, when no
+    // collective is in flight (a finished one's buffers may linger on Gloo's threads).
+    const std::int64_t state_bytes = MemoryInUse(device) - baseline_bytes;
+    ResetMemoryPeak(device);
+    double loss_sum = 0;
+    double compute_s = 0;
+    std::int64_t first = step * plan.global_batch + offset;
+    for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+      const int size = micro_batches[entry];
+      if (size > 0) {
+        MicroBatchResult result;
+        try {
+          result = RunMicroBatch(engine, communicator, data, first, size, entry == last_computing_entry,
+                                 options.device.slowdown, device);
+        } catch (const c10::OutOfMemoryError& error) {
+          throw OutOfMemory(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(entry) + "]",
+                            "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
+                            "the plan asks more of this device than it holds (poplar plan sizes micro-batches "
+                            "from the device's profile: profile it again, as another process may share it, and "
+                            "plan again; or give this rank smaller micro-batches)");
+        }
+        loss_sum += result.loss_sum;
+        compute_s += result.seconds;
+        first += size;
+      }
+      engine.EndRound(size > 0);
+    }
+    // The optimizer step's own time: Step() less its waits in collectives (scaling,
+    // norm, clipping, AdamW), what a profile's optimizer_step_s times at world size 1,
+    // and stretched alike on an emulated device. (The stretch comes after the step's
+    // all-gather rather than before; the loss's all-reduce below makes every rank wait
+    // for it the same.)
+    const OwnTime step_phase(communicator);
+    const double grad_norm = engine.Step(tokens_per_step);
+    const double optimizer_s = StretchCompute(step_phase.Seconds(), options.device.slowdown);
+    // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
+    // computes the norm of its own all-reduced copy, which may round to inf on one alone.
+    auto loss = torch::tensor({loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0}, torch::kFloat64).to(device);
+    communicator.AllReduceSum(loss);
+    const auto totals = loss.cpu();  // waits for the device
+    const double mean_loss = totals[0].item<double>() / tokens_per_step;
+    // (A nan run once trained on to the end, wrote nan checkpoints and exited 0.)
+    if (const double ranks_not_finite = totals[1].item<double>(); !std::isfinite(mean_loss) || ranks_not_finite > 0) {
+      const std::string norm = ranks_not_finite > 0 ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
+                                                    : std::to_string(grad_norm);
+      throw Diverged(step + 1, "the loss is " + std::to_string(mean_loss) + " and the gradient norm " + norm);
+    }
+    const double step_s = SecondsSince(step_start);
+    trace.AfterStep(step + 1, step_s);
+    const Communicator::Volume volume = communicator.volume().Since(volume_before);
+    const double communication_s = communicator.communication_seconds() - communication_before;
+    const std::int64_t peak_bytes = MemoryPeak(device) - baseline_bytes;
+
+    // The held-out loss, after the step and outside its figures (step_s, communication,
+    // peak memory: what profiles and predictions are about).
+    std::optional<double> val_loss;
+    double eval_s = 0;
+    if (local.evaluation && DueAfterStep(step + 1, options.eval_every, options.steps)) {
+      const auto eval_start = Clock::now();
+      val_loss =
+          Evaluate(engine, communicator, *local.evaluation, config.block_size, options.device.slowdown, device);
+      eval_s = SecondsSince(eval_start);
+      // An update that overflowed after a finite loss shows here first.
+      if (!std::isfinite(*val_loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(*val_loss));
+    }
+
+    nlohmann::json record = {{"step", step + 1},
+                   {"rank", rank},
+                   {"world_size", env.world_size},
+                   {"stage", plan.stage},
+                   {"loss", mean_loss},
+                   {"grad_norm", grad_norm},
+                   {"lr", engine.learning_rate()},  // the rate the update took
+                   {"step_s", step_s},
+                   {"compute_s", compute_s},
+                   {"communication_s", communication_s},
+                   {"all_reduced_bytes", volume.all_reduced},
+                   {"reduce_scattered_bytes", volume.reduce_scattered},
+                   {"all_gathered_bytes", volume.all_gathered},
+                   {"optimizer_s", optimizer_s},
+                   {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
+                   {"samples_per_s", plan.global_batch / step_s},
+                   {"tokens_per_s", tokens_per_step / step_s},
+                   {"peak_bytes", peak_bytes},
+                   {"state_bytes", state_bytes}};
+    if (local.evaluation) record["eval_every"] = options.eval_every;  // the head checks it is there
+    if (val_loss) {
+      record["val_loss"] = *val_loss;
+      record["eval_s"] = eval_s;
+    }
+    metrics.Write(record);
+    if (rank == 0 && options.log_every > 0 && (DueAfterStep(step + 1, options.log_every, options.steps) || val_loss)) {
+      char val_text[32] = "";
+      if (val_loss) std::snprintf(val_text, sizeof val_text, " val loss %.4f", *val_loss);
+      std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s%s\n",
+                   static_cast<long long>(step + 1), mean_loss, grad_norm, plan.global_batch / step_s, val_text);
+    }
+    if (!options.checkpoint_dir.empty() && DueAfterStep(step + 1, options.checkpoint_every, options.steps)) {
+      // Gathered by every rank (collectives), written by rank 0 in the background. One
+      // still waiting to be written gives way to it first, so that memory holds at most
+      // two (if this gather then fails, a peer gone, the waiting one is lost with it).
+      stop_if_asked();
+      const std::optional<std::int64_t> replaced = writer ? writer->DropWaiting() : std::nullopt;
+      Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
+      if (writer) writer->Start(std::move(checkpoint));
+      if (replaced) {
+        std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced << " was not written: the one of "
+                  << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
+                  << "than --checkpoint-every)\n";
+      }
+    }
+    if (writer) writer->Check();
+  }
+  stop_if_asked();  // no --save after a stop
+  const StateDict saved = options.save.empty() ? StateDict{} : engine.FullState(rank == 0);  // collective at stage 3
+  // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
+  // waits for the disk in a collective.
+  communicator.Barrier();
+  if (rank == 0 && !options.save.empty()) {
+    RequireFiniteState(saved, options.steps, "--save was not written");
+    WriteStateDict(options.save, saved);
+  }
+  if (writer) writer->Finish();
+}
+
+}  // namespace poplar

@@ -1,0 +1,382 @@
+#include "planner/cluster/cluster.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "planner/base/host_port.h"
+#include "planner/base/input_error.h"
+#include "planner/formats/profile.h"
+#include "planner/base/text_file.h"
+#include "planner/formats/training_limits.h"
+#include "planner/base/yaml_fields.h"
+
+namespace poplar {
+namespace {
+
+constexpr double kBitsPerByte = 8.0;
+
+LinkSpec ParseLink(YamlFields fields) {
+  LinkSpec link;
+  const double gbps = fields.NumberIn("bandwidth_gbps", kLeastLinkGbps, kMostLinkGbps, "a number of gigabits per second");
+  link.bandwidth_bytes_per_s = gbps * 1e9 / kBitsPerByte;
+  const double latency_us = fields.NumberIn("latency_us", 0, kMostLinkLatencyUs, "a number of microseconds");
+  link.latency_s = latency_us * 1e-6;
+  fields.Finish();
+  return link;
+}
+
+void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
+  cluster.global_batch = fields.IntegerIn("global_batch", 1, kMostGlobalBatch, "a number of samples");
+  if (auto text = fields.OptionalString("precision")) {
+    auto precision = ParsePrecision(*text);
+    if (!precision) fields.Fail("precision", "must be fp32 or mixed, got '" + *text + "'");
+    cluster.precision = *precision;
+  }
+  // The word auto, or a stage written as a number, as global_batch is: '3' is the string "3".
+  if (const auto given = fields.OptionalScalar("stage"); given && given->Scalar() != "auto") {
+    const std::string text = given->Scalar();
+    const bool digit = text.size() == 1 && text[0] >= '0' && text[0] <= '3';
+    if (!digit || !YamlFields::IsWrittenAs(*given, {"int"})) {
+      fields.Fail("stage", "must be auto, 0, 1, 2 or 3, got " + YamlFields::Shown(*given) +
+                               (digit ? "; write it without quotes: stage: " + text : ""));
+    }
+    cluster.stage = text[0] - '0';
+  }
+  fields.Finish();
+}
+
+DeviceGroupSpec ParseDeviceGroup(YamlFields fields) {
+  DeviceGroupSpec group;
+  group.type = fields.String("type");
+  if (const std::string problem = DeviceTypeProblem(group.type); !problem.empty()) fields.Fail("type", problem);
+  group.count = static_cast<int>(fields.IntegerIn("count", 1, 1'000'000, "a number of devices"));
+  fields.Finish();
+  return group;
+}
+
+NodeSpec ParseNode(YamlFields fields) {
+  NodeSpec node;
+  node.name = fields.String("name");
+  node.host = fields.OptionalString("host").value_or(node.name);
+  node.agent = fields.OptionalString("agent").value_or(node.host + ":" + std::to_string(kDefaultAgentPort));
+  if (const std::string problem = HostPortProblem(node.agent, 1); !problem.empty()) fields.Fail("agent", problem);
+  YAML::Node devices = fields.List("devices", "a non-empty list of {type, count}");
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    node.devices.push_back(ParseDeviceGroup(
+        YamlFields(devices[i], fields.file(), fields.KeyPath("devices[" + std::to_string(i) + "]"))));
+  }
+  fields.Finish();
+  return node;
+}
+
+// A token file's path in each agent's work directory (the agents share no file system
+// with the head; each resolves it in its work_dir and refuses anything outside). Refused
+// here, before any profiling, when no agent could take it.
+std::string WorkDirFile(YamlFields& fields, const std::string& key) {
+  const std::string path = fields.String(key);
+  if (std::filesystem::path(path).is_absolute()) {
+    fields.Fail(key, "must be relative to each agent's work_dir (where the agent looks for it), got '" + path + "'");
+  }
+  const std::filesystem::path normal = std::filesystem::path(path).lexically_normal();
+  if (normal.empty() || normal == "." || *normal.begin() == "..") {
+    fields.Fail(key, "must name a file inside each agent's work_dir, got '" + path + "'");
+  }
+  return path;
+}
+
+std::optional<double> OptionalPositive(YamlFields& fields, const std::string& key, bool zero_allowed) {
+  if (!fields.Has(key)) return std::nullopt;
+  const double value = fields.Number(key);
+  if (!(value > 0 || (zero_allowed && value == 0))) {
+    fields.Fail(key, std::string(zero_allowed ? "must be zero or more" : "must be a positive number") + ", got " +
+                         fields.Child(key).Scalar());
+  }
+  return value;
+}
+
+// The job's schedule, resolved as the workers will; a refusal names the setting by its
+// key in the job section, and the job's steps by `steps` (what set them).
+LrSchedule ResolveJobSchedule(const JobSpec& job, const std::string& steps) {
+  return ResolveLrSchedule(job.schedule, job.lr.value_or(kDefaultLearningRate), job.steps,
+                           {"warmup_steps", "decay_steps", "min_lr", steps, "add lr_decay: cosine or linear"});
+}
+
+JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
+  JobSpec job;
+  job.model_config = ResolveAgainst(base_folder, fields.String("model"));
+  job.data = WorkDirFile(fields, "data");
+  job.steps = fields.IntegerIn("steps", 1, kMostJobSteps, "a number of optimizer steps");
+  job.lr = OptionalPositive(fields, "lr", false);
+  if (job.lr && *job.lr > kMostLearningRate) {
+    fields.Fail("lr", "must be at most 1e6 (a larger rate only diverges), got " + fields.Child("lr").Scalar());
+  }
+  job.weight_decay = OptionalPositive(fields, "weight_decay", true);
+  job.grad_clip = OptionalPositive(fields, "grad_clip", true);
+  LrScheduleSettings& schedule = job.schedule;
+  if (fields.Has("warmup_steps")) {
+    schedule.warmup_steps = fields.IntegerIn("warmup_steps", 0, kMostJobSteps, "a number of steps");
+  }
+  if (fields.Has("lr_decay")) {
+    const std::string name = fields.String("lr_decay");
+    const std::optional<LrDecay> decay = LrDecayNamed(name);
+    if (!decay) fields.Fail("lr_decay", "must be constant, cosine or linear, got '" + name + "'");
+    schedule.decay = *decay;
+  }
+  if (fields.Has("decay_steps")) {
+    schedule.decay_steps = fields.IntegerIn("decay_steps", 1, kMostJobSteps, "a number of steps");
+  }
+  schedule.min_lr = OptionalPositive(fields, "min_lr", true);
+  if (fields.Has("checkpoint_every")) {
+    job.checkpoint_every =
+        fields.IntegerIn("checkpoint_every", 0, kMostJobSteps, "a number of steps (0: only at the end)");
+  }
+  if (fields.Has("keep_checkpoints")) {
+    job.keep_checkpoints =
+        fields.IntegerIn("keep_checkpoints", 0, 1'000'000, "a number of checkpoints (0: every one)");
+  }
+  if (fields.Has("stop_grace_s")) {
+    job.stop_grace_s = static_cast<int>(fields.IntegerIn("stop_grace_s", 1, kMostStopGraceSeconds,
+                                                         "a number of seconds a stopped rank may take to end"));
+  }
+  if (fields.Has("eval_data")) job.eval_data = WorkDirFile(fields, "eval_data");
+  // Without a file to evaluate they would do nothing, silently.
+  for (const char* key : {"eval_every", "eval_samples"}) {
+    if (fields.Has(key) && job.eval_data.empty()) fields.Fail(key, "is for an evaluation: add eval_data");
+  }
+  if (fields.Has("eval_every")) {
+    job.eval_every = fields.IntegerIn("eval_every", 0, kMostJobSteps, "a number of steps (0: after the last only)");
+  }
+  if (fields.Has("eval_samples")) {
+    job.eval_samples = fields.IntegerIn("eval_samples", 0, std::int64_t{1} << 40, "a number of samples (0: every one)");
+  }
+  fields.Finish();
+  try {
+    ResolveJobSchedule(job, "steps");
+  } catch (const InputError& refusal) {
+    fields.Fail(refusal.file(), refusal.reason());  // the key refusal names, with its line
+  }
+  return job;
+}
+
+}  // namespace
+
+LrSchedule ScheduleOf(const JobSpec& job, const std::string& file, const std::string& steps_flag) {
+  try {
+    return ResolveJobSchedule(job, steps_flag.empty() ? "steps" : steps_flag);
+  } catch (const InputError& refusal) {
+    if (refusal.file() == steps_flag) throw;
+    throw InputError(file, "job." + refusal.file(), refusal.reason());
+  }
+}
+
+std::vector<InputFile> ClusterSpec::InputFiles() const {
+  std::vector<InputFile> files = {{file, "the cluster file"}};
+  if (job) files.push_back({job->model_config, "the cluster's job.model"});
+  if (!measured_network_file.empty()) files.push_back({measured_network_file, "the cluster's network.measured"});
+  if (credentials) {  // a plan written over the private key or the token would lock the head out
+    files.push_back({credentials->ca, "the cluster's credentials.ca"});
+    files.push_back({credentials->cert, "the cluster's credentials.cert"});
+    files.push_back({credentials->key, "the cluster's credentials.key"});
+    files.push_back({credentials->token, "the cluster's credentials.token"});
+  }
+  if (!profiles_dir.empty()) {
+    for (const std::string& type : DeviceTypes()) {
+      files.push_back({(std::filesystem::path(profiles_dir) / (type + ".json")).string(), "the profile of " + type});
+    }
+  }
+  return files;
+}
+
+int ClusterSpec::DeviceCount() const {
+  int total = 0;
+  for (const auto& node : nodes) {
+    for (const auto& group : node.devices) total += group.count;
+  }
+  return total;
+}
+
+std::vector<std::string> ClusterSpec::DeviceTypes() const {
+  std::vector<std::string> types;
+  std::set<std::string> seen;
+  for (const auto& node : nodes) {
+    for (const auto& group : node.devices) {
+      if (seen.insert(group.type).second) types.push_back(group.type);
+    }
+  }
+  return types;
+}
+
+std::optional<LinkSpec> ClusterSpec::SlowestLink() const {
+  return nodes.size() > 1 ? inter_node : intra_node;
+}
+
+std::vector<RankSlot> ClusterSpec::Ranks() const {
+  std::vector<RankSlot> ranks;
+  for (const NodeSpec& node : nodes) {
+    int local = 0;
+    for (const DeviceGroupSpec& group : node.devices) {
+      for (int i = 0; i < group.count; ++i) ranks.push_back({node.name, node.host, group.type, local++});
+    }
+  }
+  return ranks;
+}
+
+CollectiveTimes ClusterSpec::Collectives() const {
+  if (measured_network) return measured_network->times;
+  const int ranks = DeviceCount();
+  if (ranks <= 1) return {};
+  const std::optional<LinkSpec> link = SlowestLink();
+  if (!link) {
+    throw InputError(file, "network", "declares no link for " + std::to_string(ranks) +
+                                          " devices and no measured network was given");
+  }
+  return CollectiveTimes::OverLink(*link, ranks);
+}
+
+JobModel LoadJobModel(const ClusterSpec& cluster) {
+  const std::string& path = cluster.job.value().model_config;
+  JobModel model;
+  try {
+    model.text = ReadTextFile(path);
+  } catch (const InputError& error) {
+    throw InputError(cluster.file, "job.model", path + ": " + error.reason());
+  }
+  model.config = ParseModelConfig(model.text, path);
+  return model;
+}
+
+void RequireJobModel(const ClusterSpec& cluster, const GptConfig& job_model, const std::string& file,
+                     std::optional<std::int64_t> params, const std::optional<GptConfig>& config,
+                     const std::string& remedy) {
+  const std::string job = "the cluster's job.model (" + cluster.job.value().model_config + ")";
+  if (params && *params != job_model.ParameterCount()) {
+    throw InputError(file, "model.params", "is " + std::to_string(*params) + " but " + job + " has " +
+                                               std::to_string(job_model.ParameterCount()) + " parameters; " + remedy);
+  }
+  // A model of the same size with other heads or another block size has other
+  // activation memory.
+  if (config && *config != job_model) {
+    throw InputError(file, "model.config",
+                     "is " + ModelConfigJson(*config) + " but " + job + " is " + ModelConfigJson(job_model) + "; " + remedy);
+  }
+}
+
+void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const std::string& source,
+                           const std::string& key) {
+  const std::string make = "`poplar network " + cluster.file + " -o " + path + "`";
+  std::error_code missing;
+  if (!std::filesystem::exists(path, missing)) {
+    throw InputError(source, key, path + " does not exist; make it with " + make);
+  }
+  if (std::filesystem::is_directory(path, missing)) {
+    throw InputError(source, key, path + " is a folder, not a network file; make one with " + make);
+  }
+  MeasuredNetwork network = LoadNetworkFile(path);
+  const std::string again = "; measure again with " + make;
+  std::vector<NetworkRank> here;
+  for (const RankSlot& rank : cluster.Ranks()) here.push_back({rank.node, rank.device_type});
+  if (network.world_size() != static_cast<int>(here.size())) {
+    throw InputError(source, key, path + " was measured on " + std::to_string(network.world_size()) +
+                                      " ranks; this cluster has " + std::to_string(here.size()) + again);
+  }
+  for (std::size_t r = 0; r < here.size(); ++r) {
+    const NetworkRank& there = network.ranks[r];
+    if (!(there == here[r])) {
+      throw InputError(source, key, path + " measured rank " + std::to_string(r) + " as " + there.device_type +
+                                        " on node '" + there.node + "'; in this cluster it is " +
+                                        here[r].device_type + " on node '" + here[r].node + "'" + again);
+    }
+  }
+  if (network.precision != cluster.precision) {
+    throw InputError(source, key, path + " was measured with " + WorkerPrecisionName(network.precision) +
+                                      " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) +
+                                      again);
+  }
+  cluster.measured_network_file = path;
+  cluster.measured_network = std::move(network);
+}
+
+ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, ClusterRead read) {
+  const YAML::Node root = ParseYamlDocument(text, file);
+  YamlFields fields(root, file, "");
+
+  ClusterSpec cluster;
+  cluster.file = file;
+  cluster.name = fields.OptionalString("name").value_or("cluster");
+  if (auto dir = fields.OptionalString("profiles")) {
+    cluster.profiles_dir = ResolveAgainst(ParentFolder(file), *dir);
+  }
+  ParseTraining(fields.Map("training"), cluster);
+
+  YAML::Node nodes = fields.List("nodes", "a non-empty list of nodes");
+  std::set<std::string> names;
+  std::map<std::string, std::string> agents;  // address -> the node it serves
+  std::int64_t devices = 0;
+  bool multi_device_node = false;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const std::string path = "nodes[" + std::to_string(i) + "]";
+    cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
+    const NodeSpec& node = cluster.nodes.back();
+    // Ranks are ints, and a plan lists every one: 2^31 devices once overflowed into a
+    // negative count (and a crash), 10 million ran the planner out of memory.
+    std::int64_t node_devices = 0;
+    for (const auto& group : node.devices) node_devices += group.count;
+    multi_device_node = multi_device_node || node_devices > 1;
+    devices += node_devices;
+    if (devices > kMostClusterDevices) {
+      throw InputError(file, "nodes", "the cluster has more than " + std::to_string(kMostClusterDevices) +
+                                          " devices (" + std::to_string(devices) + " by " + path + ")");
+    }
+    if (!names.insert(node.name).second) throw InputError(file, path + ".name", "'" + node.name + "' is used twice");
+    // One agent serves one node: two nodes on one agent would be asked twice for the
+    // same devices (and the second launch refused as the job already running).
+    if (const auto [other, added] = agents.emplace(node.agent, node.name); !added) {
+      throw InputError(file, path + ".agent", "'" + node.agent + "' is also the agent of node '" + other->second +
+                                                  "'; each node has its own agent (host:port)");
+    }
+  }
+
+  if (fields.Has("credentials")) {
+    cluster.credentials = ParseCredentials(fields.Map("credentials"), ParentFolder(file));
+  }
+  if (fields.Has("job")) cluster.job = ParseJob(fields.Map("job"), ParentFolder(file));
+
+  if (fields.Has("network")) {
+    YamlFields network = fields.Map("network");
+    if (network.Has("intra_node")) cluster.intra_node = ParseLink(network.Map("intra_node"));
+    if (network.Has("inter_node")) cluster.inter_node = ParseLink(network.Map("inter_node"));
+    if (auto measured = network.OptionalString("measured")) {
+      cluster.measured_network_file = ResolveAgainst(ParentFolder(file), *measured);
+    }
+    network.Finish();
+  } else {
+    fields.Child("network");
+  }
+  // Every key is read: a misspelt one ("netwrok") is named before what its absence means.
+  fields.Finish();
+  const bool measured = !cluster.measured_network_file.empty() || read == ClusterRead::kNetworkElsewhere;
+  if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {
+    fields.Fail("network.inter_node", "is required when the cluster has more than one node (or network.measured)");
+  }
+  if (multi_device_node && !cluster.intra_node && !measured) {
+    fields.Fail("network.intra_node", "is required when a node has more than one device (or network.measured)");
+  }
+  if (!cluster.measured_network_file.empty() && read == ClusterRead::kComplete) {
+    AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
+  }
+  return cluster;
+}
+
+ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read) {
+  return ParseClusterYaml(ReadTextFile(path), path, read);
+}
+
+ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::string& network_flag) {
+  if (network_flag.empty()) return LoadClusterFile(path);
+  ClusterSpec cluster = LoadClusterFile(path, ClusterRead::kNetworkElsewhere);
+  AttachMeasuredNetwork(cluster, network_flag, "--network", "");
+  return cluster;
+}
+
+}  // namespace poplar

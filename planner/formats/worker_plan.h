@@ -1,0 +1,80 @@
+// The part of a plan file a worker trains with (DESIGN.md 4.2): the stage, the global
+// batch and every rank's micro-batches. Read and validated here, without torch, so the
+// launcher and the tests share one definition of "a valid plan".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/formats/model_config.h"
+
+namespace poplar {
+
+// The largest global batch a cluster file or a plan may ask for, far above any real
+// step (GPT-3 took 1.6 thousand samples): a plan lists every micro-batch of the step,
+// so its size and the planner's time grow with the batch (1 million: half a second,
+// 0.7 MB).
+inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
+// A micro-batch is part of one step's batch.
+inline constexpr std::int64_t kMostMicroBatch = kMostGlobalBatch;
+
+// The plan file's `format`. Optional when reading (a hand-written plan may leave it out);
+// any other value is refused.
+inline constexpr char kPlanFormat[] = "poplar-plan/1";
+
+// Where a rank runs, as `poplar plan` writes it beside the micro-batches (empty when the
+// plan file does not say; the worker itself needs none of it).
+struct RankPlacement {
+  std::string node;
+  std::string host;
+  std::string device_type;
+};
+
+struct WorkerPlan {
+  std::string file;
+  int stage = 0;
+  std::int64_t global_batch = 0;
+  std::vector<std::vector<int>> micro_batches;  // [rank] -> sizes in order
+  std::vector<RankPlacement> placement;         // [rank]
+  // [rank] -> its entry's index in the file's `ranks` list, which need not be in rank
+  // order; empty for a plan not read from a file.
+  std::vector<int> entry_of_rank;
+  // The model `poplar plan` planned for (`model.params`, `model.precision`); absent
+  // from a hand-written plan. The worker ignores them; the head checks them against
+  // the job (RequirePlanForCluster), since micro-batches sized for another model's
+  // memory may not fit.
+  std::optional<std::int64_t> model_params;
+  std::optional<std::string> model_precision;
+  std::optional<GptConfig> model_config;  // `model.config`: the model itself, when the profiles knew it
+  // What `poplar plan` says of its plan, for the head's reports: `predicted.step_s` and
+  // `policy`, read only where they have the types it writes (a positive number, a
+  // string), absent otherwise (a hand-written "step_s": "x" once ended in an internal
+  // error).
+  std::optional<double> predicted_step_s;
+  std::optional<std::string> policy;
+
+  int WorldSize() const { return static_cast<int>(micro_batches.size()); }
+  std::int64_t RankSamples(int rank) const;
+  // Index within the global batch of rank `rank`'s first sample: samples are divided
+  // among ranks in rank order.
+  std::int64_t RankOffset(int rank) const;
+  int Rounds() const;  // stages 2-3: entries per rank
+  // The key of rank `rank`'s entry in the file, for errors: "ranks[3]".
+  std::string RankKey(int rank) const;
+};
+
+// Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
+// micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch;
+// at stages 2-3 every rank has the same number of entries; `model`, if given, an
+// object whose `params`, if given, is a positive integer, `precision` a string and
+// `config` a model configuration (model_config.h). Throws InputError naming the
+// file and the key.
+WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file);
+WorkerPlan LoadWorkerPlan(const std::string& path);
+
+// Throws InputError unless the plan has exactly `world_size` ranks.
+void RequireWorldSize(const WorkerPlan& plan, int world_size);
+
+}  // namespace poplar

@@ -1,0 +1,61 @@
+#include "planner/model/cost_model.h"
+
+namespace poplar {
+namespace {
+
+double UpdatedParams(int stage, std::int64_t params, int world_size) {
+  if (stage == 0) return static_cast<double>(params);
+  return static_cast<double>((params + world_size - 1) / world_size);
+}
+
+}  // namespace
+
+CollectiveParams TableCollectiveParams(int stage, std::int64_t params) {
+  CollectiveParams moved;
+  switch (stage) {
+    case 0:
+      moved.all_reduce_per_step = {params, 1};
+      break;
+    case 1:
+      moved.reduce_scatter_per_step = {params, 1};
+      moved.all_gather_per_step = {params, 1};
+      break;
+    case 2:
+      moved.reduce_scatter_per_round = {params, 1};
+      moved.all_gather_per_step = {params, 1};
+      break;
+    default:
+      moved.all_gather_per_round = {2 * params, 2};
+      moved.reduce_scatter_per_round = {params, 1};
+      break;
+  }
+  return moved;
+}
+
+CollectiveUse ScalarAllReducesPerStep(int stage) {
+  const int calls = stage == 0 ? 1 : 2;
+  return {calls, calls};
+}
+
+StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
+                                         const CollectiveTimes& collectives) {
+  const double bytes = BytesPerWorkingValue(precision);
+  auto time = [bytes](const CollectiveLine& line, const CollectiveUse& use) {
+    return use.calls * line.fixed_s + bytes * static_cast<double>(use.params) / line.payload_bytes_per_s;
+  };
+  StageCommunication comm;
+  comm.per_step_s = time(collectives.all_reduce, moved.all_reduce_per_step) +
+                    time(collectives.reduce_scatter, moved.reduce_scatter_per_step) +
+                    time(collectives.all_gather, moved.all_gather_per_step);
+  comm.per_round_s = time(collectives.reduce_scatter, moved.reduce_scatter_per_round) +
+                     time(collectives.all_gather, moved.all_gather_per_round);
+  return comm;
+}
+
+double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params,
+                        int profiled_world_size, int world_size) {
+  const double measured = UpdatedParams(stage, params, profiled_world_size);
+  return profiled_step_s * UpdatedParams(stage, params, world_size) / measured;
+}
+
+}  // namespace poplar

@@ -1,0 +1,46 @@
+// Communication and optimizer terms of the step-time model (docs/cost-model.md).
+//
+// Collective times come from planner/formats/network.h: rings over the cluster file's slowest
+// link in use, or lines measured on the cluster (`poplar network`).
+#pragma once
+
+#include <cstdint>
+
+#include "planner/formats/network.h"
+#include "planner/formats/precision.h"
+#include "planner/formats/profile.h"
+
+namespace poplar {
+
+// The cost model's table of what a ZeRO stage moves of P parameters:
+//   stage 0: all-reduce(grads) once per step
+//   stage 1: reduce-scatter(grads) + all-gather(params) once per step
+//   stage 2: reduce-scatter(grads) every round; all-gather(params) once per step
+//   stage 3: all-gather(params) twice (forward, backward) + reduce-scatter(grads)
+//            every round; nothing once per step
+// each in one call. A profile's `collectives` (the worker's own schedule) take its place.
+CollectiveParams TableCollectiveParams(int stage, std::int64_t params);
+
+// The training loop's own all-reduces of one scalar each, once per step beside the
+// engine's collectives: the step's summed loss (every stage) and the squared gradient
+// norm (stages 1-3, whose ranks own different slices). Only on 2+ ranks. They carry
+// nothing to speak of, but each pays the all-reduce's fixed cost.
+CollectiveUse ScalarAllReducesPerStep(int stage);
+
+// Communication of one optimizer step, split by when it happens.
+struct StageCommunication {
+  double per_step_s = 0;   // once per optimizer step
+  double per_round_s = 0;  // once per reduce round (stages 2 and 3)
+};
+
+// The time of moving `moved` in the working precision (4 bytes fp32, 2 mixed): each
+// call pays the collective's fixed cost, the bytes its rate.
+StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
+                                         const CollectiveTimes& collectives);
+
+// Optimizer step time on one device: the profiled time scaled by the number of
+// parameters the rank updates (all of them at stage 0, ceil(P/N) from stage 1 on).
+double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params,
+                        int profiled_world_size, int world_size);
+
+}  // namespace poplar

@@ -1,0 +1,88 @@
+#include "planner/model/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace poplar {
+namespace {
+
+// Upper bound on any micro-batch the planner considers, so that a profile with no
+// activation growth cannot make the search unbounded.
+constexpr int kLargestMicroBatch = 1 << 20;
+
+std::int64_t Partition(std::int64_t bytes_per_param, std::int64_t params, int world_size) {
+  return bytes_per_param * ((params + world_size - 1) / world_size);
+}
+
+}  // namespace
+
+ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size,
+                                   Precision precision) {
+  const std::int64_t working = BytesPerWorkingValue(precision);
+  const std::int64_t optimizer = precision == Precision::kFp32 ? 8 : 12;
+  ModelStateBytes bytes;
+  bytes.parameters = stage >= 3 ? Partition(working, params, world_size) : working * params;
+  bytes.gradients = stage >= 2 ? Partition(working, params, world_size) : working * params;
+  bytes.optimizer = stage >= 1 ? Partition(optimizer, params, world_size) : optimizer * params;
+  return bytes;
+}
+
+MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size) {
+  // Least-squares line peak = base + slope * b over the measured points. With one point
+  // the base is taken to be the model states alone.
+  const Precision precision = profile.model.precision;
+  const std::int64_t states_measured =
+      ModelStatesPerRank(profile.model.params, stage.stage, stage.world_size, precision).Total();
+  const auto& points = stage.points;
+  double slope = 0;
+  double base = 0;
+  if (points.size() == 1) {
+    slope = static_cast<double>(points[0].peak_bytes - states_measured) / points[0].micro_batch;
+    base = static_cast<double>(states_measured);
+  } else {
+    double mean_b = 0, mean_m = 0;
+    for (const auto& p : points) {
+      mean_b += p.micro_batch;
+      mean_m += static_cast<double>(p.peak_bytes);
+    }
+    mean_b /= points.size();
+    mean_m /= points.size();
+    double covariance = 0, variance = 0;
+    for (const auto& p : points) {
+      covariance += (p.micro_batch - mean_b) * (static_cast<double>(p.peak_bytes) - mean_m);
+      variance += (p.micro_batch - mean_b) * (p.micro_batch - mean_b);
+    }
+    slope = covariance / variance;
+    base = mean_m - slope * mean_b;
+  }
+
+  MemoryFit fit;
+  fit.capacity_bytes = profile.memory_bytes;
+  fit.model_state_bytes =
+      ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision).Total();
+  fit.fixed_bytes = std::max<std::int64_t>(0, std::llround(base) - states_measured);
+  fit.activation_bytes_per_sample = std::max<std::int64_t>(0, std::llround(slope));
+  const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes;
+  fit.states_fit = free_bytes >= 0;
+  if (!fit.states_fit) return fit;
+
+  // Two estimates of the cap at `world_size`; the smaller wins:
+  //  - the memory model: what the free bytes hold at the fitted activation size;
+  //  - the measured cap shifted by the model-state bytes freed (or added) by moving
+  //    from the profiling world size to this one.
+  const std::int64_t freed = states_measured - fit.model_state_bytes;
+  std::int64_t from_model = kLargestMicroBatch;
+  std::int64_t from_measurement = stage.max_micro_batch;
+  if (fit.activation_bytes_per_sample > 0) {
+    from_model = free_bytes / fit.activation_bytes_per_sample;
+    const std::int64_t shift = freed >= 0 ? freed / fit.activation_bytes_per_sample
+                                          : -((-freed + fit.activation_bytes_per_sample - 1) /
+                                              fit.activation_bytes_per_sample);
+    from_measurement = stage.max_micro_batch + shift;
+  }
+  fit.max_micro_batch = static_cast<int>(
+      std::clamp<std::int64_t>(std::min(from_model, from_measurement), 0, kLargestMicroBatch));
+  return fit;
+}
+
+}  // namespace poplar

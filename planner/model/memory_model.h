@@ -1,0 +1,49 @@
+// ZeRO memory accounting (Rajbhandari et al., "ZeRO", SC'20, section 3 and 5) and the
+// largest micro-batch a device can run for a stage in a cluster of a given size.
+//
+// Model states per rank for P parameters on N ranks (docs/cost-model.md, "Memory"):
+//                 parameters     gradients      optimizer (Adam, incl. fp32 master)
+//   fp32          4P             4P             8P
+//   mixed         2P             2P             12P
+//   stage 0       full           full           full
+//   stage 1       full           full           1/N
+//   stage 2       full           1/N            1/N
+//   stage 3       1/N            1/N            1/N
+// Partitions round up (ceil(P/N) parameters per rank).
+#pragma once
+
+#include <cstdint>
+
+#include "planner/formats/precision.h"
+#include "planner/formats/profile.h"
+
+namespace poplar {
+
+struct ModelStateBytes {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer = 0;
+  std::int64_t Total() const { return parameters + gradients + optimizer; }
+};
+
+ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size,
+                                   Precision precision);
+
+// How one device type's memory is spent for one stage in a cluster of `world_size`
+// ranks, derived from its profile (docs/cost-model.md, "Largest micro-batch").
+struct MemoryFit {
+  std::int64_t capacity_bytes = 0;
+  std::int64_t model_state_bytes = 0;           // ModelStatesPerRank at world_size
+  std::int64_t fixed_bytes = 0;                 // runtime overhead beyond model states
+  std::int64_t activation_bytes_per_sample = 0;
+  bool states_fit = false;                      // model states + fixed overhead fit
+  int max_micro_batch = 0;                      // largest micro-batch that fits (0: none)
+
+  std::int64_t BytesAt(int micro_batch) const {
+    return model_state_bytes + fixed_bytes + activation_bytes_per_sample * micro_batch;
+  }
+};
+
+MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size);
+
+}  // namespace poplar

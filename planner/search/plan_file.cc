@@ -1,0 +1,207 @@
+#include "planner/search/plan_file.h"
+
+#include <deque>
+
+#include "planner/base/input_error.h"
+#include "planner/formats/model_config.h"
+
+namespace poplar {
+
+using Json = nlohmann::ordered_json;
+
+Json PredictionJson(const StepPrediction& prediction) {
+  return {{"step_s", prediction.step_s},
+          {"samples_per_s", prediction.samples_per_s},
+          {"compute_s", prediction.compute_s},
+          {"communication_s", prediction.communication_s},
+          {"optimizer_s", prediction.optimizer_s}};
+}
+
+namespace {
+
+// Device type -> index of its class in `problem`.
+std::map<std::string, int> ClassIndex(const StageProblem& problem) {
+  std::map<std::string, int> class_of;
+  for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) class_of[problem.classes[c].type] = c;
+  return class_of;
+}
+
+// Hands out each class's assignments, one device at a time, in order.
+class AssignmentQueue {
+ public:
+  explicit AssignmentQueue(const Schedule& schedule) {
+    for (const auto& assignment : schedule.assignments) {
+      queues_[assignment.device_class].push_back({assignment.count, &assignment});
+    }
+  }
+  const Assignment& Next(int device_class) {
+    auto& queue = queues_.at(device_class);
+    const Assignment* assignment = queue.front().second;
+    if (--queue.front().first == 0) queue.pop_front();
+    return *assignment;
+  }
+
+ private:
+  std::map<int, std::deque<std::pair<int, const Assignment*>>> queues_;
+};
+
+// One entry of a plan's "ranks"; `device` ("cuda:1", "cpu:0") is left out when empty.
+Json RankJson(int rank, const RankSlot& slot, const std::string& device, const std::vector<int>& micro_batches) {
+  Json entry = {{"rank", rank}, {"host", slot.host}, {"node", slot.node}};
+  if (!device.empty()) entry["device"] = device;
+  entry["device_type"] = slot.device_type;
+  entry["micro_batches"] = micro_batches;
+  return entry;
+}
+
+// What the plan was made for: the parameter count and precision, and the model itself
+// when the profiles recorded it (they agree: LoadClusterProfiles).
+Json ModelJson(const StageProblem& problem, const std::map<std::string, DeviceProfile>& profiles) {
+  Json model = {{"params", problem.params}, {"precision", PrecisionName(problem.precision)}};
+  const auto& config = profiles.begin()->second.model.config;
+  if (config) model["config"] = ModelConfigObject(*config);
+  return model;
+}
+
+}  // namespace
+
+Json PlacementPlanJson(const std::vector<RankSlot>& slots) {
+  Json ranks = Json::array();
+  for (const RankSlot& slot : slots) ranks.push_back(RankJson(static_cast<int>(ranks.size()), slot, "", {1}));
+  return {{"stage", 0}, {"global_batch", ranks.size()}, {"ranks", std::move(ranks)}};
+}
+
+nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
+                                  const std::map<std::string, DeviceProfile>& profiles,
+                                  const PlanResult& result) {
+  const StageOutcome& chosen = result.Chosen();
+  const StageProblem& problem = chosen.problem;
+  const std::map<std::string, int> class_of = ClassIndex(problem);
+
+  Json ranks = Json::array();
+  AssignmentQueue queue(chosen.schedule);
+  int rank = 0;
+  for (const RankSlot& slot : cluster.Ranks()) {
+    const std::string kind = profiles.at(slot.device_type).emulated ? "cpu:" : "cuda:";
+    ranks.push_back(RankJson(rank++, slot, kind + std::to_string(slot.local_index),
+                             queue.Next(class_of.at(slot.device_type)).micro_batches));
+  }
+
+  Json device_types = Json::array();
+  for (std::size_t c = 0; c < problem.classes.size(); ++c) {
+    const DeviceClass& device_class = problem.classes[c];
+    device_types.push_back({{"type", device_class.type},
+                            {"count", device_class.count},
+                            {"max_micro_batch", device_class.max_micro_batch},
+                            {"memory_bytes", device_class.memory.capacity_bytes},
+                            {"busy_s", chosen.prediction.classes[c].busy_s},
+                            {"idle_s", chosen.prediction.classes[c].idle_s}});
+  }
+
+  Json stages = Json::array();
+  for (const auto& outcome : result.stages) {
+    Json entry = {{"stage", outcome.problem.stage}, {"feasible", outcome.feasible}};
+    if (outcome.feasible) {
+      entry["step_s"] = outcome.prediction.step_s;
+      entry["samples_per_s"] = outcome.prediction.samples_per_s;
+      entry["rounds"] = outcome.schedule.Rounds();
+    } else {
+      entry["reason"] = outcome.reason;
+    }
+    stages.push_back(std::move(entry));
+  }
+
+  return {{"format", kPlanFormat},
+          {"stage", problem.stage},
+          {"global_batch", problem.global_batch},
+          {"policy", PolicyName(result.policy)},
+          {"cluster", cluster.name},
+          {"model", ModelJson(problem, profiles)},
+          {"ranks", std::move(ranks)},
+          {"predicted", PredictionJson(chosen.prediction)},
+          {"device_types", std::move(device_types)},
+          {"stages", std::move(stages)}};
+}
+
+void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
+  if (plan.WorldSize() != cluster.DeviceCount()) {
+    throw InputError(plan.file, "ranks", "has " + std::to_string(plan.WorldSize()) + " ranks but " + cluster.file +
+                                             " has " + std::to_string(cluster.DeviceCount()) + " devices");
+  }
+  if (plan.global_batch != cluster.global_batch) {
+    throw InputError(plan.file, "global_batch", "is " + std::to_string(plan.global_batch) + " but " +
+                                                    cluster.file + " trains with " +
+                                                    std::to_string(cluster.global_batch));
+  }
+  // A plan sizes micro-batches for one model's memory and speed: one made for another
+  // model, or another precision, may not fit (a hand-written plan may say neither).
+  if (plan.model_precision) {
+    const auto precision = ParsePrecision(*plan.model_precision);
+    if (!precision) {
+      throw InputError(plan.file, "model.precision", "must be fp32 or mixed (bf16 and fp16 mean mixed), got \"" + *plan.model_precision + "\"");
+    }
+    if (*precision != cluster.precision) {
+      throw InputError(plan.file, "model.precision", "is " + PrecisionName(*precision) + " but " + cluster.file +
+                                                         " trains in " + PrecisionName(cluster.precision) +
+                                                         "; plan again (poplar plan)");
+    }
+  }
+  if ((plan.model_params || plan.model_config) && cluster.job) {
+    RequireJobModel(cluster, LoadJobModel(cluster).config, plan.file, plan.model_params, plan.model_config,
+                    "plan for that model (poplar plan)");
+  }
+  // Ranks are numbered in cluster-file order; a plan that says otherwise was made for
+  // another cluster, and would run (or be predicted) on devices it never meant.
+  const std::vector<RankSlot> slots = cluster.Ranks();
+  for (int rank = 0; rank < plan.WorldSize(); ++rank) {
+    const RankPlacement& planned = plan.placement[rank];
+    const RankSlot& slot = slots[rank];
+    const std::string key = plan.RankKey(rank);
+    if (!planned.device_type.empty() && planned.device_type != slot.device_type) {
+      throw InputError(plan.file, key + ".device_type",
+                       "is " + planned.device_type + " but rank " + std::to_string(rank) + " of " + cluster.file +
+                           " has device type " + slot.device_type + " (ranks follow the cluster file's order)");
+    }
+    if (!planned.node.empty() && planned.node != slot.node) {
+      throw InputError(plan.file, key + ".node",
+                       "is '" + planned.node + "' but rank " + std::to_string(rank) + " of " + cluster.file +
+                           " is on node '" + slot.node + "' (ranks follow the cluster file's order)");
+    }
+  }
+}
+
+Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
+  RequirePlanForCluster(cluster, plan);
+  if (plan.model_params && *plan.model_params != problem.params) {
+    throw InputError(plan.file, "model.params",
+                     "is " + std::to_string(*plan.model_params) + " but the profiles are of a model of " +
+                         std::to_string(problem.params) + " parameters; plan with them (poplar plan)");
+  }
+  const std::map<std::string, int> class_of = ClassIndex(problem);
+  Schedule schedule;
+  schedule.stage = plan.stage;
+  int rank = 0;
+  for (const RankSlot& slot : cluster.Ranks()) {
+    schedule.assignments.push_back({class_of.at(slot.device_type), 1, plan.micro_batches[rank++]});
+  }
+  // One assignment per rank, in rank order: a fault's assignment is its rank.
+  const ScheduleFault fault = FindScheduleFault(problem, schedule);
+  if (fault.entry >= 0) {
+    throw InputError(plan.file, plan.RankKey(fault.assignment) + ".micro_batches[" + std::to_string(fault.entry) + "]",
+                     fault.reason);
+  }
+  if (!fault.reason.empty()) throw InputError(plan.file, "ranks", "does not fit " + cluster.file + ": " + fault.reason);
+  return schedule;
+}
+
+StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                           const WorkerPlan& plan) {
+  const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage);
+  if (!problem.feasible) {
+    throw InputError(plan.file, "stage", "stage " + std::to_string(plan.stage) + " cannot run on " + cluster.file +
+                                             ": " + problem.infeasible_reason);
+  }
+  return Simulate(problem, ScheduleOfPlan(cluster, problem, plan));
+}
+
+}  // namespace poplar

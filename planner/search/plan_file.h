@@ -1,0 +1,55 @@
+// The plan file (DESIGN.md 4.2; docs/formats.md): the chosen stage and one entry per
+// rank with its micro-batches, plus the prediction and the per-stage comparison.
+//
+// Ranks are numbered in cluster-file order: nodes in order, within a node its device
+// groups in order. A rank's device is "cuda:<i>" (or "cpu:<i>" for an emulated device
+// type), i counting the node's devices from 0.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/cluster/cluster.h"
+#include "planner/search/planner.h"
+#include "planner/formats/profile.h"
+#include "planner/search/schedule.h"
+#include "planner/search/stage_problem.h"
+#include "planner/formats/worker_plan.h"
+
+namespace poplar {
+
+nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
+                                  const std::map<std::string, DeviceProfile>& profiles,
+                                  const PlanResult& result);
+
+// A plan that places one rank on every device and trains nothing to speak of (stage 0,
+// one sample each), for jobs that need only the ranks: `poplar network`.
+nlohmann::ordered_json PlacementPlanJson(const std::vector<RankSlot>& slots);
+
+// {"step_s", "samples_per_s", "compute_s", "communication_s", "optimizer_s"}, as plan
+// files give the prediction.
+nlohmann::ordered_json PredictionJson(const StepPrediction& prediction);
+
+// Throws InputError naming the plan file unless it was made for `cluster`: as many
+// ranks as devices, the cluster's global batch, and each rank's device_type and node,
+// where the plan gives them, those of the device in cluster-file order (the contract
+// of docs/formats.md); and the model, where the plan records it: its precision the
+// cluster's, its parameter count that of the cluster's job.model (when it has a job). `poplar launch --plan` and `simulate --plan` check this first.
+void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
+
+// The schedule a plan file gives `problem`, which must be built for plan.stage on
+// `cluster`: rank r is the r-th device in cluster-file order, one assignment each.
+// Throws InputError naming the plan file when it does not fit: RequirePlanForCluster,
+// or a micro-batch the device cannot hold.
+Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan);
+
+// The cost model's prediction for a plan file on `cluster` with `profiles`. Throws
+// InputError naming the plan file when its stage cannot run there, or as ScheduleOfPlan.
+// `simulate --plan` prints it; `launch --plan` checks a plan with it before starting.
+StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                           const WorkerPlan& plan);
+
+}  // namespace poplar
