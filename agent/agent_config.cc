@@ -1,15 +1,15 @@
 #include "agent/agent_config.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <set>
 
-#include <unistd.h>
-
 #include "planner/base/host_port.h"
 #include "planner/base/input_error.h"
-#include "planner/formats/profile.h"
 #include "planner/base/text_file.h"
 #include "planner/base/yaml_fields.h"
+#include "planner/formats/profile.h"
 
 namespace poplar {
 namespace {
@@ -62,8 +62,8 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
   if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
   config.credentials = ParseCredentials(fields.Map("credentials"), base);
   config.work_dir = AbsoluteFolder(fields, "work_dir", fields.String("work_dir"), base);
-  const std::string cache = fields.OptionalString("cache_dir").value_or(
-      (fs::path(config.work_dir).parent_path() / "cache").string());
+  const std::string cache =
+      fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());
   config.cache_dir = AbsoluteFolder(fields, "cache_dir", cache, base);
   config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
   if (!fs::is_regular_file(config.worker) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK

@@ -25,8 +25,8 @@ namespace poplar {
 struct EmulatedDeviceSpec {
   std::string type;
   int count = 1;
-  int threads = 1;             // intra-op CPU threads of each worker
-  double slowdown = 1.0;       // compute time is stretched by this factor (>= 1)
+  int threads = 1;                // intra-op CPU threads of each worker
+  double slowdown = 1.0;          // compute time is stretched by this factor (>= 1)
   std::int64_t memory_bytes = 0;  // enforced cap (> 0)
 };
 

@@ -1,14 +1,14 @@
 #include "agent/agent_service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
-#include <unistd.h>
-
 #include "agent/devices.h"
-#include "planner/base/free_port.h"
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
+#include "planner/base/free_port.h"
 #include "planner/base/input_error.h"
 
 namespace poplar {
@@ -33,12 +33,18 @@ grpc::Status Guarded(const char* rpc, Body&& body) {
 
 v1::LaunchEvent::Kind KindOf(JobEvent::Kind kind) {
   switch (kind) {
-    case JobEvent::Kind::kStarted: return v1::LaunchEvent::STARTED;
-    case JobEvent::Kind::kOutput: return v1::LaunchEvent::OUTPUT;
-    case JobEvent::Kind::kMetrics: return v1::LaunchEvent::METRICS;
-    case JobEvent::Kind::kExited: return v1::LaunchEvent::EXITED;
-    case JobEvent::Kind::kFinished: return v1::LaunchEvent::JOB_FINISHED;
-    case JobEvent::Kind::kFailed: return v1::LaunchEvent::JOB_FAILED;
+    case JobEvent::Kind::kStarted:
+      return v1::LaunchEvent::STARTED;
+    case JobEvent::Kind::kOutput:
+      return v1::LaunchEvent::OUTPUT;
+    case JobEvent::Kind::kMetrics:
+      return v1::LaunchEvent::METRICS;
+    case JobEvent::Kind::kExited:
+      return v1::LaunchEvent::EXITED;
+    case JobEvent::Kind::kFinished:
+      return v1::LaunchEvent::JOB_FINISHED;
+    case JobEvent::Kind::kFailed:
+      return v1::LaunchEvent::JOB_FAILED;
   }
   return v1::LaunchEvent::KIND_UNSPECIFIED;
 }
@@ -94,7 +100,8 @@ std::string HostName() {
 }  // namespace
 
 AgentService::AgentService(AgentConfig config, std::string worker_version)
-    : config_(std::move(config)), worker_version_(std::move(worker_version)),
+    : config_(std::move(config)),
+      worker_version_(std::move(worker_version)),
       profiler_(config_, worker_version_, spawner_) {}
 
 AgentService::~AgentService() { StopAll("the agent is shutting down"); }
@@ -109,8 +116,7 @@ std::chrono::milliseconds AgentService::StopAll(const std::string& reason) {
   return longest;
 }
 
-grpc::Status AgentService::Describe(grpc::ServerContext*, const v1::DescribeRequest*,
-                                    v1::DescribeResponse* response) {
+grpc::Status AgentService::Describe(grpc::ServerContext*, const v1::DescribeRequest*, v1::DescribeResponse* response) {
   return Guarded("Describe", [&] {
     response->set_node(HostName());
     response->set_agent_version("poplar-agent " POPLAR_VERSION);
@@ -253,8 +259,8 @@ grpc::Status AgentService::Stop(grpc::ServerContext*, const v1::StopRequest* req
     std::lock_guard<std::mutex> lock(mutex_);
     const auto found = jobs_.find(request->job_id());
     // A launch id given must be the job's: another launch's job of the same id stays.
-    const bool ours = found != jobs_.end() &&
-                      (request->launch_id().empty() || found->second.launch_id == request->launch_id());
+    const bool ours =
+        found != jobs_.end() && (request->launch_id().empty() || found->second.launch_id == request->launch_id());
     response->set_stopped(ours);
     if (ours) found->second.job->Stop(request->reason().empty() ? "stopped by the head node" : request->reason());
     return grpc::Status::OK;

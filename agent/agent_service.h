@@ -31,8 +31,7 @@ class AgentService final : public v1::Agent::Service {
                       grpc::ServerWriter<v1::LaunchEvent>* writer) override;
   grpc::Status CheckLaunch(grpc::ServerContext* context, const v1::LaunchRequest* request,
                            v1::CheckLaunchResponse* response) override;
-  grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request,
-                    v1::StopResponse* response) override;
+  grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request, v1::StopResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
   grpc::Status FreePort(grpc::ServerContext* context, const v1::FreePortRequest* request,
@@ -58,7 +57,7 @@ class AgentService final : public v1::Agent::Service {
     std::string launch_id;  // the launch that started it (LaunchRequest.launch_id)
   };
   std::map<std::string, RunningJob> jobs_;  // by job id
-  DeviceHolders busy_;  // devices in use by a job or a profile
+  DeviceHolders busy_;                      // devices in use by a job or a profile
 };
 
 }  // namespace poplar

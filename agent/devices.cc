@@ -42,10 +42,9 @@ struct ProcessQuery {
 };
 
 ProcessQuery FindProcessQuery(void* library) {
-  const std::pair<const char*, std::size_t> versions[] = {
-      {"nvmlDeviceGetComputeRunningProcesses_v3", 32},
-      {"nvmlDeviceGetComputeRunningProcesses_v2", 24},
-      {"nvmlDeviceGetComputeRunningProcesses", 16}};
+  const std::pair<const char*, std::size_t> versions[] = {{"nvmlDeviceGetComputeRunningProcesses_v3", 32},
+                                                          {"nvmlDeviceGetComputeRunningProcesses_v2", 24},
+                                                          {"nvmlDeviceGetComputeRunningProcesses", 16}};
   for (const auto& [name, bytes] : versions) {
     if (auto call = Symbol<ProcessesFn>(library, name)) return {call, bytes};
   }
@@ -112,8 +111,8 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std:
         char name[96] = {};
         NvmlMemory memory{};
         int major = 0, minor = 0;
-        if (handle_of(i, &device) != 0 || name_of(device, name, sizeof(name)) != 0 ||
-            memory_of(device, &memory) != 0 || capability_of(device, &major, &minor) != 0) {
+        if (handle_of(i, &device) != 0 || name_of(device, name, sizeof(name)) != 0 || memory_of(device, &memory) != 0 ||
+            capability_of(device, &major, &minor) != 0) {
           continue;
         }
         DeviceInfo gpu;
@@ -196,8 +195,8 @@ const DeviceInfo& DeviceOfType(const std::vector<DeviceInfo>& devices, const std
     if (device.type == type) return device;
   }
   const std::string have = Join(devices, ", ", [](const DeviceInfo& device) { return device.type; });
-  throw DeviceUnavailable("this node has no device of type '" + type + "' (it has: " +
-                          (have.empty() ? "none" : have) + ")");
+  throw DeviceUnavailable("this node has no device of type '" + type + "' (it has: " + (have.empty() ? "none" : have) +
+                          ")");
 }
 
 }  // namespace poplar

@@ -1,14 +1,14 @@
 #include "agent/job.h"
 
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <stdexcept>
-
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace poplar {
 namespace {

@@ -25,7 +25,7 @@ namespace poplar {
 struct JobEvent {
   enum class Kind { kStarted, kOutput, kMetrics, kExited, kFinished, kFailed };
   Kind kind = Kind::kOutput;
-  int rank = -1;  // -1 for kFinished and kFailed
+  int rank = -1;      // -1 for kFinished and kFailed
   std::string text;   // kStarted: "pid N: <command line>"
   int exit_code = 0;  // kExited: status, 128 + N when killed by signal N
 };
@@ -91,10 +91,10 @@ class Job {
   std::deque<JobEvent> events_;
   std::string stop_reason_;
   bool stopping_ = false;
-  bool escalated_ = false;   // the stop's grace ran out: the ranks left got SIGKILL
+  bool escalated_ = false;  // the stop's grace ran out: the ranks left got SIGKILL
   int running_ = 0;
-  bool ended_ = false;       // final event queued
-  bool final_taken_ = false; // final event handed out
+  bool ended_ = false;        // final event queued
+  bool final_taken_ = false;  // final event handed out
   std::int64_t last_step_ = 0;
   std::vector<std::thread> readers_;
   std::thread tailer_;

@@ -2,21 +2,21 @@
 // address its config names, over TLS with the cluster's credentials, until SIGTERM or
 // SIGINT; then it stops every job it runs and exits. Its workers die with it even if it
 // is killed (agent/spawner.h).
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <csignal>
-#include <cstring>
-#include <cstdio>
-#include <filesystem>
-#include <thread>
-
-#include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
 
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
@@ -25,9 +25,9 @@
 #include "agent/rpc/keepalive.h"
 #include "agent/rpc/tls.h"
 #include "agent/work_dir.h"
-#include "planner/base/run_app.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/run_app.h"
 #include "planner/base/text_file.h"
 
 namespace poplar {
@@ -41,9 +41,11 @@ void ReportGpuReadiness(const AgentConfig& config, bool has_gpu, const std::stri
   if (!has_gpu) {
     std::fprintf(stderr, "poplar-agent: no GPU: %s\n", why_no_gpu.c_str());
   } else if (worker_version.find("CUDA") == std::string::npos) {
-    std::fprintf(stderr, "poplar-agent: warning: this node has GPUs but its poplar-worker has no CUDA (%s); "
-                         "GPU profiles and jobs will fail: build the worker for CUDA "
-                         "(docs/operations.md, \"Building the worker for CUDA\")\n", worker_version.c_str());
+    std::fprintf(stderr,
+                 "poplar-agent: warning: this node has GPUs but its poplar-worker has no CUDA (%s); "
+                 "GPU profiles and jobs will fail: build the worker for CUDA "
+                 "(docs/operations.md, \"Building the worker for CUDA\")\n",
+                 worker_version.c_str());
   }
 }
 
@@ -52,8 +54,8 @@ std::string WorkerNextToAgent() {
   const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return "poplar-worker";
   // Installed side by side, or the build tree's launcher/ next to agent/.
-  for (const auto& candidate : {self.parent_path() / "poplar-worker",
-                                self.parent_path().parent_path() / "launcher" / "poplar-worker"}) {
+  for (const auto& candidate :
+       {self.parent_path() / "poplar-worker", self.parent_path().parent_path() / "launcher" / "poplar-worker"}) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }
   return (self.parent_path() / "poplar-worker").string();
@@ -101,12 +103,14 @@ std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
   if (!ended) {
     kill(-spawned.pid, SIGKILL);  // its process group: the worker and what it started
     waitpid(spawned.pid, &status, 0);
-    throw InputError(config.file, "worker", worker + " did not answer --version within " +
-                                                std::to_string(kTimeoutSeconds) + " s (" + said + "); is it poplar-worker?");
+    throw InputError(config.file, "worker",
+                     worker + " did not answer --version within " + std::to_string(kTimeoutSeconds) + " s (" + said +
+                         "); is it poplar-worker?");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.rfind("poplar-worker ", 0) != 0) {
-    throw InputError(config.file, "worker", worker + " does not answer --version like poplar-worker (" + said +
-                                                " and " + DescribeWaitStatus(status) + ")");
+    throw InputError(
+        config.file, "worker",
+        worker + " does not answer --version like poplar-worker (" + said + " and " + DescribeWaitStatus(status) + ")");
   }
   return text;
 }
@@ -133,9 +137,12 @@ void Serve(const AgentOptions& options) {
   if (!options.port_file.empty()) {
     const CredentialPaths& files = config.credentials;
     RequireOutputApart(options.port_file,
-                       {{config.file, "the agent file (--config)"}, {files.ca, "the credentials' ca"},
-                        {files.cert, "the credentials' cert"}, {files.key, "the credentials' key"},
-                        {files.token, "the credentials' token"}, {config.worker, "poplar-worker"},
+                       {{config.file, "the agent file (--config)"},
+                        {files.ca, "the credentials' ca"},
+                        {files.cert, "the credentials' cert"},
+                        {files.key, "the credentials' key"},
+                        {files.token, "the credentials' token"},
+                        {config.worker, "poplar-worker"},
                         // Replacing it would free work_dir for a second agent.
                         {work_dir_lock.path(), "the work_dir's lock file"}},
                        "--port-file");
@@ -165,17 +172,16 @@ void Serve(const AgentOptions& options) {
   }
   if (!server || port == 0) {
     // The credentials were checked on a loopback port (AgentServerCredentials).
-    throw InputError(config.file, "listen", "cannot listen on " + config.listen +
-                                                " (in use, or not an address of this machine; gRPC: " +
-                                                (grpc_reason.empty() ? "no reason given" : grpc_reason) + ")");
+    throw InputError(config.file, "listen",
+                     "cannot listen on " + config.listen + " (in use, or not an address of this machine; gRPC: " +
+                         (grpc_reason.empty() ? "no reason given" : grpc_reason) + ")");
   }
   const std::string address = config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(port);
   if (!options.port_file.empty()) WriteFileAtomically(options.port_file, std::to_string(port) + "\n");
   std::string why_no_gpu;
   const std::vector<DeviceInfo> devices = ListDevices(config, &why_no_gpu);
-  const std::string device_list = Join(devices, ", ", [](const DeviceInfo& device) {
-    return device.type + (device.emulated ? " (emulated)" : "");
-  });
+  const std::string device_list = Join(
+      devices, ", ", [](const DeviceInfo& device) { return device.type + (device.emulated ? " (emulated)" : ""); });
   const bool has_gpu =
       std::any_of(devices.begin(), devices.end(), [](const DeviceInfo& device) { return !device.emulated; });
   std::fprintf(stderr, "poplar-agent: listening on %s (TLS, client certificate and token required); devices: %s; %s\n",
@@ -189,8 +195,8 @@ void Serve(const AgentOptions& options) {
     const auto grace = service.StopAll(std::string("its poplar-agent was stopped (") + strsignal(received) + ")");
     // The Launch streams stay open while the ranks may take to end (a rank 0 finishing
     // a checkpoint), so that each ends with its job's reason rather than cut off.
-    server->Shutdown(std::chrono::system_clock::now() + std::max<std::chrono::milliseconds>(
-                                                            std::chrono::seconds(10), grace + std::chrono::seconds(5)));
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::max<std::chrono::milliseconds>(std::chrono::seconds(10), grace + std::chrono::seconds(5)));
   });
   server->Wait();
   stopper.join();

@@ -3,18 +3,17 @@
 #include <charconv>
 #include <filesystem>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "agent/spawner.h"
 #include "agent/work_dir.h"
-#include "planner/formats/job_id.h"
 #include "agent/worker_settings.h"
 #include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
+#include "planner/formats/job_id.h"
 #include "planner/formats/lr_schedule.h"
 #include "planner/formats/precision.h"
 #include "planner/formats/stop_grace.h"
-#include "planner/base/text_file.h"
 #include "planner/formats/training_limits.h"
 #include "planner/formats/worker_plan.h"
 
@@ -49,17 +48,18 @@ std::vector<NodeRank> RanksOfNode(const WorkerPlan& plan, const std::string& nod
 
 void CheckSettings(const LaunchSettings& s) {
   CheckJobId(s.job_id);
-  if (s.master_addr.empty() || s.master_addr.find_first_not_of(
-                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") !=
-                                   std::string::npos) {
+  if (s.master_addr.empty() ||
+      s.master_addr.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:") !=
+          std::string::npos) {
     throw InputError("master_addr", "", "must be a host name or address, got '" + s.master_addr + "'");
   }
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
   ParseWorkerPrecision(s.precision, "precision");
   if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
   if (s.stop_grace_s < 0 || s.stop_grace_s > kMostStopGraceSeconds) {
-    throw InputError("stop_grace_s", "", "must be 0 (the default, " + std::to_string(kDefaultStopGraceSeconds) +
-                                             " s) to " + std::to_string(kMostStopGraceSeconds) + " seconds");
+    throw InputError("stop_grace_s", "",
+                     "must be 0 (the default, " + std::to_string(kDefaultStopGraceSeconds) + " s) to " +
+                         std::to_string(kMostStopGraceSeconds) + " seconds");
   }
   if (s.kind == LaunchSettings::Kind::kNetwork) {
     if (s.resume) throw InputError("resume", "", "a network job measures afresh; it does not resume");
@@ -113,15 +113,27 @@ std::string TokenFile(const AgentConfig& config, const std::string& path, const 
 std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir, const std::string& data,
                                    const std::string& eval_data, bool has_checkpoint) {
   const fs::path checkpoints = job_dir / "checkpoints";
-  std::vector<std::string> args = {"train",      "--plan",  (job_dir / "plan.json").string(),
-                                   "--model-config", (job_dir / "model.json").string(),
-                                   "--data",     data,      "--steps", std::to_string(settings.steps),
-                                   "--precision", settings.precision,
-                                   "--metrics",  (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
-                                   "--checkpoint-dir", checkpoints.string(),
-                                   "--checkpoint-every", std::to_string(settings.checkpoint_every),
-                                   "--keep-checkpoints", std::to_string(settings.keep_checkpoints),
-                                   "--save", (job_dir / "model.pt").string()};
+  std::vector<std::string> args = {"train",
+                                   "--plan",
+                                   (job_dir / "plan.json").string(),
+                                   "--model-config",
+                                   (job_dir / "model.json").string(),
+                                   "--data",
+                                   data,
+                                   "--steps",
+                                   std::to_string(settings.steps),
+                                   "--precision",
+                                   settings.precision,
+                                   "--metrics",
+                                   (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
+                                   "--checkpoint-dir",
+                                   checkpoints.string(),
+                                   "--checkpoint-every",
+                                   std::to_string(settings.checkpoint_every),
+                                   "--keep-checkpoints",
+                                   std::to_string(settings.keep_checkpoints),
+                                   "--save",
+                                   (job_dir / "model.pt").string()};
   if (settings.lr) args.insert(args.end(), {"--lr", Number(*settings.lr)});
   if (settings.weight_decay) args.insert(args.end(), {"--weight-decay", Number(*settings.weight_decay)});
   if (settings.grad_clip) args.insert(args.end(), {"--grad-clip", Number(*settings.grad_clip)});
@@ -189,11 +201,12 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     if (available.empty()) {
       int wanted = 0;
       for (const auto& other : node_ranks) wanted += other.device_type == rank.device_type;
-      throw DeviceUnavailable("the plan puts " + std::to_string(wanted) + " rank(s) on device type '" +
-                              rank.device_type + "' of this node, which has " +
-                              std::to_string(std::count_if(devices.begin(), devices.end(), [&](const DeviceInfo& d) {
-                                return d.type == rank.device_type;
-                              })) + BusyNote(devices, rank.device_type, busy));
+      throw DeviceUnavailable(
+          "the plan puts " + std::to_string(wanted) + " rank(s) on device type '" + rank.device_type +
+          "' of this node, which has " +
+          std::to_string(std::count_if(devices.begin(), devices.end(),
+                                       [&](const DeviceInfo& d) { return d.type == rank.device_type; })) +
+          BusyNote(devices, rank.device_type, busy));
     }
     assigned.push_back(available.front());
     available.erase(available.begin());
@@ -202,8 +215,9 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
   const fs::path job_dir = JobFolder(config, settings.job_id);
   const bool has_checkpoint = fs::exists(job_dir / "checkpoints" / "latest");
   if (has_checkpoint && !settings.resume) {
-    throw InputError("job_id", "", "job '" + settings.job_id + "' already has checkpoints on this node; " +
-                                       (train ? "resume it or choose another job id" : "choose another job id"));
+    throw InputError("job_id", "",
+                     "job '" + settings.job_id + "' already has checkpoints on this node; " +
+                         (train ? "resume it or choose another job id" : "choose another job id"));
   }
   std::vector<RankProcess> processes;
   for (std::size_t local = 0; local < node_ranks.size(); ++local) {
@@ -220,12 +234,10 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
     spec.env = InheritedEnvironment();
-    spec.env.insert(spec.env.end(), {"RANK=" + std::to_string(rank),
-                                     "WORLD_SIZE=" + std::to_string(plan.WorldSize()),
-                                     "LOCAL_RANK=" + std::to_string(local),
-                                     "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks.size()),
-                                     "MASTER_ADDR=" + settings.master_addr,
-                                     "MASTER_PORT=" + std::to_string(settings.master_port)});
+    spec.env.insert(spec.env.end(),
+                    {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(plan.WorldSize()),
+                     "LOCAL_RANK=" + std::to_string(local), "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks.size()),
+                     "MASTER_ADDR=" + settings.master_addr, "MASTER_PORT=" + std::to_string(settings.master_port)});
     AddDeviceSettings(*assigned[local], spec.args, spec.env);
     processes.push_back(std::move(process));
   }

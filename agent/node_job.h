@@ -32,10 +32,10 @@ struct LaunchSettings {
   std::int64_t steps = 0;
   std::string precision = "fp32";
   std::optional<double> lr, weight_decay, grad_clip;  // unset: the worker's default
-  std::int64_t warmup_steps = 0;      // 0: none
-  std::string lr_decay;               // empty: the worker's default (constant)
-  std::int64_t decay_steps = 0;       // 0: the worker's default (steps)
-  std::optional<double> min_lr;       // unset: the worker's default (lr / 10)
+  std::int64_t warmup_steps = 0;                      // 0: none
+  std::string lr_decay;                               // empty: the worker's default (constant)
+  std::int64_t decay_steps = 0;                       // 0: the worker's default (steps)
+  std::optional<double> min_lr;                       // unset: the worker's default (lr / 10)
   std::int64_t checkpoint_every = 0;
   std::int64_t keep_checkpoints = 0;  // 0: every one
   int stop_grace_s = 0;               // 0: kDefaultStopGraceSeconds

@@ -1,24 +1,24 @@
 #include "agent/profiler.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "agent/job.h"
 #include "agent/node_job.h"
 #include "agent/worker_settings.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
-#include "planner/formats/precision.h"
 #include "planner/base/text_file.h"
+#include "planner/formats/precision.h"
 
 namespace poplar {
 namespace {
@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
 void CheckSettings(const ProfileSettings& settings) {
   RequireModelConfig(settings.model_config_json);
   for (int stage : settings.stages) {
-    if (stage < 0 || stage > 3) throw InputError("stages", "", "each stage must be 0 to 3, got " + std::to_string(stage));
+    if (stage < 0 || stage > 3)
+      throw InputError("stages", "", "each stage must be 0 to 3, got " + std::to_string(stage));
   }
   ParseWorkerPrecision(settings.precision, "precision");
   if (settings.repeats < 0 || settings.repeats > 100) throw InputError("repeats", "", "must be 0 to 100");
@@ -75,7 +76,8 @@ Profiler::Profiler(const AgentConfig& config, std::string worker_version, Spawne
 void RemoveTemporariesOfStoppedAgents(const std::filesystem::path& folder) {
   // MeasureStages' "<type>-stages<list>.<pid>-<n>.model.json" and ".partial.json", and
   // WriteFileAtomically's "<file>.tmp.<pid>": each names the agent that wrote it.
-  static const std::regex kTemporary(R"(.+\.([1-9][0-9]{0,8})-[0-9]+\.(?:model|partial)\.json|.+\.tmp\.([1-9][0-9]{0,8}))");
+  static const std::regex kTemporary(
+      R"(.+\.([1-9][0-9]{0,8})-[0-9]+\.(?:model|partial)\.json|.+\.tmp\.([1-9][0-9]{0,8}))");
   std::error_code error;
   for (const fs::path& entry : FolderEntries(folder)) {
     std::smatch match;
@@ -134,12 +136,17 @@ std::filesystem::path Profiler::CacheFolder() const { return fs::path(config_.ca
 
 std::filesystem::path Profiler::CachePath(const ProfileSettings& settings, const DeviceInfo& device, int stage) const {
   const std::string model = nlohmann::json::parse(settings.model_config_json).dump();  // canonical key order
-  const nlohmann::json key = {{"model", model},          {"device_type", device.type},
-                              {"memory_bytes", device.memory_bytes}, {"threads", device.threads},
-                              {"slowdown", device.slowdown}, {"emulated", device.emulated},
-                              {"worker", worker_version_}, {"worker_file", WorkerFileStamp(config_.worker)},
+  const nlohmann::json key = {{"model", model},
+                              {"device_type", device.type},
+                              {"memory_bytes", device.memory_bytes},
+                              {"threads", device.threads},
+                              {"slowdown", device.slowdown},
+                              {"emulated", device.emulated},
+                              {"worker", worker_version_},
+                              {"worker_file", WorkerFileStamp(config_.worker)},
                               {"precision", settings.precision},
-                              {"repeats", settings.repeats}, {"largest_micro_batch", settings.largest_micro_batch},
+                              {"repeats", settings.repeats},
+                              {"largest_micro_batch", settings.largest_micro_batch},
                               {"stage", stage}};
   return CacheFolder() / (device.type + "-stage" + std::to_string(stage) + "-" + StableHash(key.dump()) + ".json");
 }
@@ -165,8 +172,17 @@ std::string Profiler::MeasureStages(const ProfileSettings& settings, const Devic
   SpawnSpec& spec = process.spec;
   spec.program = config_.worker;
   spec.cwd = folder.string();
-  spec.args = {"profile", "--model-config", model_file.string(), "--device-type", device.type,
-               "--device", device.emulated ? "cpu" : "cuda", "-o", output.string(), "--precision", settings.precision};
+  spec.args = {"profile",
+               "--model-config",
+               model_file.string(),
+               "--device-type",
+               device.type,
+               "--device",
+               device.emulated ? "cpu" : "cuda",
+               "-o",
+               output.string(),
+               "--precision",
+               settings.precision};
   for (int stage : stages) spec.args.insert(spec.args.end(), {"--stage", std::to_string(stage)});
   if (settings.repeats > 0) spec.args.insert(spec.args.end(), {"--repeats", std::to_string(settings.repeats)});
   if (settings.largest_micro_batch > 0) {
@@ -180,7 +196,7 @@ std::string Profiler::MeasureStages(const ProfileSettings& settings, const Devic
   JobEvent event;
   std::string failure;
   for (;;) {
-    if (!job.Next(&event, std::chrono::milliseconds(200))) {  // the final event ends the loop
+    if (!job.Next(&event, std::chrono::milliseconds(200))) {                    // the final event ends the loop
       if (!progress("", false)) job.Stop("profiling cancelled by the caller");  // liveness check
       continue;
     }

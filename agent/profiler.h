@@ -50,8 +50,8 @@ class Profiler {
   // The cache file of one stage's profile (docs/formats.md, "Profile cache").
   std::filesystem::path CachePath(const ProfileSettings& settings, const DeviceInfo& device, int stage) const;
   // Runs the worker for `stages`; returns its profile file's text.
-  std::string MeasureStages(const ProfileSettings& settings, const DeviceInfo& device,
-                            const std::vector<int>& stages, const ProgressFn& progress);
+  std::string MeasureStages(const ProfileSettings& settings, const DeviceInfo& device, const std::vector<int>& stages,
+                            const ProgressFn& progress);
 
   const AgentConfig& config_;
   const std::string worker_version_;

@@ -1,15 +1,15 @@
 #include "agent/spawner.h"
 
-#include <cerrno>
-#include <cstring>
-#include <future>
-#include <stdexcept>
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <stdexcept>
 
 extern char** environ;
 

@@ -10,6 +10,8 @@
 //   - gets exactly the environment given, and the working folder given.
 #pragma once
 
+#include <sys/types.h>
+
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -18,14 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include <sys/types.h>
-
 namespace poplar {
 
 struct SpawnSpec {
-  std::string program;                // absolute path; run as argv[0]
-  std::vector<std::string> args;      // after argv[0]
-  std::vector<std::string> env;       // "NAME=value", the whole environment
+  std::string program;            // absolute path; run as argv[0]
+  std::vector<std::string> args;  // after argv[0]
+  std::vector<std::string> env;   // "NAME=value", the whole environment
   std::string cwd;
 };
 

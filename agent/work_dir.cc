@@ -11,8 +11,7 @@ namespace poplar {
 
 namespace fs = std::filesystem;
 
-std::string ResolveInside(const std::string& work_dir, const std::string& relative,
-                          const std::string& field) {
+std::string ResolveInside(const std::string& work_dir, const std::string& relative, const std::string& field) {
   if (relative.empty()) throw InputError(field, "", "is empty");
   if (fs::path(relative).is_absolute()) {
     throw InputError(field, "", "'" + relative + "' must be relative to the agent's work directory");
@@ -40,11 +39,13 @@ WorkDirLock::WorkDirLock(const std::string& work_dir, const std::string& config_
     case FolderLock::Outcome::kLocked:
       return;
     case FolderLock::Outcome::kUnsupported:
-      throw InputError(config_file, "work_dir", "cannot lock " + lock_.path() + ": " + lock_.reason() +
-                                                    "; the work_dir must be on a file system with locks (a local disk)");
+      throw InputError(config_file, "work_dir",
+                       "cannot lock " + lock_.path() + ": " + lock_.reason() +
+                           "; the work_dir must be on a file system with locks (a local disk)");
     case FolderLock::Outcome::kHeldByAnother:
-      throw InputError(config_file, "work_dir", work_dir + " is in use by another poplar-agent" + lock_.holder() +
-                                                    "; each agent needs a work_dir of its own");
+      throw InputError(config_file, "work_dir",
+                       work_dir + " is in use by another poplar-agent" + lock_.holder() +
+                           "; each agent needs a work_dir of its own");
   }
 }
 

@@ -12,8 +12,7 @@ namespace poplar {
 // The absolute path of `relative` inside `work_dir`, following symbolic links.
 // Throws InputError(`field`) if `relative` is empty or absolute, or if it (or a link
 // in it) leads outside `work_dir`.
-std::string ResolveInside(const std::string& work_dir, const std::string& relative,
-                          const std::string& field);
+std::string ResolveInside(const std::string& work_dir, const std::string& relative, const std::string& field);
 
 // An exclusive lock (flock) on <work_dir>/.agent.lock, held for the agent's life and
 // released by the kernel however it ends. A second agent on the same work_dir (on

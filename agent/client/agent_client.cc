@@ -37,7 +37,8 @@ CallCanceller::Scope::~Scope() {
 
 AgentClient::AgentClient(std::string node, std::string address,
                          const std::shared_ptr<grpc::ChannelCredentials>& credentials)
-    : node_(std::move(node)), address_(std::move(address)),
+    : node_(std::move(node)),
+      address_(std::move(address)),
       stub_(v1::Agent::NewStub(grpc::CreateCustomChannel(address_, credentials, HeadChannelArguments()))) {}
 
 AgentError AgentClient::Failure(const grpc::Status& status, const std::string& what) const {
@@ -52,8 +53,9 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
         // Something answered with TLS, but its certificate is not signed by our CA (or
         // ours by its): another CA's agent, or another TLS service on that port.
         return AgentError(node_,
-                          "the TLS handshake with the agent at " + address_ + " failed: are its certificate and the "
-                          "cluster's credentials from one CA (scripts/make-cluster-credentials)? gRPC: " +
+                          "the TLS handshake with the agent at " + address_ +
+                              " failed: are its certificate and the "
+                              "cluster's credentials from one CA (scripts/make-cluster-credentials)? gRPC: " +
                               message.substr(handshake),
                           AgentError::Kind::kTlsHandshake);
       }
@@ -62,11 +64,14 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
       // refused our certificate. Not "unreachable": something listens there.
       if (lower.find("failed to connect") != std::string::npos &&
           (lower.find("socket closed") != std::string::npos || lower.find("reset by peer") != std::string::npos)) {
-        return AgentError(node_,
-                          "the agent at " + address_ + " closed the connection during the TLS handshake: it "
-                          "refused the head's certificate (is credentials.cert signed by the cluster's CA, and still "
-                          "valid?), or what listens there is not a poplar-agent. gRPC: " + message,
-                          AgentError::Kind::kTlsHandshake);
+        return AgentError(
+            node_,
+            "the agent at " + address_ +
+                " closed the connection during the TLS handshake: it "
+                "refused the head's certificate (is credentials.cert signed by the cluster's CA, and still "
+                "valid?), or what listens there is not a poplar-agent. gRPC: " +
+                message,
+            AgentError::Kind::kTlsHandshake);
       }
       reason = "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message;
       break;
@@ -172,8 +177,8 @@ void AgentClient::Launch(const v1::LaunchRequest& request, const std::function<v
   // Events arrived, so the connection and credentials worked: the agent went away.
   if (!status.ok() && any_event && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
     throw AgentError(node_,
-                     "lost its agent at " + address_ + " during the job (did poplar-agent stop, or its node go down?): " +
-                         status.error_message(),
+                     "lost its agent at " + address_ +
+                         " during the job (did poplar-agent stop, or its node go down?): " + status.error_message(),
                      AgentError::Kind::kLostAgent);
   }
   if (!status.ok()) throw Failure(status, "the launch");

@@ -5,6 +5,8 @@
 // agent's own refusal), so `poplar` can print it as the one line of an error.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -12,8 +14,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "poplar/v1/agent.grpc.pb.h"
 

@@ -1,14 +1,14 @@
 #include "agent/rpc/certificate_check.h"
 
-#include <memory>
-#include <vector>
-
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
+
+#include <memory>
+#include <vector>
 
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
@@ -57,16 +57,18 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
   const std::vector<Certificate> own = ReadCertificates(paths.cert, source, "credentials.cert");
   const std::vector<Certificate> authorities = ReadCertificates(paths.ca, source, "credentials.ca");
   X509* leaf = own.front().get();
-  const std::string made = "; make new credentials with scripts/make-cluster-credentials, or sign a new certificate "
-                           "with the cluster's CA key";
+  const std::string made =
+      "; make new credentials with scripts/make-cluster-credentials, or sign a new certificate "
+      "with the cluster's CA key";
 
   if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
-    throw InputError(source, "credentials.cert", paths.cert + " expired on " + TimeText(X509_get0_notAfter(leaf)) + made);
+    throw InputError(source, "credentials.cert",
+                     paths.cert + " expired on " + TimeText(X509_get0_notAfter(leaf)) + made);
   }
   if (X509_cmp_current_time(X509_get0_notBefore(leaf)) > 0) {
-    throw InputError(source, "credentials.cert", paths.cert + " is valid only from " +
-                                                     TimeText(X509_get0_notBefore(leaf)) +
-                                                     ": is this machine's clock right?");
+    throw InputError(
+        source, "credentials.cert",
+        paths.cert + " is valid only from " + TimeText(X509_get0_notBefore(leaf)) + ": is this machine's clock right?");
   }
 
   std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
@@ -78,25 +80,27 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
   for (std::size_t i = 1; i < own.size(); ++i) sk_X509_push(chain.get(), own[i].get());
   std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> context(X509_STORE_CTX_new(), X509_STORE_CTX_free);
   if (!context || X509_STORE_CTX_init(context.get(), store.get(), leaf, chain.get()) != 1 ||
-      X509_STORE_CTX_set_purpose(context.get(), role == CertificateRole::kAgent ? X509_PURPOSE_SSL_SERVER
-                                                                                 : X509_PURPOSE_SSL_CLIENT) != 1) {
+      X509_STORE_CTX_set_purpose(
+          context.get(), role == CertificateRole::kAgent ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT) != 1) {
     throw std::runtime_error("OpenSSL could not set up a certificate check");
   }
-  const std::string renew = "; make new credentials with scripts/make-cluster-credentials (every node then needs "
-                            "the new ca.pem)";
+  const std::string renew =
+      "; make new credentials with scripts/make-cluster-credentials (every node then needs "
+      "the new ca.pem)";
   if (X509_verify_cert(context.get()) != 1) {
     const int error = X509_STORE_CTX_get_error(context.get());
     const int depth = X509_STORE_CTX_get_error_depth(context.get());  // 0: the leaf; above: a CA
     ERR_clear_error();
     if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
-      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
-                                                     X509_verify_cert_error_string(error) + renew);
+      throw InputError(source, "credentials.ca",
+                       paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
+                           X509_verify_cert_error_string(error) + renew);
     }
     if (error == X509_V_ERR_INVALID_PURPOSE && depth > 0) {
-      throw InputError(source, "credentials.ca", paths.ca + ": the CA certificate that signs " + paths.cert +
-                                                     " is not meant to sign " +
-                                                     (role == CertificateRole::kAgent ? "agents'" : "the head's") +
-                                                     " certificates (its extended key usage)" + renew);
+      throw InputError(source, "credentials.ca",
+                       paths.ca + ": the CA certificate that signs " + paths.cert + " is not meant to sign " +
+                           (role == CertificateRole::kAgent ? "agents'" : "the head's") +
+                           " certificates (its extended key usage)" + renew);
     }
     if (error == X509_V_ERR_INVALID_PURPOSE) {
       throw InputError(source, "credentials.cert",
@@ -105,10 +109,9 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
                                                             : "the head (it lacks clientAuth; head.pem has it)") +
                            ": the other side would refuse it");
     }
-    const bool unsigned_by_ca = error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY ||
-                                error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||
-                                error == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE ||
-                                error == X509_V_ERR_CERT_SIGNATURE_FAILURE;
+    const bool unsigned_by_ca =
+        error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||
+        error == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE || error == X509_V_ERR_CERT_SIGNATURE_FAILURE;
     throw InputError(source, "credentials.cert",
                      paths.cert + (unsigned_by_ca ? " is not signed by" : " does not verify against") +
                          " the cluster's CA in credentials.ca (" + paths.ca +
@@ -129,11 +132,12 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
   }
   if (soonest < 0) return "";
   const ASN1_TIME* end = X509_get0_notAfter(sk_X509_value(verified, soonest));
-  const std::string in = soonest_days == 0 ? ", within a day"
-                                           : ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
+  const std::string in = soonest_days == 0
+                             ? ", within a day"
+                             : ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
   if (soonest == 0) return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(end) + in + made;
-  return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert +
-         " expires on " + TimeText(end) + in + renew;
+  return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert + " expires on " +
+         TimeText(end) + in + renew;
 }
 
 }  // namespace poplar

@@ -1,11 +1,11 @@
 #include "agent/rpc/grpc_log.h"
 
+#include <grpc/support/log.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
-
-#include <grpc/support/log.h>
 
 namespace poplar {
 namespace {
@@ -23,7 +23,9 @@ bool echo = false;           // set before the log function is installed
 
 // gRPC's own layout, near enough to read alike: "E grpc_file.cc:854] message".
 void Write(const HeldLine& line) {
-  const char* letter = line.severity == GPR_LOG_SEVERITY_ERROR ? "E" : line.severity == GPR_LOG_SEVERITY_INFO ? "I" : "D";
+  const char* letter = line.severity == GPR_LOG_SEVERITY_ERROR  ? "E"
+                       : line.severity == GPR_LOG_SEVERITY_INFO ? "I"
+                                                                : "D";
   std::fprintf(stderr, "%s %s:%d] %s\n", letter, line.file.c_str(), line.line, line.message.c_str());
 }
 
@@ -62,8 +64,8 @@ std::string GrpcLogCapture::Take() {
       message.pop_back();
     }
     // ... and lead with their code: "UNKNOWN:Unable to create secure server".
-    if (const auto colon = message.find(':'); colon != std::string::npos && colon > 0 &&
-                                              message.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == colon) {
+    if (const auto colon = message.find(':');
+        colon != std::string::npos && colon > 0 && message.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") == colon) {
       message = message.substr(colon + 1);
     }
     if (!message.empty()) text += (text.empty() ? "" : "; ") + message;

@@ -7,11 +7,11 @@
 // never, and the agent stops a job whose head went silent in the same time.
 #pragma once
 
-#include <chrono>
-
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/channel_arguments.h>
+
+#include <chrono>
 
 namespace poplar {
 

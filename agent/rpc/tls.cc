@@ -1,14 +1,13 @@
 #include "agent/rpc/tls.h"
 
-#include "agent/rpc/grpc_log.h"
-
-#include <iostream>
-
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <iostream>
+
 #include "agent/rpc/certificate_check.h"
+#include "agent/rpc/grpc_log.h"
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
 #include "poplar/v1/agent.grpc.pb.h"
@@ -22,8 +21,9 @@ std::string ReadCredential(const std::string& path, const std::string& source, c
   try {
     return ReadTextFile(path);
   } catch (const InputError& error) {
-    throw InputError(source, "credentials." + key, "cannot read " + path + " (" + error.reason() +
-                                                        "); scripts/make-cluster-credentials makes these files");
+    throw InputError(
+        source, "credentials." + key,
+        "cannot read " + path + " (" + error.reason() + "); scripts/make-cluster-credentials makes these files");
   }
 }
 
@@ -105,8 +105,8 @@ void CheckTlsFilesServe(const std::shared_ptr<grpc::ServerCredentials>& tls, con
   if (!server || port == 0) {
     throw InputError(source, "credentials",
                      "gRPC cannot use these files for TLS (ca " + paths.ca + ", cert " + paths.cert + ", key " +
-                         paths.key + "): is the key the certificate's, and are all three PEM? (gRPC: " +
-                         log.Take() + ")");
+                         paths.key + "): is the key the certificate's, and are all three PEM? (gRPC: " + log.Take() +
+                         ")");
   }
   server->Shutdown();
 }
@@ -122,8 +122,7 @@ void CheckOwnFiles(const std::shared_ptr<grpc::ServerCredentials>& tls, const Cr
 
 }  // namespace
 
-std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
-                                                                const std::string& source,
+std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths, const std::string& source,
                                                                 const std::string& speaker) {
   auto credentials = ServerTls(paths, source);
   CheckOwnFiles(credentials, paths, source, speaker, CertificateRole::kAgent);

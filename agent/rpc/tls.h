@@ -7,10 +7,10 @@
 // certificate, and adding the token to every call.
 #pragma once
 
-#include <memory>
-
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+
+#include <memory>
 
 #include "planner/cluster/credentials.h"
 
@@ -21,11 +21,9 @@ namespace poplar {
 // (certificate_check.h), and naming `credentials` when the files cannot be used
 // together (a key that is not the certificate's, a file that is not PEM). A certificate
 // that expires within 30 days is said on stderr, after "<speaker>: warning: ".
-std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths,
-                                                                const std::string& source,
+std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths, const std::string& source,
                                                                 const std::string& speaker);
 std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const CredentialPaths& paths,
-                                                                 const std::string& source,
-                                                                 const std::string& speaker);
+                                                                 const std::string& source, const std::string& speaker);
 
 }  // namespace poplar

@@ -1,16 +1,16 @@
 #include "launcher/comm/communicator.h"
 
+#include <c10/util/Logging.h>
+
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
-
-#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 // POPLAR_WITH_GLOO: CMake found Gloo in libtorch (USE_C10D_GLOO) and Gloo's headers
@@ -75,9 +75,9 @@ int IntegerVariable(const char* name, int fallback, int low, int high) {
   const long value = std::strtol(text, &end, 10);
   const bool digits = *text != '\0' && (std::isdigit(static_cast<unsigned char>(*text)) || *text == '-');
   if (!digits || *end != '\0' || value < low || value > high) {
-    throw InputError(std::string("environment ") + name, "",
-                     "must be an integer from " + std::to_string(low) + " to " +
-                         std::to_string(high) + ", got '" + text + "'");
+    throw InputError(
+        std::string("environment ") + name, "",
+        "must be an integer from " + std::to_string(low) + " to " + std::to_string(high) + ", got '" + text + "'");
   }
   return static_cast<int>(value);
 }
@@ -135,8 +135,8 @@ DistributedEnv DistributedEnv::FromEnvironment() {
   // here, before the rank loads anything.
   if (const std::string problem = env.world_size > 1 ? UnresolvableHostProblem(env.master_addr) : "";
       !problem.empty()) {
-    throw InputError("environment MASTER_ADDR", "", "'" + Printable(env.master_addr) + "' names no machine (" +
-                                                        problem + ")");
+    throw InputError("environment MASTER_ADDR", "",
+                     "'" + Printable(env.master_addr) + "' names no machine (" + problem + ")");
   }
   return env;
 }
@@ -144,9 +144,7 @@ DistributedEnv DistributedEnv::FromEnvironment() {
 class Communicator::Timer {
  public:
   explicit Timer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~Timer() {
-    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  ~Timer() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   double& total_;
@@ -169,14 +167,16 @@ CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBa
   }
 #ifndef POPLAR_WITH_GLOO
   if (backend == CollectiveBackend::kGloo && (world_size > 1 || explicit_backend)) {
-    throw InputError("--backend", "", "gloo: this poplar-worker was built without Gloo (its libtorch has no "
-                                      "Gloo, or not its headers); use --backend nccl with --device cuda");
+    throw InputError("--backend", "",
+                     "gloo: this poplar-worker was built without Gloo (its libtorch has no "
+                     "Gloo, or not its headers); use --backend nccl with --device cuda");
   }
 #endif
 #ifndef USE_C10D_NCCL
   if (backend == CollectiveBackend::kNccl && (world_size > 1 || explicit_backend)) {
-    throw InputError("--backend", "", "nccl: this libtorch was built without NCCL; use "
-                                      "--backend gloo, or build against a CUDA libtorch");
+    throw InputError("--backend", "",
+                     "nccl: this libtorch was built without NCCL; use "
+                     "--backend gloo, or build against a CUDA libtorch");
   }
 #else
   (void)world_size;
@@ -185,8 +185,8 @@ CollectiveBackend Communicator::UsableBackend(torch::Device device, CollectiveBa
   return backend;
 }
 
-Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
-                           torch::Device device, CollectiveBackend backend, GlooReduceScatter gloo_reduce_scatter)
+Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout, torch::Device device,
+                           CollectiveBackend backend, GlooReduceScatter gloo_reduce_scatter)
     : rank_(env.rank), world_size_(env.world_size), timeout_(timeout), gloo_reduce_scatter_(gloo_reduce_scatter) {
   // A backend named explicitly gets a process group even for one rank, so that a
   // one-GPU machine can run the NCCL path (a one-rank NCCL communicator is valid).
@@ -205,9 +205,10 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
   // Rank 0 hosts the store on every address of its machine and joins it through
   // MASTER_ADDR: another machine's address would reach whatever listens there, or no one.
   if (rank_ == 0 && !CouldBeThisMachine(env.master_addr)) {
-    throw InputError("environment MASTER_ADDR", "", env.master_addr + " is not an address of this machine; rank 0 " +
-                                                        "hosts the rendezvous, so MASTER_ADDR must name rank 0's " +
-                                                        "machine (127.0.0.1 when every rank runs here)");
+    throw InputError("environment MASTER_ADDR", "",
+                     env.master_addr + " is not an address of this machine; rank 0 " +
+                         "hosts the rendezvous, so MASTER_ADDR must name rank 0's " +
+                         "machine (127.0.0.1 when every rank runs here)");
   }
   try {
     const QuietC10dErrors quiet;
@@ -222,10 +223,9 @@ Communicator::Communicator(const DistributedEnv& env, std::chrono::milliseconds 
     // A rank other than 0 that never reached rank 0's store ("The client socket has
     // timed out after 10s while trying to connect to (127.0.0.1, 29615).").
     if (rank_ != 0 && SaysTimedOut(what)) {
-      throw PeerFailure("cannot reach rank 0's rendezvous at " + env.master_addr + ":" +
-                               std::to_string(env.master_port) +
-                               " within --timeout; is rank 0 started, with the same MASTER_ADDR and MASTER_PORT? (" +
-                               FirstLine(what) + ")");
+      throw PeerFailure(
+          "cannot reach rank 0's rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+          " within --timeout; is rank 0 started, with the same MASTER_ADDR and MASTER_PORT? (" + FirstLine(what) + ")");
     }
     throw;
   }
@@ -426,13 +426,12 @@ void Communicator::WaitForEveryRank(const DistributedEnv& env, std::chrono::mill
 
 PeerFailure Communicator::RendezvousIncomplete(const DistributedEnv& env, const std::vector<int>& missing) const {
   const std::string who = Join(missing, ", ", [](int rank) { return std::to_string(rank); });
-  return PeerFailure(
-      "the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-      " did not complete within --timeout: " +
-      (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
-                       : std::string(missing.size() == 1 ? "rank " : "ranks ") + who + " of " +
-                             std::to_string(world_size_) + " (WORLD_SIZE) never joined") +
-      "; is every rank started, with the same MASTER_ADDR and MASTER_PORT?");
+  return PeerFailure("the rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                     " did not complete within --timeout: " +
+                     (missing.empty() ? "not all " + std::to_string(world_size_) + " ranks (WORLD_SIZE) joined"
+                                      : std::string(missing.size() == 1 ? "rank " : "ranks ") + who + " of " +
+                                            std::to_string(world_size_) + " (WORLD_SIZE) never joined") +
+                     "; is every rank started, with the same MASTER_ADDR and MASTER_PORT?");
 }
 
 std::string Communicator::backend_name() const { return group_ ? group_->getBackendName() : "none"; }
@@ -485,18 +484,16 @@ void Communicator::RequireAgreement(const std::string& what, const std::string& 
       if (!store_->check({keys[r]})) missing.push_back(r);
     }
     const bool one = missing.size() == 1;
-    throw PeerFailure(std::string(one ? "rank " : "ranks ") +
-                             Join(missing, ", ", [](int rank) { return std::to_string(rank); }) + " did not send " +
-                             (one ? "its " : "their ") + what + " within --timeout (" +
-                             (one ? "it stopped, or is stuck: its" : "they stopped, or are stuck: their") +
-                             " own output says why)");
+    throw PeerFailure(
+        std::string(one ? "rank " : "ranks ") + Join(missing, ", ", [](int rank) { return std::to_string(rank); }) +
+        " did not send " + (one ? "its " : "their ") + what + " within --timeout (" +
+        (one ? "it stopped, or is stuck: its" : "they stopped, or are stuck: their") + " own output says why)");
   }
   for (int r = 0; r < world_size_; ++r) {
     const std::string theirs = GetText(*store_, prefix + std::to_string(r));
     if (theirs != value) {
       throw InputError("ranks " + std::to_string(rank_) + " and " + std::to_string(r), what,
-                       "differ: every rank must run with the same " + what + " (" + Difference(value, theirs, r) +
-                           ")");
+                       "differ: every rank must run with the same " + what + " (" + Difference(value, theirs, r) + ")");
     }
   }
 }
@@ -595,8 +592,7 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   });
 }
 
-std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard,
-                                                                torch::Tensor& output) {
+std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output) {
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   if (!group_) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });

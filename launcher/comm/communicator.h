@@ -93,8 +93,7 @@ class Communicator {
   // Rendezvous and create the process group for tensors on `device` (world_size > 1).
   // Throws on timeout, and InputError for NCCL without a CUDA device or without a
   // libtorch built with it.
-  Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout,
-               torch::Device device = torch::kCPU,
+  Communicator(const DistributedEnv& env, std::chrono::milliseconds timeout, torch::Device device = torch::kCPU,
                CollectiveBackend backend = CollectiveBackend::kAuto,
                GlooReduceScatter gloo_reduce_scatter = GlooReduceScatter::kAllToAll);
   ~Communicator();
@@ -106,8 +105,7 @@ class Communicator {
 
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
   std::unique_ptr<PendingCollective> StartAllReduceSum(torch::Tensor& tensor);
-  std::unique_ptr<PendingCollective> StartReduceScatterSum(const torch::Tensor& input,
-                                                           torch::Tensor& output);
+  std::unique_ptr<PendingCollective> StartReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
   std::unique_ptr<PendingCollective> StartAllGather(const torch::Tensor& shard, torch::Tensor& output);
 
   // In place: every rank ends with the element-wise sum.

@@ -5,10 +5,9 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
-#include <cstring>
-
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace poplar {
@@ -47,8 +46,8 @@ class Counting final : public c10::Allocator {
     const std::int64_t limit = capacity.load();
     if (limit > 0 && now > limit) {
       in_use -= size;
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "emulated device out of memory: tried to allocate ",
-                       bytes, " bytes with ", now - size, " of ", limit, " bytes in use");
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "emulated device out of memory: tried to allocate ", bytes,
+                       " bytes with ", now - size, " of ", limit, " bytes in use");
     }
     std::int64_t seen = peak.load();
     while (now > seen && !peak.compare_exchange_weak(seen, now)) {

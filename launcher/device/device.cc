@@ -1,11 +1,10 @@
 #include "launcher/device/device.h"
 
+#include <malloc.h>
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <climits>
-
-#include <malloc.h>
-
-#include <torch/cuda.h>
 
 #ifdef POPLAR_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -138,12 +137,14 @@ torch::Device SelectDevice(const std::string& kind, int local_rank) {
     return torch::kCPU;
   }
   if (!BuiltWithCuda()) {
-    throw InputError("--device", "", "cuda: this poplar-worker was built against a libtorch without "
-                                     "CUDA (docs/operations.md, \"Building the worker for CUDA\")");
+    throw InputError("--device", "",
+                     "cuda: this poplar-worker was built against a libtorch without "
+                     "CUDA (docs/operations.md, \"Building the worker for CUDA\")");
   }
   if (!torch::cuda::is_available()) {
-    throw InputError("--device", "", "cuda: no GPU is visible (check nvidia-smi and "
-                                     "CUDA_VISIBLE_DEVICES)");
+    throw InputError("--device", "",
+                     "cuda: no GPU is visible (check nvidia-smi and "
+                     "CUDA_VISIBLE_DEVICES)");
   }
   const auto count = static_cast<int>(torch::cuda::device_count());
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count));

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "launcher/head/head_commands.h"
 #include "launcher/head/head_agents.h"
-#include "planner/base/run_app.h"
-#include "planner/base/text_table.h"
+#include "launcher/head/head_commands.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_table.h"
 
 namespace poplar {
 namespace {
@@ -24,7 +24,7 @@ struct ProfileOptions {
 
 void RunProfile(const ProfileOptions& options) {
   const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
-  const std::string dir = !options.output.empty()           ? options.output
+  const std::string dir = !options.output.empty()         ? options.output
                           : !cluster.profiles_dir.empty() ? cluster.profiles_dir
                                                           : "profiles";
   // Checked before measuring, which takes minutes: a file where the folder should be.
@@ -72,8 +72,8 @@ void RunStatus(const StatusOptions& options) {
         return job.job_id() + " (" + std::to_string(job.ranks_size()) + (job.ranks_size() == 1 ? " rank" : " ranks") +
                " on " + (held.empty() ? "-" : held) + ", step " + std::to_string(job.step()) + ")";
       });
-      table.AddRow({client->node(), client->address(), "up", devices.empty() ? "none" : devices,
-                    jobs.empty() ? "-" : jobs});
+      table.AddRow(
+          {client->node(), client->address(), "up", devices.empty() ? "none" : devices, jobs.empty() ? "-" : jobs});
     } catch (const AgentError& error) {
       reasons.push_back(error.what());
       table.AddRow({client->node(), client->address(), "DOWN", "-", "-"});
@@ -95,13 +95,15 @@ void RegisterProfileCommand(CLI::App& app) {
   command->add_option("cluster", options->cluster_file, "Cluster file (YAML, see docs/formats.md)")
       ->required()
       ->check(CLI::ExistingFile);
-  command->add_option("-o,--output", options->output,
-                      "Folder for the profile files (default: the cluster file's 'profiles', else ./profiles)")
+  command
+      ->add_option("-o,--output", options->output,
+                   "Folder for the profile files (default: the cluster file's 'profiles', else ./profiles)")
       ->check(NotEmpty());
   command->add_option("--repeats", options->request.repeats, "Timed runs per micro-batch size (0: worker default)")
       ->check(WholeNumberIn(0, 100));
-  command->add_option("--largest-micro-batch", options->request.largest_micro_batch,
-                      "Stop growing micro-batches here (0: worker default)")
+  command
+      ->add_option("--largest-micro-batch", options->request.largest_micro_batch,
+                   "Stop growing micro-batches here (0: worker default)")
       ->check(WholeNumberIn(0, 1 << 20));
   command->add_option("--type", options->request.types,
                       "Profile only this device type (repeatable; default: every type of the cluster)");

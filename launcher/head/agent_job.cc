@@ -4,9 +4,9 @@
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <ctime>
 #include <deque>
-#include <cstdio>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -24,7 +24,7 @@ struct NodeEvent {
   bool stream_ended = false;
   std::string stream_error;  // set when the stream broke
   v1::LaunchEvent event;
-  bool lost_agent = false;   // the stream broke mid-job because its agent went away
+  bool lost_agent = false;  // the stream broke mid-job because its agent went away
 };
 
 class EventQueue {
@@ -135,7 +135,10 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         NodeEvent end{node, true, "", {}};
         try {
           agents.clients[node]->Launch(
-              request, [&](const v1::LaunchEvent& event) { queue.Push({node, false, "", event}); },
+              request,
+              [&](const v1::LaunchEvent& event) {
+                queue.Push({node, false, "", event});
+              },
               &streams_canceller);
         } catch (const AgentError& error) {
           end.stream_error = error.reason();
@@ -221,8 +224,10 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
         if (!item.stream_error.empty()) {
           // A lost agent is a cause whenever it is noticed (its peers' resets may have
           // started the stop first); any other broken or cancelled stream is a stop.
-          if (item.lost_agent) monitor.AgentLost(node_name, item.stream_error);
-          else monitor.Stopped(node_name, item.stream_error);
+          if (item.lost_agent)
+            monitor.AgentLost(node_name, item.stream_error);
+          else
+            monitor.Stopped(node_name, item.stream_error);
         }
       } else {
         const v1::LaunchEvent& event = item.event;

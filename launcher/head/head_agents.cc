@@ -4,8 +4,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
@@ -16,12 +16,12 @@
 #include "agent/rpc/grpc_log.h"
 #include "agent/rpc/tls.h"
 #include "launcher/head/interruption.h"
-#include "planner/base/run_app.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_file.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/precision.h"
-#include "planner/base/text_file.h"
 
 namespace poplar {
 
@@ -78,8 +78,8 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
       for (const auto& device : description.devices()) have += device.type() == group.type;
       if (have < group.count) {
         const std::string list = Join(description.devices(), ", ", [](const auto& device) { return device.type(); });
-        throw CommandFailed("node '" + node.name + "': the cluster file lists " + std::to_string(group.count) +
-                            " x " + group.type + " but its agent has " + std::to_string(have) +
+        throw CommandFailed("node '" + node.name + "': the cluster file lists " + std::to_string(group.count) + " x " +
+                            group.type + " but its agent has " + std::to_string(have) +
                             " (it has: " + (list.empty() ? "no devices" : list) + ")");
       }
     }
@@ -121,8 +121,8 @@ std::vector<std::string> TypesToProfile(const ClusterSpec& cluster, const std::v
   std::vector<std::string> types;
   for (const std::string& type : asked) {
     if (std::find(all.begin(), all.end(), type) == all.end()) {
-      throw InputError("--type", "", "'" + type + "' is not a device type of " + cluster.file + " (it has " +
-                                         Join(all, ", ") + ")");
+      throw InputError("--type", "",
+                       "'" + type + "' is not a device type of " + cluster.file + " (it has " + Join(all, ", ") + ")");
     }
     if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
   }

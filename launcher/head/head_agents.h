@@ -42,8 +42,8 @@ int RendezvousPort(const ClusterAgents& agents, const std::string& rank0_node, i
 std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why);
 
 struct ProfileRequestOptions {
-  int repeats = 0;              // 0: the worker's default
-  int largest_micro_batch = 0;  // 0: the worker's default
+  int repeats = 0;                 // 0: the worker's default
+  int largest_micro_batch = 0;     // 0: the worker's default
   std::vector<std::string> types;  // device types to profile; empty: every type
 };
 

@@ -16,8 +16,8 @@ constexpr int kSignalCount = static_cast<int>(std::size(kSignals));
 
 // Interruptions are made and ended on the head's main thread; the handler only records,
 // and on a second Ctrl-C ends the process (all async-signal-safe).
-std::atomic<int> g_received{0};  // the first signal since the outermost Interruption began
-int g_depth = 0;                 // Interruptions alive
+std::atomic<int> g_received{0};             // the first signal since the outermost Interruption began
+int g_depth = 0;                            // Interruptions alive
 struct sigaction g_replaced[kSignalCount];  // what the outermost one replaced
 bool g_installed[kSignalCount] = {};        // false where the signal was ignored (nohup)
 
@@ -70,10 +70,14 @@ int Interruption::signal() const { return g_received; }
 
 std::string InterruptionName(int signal) {
   switch (signal) {
-    case SIGINT: return "Ctrl-C";
-    case SIGHUP: return "SIGHUP: its terminal closed; nohup, tmux or systemd-run let a launch outlive its terminal";
-    case SIGTERM: return "SIGTERM";
-    default: return "signal " + std::to_string(signal);
+    case SIGINT:
+      return "Ctrl-C";
+    case SIGHUP:
+      return "SIGHUP: its terminal closed; nohup, tmux or systemd-run let a launch outlive its terminal";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return "signal " + std::to_string(signal);
   }
 }
 

@@ -11,26 +11,26 @@
 #include <memory>
 #include <optional>
 
-#include "planner/formats/job_id.h"
 #include "launcher/head/agent_job.h"
-#include "launcher/head/head_commands.h"
 #include "launcher/head/head_agents.h"
+#include "launcher/head/head_commands.h"
 #include "launcher/head/interruption.h"
 #include "launcher/head/launch_monitor.h"
-#include "planner/search/plan_report.h"
 #include "launcher/head/run_directory.h"
-#include "planner/base/run_app.h"
-#include "planner/base/text_table.h"
 #include "planner/base/input_error.h"
-#include "planner/cluster/cluster_profiles.h"
 #include "planner/base/join.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_file.h"
+#include "planner/base/text_table.h"
+#include "planner/cluster/cluster_profiles.h"
+#include "planner/formats/job_id.h"
 #include "planner/formats/lr_schedule.h"
 #include "planner/formats/precision.h"
-#include "planner/search/plan_file.h"
-#include "planner/search/planner.h"
-#include "planner/base/text_file.h"
 #include "planner/formats/training_limits.h"
 #include "planner/formats/worker_plan.h"
+#include "planner/search/plan_file.h"
+#include "planner/search/plan_report.h"
+#include "planner/search/planner.h"
 
 namespace poplar {
 namespace {
@@ -53,8 +53,8 @@ struct LaunchOptions {
 };
 
 struct PreparedPlan {
-  std::string text;  // the plan file, as written to the run directory and sent to the agents
-  WorkerPlan plan;   // the same, parsed; its predicted step from the profiles when it says none
+  std::string text;             // the plan file, as written to the run directory and sent to the agents
+  WorkerPlan plan;              // the same, parsed; its predicted step from the profiles when it says none
   std::string checked_against;  // --plan: the profiles folder it was checked against, if any
   std::map<std::string, DeviceProfile> profiles;  // and its profiles, by device type
 };
@@ -71,8 +71,7 @@ void RequireDevicesAsProfiled(const ClusterSpec& cluster, const ClusterAgents& a
       if (profile == plan.profiles.end() || device.memory_bytes() >= 0.99 * profile->second.memory_bytes) continue;
       throw CommandFailed("node '" + cluster.nodes[node].name + "': its " + device.type() + " has " +
                           Fixed(device.memory_bytes() / kMiB, 0) + " MiB of memory, but its profile in " +
-                          plan.checked_against + " was measured with " +
-                          Fixed(profile->second.memory_bytes / kMiB, 0) +
+                          plan.checked_against + " was measured with " + Fixed(profile->second.memory_bytes / kMiB, 0) +
                           " MiB: the plan's micro-batches may not fit. Profile again (poplar plan) and launch "
                           "with the new plan, or launch without --plan");
     }
@@ -103,14 +102,16 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
     const RankPlacement& placement = prepared.plan.placement[rank];
     const std::string key = prepared.plan.RankKey(rank);
     if (placement.node.empty()) {
-      throw InputError(options.plan_file, key + ".node", "is required: the node that runs the rank (poplar plan writes it)");
+      throw InputError(options.plan_file, key + ".node",
+                       "is required: the node that runs the rank (poplar plan writes it)");
     }
     if (placement.device_type.empty()) {
       throw InputError(options.plan_file, key + ".device_type",
                        "is required: which of the node's devices runs the rank (poplar plan writes it)");
     }
     if (rank == 0 && placement.host.empty()) {
-      throw InputError(options.plan_file, key + ".host", "is required: rank 0's host is the rendezvous (poplar plan writes it)");
+      throw InputError(options.plan_file, key + ".host",
+                       "is required: rank 0's host is the rendezvous (poplar plan writes it)");
     }
   }
   // Micro-batches a device cannot hold (a plan edited by hand, or made for smaller
@@ -171,8 +172,8 @@ void RunLaunch(const LaunchOptions& options) {
   std::optional<PreparedPlan> given;
   if (!options.plan_file.empty()) given = PlanFromFile(options, cluster);
   if (given) {
-    std::cout << "following " << options.plan_file << " (" << given->plan.policy.value_or("from file") << ", stage " << given->plan.stage
-              << "); "
+    std::cout << "following " << options.plan_file << " (" << given->plan.policy.value_or("from file") << ", stage "
+              << given->plan.stage << "); "
               << (given->checked_against.empty()
                       ? std::string("no profiles to check its micro-batches against (no 'profiles' in the cluster "
                                     "file, no profiles/ beside the plan)")
@@ -191,7 +192,8 @@ void RunLaunch(const LaunchOptions& options) {
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
 
   std::vector<RankInfo> ranks;
-  for (const RankPlacement& placement : prepared.plan.placement) ranks.push_back({placement.node, placement.device_type});
+  for (const RankPlacement& placement : prepared.plan.placement)
+    ranks.push_back({placement.node, placement.device_type});
   const std::string master_addr = prepared.plan.placement.at(0).host;
   std::vector<std::size_t> nodes_in_job;
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
@@ -254,7 +256,8 @@ void RunLaunch(const LaunchOptions& options) {
                         outcome.signal != 0 ? 128 + outcome.signal : 1);
   }
   directory.Keep();
-  if (!previous_attempt.empty()) std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
+  if (!previous_attempt.empty())
+    std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
 
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
@@ -269,12 +272,12 @@ void RunLaunch(const LaunchOptions& options) {
     // The user's own stop is not a failure of the job's (unless one came first).
     const std::string user_stop = monitor.UserStop();
     const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
-    throw CommandFailed("job " + job_id + " " + what + "; every worker was stopped; " +
-                            monitor.CheckpointsKept(job.checkpoint_every,
-                                                    "the agents' work directories under jobs/" + job_id +
-                                                        "/checkpoints (rank 0's node writes them)") +
-                            "; logs in " + run_dir + "/logs",
-                        outcome.signal != 0 ? 128 + outcome.signal : 1);
+    throw CommandFailed(
+        "job " + job_id + " " + what + "; every worker was stopped; " +
+            monitor.CheckpointsKept(job.checkpoint_every, "the agents' work directories under jobs/" + job_id +
+                                                              "/checkpoints (rank 0's node writes them)") +
+            "; logs in " + run_dir + "/logs",
+        outcome.signal != 0 ? 128 + outcome.signal : 1);
   }
   if (!summary.contains("first_loss")) {
     std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir
@@ -283,13 +286,13 @@ void RunLaunch(const LaunchOptions& options) {
   }
   const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
   const std::int64_t last_step = summary["steps"].get<std::int64_t>();
-  std::cout << "trained " << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
-                                             : Count(last_step, "step"))
+  std::cout << "trained "
+            << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
+                               : Count(last_step, "step"))
             << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
             << Fixed(summary["last_loss"].get<double>(), 3)
             << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
-            << "; step " << Seconds(summary["measured_step_s"].get<double>())
-            << " measured (median) "
+            << "; step " << Seconds(summary["measured_step_s"].get<double>()) << " measured (median) "
             << (prepared.plan.predicted_step_s ? "vs " + Seconds(*prepared.plan.predicted_step_s) + " predicted; "
                                                : "(the plan predicts none); ")
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
@@ -300,8 +303,8 @@ void RunLaunch(const LaunchOptions& options) {
 
 void RegisterLaunchCommand(CLI::App& app) {
   auto options = std::make_shared<LaunchOptions>();
-  CLI::App* command = app.add_subcommand(
-      "launch", "Train the cluster file's job on every node through the agents, following a plan");
+  CLI::App* command =
+      app.add_subcommand("launch", "Train the cluster file's job on every node through the agents, following a plan");
   command->add_option("cluster", options->cluster_file, "Cluster file (YAML, with a 'job' section)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -311,35 +314,42 @@ void RegisterLaunchCommand(CLI::App& app) {
       ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
       ->capture_default_str()
       ->excludes("--plan");  // a plan given is followed; its policy is the plan's
-  command->add_option("--network", options->network_file,
-                      "When planning: a network file measured by `poplar network`, instead of the cluster file's 'network'")
+  command
+      ->add_option(
+          "--network", options->network_file,
+          "When planning: a network file measured by `poplar network`, instead of the cluster file's 'network'")
       ->check(CLI::ExistingFile)
       ->excludes("--plan");
   command->add_option("--steps", options->steps, "Train until this step (default: the cluster file's job.steps)")
       ->check(WholeNumberIn(std::int64_t{1}, std::int64_t{1} << 40));
   command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)")->check(NotEmpty());
-  auto* job_id = command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
-                     ->check(CLI::Validator(
-                         [](std::string& text) {
-                           try {
-                             CheckJobId(text);
-                             return std::string();
-                           } catch (const InputError& error) {
-                             return error.reason();
-                           }
-                         },
-                         "JOB_ID"));
-  command->add_option("--master-port", options->master_port,
-                      "Rendezvous port on rank 0's host (default: one its agent finds free)")
+  auto* job_id =
+      command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
+          ->check(CLI::Validator(
+              [](std::string& text) {
+                try {
+                  CheckJobId(text);
+                  return std::string();
+                } catch (const InputError& error) {
+                  return error.reason();
+                }
+              },
+              "JOB_ID"));
+  command
+      ->add_option("--master-port", options->master_port,
+                   "Rendezvous port on rank 0's host (default: one its agent finds free)")
       ->check(WholeNumberIn(1, 65535));
-  command->add_option("--timeout", options->timeout_s, "Seconds before a rendezvous or collective gives up (0: worker default)")
+  command
+      ->add_option("--timeout", options->timeout_s,
+                   "Seconds before a rendezvous or collective gives up (0: worker default)")
       ->check(WholeNumberIn(0, 86400));
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
       ->check(WholeNumberIn(0, 1 << 30))
       ->capture_default_str();
-  command->add_option("--trace-step", options->trace_step,
-                      "Profile this step of the run on every rank (the N-th it takes): each node keeps its ranks' "
-                      "traces in <work_dir>/jobs/<job id>/traces/rank-R.json")
+  command
+      ->add_option("--trace-step", options->trace_step,
+                   "Profile this step of the run on every rank (the N-th it takes): each node keeps its ranks' "
+                   "traces in <work_dir>/jobs/<job id>/traces/rank-R.json")
       ->check(WholeNumberIn(std::int64_t{1}, kMostJobSteps));
   // Without the job's id a resume would start a new job (the default id is new each time).
   command->add_flag("--resume", options->resume, "Resume the job --job-id names from its last checkpoint")

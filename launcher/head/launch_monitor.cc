@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "planner/base/command_failed.h"
-#include "planner/base/text_table.h"
 #include "planner/base/median.h"
+#include "planner/base/text_table.h"
 #include "planner/formats/step_cadence.h"
 
 namespace poplar {
@@ -73,21 +73,24 @@ std::string LaunchMonitor::NodeOf(int rank) const {
   return rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[rank].node : "?";
 }
 
-LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps,
-                             int progress_every, std::ostream& out)
-    : run_dir_(std::move(run_dir)), ranks_(std::move(ranks)), steps_(steps),
-      progress_every_(progress_every), out_(out) {
+LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
+                             std::ostream& out)
+    : run_dir_(std::move(run_dir)),
+      ranks_(std::move(ranks)),
+      steps_(steps),
+      progress_every_(progress_every),
+      out_(out) {
   if (run_dir_.empty()) return;
   std::filesystem::create_directories(std::filesystem::path(run_dir_) / "logs");
   std::filesystem::create_directories(std::filesystem::path(run_dir_) / "metrics");
 }
 
-std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files,
-                                       const char* folder, const char* suffix, int rank) {
+std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder,
+                                       const char* suffix, int rank) {
   auto& file = files[rank];
   if (!file) {
-    file = std::make_unique<std::ofstream>(std::filesystem::path(run_dir_) / folder /
-                                           ("rank-" + std::to_string(rank) + suffix), std::ios::app);
+    file = std::make_unique<std::ofstream>(
+        std::filesystem::path(run_dir_) / folder / ("rank-" + std::to_string(rank) + suffix), std::ios::app);
   }
   return *file;
 }
@@ -143,11 +146,11 @@ void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
   if (!eval_every_) return;
   const std::int64_t every = *std::exchange(eval_every_, std::nullopt);  // the first record tells
   if (record.contains("eval_every")) return;
-  Failure(NodeOf(0),
-          "rank 0 trains without a held-out evaluation (its step " + record["step"].dump() + " reports no " +
-              "eval_every) where the cluster file's job.eval_data asks for one every " + std::to_string(every) +
-              " steps: its poplar-agent left the evaluation out (it predates job.eval_data); update " +
-              "poplar-agent on this node");
+  Failure(NodeOf(0), "rank 0 trains without a held-out evaluation (its step " + record["step"].dump() + " reports no " +
+                         "eval_every) where the cluster file's job.eval_data asks for one every " +
+                         std::to_string(every) +
+                         " steps: its poplar-agent left the evaluation out (it predates job.eval_data); update " +
+                         "poplar-agent on this node");
 }
 
 std::map<std::string, double> LaunchMonitor::BusyShares() const {
@@ -166,8 +169,8 @@ std::map<std::string, double> LaunchMonitor::BusyShares() const {
 
 std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
   const auto& record = rank0_steps_.back();
-  std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) +
-                     "  loss " + Fixed(NumberOf(record, "loss", kNoNumber), 4);
+  std::string line = "step " + std::to_string(step) + "/" + std::to_string(steps_) + "  loss " +
+                     Fixed(NumberOf(record, "loss", kNoNumber), 4);
   // The step's learning rate, from workers that report it.
   if (const double lr = NumberOf(record, "lr", kNoNumber); !std::isnan(lr)) {
     char text[32];
@@ -175,8 +178,8 @@ std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
     line += std::string("  lr ") + text;
   }
   if (const auto val_loss = HeldOutLoss(record)) line += "  val loss " + Fixed(*val_loss, 4);
-  line += "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" +
-                     "  step " + Seconds(NumberOf(record, "step_s")) + "  busy";
+  line += "  " + Fixed(NumberOf(record, "samples_per_s"), 1) + " samples/s" + "  step " +
+          Seconds(NumberOf(record, "step_s")) + "  busy";
   for (const auto& [type, share] : BusyShares()) line += " " + type + " " + Fixed(100.0 * share, 0) + "%";
   return line;
 }
@@ -225,8 +228,9 @@ std::string LaunchMonitor::RootCause() const {
   }
   const Failed& best = MostTelling();
   const std::string cause = "node '" + best.node + "': " + best.reason;
-  return head_stalled_s_ > 0 ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
-                             : cause;
+  return head_stalled_s_ > 0
+             ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
+             : cause;
 }
 
 const LaunchMonitor::Failed& LaunchMonitor::MostTelling() const {
@@ -254,15 +258,15 @@ std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const 
   if (resumed || (checkpoint_every > 0 && last >= first_due)) {
     // Rank 0 writes in the background: one due may not have been completed.
     return "the checkpoints rank 0's node completed" +
-           (checkpoint_every == 1   ? std::string(" (every step)")
+           (checkpoint_every == 1  ? std::string(" (every step)")
             : checkpoint_every > 1 ? " (every " + std::to_string(checkpoint_every) + " steps)"
                                    : std::string()) +
            " stay in " + where;
   }
-  return checkpoint_every > 0 ? "no checkpoint was due by step " + std::to_string(last) +
-                                    ", the last the head heard of (the first is due at step " +
-                                    std::to_string(first_due) + ")"
-                              : "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)";
+  return checkpoint_every > 0
+             ? "no checkpoint was due by step " + std::to_string(last) +
+                   ", the last the head heard of (the first is due at step " + std::to_string(first_due) + ")"
+             : "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)";
 }
 
 nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {

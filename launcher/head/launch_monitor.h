@@ -9,14 +9,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
-#include <optional>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace poplar {
 
@@ -117,8 +116,8 @@ class LaunchMonitor {
   // The failure RootCause names when the head did not stall: the most telling.
   const Failed& MostTelling() const;
   // run_dir/<folder>/rank-<rank><suffix>, opened for appending on first use.
-  std::ofstream& RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder,
-                          const char* suffix, int rank);
+  std::ofstream& RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder, const char* suffix,
+                          int rank);
   std::string ProgressLine(std::int64_t step) const;
   // Device type -> mean over its ranks of compute_s / step_s in their latest record.
   std::map<std::string, double> BusyShares() const;
@@ -133,12 +132,12 @@ class LaunchMonitor {
   int progress_every_;
   std::ostream& out_;
   std::map<int, std::unique_ptr<std::ofstream>> logs_, metrics_files_;
-  std::map<int, nlohmann::json> latest_;    // rank -> last metrics record
-  std::vector<nlohmann::json> rank0_steps_; // rank 0's records in order
-  std::string resume_job_;                  // ExpectResume's job, or empty
+  std::map<int, nlohmann::json> latest_;               // rank -> last metrics record
+  std::vector<nlohmann::json> rank0_steps_;            // rank 0's records in order
+  std::string resume_job_;                             // ExpectResume's job, or empty
   std::function<double(std::int64_t)> expected_rate_;  // ExpectLearningRates', or empty
-  std::set<int> rates_checked_;             // the ranks whose first record was checked
-  std::optional<std::int64_t> eval_every_;  // ExpectEvaluation's, or none
+  std::set<int> rates_checked_;                        // the ranks whose first record was checked
+  std::optional<std::int64_t> eval_every_;             // ExpectEvaluation's, or none
   std::vector<Failed> failures_;
   double head_stalled_s_ = 0;  // the longest HeadStalled
 };

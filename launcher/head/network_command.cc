@@ -11,24 +11,24 @@
 #include <mutex>
 
 #include "launcher/head/agent_job.h"
-#include "launcher/head/head_commands.h"
 #include "launcher/head/head_agents.h"
-#include "planner/base/run_app.h"
-#include "planner/base/text_table.h"
+#include "launcher/head/head_commands.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
-#include "planner/formats/network.h"
-#include "planner/search/plan_file.h"
-#include "planner/formats/precision.h"
+#include "planner/base/run_app.h"
 #include "planner/base/text_file.h"
+#include "planner/base/text_table.h"
+#include "planner/formats/network.h"
+#include "planner/formats/precision.h"
+#include "planner/search/plan_file.h"
 
 namespace poplar {
 namespace {
 
 struct NetworkOptions {
   std::string cluster_file;
-  std::string output;  // default: the cluster file's network.measured, else network.json
-  double max_mib = 0;  // 0: the worker's default
+  std::string output;   // default: the cluster file's network.measured, else network.json
+  double max_mib = 0;   // 0: the worker's default
   int master_port = 0;  // 0: a port rank 0's agent finds free
   int timeout_s = 0;
   bool json = false;
@@ -56,14 +56,14 @@ void PrintReport(const ClusterSpec& cluster, const MeasuredNetwork& network, con
                   Fixed(100 * network.WorstRelativeError(collective), 1) + "%"});
   }
   std::cout << "network of " << cluster.name << ": " << Count(network.world_size(), "rank") << " on "
-            << Count(network.nodes(), "node") << " over " << network.backend << ", " << WorkerPrecisionName(network.precision) << " payloads, "
+            << Count(network.nodes(), "node") << " over " << network.backend << ", "
+            << WorkerPrecisionName(network.precision) << " payloads, "
             << network.points.size() / std::size(kCollectives) << " sizes\n"
             << table.Render() << "network written to " << output << "\n";
   const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).lexically_normal(); };
   if (cluster.measured_network_file.empty() || absolute(cluster.measured_network_file) != absolute(output)) {
     std::cout << "to plan with it, add to " << cluster.file << ":\n  network:\n    measured: "
-              << std::filesystem::relative(absolute(output), absolute(ParentFolder(cluster.file))).string()
-              << "\n";
+              << std::filesystem::relative(absolute(output), absolute(ParentFolder(cluster.file))).string() << "\n";
   }
 }
 
@@ -105,7 +105,8 @@ void RunNetwork(const NetworkOptions& options) {
   CheckAgentJob(cluster, agents, job_id, requests);
   if (!options.json) {
     std::cerr << "measuring the collectives among " << Count(world_size, "rank") << " on "
-              << Count(static_cast<std::int64_t>(cluster.nodes.size()), "node") << ", " << precision << " payloads (job " << job_id << ")" << std::endl;
+              << Count(static_cast<std::int64_t>(cluster.nodes.size()), "node") << ", " << precision
+              << " payloads (job " << job_id << ")" << std::endl;
   }
 
   std::vector<RankInfo> rank_infos;
@@ -124,9 +125,9 @@ void RunNetwork(const NetworkOptions& options) {
         try {
           const MeasurementLine line = ParseMeasurementLine(text, "rank 0's measurement");
           if (line.world_size != world_size) {
-            throw InputError("rank 0's measurement", "world_size",
-                             std::to_string(line.world_size) + " ranks measured, " + std::to_string(world_size) +
-                                 " expected");
+            throw InputError(
+                "rank 0's measurement", "world_size",
+                std::to_string(line.world_size) + " ranks measured, " + std::to_string(world_size) + " expected");
           }
           points.push_back(line.point);
           backend = line.backend;
@@ -164,15 +165,22 @@ void RegisterNetworkCommand(CLI::App& app) {
   command->add_option("cluster", options->cluster_file, "Cluster file (YAML, with 'credentials')")
       ->required()
       ->check(CLI::ExistingFile);
-  command->add_option("-o,--output", options->output,
-                      "Network file to write (default: the cluster file's network.measured, else network.json)")
+  command
+      ->add_option("-o,--output", options->output,
+                   "Network file to write (default: the cluster file's network.measured, else network.json)")
       ->check(NotEmpty());
-  command->add_option("--max-mib", options->max_mib, "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
-      ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; }, "a number of MiB from 1/128 to 1048576"));
-  command->add_option("--master-port", options->master_port,
-                      "Rendezvous port on rank 0's host (default: one its agent finds free)")
+  command
+      ->add_option("--max-mib", options->max_mib,
+                   "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
+      ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; },
+                          "a number of MiB from 1/128 to 1048576"));
+  command
+      ->add_option("--master-port", options->master_port,
+                   "Rendezvous port on rank 0's host (default: one its agent finds free)")
       ->check(WholeNumberIn(1, 65535));
-  command->add_option("--timeout", options->timeout_s, "Seconds before the rendezvous or a collective gives up (0: worker default)")
+  command
+      ->add_option("--timeout", options->timeout_s,
+                   "Seconds before the rendezvous or a collective gives up (0: worker default)")
       ->check(WholeNumberIn(0, 86400));
   command->add_flag("--json", options->json, "Print the network file on stdout and nothing else there");
   command->callback([options] { RunNetwork(*options); });

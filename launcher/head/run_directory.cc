@@ -1,7 +1,6 @@
 #include "launcher/head/run_directory.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "planner/base/input_error.h"
@@ -53,7 +52,8 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
   // A run's own files: logs/ and metrics/ too, for a run of a head from before job_id that
   // died before its summary.
   const auto names = {"job_id", "summary.json", "logs", "metrics"};
-  const bool holds_run = std::any_of(names.begin(), names.end(), [&](const char* name) { return fs::exists(dir / name); });
+  const bool holds_run =
+      std::any_of(names.begin(), names.end(), [&](const char* name) { return fs::exists(dir / name); });
   if (!holds_run) {
     // `poplar plan`'s output (a plan.json, its profiles/ beside it) or the user's own: a
     // launch would write over them, a resume move them into attempts/.
@@ -61,10 +61,11 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
     if (fs::exists(dir / "plan.json")) found.push_back("plan.json");
     if (fs::exists(dir / "profiles")) found.push_back("profiles/");
     if (!found.empty()) {
-      throw InputError("--run-dir", "", path + " holds " + Join(found, " and ") +
-                                            " but no run of poplar launch (no job_id, summary.json, logs/ or "
-                                            "metrics/): is it a folder that poplar plan wrote? A run directory is the "
-                                            "launch's own: choose another --run-dir (the default is runs/<job id>)");
+      throw InputError("--run-dir", "",
+                       path + " holds " + Join(found, " and ") +
+                           " but no run of poplar launch (no job_id, summary.json, logs/ or "
+                           "metrics/): is it a folder that poplar plan wrote? A run directory is the "
+                           "launch's own: choose another --run-dir (the default is runs/<job id>)");
     }
   } else if (!resume) {
     throw InputError("--run-dir", "", path + " already holds a run; choose another --run-dir or --job-id, or --resume");
@@ -72,8 +73,9 @@ RunDirectory::RunDirectory(const std::string& path, const std::string& job_id, b
   if (resume) {
     const std::string recorded = RecordedJobId(dir);
     if (!recorded.empty() && recorded != job_id) {
-      throw InputError("--run-dir", "", path + " holds the run of job '" + recorded + "', not of job '" + job_id +
-                                            "'; resume job '" + job_id + "' with its own run directory");
+      throw InputError("--run-dir", "",
+                       path + " holds the run of job '" + recorded + "', not of job '" + job_id + "'; resume job '" +
+                           job_id + "' with its own run directory");
     }
   }
   // The outermost folder that is missing (the walk ends at the root, which exists).

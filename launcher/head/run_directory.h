@@ -47,9 +47,9 @@ class RunDirectory {
  private:
   std::string path_;
   std::string job_id_;
-  std::filesystem::path made_;  // empty: the directory was there already
-  std::filesystem::path attempt_;    // where KeepPreviousAttempt moved files to
-  std::vector<std::string> moved_;  // the names it moved there
+  std::filesystem::path made_;                // empty: the directory was there already
+  std::filesystem::path attempt_;             // where KeepPreviousAttempt moved files to
+  std::vector<std::string> moved_;            // the names it moved there
   std::vector<std::string> present_at_open_;  // of the names a launch writes, those already there
   bool kept_ = false;
 };

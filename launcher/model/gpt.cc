@@ -1,8 +1,8 @@
 #include "launcher/model/gpt.h"
 
-#include <cmath>
-
 #include <torch/version.h>
+
+#include <cmath>
 
 #include "launcher/model/head_loss.h"
 
@@ -54,8 +54,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_he
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
 #if TORCH_VERSION_MAJOR < 2
   // A buffer, not a parameter: it moves with the model and stays out of state dicts.
-  causal_mask_ = register_buffer(
-      "causal_mask", torch::ones({config.block_size, config.block_size}, torch::kBool).tril());
+  causal_mask_ =
+      register_buffer("causal_mask", torch::ones({config.block_size, config.block_size}, torch::kBool).tril());
 #endif
 }
 
@@ -63,9 +63,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const auto batch = x.size(0), time = x.size(1), channels = x.size(2);
   const auto head_size = channels / n_head_;
   auto qkv = Affine(c_attn, x).split(channels, 2);
-  auto heads = [&](const torch::Tensor& t) {
-    return t.view({batch, time, n_head_, head_size}).transpose(1, 2);
-  };
+  auto heads = [&](const torch::Tensor& t) { return t.view({batch, time, n_head_, head_size}).transpose(1, 2); };
   const torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
 #if TORCH_VERSION_MAJOR >= 2
   // Fused attention (flash or memory-efficient kernels on a GPU): the same function,
@@ -147,8 +145,7 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
 
 torch::Tensor GptImpl::Embed(const torch::Tensor& idx) {
   const auto time = idx.size(1);
-  TORCH_CHECK(time <= config_.block_size, "sequence of ", time, " tokens exceeds block_size ",
-              config_.block_size);
+  TORCH_CHECK(time <= config_.block_size, "sequence of ", time, " tokens exceeds block_size ", config_.block_size);
   const auto positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   return wte(idx) + wpe(positions);
 }

@@ -15,9 +15,8 @@ torch::Tensor Rows(const torch::Tensor& hidden) { return hidden.reshape({-1, hid
 torch::Tensor LossOverChunks(torch::Tensor& logits, const torch::Tensor& targets, std::int64_t chunk_rows,
                              bool write_gradient) {
   const std::int64_t rows = logits.size(0);
-  const std::int64_t step = chunk_rows > 0
-                                ? chunk_rows
-                                : std::max<std::int64_t>(1, kHeadLossChunkBytes / (logits.size(1) * 4));
+  const std::int64_t step =
+      chunk_rows > 0 ? chunk_rows : std::max<std::int64_t>(1, kHeadLossChunkBytes / (logits.size(1) * 4));
   auto loss = torch::zeros({}, logits.options().dtype(torch::kFloat32));
   for (std::int64_t begin = 0; begin < rows; begin += step) {
     const std::int64_t count = std::min(step, rows - begin);
@@ -36,8 +35,7 @@ torch::Tensor LossOverChunks(torch::Tensor& logits, const torch::Tensor& targets
 
 struct HeadCrossEntropy : public torch::autograd::Function<HeadCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& hidden,
-                               const torch::Tensor& weight, const torch::Tensor& targets,
-                               std::int64_t chunk_rows) {
+                               const torch::Tensor& weight, const torch::Tensor& targets, std::int64_t chunk_rows) {
     auto logits = Rows(hidden).mm(weight.t());
     auto loss = LossOverChunks(logits, targets.reshape({-1}), chunk_rows, /*write_gradient=*/true);
     // weight.detach(): the storage this forward used, even if ZeRO-3 swaps the

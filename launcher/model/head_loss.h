@@ -27,9 +27,9 @@
 // chunks are of `chunk_rows` tokens (0: as many as kHeadLossChunkBytes of fp32 allow).
 #pragma once
 
-#include <cstdint>
-
 #include <torch/torch.h>
+
+#include <cstdint>
 
 namespace poplar {
 

@@ -1,17 +1,17 @@
 #include "launcher/model/state_dict.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <set>
-
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
-#include <torch/csrc/jit/serialization/storage_context.h>
-#include <torch/version.h>
 
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
@@ -94,8 +94,9 @@ void RequireDataRecords(caffe2::serialize::PyTorchStreamReader& reader, const St
       const bool alike = std::count_if(tensors.begin(), tensors.end(), [nbytes](const auto& other) {
                            return other.second.storage().nbytes() == nbytes;
                          }) > 1;
-      throw InputError(path, "", "is damaged or truncated: no data record holds the " + std::to_string(nbytes) +
-                                     " bytes of " + name + (alike ? " or of another tensor of that size" : ""));
+      throw InputError(path, "",
+                       "is damaged or truncated: no data record holds the " + std::to_string(nbytes) + " bytes of " +
+                           name + (alike ? " or of another tensor of that size" : ""));
     }
     records.erase(record);
   }
@@ -109,11 +110,13 @@ InputError ReadFailure(const std::string& path, std::string reason, const std::s
   reason = FirstLine(reason);
   static const std::regex kEnforce(R"(^\[enforce fail at [^\]]*\]\s*\.?\s*)");
   reason = std::regex_replace(reason, kEnforce, "");
-  static const std::regex kVersion(R"(file with version (\d+), but the maximum supported version for reading is (\d+))");
+  static const std::regex kVersion(
+      R"(file with version (\d+), but the maximum supported version for reading is (\d+))");
   if (std::smatch found; std::regex_search(reason, found, kVersion)) {
-    return InputError(path, "", "was written by a newer PyTorch, in file format " + found[1].str() + "; this worker's libtorch " +
-                                    TORCH_VERSION + " reads formats up to " + found[2].str() +
-                                    ": save it with a PyTorch that writes one of those");
+    return InputError(path, "",
+                      "was written by a newer PyTorch, in file format " + found[1].str() + "; this worker's libtorch " +
+                          TORCH_VERSION + " reads formats up to " + found[2].str() +
+                          ": save it with a PyTorch that writes one of those");
   }
   if (reason.find("INTERNAL ASSERT") != std::string::npos) reason = "its dict is not what it says it is";
   return InputError(path, "", "not a state dict saved with torch.save(dict)" + damaged + ": " + reason);
@@ -145,8 +148,8 @@ StateDict ReadStateDict(const std::string& path) {
     throw ReadFailure(path, error.what(), "");
   }
   if (!value.isGenericDict()) {
-    throw InputError(path, "", "holds a " + value.tagKind() +
-                                   ", not a dict of tensors (save dict(model.state_dict()))");
+    throw InputError(path, "",
+                     "holds a " + value.tagKind() + ", not a dict of tensors (save dict(model.state_dict()))");
   }
   StateDict tensors;
   try {
@@ -200,16 +203,16 @@ void LoadModelState(Gpt& model, const StateDict& tensors, const std::string& fil
     auto found = tensors.find(name);
     if (found == tensors.end()) throw InputError(file, name, "is missing");
     if (found->second.sizes() != parameter.sizes()) {
-      throw InputError(file, name, "has shape " + ShapeText(found->second) + ", the model needs " +
-                                       ShapeText(parameter));
+      throw InputError(file, name,
+                       "has shape " + ShapeText(found->second) + ", the model needs " + ShapeText(parameter));
     }
     parameter.copy_(found->second.to(torch::kFloat32));
   }
   for (const auto& [name, tensor] : tensors) {
     if (name == kTiedHeadName) {
       if (!tensor.to(torch::kFloat32).equal(tensors.at(kTokenEmbeddingName).to(torch::kFloat32))) {
-        throw InputError(file, name, "differs from " + std::string(kTokenEmbeddingName) +
-                                         " but the head is tied to the embedding");
+        throw InputError(file, name,
+                         "differs from " + std::string(kTokenEmbeddingName) + " but the head is tied to the embedding");
       }
     } else if (!expected.count(name)) {
       throw InputError(file, name, "is not a parameter of this model");

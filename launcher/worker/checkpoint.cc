@@ -1,21 +1,20 @@
 #include "launcher/worker/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <vector>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <stdexcept>
-
-#include <fcntl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "planner/base/input_error.h"
 #include "planner/base/json_fields.h"
@@ -85,10 +84,12 @@ fs::path StepFolder(const std::string& path) {
     // Only a step folder beside it: never a path that leads out of the checkpoint folder.
     if (!StepOfFolderName(name)) {
       // Shown up to a line end or any other control character (a NUL would end the line).
-      const auto control = std::find_if(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+      const auto control =
+          std::find_if(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
       const std::string shown = name.substr(0, std::min<std::size_t>(control - name.begin(), 80));
-      throw InputError(latest, "", "must name a step folder beside it (step-NNNNNNNN), got '" + shown +
-                                       (shown.size() < name.size() ? "...'" : "'"));
+      throw InputError(latest, "",
+                       "must name a step folder beside it (step-NNNNNNNN), got '" + shown +
+                           (shown.size() < name.size() ? "...'" : "'"));
     }
     folder /= name;
     if (!fs::is_directory(folder, error)) {
@@ -140,8 +141,8 @@ Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
   if (named.filename().empty()) named = named.parent_path();  // "step-00000002/"
   const auto named_step = StepOfFolderName(named.filename().string());
   if (named_step && *named_step != step) {
-    throw InputError(meta_path, "step", "is " + std::to_string(step) + " but its folder is named for step " +
-                                            std::to_string(*named_step));
+    throw InputError(meta_path, "step",
+                     "is " + std::to_string(step) + " but its folder is named for step " + std::to_string(*named_step));
   }
   return {step, std::move(training), std::move(line)};
 }
@@ -255,8 +256,8 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& c
     const auto found = optimizer.find(key);
     if (found == optimizer.end()) throw InputError(optimizer_path, key, "is missing");
     if (found->second.sizes() != parameter.sizes()) {
-      throw InputError(optimizer_path, key, "has shape " + ShapeText(found->second) + ", the parameter has " +
-                                                ShapeText(parameter));
+      throw InputError(optimizer_path, key,
+                       "has shape " + ShapeText(found->second) + ", the parameter has " + ShapeText(parameter));
     }
     const torch::Tensor moment = found->second;
     optimizer.erase(found);
@@ -312,14 +313,16 @@ void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
   std::error_code error;
   fs::create_directories(dir, error);
   if (error || !fs::is_directory(dir)) {
-    throw InputError(flag, "", "cannot create folder " + dir + ": " + (error ? error.message() : "a file is in the way"));
+    throw InputError(flag, "",
+                     "cannot create folder " + dir + ": " + (error ? error.message() : "a file is in the way"));
   }
   RequireWritableFolder(dir, flag);
   const fs::path latest = fs::path(dir) / "latest";
   const fs::file_status status = fs::symlink_status(latest, error);
   if (fs::exists(status) && !fs::is_regular_file(fs::status(latest, error))) {
-    throw InputError(latest.string(), "", "is not a regular file, so no checkpoint could be recorded in " + dir +
-                                              "; remove it or choose another " + flag);
+    throw InputError(latest.string(), "",
+                     "is not a regular file, so no checkpoint could be recorded in " + dir +
+                         "; remove it or choose another " + flag);
   }
 }
 
@@ -345,17 +348,18 @@ std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std
     }
   }();
   if (lock.outcome() == FolderLock::Outcome::kHeldByAnother) {
-    throw InputError(flag, "", dir + " is being written by another run" + lock.holder() +
-                                   ": two runs would overwrite each other's checkpoints; give this one another " +
-                                   flag + ", or resume from that folder with --resume");
+    throw InputError(flag, "",
+                     dir + " is being written by another run" + lock.holder() +
+                         ": two runs would overwrite each other's checkpoints; give this one another " + flag +
+                         ", or resume from that folder with --resume");
   }
   // The temporaries are removed only by the folder's writer, once it holds the lock: a
   // run in another PID namespace, or on another NFS client, would take a live writer's
   // pid for a dead one's.
   RemoveDeadTemporaries(dir);
   if (lock.outcome() == FolderLock::Outcome::kUnsupported) {
-    std::cerr << "poplar-worker[rank 0]: warning: " << flag << ": cannot lock " << lock.path() << " ("
-              << lock.reason() << "); nothing keeps another run from writing into " << dir << " too\n";
+    std::cerr << "poplar-worker[rank 0]: warning: " << flag << ": cannot lock " << lock.path() << " (" << lock.reason()
+              << "); nothing keeps another run from writing into " << dir << " too\n";
     return std::nullopt;
   }
   return lock;

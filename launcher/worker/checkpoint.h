@@ -18,12 +18,12 @@
 #include <set>
 #include <string>
 
-#include "planner/formats/checkpoint_line.h"
-#include "planner/base/folder_lock.h"
-#include "planner/formats/model_config.h"
-#include "planner/formats/training_recipe.h"
 #include "launcher/model/state_dict.h"
 #include "launcher/zero/training_engine.h"
+#include "planner/base/folder_lock.h"
+#include "planner/formats/checkpoint_line.h"
+#include "planner/formats/model_config.h"
+#include "planner/formats/training_recipe.h"
 
 namespace poplar {
 
@@ -79,7 +79,7 @@ struct RestoredCheckpoint {
   std::int64_t step = 0;
   std::map<std::string, AdamMoments> moments;
   std::optional<TrainingRecipe> training;  // none in a checkpoint that predates recipes
-  CheckpointLine line;  // of the run that wrote it; run 0 in one that predates lines
+  CheckpointLine line;                     // of the run that wrote it; run 0 in one that predates lines
 };
 // `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
 // against `config` and reads its training recipe, loads model.pt into `model` (LoadModelState's checks, naming

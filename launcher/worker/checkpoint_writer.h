@@ -36,8 +36,7 @@ class CheckpointWriter {
   // Keeps the `keep` newest checkpoints in `dir` of the run's `line` of training
   // (PruneCheckpoints; 0: every one). Each meta.json records `config`, `training` and
   // `line`.
-  CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep,
-                   CheckpointLine line);
+  CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep, CheckpointLine line);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -70,11 +69,11 @@ class CheckpointWriter {
   const CheckpointLine line_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::optional<Checkpoint> waiting_;  // guarded by mutex_, as are the three below
+  std::optional<Checkpoint> waiting_;    // guarded by mutex_, as are the three below
   std::optional<std::int64_t> writing_;  // the step being written
-  bool closing_ = false;               // no more checkpoints: write what waits, then end
+  bool closing_ = false;                 // no more checkpoints: write what waits, then end
   std::exception_ptr error_;
-  std::thread thread_;                 // last: starts once the rest exists
+  std::thread thread_;  // last: starts once the rest exists
 };
 
 }  // namespace poplar

@@ -14,9 +14,9 @@ std::optional<Evaluation> LoadEvaluation(const std::string& path, std::int64_t s
   TokenData data(path, config.block_size, config.vocab_size);
   const std::int64_t samples = samples_asked == 0 ? data.samples() : samples_asked;
   if (samples > data.samples()) {
-    throw InputError("--eval-samples", "", std::to_string(samples) + " is more than the " +
-                                               std::to_string(data.samples()) + " samples of " + path +
-                                               " (block_size " + std::to_string(config.block_size) + ")");
+    throw InputError("--eval-samples", "",
+                     std::to_string(samples) + " is more than the " + std::to_string(data.samples()) + " samples of " +
+                         path + " (block_size " + std::to_string(config.block_size) + ")");
   }
   const EvalShare share = EvalShareOf(plan, rank, samples);
   return Evaluation{std::move(data), samples, share};

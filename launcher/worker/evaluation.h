@@ -3,11 +3,11 @@
 // on every rank. How the samples are shared among the ranks is planner/formats/eval_share.h.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "launcher/comm/communicator.h"
 #include "launcher/worker/token_data.h"

@@ -1,11 +1,11 @@
 #include "launcher/worker/metrics_writer.h"
 
-#include <cerrno>
-#include <cstring>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"

@@ -11,9 +11,8 @@
 // write that fails (a full disk, a reader that went away) is an error, not a lost line.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace poplar {
 

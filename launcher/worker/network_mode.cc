@@ -5,10 +5,9 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
@@ -95,7 +94,8 @@ double TimeCollective(Communicator& communicator, Collective collective, Buffers
 }
 
 std::int64_t SmallestOverRanks(Communicator& communicator, std::int64_t value, torch::Device device) {
-  return static_cast<std::int64_t>(GatherOverRanks(communicator, {static_cast<double>(value)}, device).min().item<double>());
+  return static_cast<std::int64_t>(
+      GatherOverRanks(communicator, {static_cast<double>(value)}, device).min().item<double>());
 }
 
 std::string Size(std::int64_t bytes) {
@@ -134,8 +134,8 @@ NetworkSetup SetUpLocally(const NetworkOptions& options, const DistributedEnv& e
 void MeasureNetwork(const NetworkOptions& options) {
   const DistributedEnv env = DistributedEnv::FromEnvironment();
   if (env.world_size < 2) {
-    throw InputError("WORLD_SIZE", "", "is " + std::to_string(env.world_size) +
-                                           ": measuring the network needs two or more ranks");
+    throw InputError("WORLD_SIZE", "",
+                     "is " + std::to_string(env.world_size) + ": measuring the network needs two or more ranks");
   }
   // A rank that stops before the rendezvous tells the others why, as in training: they
   // waited out --timeout for it.
@@ -146,12 +146,13 @@ void MeasureNetwork(const NetworkOptions& options) {
   MetricsWriter& lines = setup.lines;
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, setup.backend, setup.reduce_scatter);
   // By flag, so that a difference is named: "'--repeats' is 2 here but 1 on rank 0".
-  communicator.RequireAgreement("network settings", nlohmann::json{{"--precision", options.precision},
-                                                                   {"--max-bytes", options.max_bytes},
-                                                                   {"--repeats", options.repeats},
-                                                                   {"--backend", options.backend},
-                                                                   {"--gloo-reduce-scatter", options.gloo_reduce_scatter}}
-                                                        .dump());
+  communicator.RequireAgreement("network settings",
+                                nlohmann::json{{"--precision", options.precision},
+                                               {"--max-bytes", options.max_bytes},
+                                               {"--repeats", options.repeats},
+                                               {"--backend", options.backend},
+                                               {"--gloo-reduce-scatter", options.gloo_reduce_scatter}}
+                                    .dump());
   // A payload, its shard, the chunks a Gloo reduce-scatter receives and those of the
   // previous run, which Gloo's threads may not have released yet, must fit every rank's
   // emulated memory (an eighth each leaves room): the largest payload is the smallest
@@ -165,9 +166,9 @@ void MeasureNetwork(const NetworkOptions& options) {
   // grows (two sizes at least are needed to fit a line).
   const std::int64_t smallest = std::max(kSmallestBytes, granule);
   if (largest < 2 * smallest) {
-    throw InputError("--max-bytes", "", "leaves payloads of " + std::to_string(largest) +
-                                            " bytes; measuring needs at least " +
-                                            std::to_string(2 * smallest) + " (raise it, or the device memory)");
+    throw InputError("--max-bytes", "",
+                     "leaves payloads of " + std::to_string(largest) + " bytes; measuring needs at least " +
+                         std::to_string(2 * smallest) + " (raise it, or the device memory)");
   }
   if (env.rank == 0) {
     std::cout << "measuring " << communicator.world_size() << " ranks over " << communicator.backend_name() << ", "
@@ -176,12 +177,13 @@ void MeasureNetwork(const NetworkOptions& options) {
   for (const std::int64_t size : PayloadSizes(smallest, largest)) {
     const std::int64_t elements = std::max<std::int64_t>(size / granule, 1) * env.world_size;
     const auto tensor_options = torch::TensorOptions().dtype(type).device(device);
-    Buffers buffers{torch::zeros({elements}, tensor_options), torch::zeros({elements / env.world_size}, tensor_options)};
+    Buffers buffers{torch::zeros({elements}, tensor_options),
+                    torch::zeros({elements / env.world_size}, tensor_options)};
     const std::int64_t bytes = elements * element;
     for (Collective collective : kCollectives) {
       const double seconds = TimeCollective(communicator, collective, buffers, options.repeats, device);
-      lines.Write(MeasurementLineToJson({{collective, static_cast<double>(bytes), seconds},
-                                         communicator.world_size(), communicator.backend_name()}));
+      lines.Write(MeasurementLineToJson(
+          {{collective, static_cast<double>(bytes), seconds}, communicator.world_size(), communicator.backend_name()}));
       if (env.rank == 0) {
         std::cout << CollectiveName(collective) << " " << Size(bytes) << ": " << seconds * 1e6 << " us, "
                   << bytes / seconds / 1e9 << " GB/s payload" << std::endl;

@@ -1,5 +1,7 @@
 #include "launcher/worker/profile_mode.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -7,18 +9,16 @@
 #include <map>
 #include <optional>
 
-#include <unistd.h>
-
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
 #include "launcher/device/emulated_slowdown.h"
-#include "launcher/worker/stopwatch.h"
 #include "launcher/model/gpt.h"
+#include "launcher/worker/stopwatch.h"
 #include "launcher/zero/training_engine.h"
 #include "planner/base/input_error.h"
 #include "planner/base/median.h"
-#include "planner/formats/profile.h"
 #include "planner/base/text_file.h"
+#include "planner/formats/profile.h"
 
 namespace poplar {
 namespace {
@@ -41,8 +41,8 @@ constexpr int kMostRunsPerPoint = 5;
 // One stage's model and engine, alive for one pass over that stage.
 class StageProfiler {
  public:
-  StageProfiler(const GptConfig& config, int stage, const ProfileOptions& options,
-                Communicator& communicator, torch::Device device)
+  StageProfiler(const GptConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
+                torch::Device device)
       : config_(config), options_(options), device_(device), model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = Gpt(config);
@@ -175,7 +175,7 @@ class StageProfiler {
 struct StageSamples {
   int stage = 0;
   int max_micro_batch = 0;
-  std::map<int, std::vector<Sample>> runs;  // by micro-batch size
+  std::map<int, std::vector<Sample>> runs;     // by micro-batch size
   std::map<int, std::vector<double>> replays;  // by size: from CUDA graphs (TimeReplays)
   std::vector<double> optimizer_steps;
   CollectiveParams collectives;
@@ -213,8 +213,8 @@ void TimeReplays(StageProfiler& profiler, StageSamples& samples, bool first_pass
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
 // search between the last that did and the first that did not), each after a warm-up
 // run of its own, and the optimizer step.
-StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& options,
-                      Communicator& communicator, torch::Device device) {
+StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
+                      torch::Device device) {
   StageSamples result;
   result.stage = stage;
   StageProfiler profiler(config, stage, options, communicator, device);
@@ -242,7 +242,9 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
   if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
   std::cerr << "poplar-worker profile: pass 1: stage " << stage << ": largest micro-batch " << low << ", "
             << result.runs.size() << " sizes, " << TimedRuns(result) << " timed runs"
-            << (result.replays.empty() ? "" : ", " + std::to_string(result.replays.size()) + " sizes replayed from CUDA graphs")
+            << (result.replays.empty()
+                    ? ""
+                    : ", " + std::to_string(result.replays.size()) + " sizes replayed from CUDA graphs")
             << "\n";
   return result;
 }
@@ -305,13 +307,12 @@ void Profile(const ProfileOptions& options) {
   profile.device_type = options.device_type;
   profile.memory_bytes = capacity;
   profile.emulated = !device.is_cuda();
-  profile.source = device.is_cuda()
-                       ? "measured by poplar-worker profile on " + DeviceDescription(device) +
-                             "; libtorch " + TORCH_VERSION
-                       : "measured by poplar-worker profile on CPU, emulated device: " +
-                             std::to_string(torch::get_num_threads()) + " threads, slowdown " +
-                             std::to_string(options.device.slowdown) + ", memory cap " +
-                             std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
+  profile.source =
+      device.is_cuda()
+          ? "measured by poplar-worker profile on " + DeviceDescription(device) + "; libtorch " + TORCH_VERSION
+          : "measured by poplar-worker profile on CPU, emulated device: " + std::to_string(torch::get_num_threads()) +
+                " threads, slowdown " + std::to_string(options.device.slowdown) + ", memory cap " +
+                std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
                    config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision"), config};
   DistributedEnv alone;
@@ -323,16 +324,17 @@ void Profile(const ProfileOptions& options) {
   // which the planner would then pick for its luck (a winner's curse).
   std::vector<StageSamples> samples;
   // The device's memory, in the words of where it was set: an emulated cap is a flag.
-  const std::string memory = std::to_string(capacity) + " bytes" +
-                             (options.device.memory_bytes > 0 ? " (--memory-bytes)" : "");
+  const std::string memory =
+      std::to_string(capacity) + " bytes" + (options.device.memory_bytes > 0 ? " (--memory-bytes)" : "");
   for (int stage : options.stages) {
     try {
       samples.push_back(FitStage(config, stage, options, communicator, device));
     } catch (const c10::OutOfMemoryError&) {
       // Before any micro-batch: the model and its optimizer state alone (Measure
       // recovers from what a micro-batch runs out of).
-      throw InputError(options.model_config, "", "the model does not fit in " + memory + " at stage " +
-                                                     std::to_string(stage) + ": its states alone need more");
+      throw InputError(options.model_config, "",
+                       "the model does not fit in " + memory + " at stage " + std::to_string(stage) +
+                           ": its states alone need more");
     }
     if (samples.back().runs.empty()) {
       throw InputError(options.model_config, "",

@@ -32,10 +32,10 @@ namespace poplar {
 
 struct ProfileOptions {
   std::string model_config;
-  std::string output;              // profile file to write
-  std::string device_type;         // the profile's device_type
-  DeviceFlags device;              // cuda: GPU 0 of those visible; memory_bytes 0: the
-                                   // machine's memory, uncapped
+  std::string output;       // profile file to write
+  std::string device_type;  // the profile's device_type
+  DeviceFlags device;       // cuda: GPU 0 of those visible; memory_bytes 0: the
+                            // machine's memory, uncapped
   std::vector<int> stages = {0, 1, 2, 3};
   std::string precision = "fp32";  // or bf16
   int repeats = 3;

@@ -33,8 +33,7 @@ void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRec
 // Sends `line` from rank `source` to every rank (rank 0, which writes checkpoints, may
 // not hold the one the job resumed from): its ancestor count, then the run ids (as
 // their bits) and steps.
-CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source,
-                             torch::Device device) {
+CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source, torch::Device device) {
   const auto longs = torch::TensorOptions(torch::kLong);
   auto count = torch::tensor({static_cast<std::int64_t>(line.ancestors.size())}, longs).to(device);
   communicator.Broadcast(count, source);
@@ -92,8 +91,9 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   const std::int64_t step = newest[source].item<std::int64_t>();
   if (step == kNoCheckpoint) return std::nullopt;
   if (step > steps) {
-    throw InputError("--steps", "", std::to_string(steps) + " is below the step of the newest checkpoint (" +
-                                        std::to_string(step) + ", rank " + std::to_string(source) + "'s)");
+    throw InputError("--steps", "",
+                     std::to_string(steps) + " is below the step of the newest checkpoint (" + std::to_string(step) +
+                         ", rank " + std::to_string(source) + "'s)");
   }
 
   // The source reads the tensors and says whether it could, before any is sent.
@@ -102,8 +102,9 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
     try {
       checkpoint = RestoreCheckpoint(resume, config, model);
       if (checkpoint->step != step) {
-        throw InputError(resume, "", "changed while the job started (step " + std::to_string(step) +
-                                                 ", now " + std::to_string(checkpoint->step) + ")");
+        throw InputError(resume, "",
+                         "changed while the job started (step " + std::to_string(step) + ", now " +
+                             std::to_string(checkpoint->step) + ")");
       }
       WarnOfRecipeChanges(*checkpoint, recipe, resume, communicator.rank());
     } catch (const std::exception&) {
@@ -115,7 +116,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
   if (own_error) std::rethrow_exception(own_error);
   if (readable.cpu().item<std::int64_t>() == 0) {
     throw PeerFailure("rank " + std::to_string(source) + ", which holds the newest checkpoint (step " +
-                             std::to_string(step) + "), cannot read it (its error says why)");
+                      std::to_string(step) + "), cannot read it (its error says why)");
   }
   Resumed resumed;
   resumed.step = step;

@@ -2,14 +2,14 @@
 // to every rank over the collectives (docs/worker.md, "Checkpoints").
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "launcher/comm/communicator.h"
 #include "launcher/model/gpt.h"

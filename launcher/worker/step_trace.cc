@@ -1,15 +1,15 @@
 #include "launcher/worker/step_trace.h"
 
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
-#include <torch/csrc/autograd/profiler_kineto.h>
-#include <torch/version.h>
 
 #include "launcher/device/device.h"
 #include "planner/base/text_file.h"
@@ -68,9 +68,12 @@ nlohmann::ordered_json Summary(const profiler::ProfilerResult& result, std::int6
   for (const auto& [key, total] : sorted) {
     events.push_back({{"name", key.second}, {"on", key.first}, {"count", total.count}, {"total_s", total.seconds}});
   }
-  return {{"step", step},         {"rank", rank},
-          {"device", device.str()}, {"libtorch", TORCH_VERSION},
-          {"step_s", step_s},     {"device_events", device_events},
+  return {{"step", step},
+          {"rank", rank},
+          {"device", device.str()},
+          {"libtorch", TORCH_VERSION},
+          {"step_s", step_s},
+          {"device_events", device_events},
           {"events", std::move(events)}};
 }
 
@@ -83,7 +86,8 @@ StepTrace::StepTrace(std::string path, std::int64_t nth, std::int64_t first_step
       device_(device),
       rank_(rank) {
   if (!path_.empty() && step_ == 0) {
-    std::fprintf(stderr, "poplar-worker[rank %d]: warning: --trace: nothing to trace: the run resumes at step %lld of %lld\n",
+    std::fprintf(stderr,
+                 "poplar-worker[rank %d]: warning: --trace: nothing to trace: the run resumes at step %lld of %lld\n",
                  rank_, static_cast<long long>(first_step), static_cast<long long>(last_step));
   }
 }

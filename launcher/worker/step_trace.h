@@ -16,11 +16,11 @@
 // fails (the profiler refuses, the disk is full) is a warning: training goes on.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <torch/torch.h>
 
 namespace poplar {
 
@@ -29,8 +29,8 @@ class StepTrace {
   // Traces the `nth` step of a run that takes steps first_step + 1 .. last_step (counting
   // from 1), or its last if it takes fewer; none when `path` is empty, and a warning when
   // the run takes no step. `path` was checked writable beforehand (RequireOutputApart).
-  StepTrace(std::string path, std::int64_t nth, std::int64_t first_step, std::int64_t last_step,
-            torch::Device device, int rank);
+  StepTrace(std::string path, std::int64_t nth, std::int64_t first_step, std::int64_t last_step, torch::Device device,
+            int rank);
   ~StepTrace();
   StepTrace(const StepTrace&) = delete;
   StepTrace& operator=(const StepTrace&) = delete;

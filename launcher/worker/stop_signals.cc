@@ -1,12 +1,12 @@
 #include "launcher/worker/stop_signals.h"
 
-#include <atomic>
-#include <cerrno>
-#include <ctime>
-
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <ctime>
 
 namespace poplar {
 namespace {

@@ -4,9 +4,9 @@
 // waiting to be): then the checkpoint is finished first, training goes no further than
 // the step it is in, and the process ends by the same signal once the checkpoint is on
 // the disk. A second stop, a second or more after the first, ends it at once (one
-// sooner is the same stop delivered twice: by the agent and a scheduler). The agent allows a stopped rank the job's stop
-// grace (job.stop_grace_s, 30 s by default; planner/formats/stop_grace.h) before SIGKILL; a write cut short by it leaves `latest` on the checkpoint
-// before, as every write is atomic.
+// sooner is the same stop delivered twice: by the agent and a scheduler). The agent allows a stopped rank the job's
+// stop grace (job.stop_grace_s, 30 s by default; planner/formats/stop_grace.h) before SIGKILL; a write cut short by it
+// leaves `latest` on the checkpoint before, as every write is atomic.
 #pragma once
 
 namespace poplar {

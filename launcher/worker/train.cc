@@ -7,23 +7,22 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "launcher/worker/checkpoint.h"
-#include "launcher/worker/checkpoint_writer.h"
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
 #include "launcher/device/emulated_slowdown.h"
-#include "launcher/worker/evaluation.h"
 #include "launcher/model/gpt.h"
+#include "launcher/model/state_dict.h"
+#include "launcher/worker/checkpoint.h"
+#include "launcher/worker/checkpoint_writer.h"
+#include "launcher/worker/evaluation.h"
 #include "launcher/worker/metrics_writer.h"
 #include "launcher/worker/resume.h"
-#include "launcher/model/state_dict.h"
 #include "launcher/worker/step_trace.h"
 #include "launcher/worker/stop_signals.h"
 #include "launcher/worker/stopwatch.h"
@@ -31,17 +30,17 @@
 #include "launcher/zero/training_engine.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/text_file.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/step_cadence.h"
-#include "planner/base/text_file.h"
 #include "planner/formats/worker_plan.h"
 
 namespace poplar {
 namespace {
 
 struct MicroBatchResult {
-  double loss_sum = 0;   // the loss summed over the micro-batch's tokens
-  double seconds = 0;    // its compute, stretched on an emulated slower device
+  double loss_sum = 0;  // the loss summed over the micro-batch's tokens
+  double seconds = 0;   // its compute, stretched on an emulated slower device
 };
 
 // The wall time since it was made less what `communicator` waited in collectives
@@ -50,9 +49,7 @@ class OwnTime {
  public:
   explicit OwnTime(const Communicator& communicator)
       : communicator_(communicator), start_(Clock::now()), waited_(communicator.communication_seconds()) {}
-  double Seconds() const {
-    return SecondsSince(start_) - (communicator_.communication_seconds() - waited_);
-  }
+  double Seconds() const { return SecondsSince(start_) - (communicator_.communication_seconds() - waited_); }
 
  private:
   const Communicator& communicator_;
@@ -95,9 +92,9 @@ AdamWOptions OptimizerOptions(const TrainOptions& options) {
   if (!decay) throw InputError("--lr-decay", "", "must be constant, cosine or linear, got '" + options.lr_decay + "'");
   settings.decay = *decay;
   AdamWOptions adamw = options.adamw;
-  adamw.schedule = ResolveLrSchedule(
-      settings, adamw.lr, options.steps,
-      {"--warmup-steps", "--decay-steps", "--min-lr", "--steps", "add --lr-decay cosine or linear"});
+  adamw.schedule =
+      ResolveLrSchedule(settings, adamw.lr, options.steps,
+                        {"--warmup-steps", "--decay-steps", "--min-lr", "--steps", "add --lr-decay cosine or linear"});
   return adamw;
 }
 
@@ -119,13 +116,13 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   using Output = std::pair<std::string, std::string>;  // flag, path ("" when not written here)
   const Output save_output{"--save", rank == 0 ? options.save : ""}, metrics_output{"--metrics", metrics},
       trace_output{"--trace", trace};
-  const std::vector<Output> outputs = {save_output, metrics_output, trace_output,
-                                       {"--checkpoint-dir", options.checkpoint_dir}};
+  const std::vector<Output> outputs = {
+      save_output, metrics_output, trace_output, {"--checkpoint-dir", options.checkpoint_dir}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t j = i + 1; j < outputs.size(); ++j) {
       if (!outputs[i].second.empty() && !outputs[j].second.empty() && SamePath(outputs[i].second, outputs[j].second)) {
-        throw InputError(outputs[i].first, "", outputs[i].second + " is also " + outputs[j].first +
-                                                   "; each output needs a path of its own");
+        throw InputError(outputs[i].first, "",
+                         outputs[i].second + " is also " + outputs[j].first + "; each output needs a path of its own");
       }
     }
   }
@@ -134,11 +131,12 @@ std::optional<FolderLock> RequireWritableOutputs(const TrainOptions& options, in
   // the checkpoint --resume reads.
   for (const auto& [flag, path] : {save_output, metrics_output, trace_output}) {
     if (path.empty()) continue;
-    for (const auto& [folder_flag, folder] : {std::pair{"--checkpoint-dir", options.checkpoint_dir},
-                                              std::pair{"--resume", options.resume}}) {
+    for (const auto& [folder_flag, folder] :
+         {std::pair{"--checkpoint-dir", options.checkpoint_dir}, std::pair{"--resume", options.resume}}) {
       if (!folder.empty() && IsWithin(path, folder)) {
-        throw InputError(flag, "", path + " is inside " + folder_flag + " " + folder +
-                                       ", which holds the checkpoints alone; write it elsewhere");
+        throw InputError(flag, "",
+                         path + " is inside " + folder_flag + " " + folder +
+                             ", which holds the checkpoints alone; write it elsewhere");
       }
     }
   }
@@ -181,8 +179,10 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   // The same evaluation everywhere: its rounds are collective at stage 3, and its loss a sum.
   settings["eval"] = nullptr;
   if (evaluation) {
-    settings["eval"] = {{"every", options.eval_every}, {"samples", evaluation->samples},
-                        {"tokens", evaluation->data.tokens()}, {"fingerprint", evaluation->data.fingerprint()}};
+    settings["eval"] = {{"every", options.eval_every},
+                        {"samples", evaluation->samples},
+                        {"tokens", evaluation->data.tokens()},
+                        {"fingerprint", evaluation->data.fingerprint()}};
   }
   return settings.dump();
 }
@@ -206,10 +206,10 @@ struct LocalSetup {
   WorkerPlan plan;
   GptConfig config;
   TokenData data;
-  std::optional<Evaluation> evaluation;  // with --eval-data
-  std::int64_t baseline_bytes;  // device memory in use before the model
-  Gpt model;                    // from --seed or --init; a --resume replaces it later
-  MetricsWriter metrics;        // opened, not yet started (a resume appends)
+  std::optional<Evaluation> evaluation;       // with --eval-data
+  std::int64_t baseline_bytes;                // device memory in use before the model
+  Gpt model;                                  // from --seed or --init; a --resume replaces it later
+  MetricsWriter metrics;                      // opened, not yet started (a resume appends)
   std::optional<FolderLock> checkpoint_lock;  // rank 0's, of --checkpoint-dir
 };
 
@@ -224,7 +224,8 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   RequireWorldSize(plan, env.world_size);
   const GptConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
-  std::optional<Evaluation> evaluation = LoadEvaluation(options.eval_data, options.eval_samples, plan, config, env.rank);
+  std::optional<Evaluation> evaluation =
+      LoadEvaluation(options.eval_data, options.eval_samples, plan, config, env.rank);
   std::optional<FolderLock> checkpoint_lock = RequireWritableOutputs(options, env.rank);
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
@@ -233,9 +234,9 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
     if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
     MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
     model->to(device);
-    return {device,          backend,  gloo_reduce_scatter, adamw,
-            std::move(plan), config,   std::move(data),     std::move(evaluation),
-            baseline_bytes,  model,    std::move(metrics),  std::move(checkpoint_lock)};
+    return {device,          backend, gloo_reduce_scatter, adamw,
+            std::move(plan), config,  std::move(data),     std::move(evaluation),
+            baseline_bytes,  model,   std::move(metrics),  std::move(checkpoint_lock)};
   } catch (const c10::OutOfMemoryError& error) {
     // (Reading --init holds the file's tensors beside the model's: libtorch's errors in
     // ReadStateDict pass this one through.)
@@ -262,8 +263,7 @@ void Train(const TrainOptions& options) {
   Gpt& model = local.model;
   const CollectiveBackend backend = local.backend;
 
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend,
-                            local.gloo_reduce_scatter);
+  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend, local.gloo_reduce_scatter);
   const AdamWOptions& adamw = local.adamw;
   const TrainingRecipe recipe = RecipeOf(options, adamw, plan, data);
   communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config, local.evaluation));
@@ -280,11 +280,13 @@ void Train(const TrainOptions& options) {
                         WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
     } catch (const c10::OutOfMemoryError& error) {
       throw OutOfMemory(plan.file, "stage",
-                        "the model's states at ZeRO stage " + std::to_string(plan.stage) + " (its parameters, "
-                        "gradients and optimizer moments, before any micro-batch)",
-                        error, plan.stage < 3 && env.world_size > 1
-                                   ? "a higher stage shards more of them over the ranks (poplar plan chooses one that fits)"
-                                   : "they need a device with more memory, or more ranks to shard them over");
+                        "the model's states at ZeRO stage " + std::to_string(plan.stage) +
+                            " (its parameters, "
+                            "gradients and optimizer moments, before any micro-batch)",
+                        error,
+                        plan.stage < 3 && env.world_size > 1
+                            ? "a higher stage shards more of them over the ranks (poplar plan chooses one that fits)"
+                            : "they need a device with more memory, or more ranks to shard them over");
     }
   }();
   TrainingEngine& engine = *engine_owner;
@@ -320,10 +322,9 @@ void Train(const TrainOptions& options) {
   const bool graphs = engine.ReplayFromGraphs(options.device.cuda_graphs);
   if (rank == 0 && options.log_every > 0) {
     std::cerr << "poplar-worker[rank 0]: " << Count(env.world_size, "rank") << ", ZeRO stage " << plan.stage
-              << ", global batch " << plan.global_batch << ", " << config.ParameterCount()
-              << " parameters, steps " << first_step << ".." << options.steps << ", on "
-              << device.str() << ", collectives " << communicator.backend_name()
-              << (graphs ? ", micro-batches replayed from CUDA graphs" : "") << "\n";
+              << ", global batch " << plan.global_batch << ", " << config.ParameterCount() << " parameters, steps "
+              << first_step << ".." << options.steps << ", on " << device.str() << ", collectives "
+              << communicator.backend_name() << (graphs ? ", micro-batches replayed from CUDA graphs" : "") << "\n";
   }
 
   // A stop that came while a checkpoint was in flight (stop_signals.h): no further step,
@@ -358,7 +359,8 @@ void Train(const TrainOptions& options) {
                                  options.device.slowdown, device);
         } catch (const c10::OutOfMemoryError& error) {
           throw OutOfMemory(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(entry) + "]",
-                            "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
+                            "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1),
+                            error,
                             "the plan asks more of this device than it holds (poplar plan sizes micro-batches "
                             "from the device's profile: profile it again, as another process may share it, and "
                             "plan again; or give this rank smaller micro-batches)");
@@ -385,8 +387,9 @@ void Train(const TrainOptions& options) {
     const double mean_loss = totals[0].item<double>() / tokens_per_step;
     // (A nan run once trained on to the end, wrote nan checkpoints and exited 0.)
     if (const double ranks_not_finite = totals[1].item<double>(); !std::isfinite(mean_loss) || ranks_not_finite > 0) {
-      const std::string norm = ranks_not_finite > 0 ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
-                                                    : std::to_string(grad_norm);
+      const std::string norm = ranks_not_finite > 0
+                                   ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
+                                   : std::to_string(grad_norm);
       throw Diverged(step + 1, "the loss is " + std::to_string(mean_loss) + " and the gradient norm " + norm);
     }
     const double step_s = SecondsSince(step_start);
@@ -401,32 +404,32 @@ void Train(const TrainOptions& options) {
     double eval_s = 0;
     if (local.evaluation && DueAfterStep(step + 1, options.eval_every, options.steps)) {
       const auto eval_start = Clock::now();
-      val_loss =
-          Evaluate(engine, communicator, *local.evaluation, config.block_size, options.device.slowdown, device);
+      val_loss = Evaluate(engine, communicator, *local.evaluation, config.block_size, options.device.slowdown, device);
       eval_s = SecondsSince(eval_start);
       // An update that overflowed after a finite loss shows here first.
-      if (!std::isfinite(*val_loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(*val_loss));
+      if (!std::isfinite(*val_loss))
+        throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(*val_loss));
     }
 
     nlohmann::json record = {{"step", step + 1},
-                   {"rank", rank},
-                   {"world_size", env.world_size},
-                   {"stage", plan.stage},
-                   {"loss", mean_loss},
-                   {"grad_norm", grad_norm},
-                   {"lr", engine.learning_rate()},  // the rate the update took
-                   {"step_s", step_s},
-                   {"compute_s", compute_s},
-                   {"communication_s", communication_s},
-                   {"all_reduced_bytes", volume.all_reduced},
-                   {"reduce_scattered_bytes", volume.reduce_scattered},
-                   {"all_gathered_bytes", volume.all_gathered},
-                   {"optimizer_s", optimizer_s},
-                   {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
-                   {"samples_per_s", plan.global_batch / step_s},
-                   {"tokens_per_s", tokens_per_step / step_s},
-                   {"peak_bytes", peak_bytes},
-                   {"state_bytes", state_bytes}};
+                             {"rank", rank},
+                             {"world_size", env.world_size},
+                             {"stage", plan.stage},
+                             {"loss", mean_loss},
+                             {"grad_norm", grad_norm},
+                             {"lr", engine.learning_rate()},  // the rate the update took
+                             {"step_s", step_s},
+                             {"compute_s", compute_s},
+                             {"communication_s", communication_s},
+                             {"all_reduced_bytes", volume.all_reduced},
+                             {"reduce_scattered_bytes", volume.reduce_scattered},
+                             {"all_gathered_bytes", volume.all_gathered},
+                             {"optimizer_s", optimizer_s},
+                             {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
+                             {"samples_per_s", plan.global_batch / step_s},
+                             {"tokens_per_s", tokens_per_step / step_s},
+                             {"peak_bytes", peak_bytes},
+                             {"state_bytes", state_bytes}};
     if (local.evaluation) record["eval_every"] = options.eval_every;  // the head checks it is there
     if (val_loss) {
       record["val_loss"] = *val_loss;
@@ -448,14 +451,15 @@ void Train(const TrainOptions& options) {
       Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
       if (writer) writer->Start(std::move(checkpoint));
       if (replaced) {
-        std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced << " was not written: the one of "
+        std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced
+                  << " was not written: the one of "
                   << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
                   << "than --checkpoint-every)\n";
       }
     }
     if (writer) writer->Check();
   }
-  stop_if_asked();  // no --save after a stop
+  stop_if_asked();                                                                           // no --save after a stop
   const StateDict saved = options.save.empty() ? StateDict{} : engine.FullState(rank == 0);  // collective at stage 3
   // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
   // waits for the disk in a collective.

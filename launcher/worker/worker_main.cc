@@ -3,16 +3,16 @@
 // Every error — bad input, a libtorch or Gloo failure, a dead peer, out of memory — is
 // caught by RunApp and becomes one line on stderr naming the rank, and a non-zero exit:
 //   1 bad input or a failed run, 2 bad usage (flags), 70 internal error.
+#include <torch/version.h>
+
+#include <CLI/CLI.hpp>
 #include <chrono>
-#include <cstdint>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <set>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <torch/version.h>
 
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
@@ -48,13 +48,22 @@ const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <
 // The device flags, alike in every mode (launcher/device/device_flags.h). `cuda` says what a
 // GPU means to the mode.
 void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::string& cuda) {
-  command->add_option("--device", flags.kind, "cpu (emulated devices too) or cuda (" + cuda + ")")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  command->add_option("--device", flags.kind, "cpu (emulated devices too) or cuda (" + cuda + ")")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   // At most what an agent file allows an emulated device (agent_config.cc).
-  command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")->check(poplar::WholeNumberIn(0, 1024));
-  command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")->check(kSlowdown);
+  command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")
+      ->check(poplar::WholeNumberIn(0, 1024));
+  command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")
+      ->check(kSlowdown);
   // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
-  command->add_option("--memory-bytes,--memory-limit", flags.memory_bytes, "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")->check(kBytes);
-  command->add_option("--cuda-graphs", flags.cuda_graphs, "cuda: replay one-rank micro-batches at stages 0-1 from CUDA graphs (on or off)")
+  command
+      ->add_option("--memory-bytes,--memory-limit", flags.memory_bytes,
+                   "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")
+      ->check(kBytes);
+  command
+      ->add_option("--cuda-graphs", flags.cuda_graphs,
+                   "cuda: replay one-rank micro-batches at stages 0-1 from CUDA graphs (on or off)")
       ->check(CLI::IsMember({"on", "off", "true", "false"}))
       ->default_str("on");
 }
@@ -62,35 +71,62 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
-  train->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
+  train->add_option("--model-config", o.model_config, "Model configuration (JSON)")
+      ->required()
+      ->check(CLI::ExistingFile);
   train->add_option("--data", o.data, "Token file (uint16, poplar prepare-data)")->required()->check(CLI::ExistingFile);
-  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")->check(kCount)->capture_default_str();
-  train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")->check(CLI::ExistingFile);
+  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")
+      ->check(kCount)
+      ->capture_default_str();
+  train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")
+      ->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
   train->add_option("--lr", o.adamw.lr, "AdamW learning rate, at most 1e6")
       ->check(NumberWhere([](double v) { return v > 0 && v <= poplar::kMostLearningRate; },
                           "a positive number, at most 1e6"))
       ->capture_default_str();
-  train->add_option("--warmup-steps", o.schedule.warmup_steps, "Raise the learning rate linearly to --lr over these steps")
+  train
+      ->add_option("--warmup-steps", o.schedule.warmup_steps,
+                   "Raise the learning rate linearly to --lr over these steps")
       ->check(kCount)
       ->capture_default_str();
   train->add_option("--lr-decay", o.lr_decay, "After the warm-up: constant, or decay to --min-lr by a cosine or a line")
       ->check(CLI::IsMember({"constant", "cosine", "linear"}))
       ->capture_default_str();
-  train->add_option("--decay-steps", o.schedule.decay_steps,
-                    "The decay reaches --min-lr after this step (default: --steps)")
+  train
+      ->add_option("--decay-steps", o.schedule.decay_steps,
+                   "The decay reaches --min-lr after this step (default: --steps)")
       ->check(poplar::WholeNumberIn(1, poplar::kMostJobSteps));
   train->add_option("--min-lr", o.schedule.min_lr, "The decay's floor (default: --lr / 10)")->check(kZeroOrMore);
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(kPositive)->capture_default_str();
-  train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")->check(kZeroOrMore)->capture_default_str();
-  train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")->check(kZeroOrMore)->capture_default_str();
+  train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")
+      ->check(kZeroOrMore)
+      ->capture_default_str();
+  train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")
+      ->check(kZeroOrMore)
+      ->capture_default_str();
   AddDeviceFlags(train, o.device, "GPU LOCAL_RANK of those visible");
-  train->add_option("--backend", o.backend, "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
-  train->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "How Gloo reduce-scatters: alltoall (a reduce-scatter's bytes) or allreduce (the former emulation, twice the bytes; for comparison)")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
-  train->add_option("--precision", o.precision, "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)")->check(poplar::NotEmpty());
+  train
+      ->add_option("--backend", o.backend,
+                   "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, "
+                   "through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+      ->capture_default_str();
+  train
+      ->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter,
+                   "How Gloo reduce-scatters: alltoall (a reduce-scatter's bytes) or allreduce (the former emulation, "
+                   "twice the bytes; for comparison)")
+      ->check(CLI::IsMember({"alltoall", "allreduce"}))
+      ->capture_default_str();
+  train
+      ->add_option("--precision", o.precision,
+                   "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)")
+      ->check(poplar::NotEmpty());
   CLI::Option* checkpoint_dir =
       train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)")
           ->check(poplar::NotEmpty());
@@ -98,8 +134,9 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")
       ->check(kCount)
       ->needs(checkpoint_dir);
-  train->add_option("--keep-checkpoints", o.keep_checkpoints,
-                    "Keep the N newest checkpoints, removing older ones (0: every one)")
+  train
+      ->add_option("--keep-checkpoints", o.keep_checkpoints,
+                   "Keep the N newest checkpoints, removing older ones (0: every one)")
       ->check(kCount)
       ->capture_default_str()
       ->needs(checkpoint_dir);
@@ -114,30 +151,61 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->check(kCount)
       ->capture_default_str()
       ->needs(eval_data);
-  train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")->check(CLI::ExistingDirectory);
+  train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")
+      ->check(CLI::ExistingDirectory);
   // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 initialised as 1 did.
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init (0 to 2^32-1)")
       ->check(poplar::WholeNumberIn(0, (std::int64_t{1} << 32) - 1))
       ->capture_default_str();
-  train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")->check(poplar::WholeNumberIn(1, 86400))->capture_default_str();
-  train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")->check(NumberWhere([](double v) { return v >= 0 && v <= 4096; }, "a number of MiB from 0 to 4096"))->capture_default_str();
-  train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")->check(kCount)->capture_default_str();
-  auto* trace = train->add_option("--trace", o.trace, "Profile one step: each operator's and kernel's count and time, as JSON ({rank} in the path: every rank)")->check(poplar::NotEmpty());
-  train->add_option("--trace-step", o.trace_step, "With --trace: the N-th step this run takes (its last if it takes fewer)")->check(poplar::WholeNumberIn(1, poplar::kMostJobSteps))->needs(trace)->capture_default_str();
+  train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")
+      ->check(poplar::WholeNumberIn(1, 86400))
+      ->capture_default_str();
+  train->add_option("--bucket-mb", o.bucket_mb, "Gradient and parameter bucket size in MiB (0: 1 on CPU, 25 on CUDA)")
+      ->check(NumberWhere([](double v) { return v >= 0 && v <= 4096; }, "a number of MiB from 0 to 4096"))
+      ->capture_default_str();
+  train->add_option("--log-every", o.log_every, "Progress line every N steps on rank 0 (0: none)")
+      ->check(kCount)
+      ->capture_default_str();
+  auto* trace =
+      train
+          ->add_option(
+              "--trace", o.trace,
+              "Profile one step: each operator's and kernel's count and time, as JSON ({rank} in the path: every rank)")
+          ->check(poplar::NotEmpty());
+  train
+      ->add_option("--trace-step", o.trace_step,
+                   "With --trace: the N-th step this run takes (its last if it takes fewer)")
+      ->check(poplar::WholeNumberIn(1, poplar::kMostJobSteps))
+      ->needs(trace)
+      ->capture_default_str();
   train->callback([&o] { poplar::Train(o); });
 }
 
 void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   CLI::App* profile = app.add_subcommand("profile", "Measure one device per ZeRO stage; write a profile file");
-  profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")->required()->check(CLI::ExistingFile);
+  profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")
+      ->required()
+      ->check(CLI::ExistingFile);
   profile->add_option("-o,--output", o.output, "Profile file to write")->required()->check(poplar::NotEmpty());
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
   AddDeviceFlags(profile, o.device, "the first visible GPU");
-  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")->check(poplar::WholeNumberIn(0, 3))->capture_default_str();
-  profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")->check(poplar::WholeNumberIn(1, 100))->capture_default_str();
-  profile->add_option("--point-seconds", o.point_seconds, "Time each size over consecutive runs until they add up to this, at most 5 runs (0: one run)")->check(poplar::NumberWhere([](double v) { return v >= 0 && v <= 60; }, "seconds from 0 to 60"))->capture_default_str();
-  profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")->check(poplar::WholeNumberIn(1, 1 << 20))->capture_default_str();
+  profile->add_option("--stage", o.stages, "ZeRO stage(s) to measure (repeatable)")
+      ->check(poplar::WholeNumberIn(0, 3))
+      ->capture_default_str();
+  profile->add_option("--precision", o.precision, "fp32 or bf16, as training will use")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  profile->add_option("--repeats", o.repeats, "Passes over the stages: timed runs per micro-batch size (median)")
+      ->check(poplar::WholeNumberIn(1, 100))
+      ->capture_default_str();
+  profile
+      ->add_option("--point-seconds", o.point_seconds,
+                   "Time each size over consecutive runs until they add up to this, at most 5 runs (0: one run)")
+      ->check(poplar::NumberWhere([](double v) { return v >= 0 && v <= 60; }, "seconds from 0 to 60"))
+      ->capture_default_str();
+  profile->add_option("--largest-micro-batch", o.largest_micro_batch, "Stop growing micro-batches here")
+      ->check(poplar::WholeNumberIn(1, 1 << 20))
+      ->capture_default_str();
   profile->callback([&o] {
     // Measured twice, a stage would be written twice, and the planner refuses that file.
     std::set<int> seen;
@@ -154,13 +222,25 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   CLI::App* network = app.add_subcommand(
       "network", "Time all-reduce, reduce-scatter and all-gather among all ranks (torchrun environment)");
   AddDeviceFlags(network, o.device, "GPU LOCAL_RANK of those visible");
-  network->add_option("--backend", o.backend, "Collectives, as for train: auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}))->capture_default_str();
-  network->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "As for train: alltoall or allreduce")->check(CLI::IsMember({"alltoall", "allreduce"}))->capture_default_str();
-  network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  network->add_option("--backend", o.backend, "Collectives, as for train: auto, gloo or nccl")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+      ->capture_default_str();
+  network->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "As for train: alltoall or allreduce")
+      ->check(CLI::IsMember({"alltoall", "allreduce"}))
+      ->capture_default_str();
+  network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   network->add_option("--metrics", o.metrics, "Rank 0 writes one JSON line per measured collective and size here");
-  network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")->check(poplar::WholeNumberIn(std::int64_t{8192}, std::int64_t{1} << 40))->capture_default_str();
-  network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")->check(poplar::WholeNumberIn(1, 1000))->capture_default_str();
-  network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")->check(poplar::WholeNumberIn(1, 86400))->capture_default_str();
+  network->add_option("--max-bytes", o.max_bytes, "Largest payload in bytes (from 4 KiB, x4)")
+      ->check(poplar::WholeNumberIn(std::int64_t{8192}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  network->add_option("--repeats", o.repeats, "Timed runs per collective and size (median)")
+      ->check(poplar::WholeNumberIn(1, 1000))
+      ->capture_default_str();
+  network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")
+      ->check(poplar::WholeNumberIn(1, 86400))
+      ->capture_default_str();
   network->callback([&o] { poplar::MeasureNetwork(o); });
 }
 
@@ -186,8 +266,7 @@ int main(int argc, char** argv) {
   // A reader that went away (`--metrics >(head)`, `| head`) is a failed write, reported
   // as such, not a silent death by SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler",
-               "poplar-worker"};
+  CLI::App app{"poplar-worker: one rank of a poplar ZeRO training job, or a device profiler", "poplar-worker"};
   // The agents' profile cache keys on this line: change it when measurements change.
   app.set_version_flag("--version", std::string("poplar-worker " POPLAR_VERSION " (libtorch ") + TORCH_VERSION +
                                         (poplar::BuiltWithCuda() ? ", CUDA" : ", CPU only") + ")");

@@ -1,10 +1,10 @@
 #include "launcher/zero/adamw.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
-
-#include <torch/version.h>
 
 namespace poplar {
 
@@ -12,14 +12,14 @@ namespace {
 
 #if TORCH_VERSION_MAJOR >= 2
 void FusedAdamWStep(torch::Tensor parameters, const torch::Tensor& gradient, torch::Tensor exp_avg,
-                    torch::Tensor exp_avg_sq, const std::vector<DecayRange>& decay,
-                    const AdamWOptions& options, std::int64_t step) {
+                    torch::Tensor exp_avg_sq, const std::vector<DecayRange>& decay, const AdamWOptions& options,
+                    std::int64_t step) {
   // The kernel reads the step count from a device scalar per tensor (one serves all).
-  const torch::Tensor step_count = torch::full(
-      {}, static_cast<double>(step), torch::TensorOptions(torch::kFloat32).device(parameters.device()));
+  const torch::Tensor step_count =
+      torch::full({}, static_cast<double>(step), torch::TensorOptions(torch::kFloat32).device(parameters.device()));
   const DecaySplit split = SplitByDecay(decay, parameters.numel());
-  for (const auto& [runs, weight_decay] : {std::pair{&split.decay, options.weight_decay},
-                                           std::pair{&split.no_decay, 0.0}}) {
+  for (const auto& [runs, weight_decay] :
+       {std::pair{&split.decay, options.weight_decay}, std::pair{&split.no_decay, 0.0}}) {
     if (runs->empty()) continue;
     std::vector<torch::Tensor> p, g, m, v, steps;
     for (const DecayRange& run : *runs) {
@@ -29,8 +29,8 @@ void FusedAdamWStep(torch::Tensor parameters, const torch::Tensor& gradient, tor
       v.push_back(exp_avg_sq.narrow(0, run.begin, run.length));
       steps.push_back(step_count);
     }
-    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, options.lr, options.beta1, options.beta2,
-                      weight_decay, options.eps, /*amsgrad=*/false, /*maximize=*/false);
+    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, options.lr, options.beta1, options.beta2, weight_decay,
+                      options.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
 #endif
@@ -50,9 +50,8 @@ DecaySplit SplitByDecay(const std::vector<DecayRange>& decay, std::int64_t lengt
   return split;
 }
 
-void AdamWStep(torch::Tensor parameters, const torch::Tensor& gradient, torch::Tensor exp_avg,
-               torch::Tensor exp_avg_sq, const std::vector<DecayRange>& decay,
-               const AdamWOptions& options, std::int64_t step) {
+void AdamWStep(torch::Tensor parameters, const torch::Tensor& gradient, torch::Tensor exp_avg, torch::Tensor exp_avg_sq,
+               const std::vector<DecayRange>& decay, const AdamWOptions& options, std::int64_t step) {
 #if TORCH_VERSION_MAJOR >= 2
   if (parameters.is_cuda()) {
     FusedAdamWStep(parameters, gradient, exp_avg, exp_avg_sq, decay, options, step);

@@ -26,9 +26,8 @@ struct DecayRange {
 // On a GPU with libtorch 2 this is libtorch's fused AdamW kernel (torch.optim.AdamW's
 // fused=True: the same arithmetic in one pass over the slice, two launches: the
 // decaying runs and the others); elsewhere separate tensor operations.
-void AdamWStep(torch::Tensor parameters, const torch::Tensor& gradient, torch::Tensor exp_avg,
-               torch::Tensor exp_avg_sq, const std::vector<DecayRange>& decay,
-               const AdamWOptions& options, std::int64_t step);
+void AdamWStep(torch::Tensor parameters, const torch::Tensor& gradient, torch::Tensor exp_avg, torch::Tensor exp_avg_sq,
+               const std::vector<DecayRange>& decay, const AdamWOptions& options, std::int64_t step);
 
 // The runs of a slice of `length` elements by whether they decay: `decay` as given (in
 // increasing order, not overlapping) and the runs between and around them.

@@ -4,16 +4,14 @@
 
 namespace poplar {
 
-FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank,
-                       bool sharded) {
+FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded) {
   std::int64_t offset = 0;
   for (const auto& members : buckets) {
     FlatBucket bucket;
     bucket.begin = offset;
     for (const auto& [name, parameter] : members) {
       bucket.slots.push_back(static_cast<int>(slots_.size()));
-      slots_.push_back({name, parameter, offset, parameter.numel(), parameter.sizes().vec(),
-                        parameter.dim() >= 2});
+      slots_.push_back({name, parameter, offset, parameter.numel(), parameter.sizes().vec(), parameter.dim() >= 2});
       offset += parameter.numel();
     }
     bucket.size = (offset - bucket.begin + world_size - 1) / world_size * world_size;
@@ -48,8 +46,7 @@ std::vector<std::vector<NamedTensor>> FlatLayout::BucketsOf(const std::vector<Na
   return buckets;
 }
 
-std::pair<std::int64_t, std::int64_t> FlatLayout::OwnedRange(const FlatBucket& bucket,
-                                                             const FlatSlot& slot) const {
+std::pair<std::int64_t, std::int64_t> FlatLayout::OwnedRange(const FlatBucket& bucket, const FlatSlot& slot) const {
   const std::int64_t begin = std::max(slot.offset, bucket.owned_begin);
   const std::int64_t end = std::min(slot.offset + slot.numel, bucket.owned_begin + bucket.owned_size);
   return {begin, std::max(begin, end)};

@@ -31,19 +31,18 @@ struct FlatSlot {
 };
 
 struct FlatBucket {
-  std::int64_t begin = 0;         // in the flat buffer
-  std::int64_t size = 0;          // padded to a multiple of the world size
-  std::int64_t owned_begin = 0;   // this rank's slice, in the flat buffer
+  std::int64_t begin = 0;        // in the flat buffer
+  std::int64_t size = 0;         // padded to a multiple of the world size
+  std::int64_t owned_begin = 0;  // this rank's slice, in the flat buffer
   std::int64_t owned_size = 0;
-  std::int64_t shard_offset = 0;  // where the owned slice sits in shard layout
-  std::vector<int> slots;         // indices into FlatLayout::slots()
+  std::int64_t shard_offset = 0;        // where the owned slice sits in shard layout
+  std::vector<int> slots;               // indices into FlatLayout::slots()
   std::vector<DecayRange> owned_decay;  // decayed runs, relative to the owned slice
 };
 
 class FlatLayout {
  public:
-  FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank,
-             bool sharded);
+  FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded);
 
   // Consecutive parameters grouped into buckets of at least `bucket_elements` (the last
   // may be smaller); a parameter is never split.

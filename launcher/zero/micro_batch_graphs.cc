@@ -7,9 +7,9 @@
 #include "planner/base/text_file.h"
 
 #ifdef POPLAR_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -91,8 +91,8 @@ torch::Tensor MicroBatchGraphs::Run(const torch::Tensor& inputs, const torch::Te
     capturing = false;
   } catch (const std::exception& error) {
     if (capturing) AbandonCapture(*graph, pool_, device);
-    std::cerr << "poplar-worker: capturing the CUDA graph of a micro-batch of " << inputs.size(0)
-              << " samples failed (" << FirstLine(error.what()) << "); micro-batches of that size run eagerly\n";
+    std::cerr << "poplar-worker: capturing the CUDA graph of a micro-batch of " << inputs.size(0) << " samples failed ("
+              << FirstLine(error.what()) << "); micro-batches of that size run eagerly\n";
     size = Size{};
     size.eager_only = true;
     graph.reset();

@@ -12,17 +12,12 @@ std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& c
                                            const AdamWOptions& options, std::int64_t bucket_elements,
                                            torch::ScalarType working) {
   if (stage == 3) return std::make_unique<Zero3Engine>(std::move(model), communicator, options, working);
-  return std::make_unique<ZeroEngine>(std::move(model), stage, communicator, options, bucket_elements,
-                                      working);
+  return std::make_unique<ZeroEngine>(std::move(model), stage, communicator, options, bucket_elements, working);
 }
 
 ShardedAdamW::ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
                            torch::Device device, torch::ScalarType working)
-    : layout_(std::move(layout)),
-      communicator_(communicator),
-      options_(options),
-      device_(device),
-      working_(working) {
+    : layout_(std::move(layout)), communicator_(communicator), options_(options), device_(device), working_(working) {
   exp_avg_ = Zeros(layout_.shard_total());
   exp_avg_sq_ = Zeros(layout_.shard_total());
   if (Mixed()) master_ = Zeros(layout_.shard_total());
@@ -96,11 +91,9 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
     // fp32, in place when the working precision is fp32.
     auto gradient = Mixed() ? OwnedGradient(bucket).to(torch::kFloat32) : OwnedGradient(bucket);
     gradient.mul_(scale);
-    auto parameters = Mixed() ? master_.narrow(0, bucket.shard_offset, bucket.owned_size)
-                              : OwnedParameters(bucket);
+    auto parameters = Mixed() ? master_.narrow(0, bucket.shard_offset, bucket.owned_size) : OwnedParameters(bucket);
     AdamWStep(parameters, gradient, exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size),
-              exp_avg_sq_.narrow(0, bucket.shard_offset, bucket.owned_size), bucket.owned_decay,
-              options, step_);
+              exp_avg_sq_.narrow(0, bucket.shard_offset, bucket.owned_size), bucket.owned_decay, options, step_);
     if (Mixed()) OwnedParameters(bucket).copy_(parameters);
   }
   Synchronize(device_);  // on a GPU the update is queued: Step() returns it done, so callers can time it
@@ -123,9 +116,8 @@ std::map<std::string, AdamMoments> ShardedAdamW::GatherMoments(bool keep) {
   std::map<std::string, AdamMoments> moments;
   if (!keep) return moments;
   for (const FlatSlot& slot : layout_.slots()) {
-    moments[slot.name] = {
-        full_avg.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone(),
-        full_avg_sq.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone()};
+    moments[slot.name] = {full_avg.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone(),
+                          full_avg_sq.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone()};
   }
   return moments;
 }

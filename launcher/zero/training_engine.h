@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "launcher/zero/adamw.h"
 #include "launcher/comm/communicator.h"
-#include "launcher/zero/flat_layout.h"
 #include "launcher/model/gpt.h"
 #include "launcher/model/state_dict.h"
+#include "launcher/zero/adamw.h"
+#include "launcher/zero/flat_layout.h"
 #include "planner/formats/precision.h"
 #include "planner/formats/profile.h"
 
@@ -114,8 +114,8 @@ class ShardedAdamW : public TrainingEngine {
   double learning_rate() const override { return learning_rate_; }
 
  protected:
-  ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
-               torch::Device device, torch::ScalarType working);
+  ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options, torch::Device device,
+               torch::ScalarType working);
 
   // The bucket's owned gradient (summed over ranks, before scaling) and parameters, in
   // the working precision.
@@ -147,8 +147,8 @@ class ShardedAdamW : public TrainingEngine {
   torch::ScalarType working_;
 
  private:
-  torch::Tensor master_;      // mixed precision: fp32 owned parameters, shard layout
-  torch::Tensor exp_avg_;     // shard layout
+  torch::Tensor master_;   // mixed precision: fp32 owned parameters, shard layout
+  torch::Tensor exp_avg_;  // shard layout
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;
   double learning_rate_ = 0;  // of the latest update

@@ -26,9 +26,8 @@ std::vector<std::vector<NamedTensor>> UnitBuckets(const Gpt& model) {
 // A unit of the model as an autograd function (see zero3_engine.h). `anchor` requires
 // grad so that the first unit, whose input is token ids, is still part of the graph.
 struct UnitFunction : public torch::autograd::Function<UnitFunction> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* context, torch::Tensor input,
-                               torch::Tensor targets, torch::Tensor anchor, std::int64_t unit,
-                               std::int64_t engine) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, torch::Tensor input, torch::Tensor targets,
+                               torch::Tensor anchor, std::int64_t unit, std::int64_t engine) {
     context->saved_data["unit"] = unit;
     context->saved_data["engine"] = engine;
     context->save_for_backward({input, targets});
@@ -40,17 +39,16 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
     const auto saved = context->get_saved_variables();
     auto* engine = reinterpret_cast<Zero3Engine*>(context->saved_data["engine"].toInt());
     const int unit = static_cast<int>(context->saved_data["unit"].toInt());
-    return {engine->BackwardUnit(unit, saved[0], saved[1], gradients[0]), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {engine->BackwardUnit(unit, saved[0], saved[1], gradients[0]), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options,
-                         torch::ScalarType working)
-    : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true),
-                   communicator, options, model->wte->weight.device(), working),
+Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working)
+    : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true), communicator,
+                   options, model->wte->weight.device(), working),
       model_(std::move(model)) {
   // Unit u needs bucket u; the head also needs the token embedding it is tied to.
   std::vector<std::vector<int>> unit_buckets;
@@ -231,8 +229,8 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
   torch::Tensor input_gradient;
   {
     torch::AutoGradMode enable(true);
-    TORCH_CHECK(!head_output_.defined() || unit == units() - 1,
-                "ZeRO-3: the head's kept graph would serve unit ", unit);
+    TORCH_CHECK(!head_output_.defined() || unit == units() - 1, "ZeRO-3: the head's kept graph would serve unit ",
+                unit);
     torch::Tensor x = head_input_, output = head_output_;
     head_input_ = head_output_ = torch::Tensor();
     if (output.defined()) {  // the head, its graph kept

@@ -38,8 +38,7 @@ namespace poplar {
 
 class Zero3Engine final : public ShardedAdamW {
  public:
-  Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options,
-              torch::ScalarType working);
+  Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working);
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
@@ -82,7 +81,7 @@ class Zero3Engine final : public ShardedAdamW {
   void BeginVisit(int unit);
   // Ends the current visit: reduce-scatters and frees what the schedule says.
   void EndVisit();
-  void Release(const std::vector<int>& buckets);  // parameters back to empty tensors
+  void Release(const std::vector<int>& buckets);          // parameters back to empty tensors
   void ReduceGradients(const std::vector<int>& buckets);  // starts reduce-scatters of their .grad
   // Waits for the oldest reductions and adds them into the shards, until at most
   // `in_flight` remain (0: all).
@@ -93,8 +92,8 @@ class Zero3Engine final : public ShardedAdamW {
   torch::Tensor shard_parameters_;  // owned parameters, shard layout (working precision)
   torch::Tensor gradient_shard_;    // owned gradients, shard layout (working precision)
 
-  std::vector<Visit> schedule_;     // one micro-batch
-  std::size_t cursor_ = 0;          // the visit under way or next
+  std::vector<Visit> schedule_;       // one micro-batch
+  std::size_t cursor_ = 0;            // the visit under way or next
   std::size_t prefetched_visit_ = 0;  // the visit prefetched_ is for, if any
   Gathering prefetched_;
   struct Reduction {

@@ -51,27 +51,27 @@ class ZeroEngine final : public ShardedAdamW {
   torch::Tensor OwnedGradient(const FlatBucket& bucket) override;
   torch::Tensor OwnedParameters(const FlatBucket& bucket) override;
 
-  void BeginReduction();                 // a new round of bucket reductions
-  void OnGradientReady(int slot);        // from the hook, during backward
-  void LaunchBuckets(bool all);          // start complete (or all) buckets, in order
+  void BeginReduction();           // a new round of bucket reductions
+  void OnGradientReady(int slot);  // from the hook, during backward
+  void LaunchBuckets(bool all);    // start complete (or all) buckets, in order
   void Launch(int bucket);
-  void FinishReduction();                // start the rest, wait for all
-  void FinishBucket(int bucket);         // wait for its reduction; stage 2: add it to the shard
+  void FinishReduction();         // start the rest, wait for all
+  void FinishBucket(int bucket);  // wait for its reduction; stage 2: add it to the shard
 
   Gpt model_;
   int stage_;
-  torch::Tensor flat_parameters_;  // all parameters (working precision)
-  torch::Tensor flat_gradients_;   // stages 0-1: all gradients (working precision)
-  torch::Tensor gradient_shard_;   // stage 2: owned gradients, shard layout
+  torch::Tensor flat_parameters_;             // all parameters (working precision)
+  torch::Tensor flat_gradients_;              // stages 0-1: all gradients (working precision)
+  torch::Tensor gradient_shard_;              // stage 2: owned gradients, shard layout
   std::unique_ptr<MicroBatchGraphs> graphs_;  // while micro-batches replay from graphs
 
   // Bucket reductions in flight.
   std::vector<int> slot_bucket_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
-  bool reducing_ = false;       // a reduction round has begun
-  bool hooks_armed_ = false;    // this backward starts buckets as they complete
-  std::vector<int> waiting_;    // per bucket: parameters whose gradient is not complete
-  int next_launch_ = -1;        // buckets start from the last one down to 0
+  bool reducing_ = false;                                             // a reduction round has begun
+  bool hooks_armed_ = false;                                          // this backward starts buckets as they complete
+  std::vector<int> waiting_;  // per bucket: parameters whose gradient is not complete
+  int next_launch_ = -1;      // buckets start from the last one down to 0
   std::vector<std::unique_ptr<PendingCollective>> pending_;
   std::vector<torch::Tensor> reduced_;  // stage 2: per bucket, the owned sums
 };

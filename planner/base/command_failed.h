@@ -13,8 +13,7 @@ namespace poplar {
 // with `exit_code`.
 class CommandFailed : public std::runtime_error {
  public:
-  CommandFailed(const std::string& message, int exit_code = 1)
-      : std::runtime_error(message), exit_code_(exit_code) {}
+  CommandFailed(const std::string& message, int exit_code = 1) : std::runtime_error(message), exit_code_(exit_code) {}
   int exit_code() const { return exit_code_; }
 
  private:

@@ -1,5 +1,9 @@
 #include "planner/base/free_port.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -8,10 +12,6 @@
 #include <random>
 #include <stdexcept>
 #include <string>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 namespace poplar {
 namespace {

@@ -1,10 +1,10 @@
 #include "planner/base/host_port.h"
 
-#include <cerrno>
-
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 namespace poplar {
 
@@ -16,8 +16,8 @@ std::string HostPortProblem(const std::string& address, int least_port) {
   const std::string port = address.substr(colon + 1);
   if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535 ||
       std::stoi(port) < least_port) {
-    return "port must be a number from " + std::to_string(least_port) +
-           (least_port == 0 ? " (any free port)" : "") + " to 65535, got '" + port + "'";
+    return "port must be a number from " + std::to_string(least_port) + (least_port == 0 ? " (any free port)" : "") +
+           " to 65535, got '" + port + "'";
   }
   return "";
 }

@@ -23,7 +23,8 @@ std::string Join(const Items& items, std::string_view separator, Name&& name) {
 // `items` are texts already.
 template <typename Items>
 std::string Join(const Items& items, std::string_view separator) {
-  return Join(items, separator, [](const auto& item) -> const auto& { return item; });
+  return Join(
+      items, separator, [](const auto& item) -> const auto& { return item; });
 }
 
 // "1 rank", "3 ranks": `count` with `noun`, plural with an s.

@@ -91,9 +91,7 @@ JsonFields::JsonFields(const nlohmann::json& node, std::string file, std::string
   if (!node_.is_object()) throw InputError(file_, path_, "must be an object of keys to values");
 }
 
-std::string JsonFields::KeyPath(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
-}
+std::string JsonFields::KeyPath(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 void JsonFields::Fail(const std::string& key, const std::string& reason) const {
   throw InputError(file_, KeyPath(key), reason);
@@ -143,8 +141,7 @@ std::optional<std::string> JsonFields::OptionalString(const std::string& key) {
 
 std::int64_t JsonFields::Integer(const std::string& key) {
   const nlohmann::json& child = Required(key);
-  if (child.is_number_integer() &&
-      (!child.is_number_unsigned() || child.get<std::uint64_t>() <= INT64_MAX)) {
+  if (child.is_number_integer() && (!child.is_number_unsigned() || child.get<std::uint64_t>() <= INT64_MAX)) {
     return child.get<std::int64_t>();
   }
   // JSON numbers beyond 64 bits arrive as floating point (100000000000000000000 as 1e+20).
@@ -197,9 +194,7 @@ const nlohmann::json& JsonFields::List(const std::string& key, std::size_t least
   return list;
 }
 
-JsonFields JsonFields::Map(const std::string& key) {
-  return JsonFields(Required(key), file_, KeyPath(key));
-}
+JsonFields JsonFields::Map(const std::string& key) { return JsonFields(Required(key), file_, KeyPath(key)); }
 
 void JsonFields::Finish() const {
   for (const auto& [key, value] : node_.items()) {

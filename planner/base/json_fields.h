@@ -10,11 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace poplar {
 
@@ -49,7 +48,7 @@ class JsonFields {
   // A 64-bit value written as Hex64Text's 16 hexadecimal digits (lower case).
   std::uint64_t Hex64(const std::string& key);
   bool Boolean(const std::string& key, bool fallback);  // `fallback` when absent
-  JsonFields Map(const std::string& key);                // a nested object; required
+  JsonFields Map(const std::string& key);               // a nested object; required
   // A required list of at least `least` entries; `what` says what it must be ("a
   // non-empty list of {rank, micro_batches}"). Absent, a misspelt key beside it is named.
   const nlohmann::json& List(const std::string& key, std::size_t least, const std::string& what);

@@ -111,12 +111,11 @@ CLI::Validator WholeNumberIn(std::int64_t low, std::int64_t high) {
 }
 
 CLI::Validator NotEmpty() {
-  return CLI::Validator([](std::string& text) { return text.empty() ? std::string("must not be empty") : ""; },
-                        "");
+  return CLI::Validator([](std::string& text) { return text.empty() ? std::string("must not be empty") : ""; }, "");
 }
 
-int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
-           const std::string& speaker, const std::string& commands, bool runtime_errors_fail,
+int RunApp(CLI::App& app, int argc, char** argv, const std::string& program, const std::string& speaker,
+           const std::string& commands, bool runtime_errors_fail,
            const std::function<void(const std::string& command, const std::string& message)>& on_usage_error) {
   // At most one command; "none" is reported here, after CLI11 has had the chance to name
   // an unknown flag or command (require_subcommand(1) would hide it).

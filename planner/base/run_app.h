@@ -8,12 +8,11 @@
 //   internal error.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "planner/base/command_failed.h"
 
@@ -39,8 +38,8 @@ CLI::Validator NotEmpty();
 // callback does the work). `on_usage_error` (optional) is called with the chosen
 // command ("" when none) and the usage message once it is printed, before RunApp
 // returns 2: a worker rank tells the ranks waiting for it.
-int RunApp(CLI::App& app, int argc, char** argv, const std::string& program,
-           const std::string& speaker, const std::string& commands, bool runtime_errors_fail,
+int RunApp(CLI::App& app, int argc, char** argv, const std::string& program, const std::string& speaker,
+           const std::string& commands, bool runtime_errors_fail,
            const std::function<void(const std::string& command, const std::string& message)>& on_usage_error = {});
 
 }  // namespace poplar

@@ -1,16 +1,16 @@
 #include "planner/base/text_file.h"
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 
 #include "planner/base/input_error.h"
 
@@ -171,7 +171,8 @@ int OwnDescriptorOf(const std::string& path) {
   if (path == "/dev/stdout") return STDOUT_FILENO;
   if (path == "/dev/stderr") return STDERR_FILENO;
   for (const std::string prefix : {"/dev/fd/", "/proc/self/fd/"}) {
-    if (path.size() > prefix.size() && path.size() - prefix.size() <= 9 && path.compare(0, prefix.size(), prefix) == 0 &&
+    if (path.size() > prefix.size() && path.size() - prefix.size() <= 9 &&
+        path.compare(0, prefix.size(), prefix) == 0 &&
         path.find_first_not_of("0123456789", prefix.size()) == std::string::npos) {
       return std::stoi(path.substr(prefix.size()));
     }
@@ -247,9 +248,9 @@ namespace {
 void RequireNotAnInput(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag) {
   for (const InputFile& input : inputs) {
     if (!input.path.empty() && SamePath(output, input.path)) {
-      throw InputError(flag, "", output + " is " + input.what +
-                                     (input.path == output ? "" : " (" + input.path + ")") +
-                                     ", which this command reads; writing there would destroy it");
+      throw InputError(flag, "",
+                       output + " is " + input.what + (input.path == output ? "" : " (" + input.path + ")") +
+                           ", which this command reads; writing there would destroy it");
     }
   }
 }
@@ -281,10 +282,11 @@ void MakeOutputFolder(const std::string& path, const std::string& flag) {
   std::error_code error;
   std::filesystem::create_directories(path, error);
   if (error || !std::filesystem::is_directory(path)) {
-    throw InputError(flag, "", "cannot make the folder " + path + ": " +
-                                   (std::filesystem::exists(path) && !std::filesystem::is_directory(path)
-                                        ? std::string("a file is in the way")
-                                        : error.message()));
+    throw InputError(
+        flag, "",
+        "cannot make the folder " + path + ": " +
+            (std::filesystem::exists(path) && !std::filesystem::is_directory(path) ? std::string("a file is in the way")
+                                                                                   : error.message()));
   }
 }
 

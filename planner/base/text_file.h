@@ -75,8 +75,7 @@ void RequireOutputApart(const std::string& output, const std::vector<InputFile>&
 // or a pipe is fine (/dev/stdout, a pipe to jq); a missing file needs its folder, as
 // RequireFolderFor. Whether an existing file or a descriptor (OwnDescriptorOf) takes
 // writes is the writer's to find out, when it opens it (launcher/worker/metrics_writer.h).
-void RequireStreamOutputApart(const std::string& output, const std::vector<InputFile>& inputs,
-                              const std::string& flag);
+void RequireStreamOutputApart(const std::string& output, const std::vector<InputFile>& inputs, const std::string& flag);
 // Creates the folder `path` (and its parents) to write into, or throws InputError naming
 // `flag` when it cannot: a file is in the way, or no permission.
 void MakeOutputFolder(const std::string& path, const std::string& flag);

@@ -1,5 +1,7 @@
 #include "planner/base/yaml_fields.h"
 
+#include <yaml-cpp/depthguard.h>
+
 #include <cmath>
 #include <iomanip>
 #include <optional>
@@ -7,8 +9,6 @@
 #include <sstream>
 #include <string_view>
 #include <vector>
-
-#include <yaml-cpp/depthguard.h>
 
 #include "planner/base/input_error.h"
 #include "planner/base/spelling.h"
@@ -25,15 +25,14 @@ const std::string kCoreTag = "tag:yaml.org,2002:";
 YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string path)
     : node_(node), file_(std::move(file)), path_(std::move(path)) {
   if (!node_.IsMap()) {
-    throw InputError(file_, path_.empty() ? "" : path_,
-                     "must be a mapping of keys to values" + LineOf(node_));
+    throw InputError(file_, path_.empty() ? "" : path_, "must be a mapping of keys to values" + LineOf(node_));
   }
   std::set<std::string> seen;
   for (const auto& entry : node_) {
     // `[x]: 1` and `? {a: 1}` are keys too, to YAML; poplar's keys are names.
     if (!entry.first.IsScalar()) {
-      throw InputError(file_, path_, "has a key that is a collection" + LineOf(entry.first) +
-                                         "; every key is a plain name");
+      throw InputError(file_, path_,
+                       "has a key that is a collection" + LineOf(entry.first) + "; every key is a plain name");
     }
     const std::string key = entry.first.Scalar();
     if (!seen.insert(key).second) {
@@ -42,8 +41,8 @@ YamlFields::YamlFields(const YAML::Node& node, std::string file, std::string pat
     // Here, not in Finish(): the keys a merge would have brought are otherwise reported
     // first, as missing.
     if (key == "<<") {
-      throw InputError(file_, KeyPath(key), "YAML merge keys are not supported" + LineOf(entry.first) +
-                                                "; write the keys out in full");
+      throw InputError(file_, KeyPath(key),
+                       "YAML merge keys are not supported" + LineOf(entry.first) + "; write the keys out in full");
     }
   }
 }
@@ -146,13 +145,15 @@ YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
   // (A quote never closed swallows any `---` after it: the last document is the one.)
   const std::string_view counted = text.rfind("\xef\xbb\xbf", 0) == 0 ? std::string_view(text).substr(3) : text;
   if (const auto open = UnclosedQuote(given.back(), counted)) {
-    throw InputError(file, "", "not valid YAML: the quote that opens on line " + std::to_string(open->Mark().line + 1) +
-                                   " is never closed");
+    throw InputError(
+        file, "",
+        "not valid YAML: the quote that opens on line " + std::to_string(open->Mark().line + 1) + " is never closed");
   }
   if (given.size() > 1) {
-    throw InputError(file, "", "holds " + std::to_string(given.size()) +
-                                   " YAML documents (separated by ---); it must hold one (the second begins on line " +
-                                   std::to_string(given[1].Mark().line + 1) + ")");
+    throw InputError(file, "",
+                     "holds " + std::to_string(given.size()) +
+                         " YAML documents (separated by ---); it must hold one (the second begins on line " +
+                         std::to_string(given[1].Mark().line + 1) + ")");
   }
   return given.front();
 }
@@ -162,9 +163,7 @@ std::string YamlFields::LineOf(const YAML::Node& node) {
   return " (line " + std::to_string(node.Mark().line + 1) + ")";
 }
 
-std::string YamlFields::KeyPath(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
-}
+std::string YamlFields::KeyPath(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 void YamlFields::Fail(const std::string& key, const std::string& reason) const {
   // The key's own line: an empty value's mark is where the next token begins.

@@ -7,13 +7,13 @@
 // "4" is a string. (JSON files have their twin, JsonFields in json_fields.h.)
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <yaml-cpp/yaml.h>
 
 namespace poplar {
 

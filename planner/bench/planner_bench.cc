@@ -8,24 +8,23 @@
 // without reading or writing files) and reports the median wall time of repeated runs.
 // Part 2 plans each cluster file given (each must name its `profiles`) with every policy
 // and reports predicted samples per second and poplar's speed-up over each baseline.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
+#include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
 #include "planner/base/text_table.h"
 #include "planner/cluster/cluster_profiles.h"
-#include "planner/base/input_error.h"
 #include "planner/model/memory_model.h"
 #include "planner/search/plan_file.h"
 #include "planner/search/planner.h"
-#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {
@@ -56,8 +55,8 @@ DeviceProfile SyntheticProfile(const std::string& type, std::mt19937& rng) {
     measured.optimizer_step_s = 0.01 / speed(rng);
     for (int b = 1; b <= cap; b *= 2) {
       // Utilisation grows with the micro-batch: time = overhead + b * t * (1 + 1/(2b)).
-      measured.points.push_back({b, fixed + seconds_per_sample * (b + 0.5),
-                                 states + kRuntimeBytes + b * kActivationBytes});
+      measured.points.push_back(
+          {b, fixed + seconds_per_sample * (b + 0.5), states + kRuntimeBytes + b * kActivationBytes});
     }
     profile.stages.push_back(measured);
   }
@@ -108,31 +107,28 @@ Json PlanningTimes() {
   struct Size {
     int gpus, types, per_gpu;
   };
-  const std::vector<Size> sizes = {
-      {8, 2, 4},      {64, 2, 4},     {64, 8, 4},      {1024, 2, 4},   {1024, 8, 4},
-      {1024, 8, 64},  {1024, 32, 4},  {8192, 8, 4},    {8192, 32, 4},  {100000, 2, 4},
-      {100000, 8, 4}, {100000, 32, 4}, {100000, 32, 32}};
-  TextTable table(
-      {"GPUs", "types", "global batch", "stage", "rounds", "plan time", "target", "plan file"},
-      {true, true, true, true, true, true, false, true});
+  const std::vector<Size> sizes = {{8, 2, 4},      {64, 2, 4},      {64, 8, 4},      {1024, 2, 4},  {1024, 8, 4},
+                                   {1024, 8, 64},  {1024, 32, 4},   {8192, 8, 4},    {8192, 32, 4}, {100000, 2, 4},
+                                   {100000, 8, 4}, {100000, 32, 4}, {100000, 32, 32}};
+  TextTable table({"GPUs", "types", "global batch", "stage", "rounds", "plan time", "target", "plan file"},
+                  {true, true, true, true, true, true, false, true});
   Json rows = Json::array();
   std::mt19937 rng(2026);
   for (const auto& [gpus, types, per_gpu] : sizes) {
     const Synthetic synthetic = SyntheticCluster(gpus, types, per_gpu, rng);
     PlanResult result;
-    const double seconds = MedianSeconds(
-        [&] { result = MakePlan(synthetic.cluster, synthetic.profiles, Policy::kPoplar); });
+    const double seconds =
+        MedianSeconds([&] { result = MakePlan(synthetic.cluster, synthetic.profiles, Policy::kPoplar); });
     std::string target;
     if (gpus == 1024 && types == 8 && per_gpu == 4) target = seconds < 0.05 ? "< 50 ms: met" : "< 50 ms: MISSED";
     if (gpus == 100000 && types == 32 && per_gpu == 4) target = seconds < 1.0 ? "< 1 s: met" : "< 1 s: MISSED";
     // Expanding the schedule to one JSON entry per rank and printing it is linear in
     // the number of GPUs; shown apart from planning.
-    const double file_seconds = MedianSeconds(
-        [&] { (void)PlanToJson(synthetic.cluster, synthetic.profiles, result).dump(); });
-    table.AddRow({std::to_string(gpus), std::to_string(types),
-                  std::to_string(synthetic.cluster.global_batch), std::to_string(result.chosen_stage),
-                  std::to_string(result.Chosen().schedule.Rounds()), Seconds(seconds), target,
-                  Seconds(file_seconds)});
+    const double file_seconds =
+        MedianSeconds([&] { (void)PlanToJson(synthetic.cluster, synthetic.profiles, result).dump(); });
+    table.AddRow({std::to_string(gpus), std::to_string(types), std::to_string(synthetic.cluster.global_batch),
+                  std::to_string(result.chosen_stage), std::to_string(result.Chosen().schedule.Rounds()),
+                  Seconds(seconds), target, Seconds(file_seconds)});
     rows.push_back({{"gpus", gpus},
                     {"types", types},
                     {"global_batch", synthetic.cluster.global_batch},
@@ -141,7 +137,8 @@ Json PlanningTimes() {
                     {"plan_file_seconds", file_seconds}});
   }
   std::cout << "Planning time (all four stages, median of repeated runs); plan file: building\n"
-               "and printing the per-rank JSON\n\n" << table.Render() << "\n";
+               "and printing the per-rank JSON\n\n"
+            << table.Render() << "\n";
   return rows;
 }
 
@@ -167,9 +164,9 @@ std::vector<ExampleCluster> LoadClustersWithProfiles(const std::vector<std::stri
 }
 
 Json PolicyComparison(const std::vector<ExampleCluster>& clusters) {
-  TextTable table({"cluster", "poplar", "stage", "uniform", "stage", "proportional", "stage",
-                   "vs uniform", "vs proportional"},
-                  {false, true, true, true, true, true, true, true, true});
+  TextTable table(
+      {"cluster", "poplar", "stage", "uniform", "stage", "proportional", "stage", "vs uniform", "vs proportional"},
+      {false, true, true, true, true, true, true, true, true});
   Json rows = Json::array();
   for (const auto& [cluster, profiles] : clusters) {
     Json row = {{"cluster", cluster.name}, {"global_batch", cluster.global_batch}};

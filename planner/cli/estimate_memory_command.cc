@@ -2,16 +2,15 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 
-#include <nlohmann/json.hpp>
-
-#include "planner/cli/commands.h"
-#include "planner/base/run_app.h"
-#include "planner/base/text_table.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/run_app.h"
+#include "planner/base/text_table.h"
+#include "planner/cli/commands.h"
 #include "planner/model/memory_model.h"
 
 namespace poplar {
@@ -33,10 +32,23 @@ std::optional<std::int64_t> ParseCount(const std::string& text) {
   if (!std::regex_match(text, match, kCount)) return std::nullopt;
   double scale = 1;
   switch (match[4].length() > 0 ? match[4].str()[0] : ' ') {
-    case 'K': case 'k': scale = 1e3; break;
-    case 'M': case 'm': scale = 1e6; break;
-    case 'B': case 'b': case 'G': scale = 1e9; break;
-    case 'T': case 't': scale = 1e12; break;
+    case 'K':
+    case 'k':
+      scale = 1e3;
+      break;
+    case 'M':
+    case 'm':
+      scale = 1e6;
+      break;
+    case 'B':
+    case 'b':
+    case 'G':
+      scale = 1e9;
+      break;
+    case 'T':
+    case 't':
+      scale = 1e12;
+      break;
   }
   const double count = std::stod(match[1].str()) * scale;
   // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
@@ -58,19 +70,16 @@ void Run(const EstimateOptions& options) {
                         {"optimizer_bytes", bytes.optimizer},
                         {"total_bytes", bytes.Total()}});
     }
-    nlohmann::ordered_json out = {{"params", params},
-                                  {"gpus", options.gpus},
-                                  {"precision", PrecisionName(precision)},
-                                  {"stages", stages}};
+    nlohmann::ordered_json out = {
+        {"params", params}, {"gpus", options.gpus}, {"precision", PrecisionName(precision)}, {"stages", stages}};
     std::cout << out.dump(2) << "\n";
     return;
   }
-  TextTable table({"stage", "parameters", "gradients", "optimizer", "total per GPU"},
-                  {false, true, true, true, true});
+  TextTable table({"stage", "parameters", "gradients", "optimizer", "total per GPU"}, {false, true, true, true, true});
   for (int stage = 0; stage <= 3; ++stage) {
     const ModelStateBytes bytes = ModelStatesPerRank(params, stage, options.gpus, precision);
-    table.AddRow({std::to_string(stage), GiB(bytes.parameters), GiB(bytes.gradients),
-                  GiB(bytes.optimizer), GiB(bytes.Total())});
+    table.AddRow(
+        {std::to_string(stage), GiB(bytes.parameters), GiB(bytes.gradients), GiB(bytes.optimizer), GiB(bytes.Total())});
   }
   std::cout << "model states per GPU for " << params << " parameters on " << Count(options.gpus, "GPU") << " ("
             << PrecisionName(precision) << " Adam; activations not included)\n\n"
@@ -81,15 +90,16 @@ void Run(const EstimateOptions& options) {
 
 void RegisterEstimateMemoryCommand(CLI::App& app) {
   auto options = std::make_shared<EstimateOptions>();
-  CLI::App* command = app.add_subcommand(
-      "estimate-memory", "Model-state memory per GPU for each ZeRO stage (ZeRO paper accounting)");
+  CLI::App* command =
+      app.add_subcommand("estimate-memory", "Model-state memory per GPU for each ZeRO stage (ZeRO paper accounting)");
   command->add_option("--params", options->params, "Parameter count, e.g. 354823168, 355M, 1.5B or 1T")
       ->required()
       ->check(CLI::Validator(
           [](std::string& text) {
             return ParseCount(text) ? std::string()
                                     : "expected a whole parameter count from 1 to 1e15 like 354823168, 355M, 1.5B or "
-                                      "1T, got '" + text + "'";
+                                      "1T, got '" +
+                                          text + "'";
           },
           "COUNT"));
   command->add_option("--gpus", options->gpus, "Number of GPUs (data-parallel ranks)")

@@ -1,13 +1,12 @@
 // `poplar`: the head-node command line. Wires the subcommands together; RunApp turns
 // errors into one line on stderr and an exit status (0 success, 1 bad input, 2 bad
 // usage, 70 internal error).
+#include <CLI/CLI.hpp>
 #include <csignal>
 
-#include <CLI/CLI.hpp>
-
 #include "launcher/head/head_commands.h"
-#include "planner/cli/commands.h"
 #include "planner/base/run_app.h"
+#include "planner/cli/commands.h"
 
 int main(int argc, char** argv) {
   // A reader that goes away (`| head`, a `| tee` killed) makes writes to stdout fail, not

@@ -4,17 +4,17 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/cli/commands.h"
 #include "launcher/head/head_agents.h"
-#include "planner/search/plan_report.h"
-#include "planner/base/run_app.h"
-#include "planner/base/text_table.h"
-#include "planner/cluster/cluster_profiles.h"
 #include "planner/base/input_error.h"
-#include "planner/search/plan_file.h"
-#include "planner/search/planner.h"
+#include "planner/base/run_app.h"
 #include "planner/base/text_file.h"
+#include "planner/base/text_table.h"
+#include "planner/cli/commands.h"
+#include "planner/cluster/cluster_profiles.h"
 #include "planner/formats/worker_plan.h"
+#include "planner/search/plan_file.h"
+#include "planner/search/plan_report.h"
+#include "planner/search/planner.h"
 
 namespace poplar {
 namespace {
@@ -24,7 +24,7 @@ struct PlanOptions {
   std::string profiles_dir;
   std::string output = "plan.json";
   std::string policy = "poplar";
-  std::string plan;  // simulate: predict this plan instead of a policy's
+  std::string plan;     // simulate: predict this plan instead of a policy's
   std::string network;  // a measured network file instead of the cluster file's network
   bool json = false;
 };
@@ -62,12 +62,14 @@ void AddCommonOptions(CLI::App* command, PlanOptions& options) {
   command->add_option("cluster", options.cluster_file, "Cluster file (YAML, see docs/formats.md)")
       ->required()
       ->check(CLI::ExistingFile);
-  command->add_option("--profiles", options.profiles_dir,
-                      "Folder of profile files <type>.json (default: the cluster file's 'profiles'; "
-                      "without either, the agents profile the devices)")
+  command
+      ->add_option("--profiles", options.profiles_dir,
+                   "Folder of profile files <type>.json (default: the cluster file's 'profiles'; "
+                   "without either, the agents profile the devices)")
       ->check(CLI::ExistingDirectory);
-  command->add_option("--network", options.network,
-                      "Network file measured by `poplar network`, instead of the cluster file's 'network'")
+  command
+      ->add_option("--network", options.network,
+                   "Network file measured by `poplar network`, instead of the cluster file's 'network'")
       ->check(CLI::ExistingFile);
   command->add_flag("--json", options.json, "Print one JSON document on stdout and nothing else");
 }
@@ -141,25 +143,23 @@ void RunSimulate(const PlanOptions& options) {
 
 void RegisterPlanCommand(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
-  CLI::App* command = app.add_subcommand(
-      "plan", "Choose the ZeRO stage and per-GPU micro-batches that train fastest");
+  CLI::App* command = app.add_subcommand("plan", "Choose the ZeRO stage and per-GPU micro-batches that train fastest");
   AddCommonOptions(command, *options);
-  command->add_option("-o,--output", options->output, "Plan file to write")
-      ->check(NotEmpty())
-      ->capture_default_str();
+  command->add_option("-o,--output", options->output, "Plan file to write")->check(NotEmpty())->capture_default_str();
   command->callback([options] { RunPlan(*options); });
 }
 
 void RegisterSimulateCommand(CLI::App& app) {
   auto options = std::make_shared<PlanOptions>();
-  CLI::App* command = app.add_subcommand(
-      "simulate", "Predict step time and throughput of a scheduling policy on a cluster");
+  CLI::App* command =
+      app.add_subcommand("simulate", "Predict step time and throughput of a scheduling policy on a cluster");
   AddCommonOptions(command, *options);
   command->add_option("--policy", options->policy, "poplar, uniform (DeepSpeed) or proportional")
       ->check(CLI::IsMember({"poplar", "uniform", "proportional"}))
       ->capture_default_str();
-  command->add_option("--plan", options->plan,
-                      "Predict this plan file's schedule (its stage and micro-batches) instead of a policy's")
+  command
+      ->add_option("--plan", options->plan,
+                   "Predict this plan file's schedule (its stage and micro-batches) instead of a policy's")
       ->check(CLI::ExistingFile)
       ->excludes("--policy");
   command->callback([options] { RunSimulate(*options); });

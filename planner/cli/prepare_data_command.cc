@@ -4,10 +4,10 @@
 #include <iostream>
 #include <memory>
 
-#include "planner/cli/commands.h"
-#include "planner/base/run_app.h"
 #include "planner/base/input_error.h"
+#include "planner/base/run_app.h"
 #include "planner/base/text_file.h"
+#include "planner/cli/commands.h"
 
 namespace poplar {
 namespace {
@@ -28,16 +28,15 @@ void Run(const PrepareOptions& options) {
     tokens.push_back('\0');
   }
   WriteFileAtomically(options.output, tokens);
-  std::cout << "wrote " << text.size() << " tokens (byte-level, vocabulary 256) to "
-            << options.output << "\n";
+  std::cout << "wrote " << text.size() << " tokens (byte-level, vocabulary 256) to " << options.output << "\n";
 }
 
 }  // namespace
 
 void RegisterPrepareDataCommand(CLI::App& app) {
   auto options = std::make_shared<PrepareOptions>();
-  CLI::App* command = app.add_subcommand(
-      "prepare-data", "Tokenise a text file byte by byte into a uint16 token file for training");
+  CLI::App* command =
+      app.add_subcommand("prepare-data", "Tokenise a text file byte by byte into a uint16 token file for training");
   command->add_option("text", options->text_file, "Text file (UTF-8 or any bytes)")
       ->required()
       ->check(CLI::ExistingFile);

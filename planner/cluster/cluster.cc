@@ -6,10 +6,10 @@
 
 #include "planner/base/host_port.h"
 #include "planner/base/input_error.h"
-#include "planner/formats/profile.h"
 #include "planner/base/text_file.h"
-#include "planner/formats/training_limits.h"
 #include "planner/base/yaml_fields.h"
+#include "planner/formats/profile.h"
+#include "planner/formats/training_limits.h"
 
 namespace poplar {
 namespace {
@@ -18,7 +18,8 @@ constexpr double kBitsPerByte = 8.0;
 
 LinkSpec ParseLink(YamlFields fields) {
   LinkSpec link;
-  const double gbps = fields.NumberIn("bandwidth_gbps", kLeastLinkGbps, kMostLinkGbps, "a number of gigabits per second");
+  const double gbps =
+      fields.NumberIn("bandwidth_gbps", kLeastLinkGbps, kMostLinkGbps, "a number of gigabits per second");
   link.bandwidth_bytes_per_s = gbps * 1e9 / kBitsPerByte;
   const double latency_us = fields.NumberIn("latency_us", 0, kMostLinkLatencyUs, "a number of microseconds");
   link.latency_s = latency_us * 1e-6;
@@ -63,8 +64,8 @@ NodeSpec ParseNode(YamlFields fields) {
   if (const std::string problem = HostPortProblem(node.agent, 1); !problem.empty()) fields.Fail("agent", problem);
   YAML::Node devices = fields.List("devices", "a non-empty list of {type, count}");
   for (std::size_t i = 0; i < devices.size(); ++i) {
-    node.devices.push_back(ParseDeviceGroup(
-        YamlFields(devices[i], fields.file(), fields.KeyPath("devices[" + std::to_string(i) + "]"))));
+    node.devices.push_back(
+        ParseDeviceGroup(YamlFields(devices[i], fields.file(), fields.KeyPath("devices[" + std::to_string(i) + "]"))));
   }
   fields.Finish();
   return node;
@@ -132,8 +133,7 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
         fields.IntegerIn("checkpoint_every", 0, kMostJobSteps, "a number of steps (0: only at the end)");
   }
   if (fields.Has("keep_checkpoints")) {
-    job.keep_checkpoints =
-        fields.IntegerIn("keep_checkpoints", 0, 1'000'000, "a number of checkpoints (0: every one)");
+    job.keep_checkpoints = fields.IntegerIn("keep_checkpoints", 0, 1'000'000, "a number of checkpoints (0: every one)");
   }
   if (fields.Has("stop_grace_s")) {
     job.stop_grace_s = static_cast<int>(fields.IntegerIn("stop_grace_s", 1, kMostStopGraceSeconds,
@@ -207,9 +207,7 @@ std::vector<std::string> ClusterSpec::DeviceTypes() const {
   return types;
 }
 
-std::optional<LinkSpec> ClusterSpec::SlowestLink() const {
-  return nodes.size() > 1 ? inter_node : intra_node;
-}
+std::optional<LinkSpec> ClusterSpec::SlowestLink() const { return nodes.size() > 1 ? inter_node : intra_node; }
 
 std::vector<RankSlot> ClusterSpec::Ranks() const {
   std::vector<RankSlot> ranks;
@@ -228,8 +226,8 @@ CollectiveTimes ClusterSpec::Collectives() const {
   if (ranks <= 1) return {};
   const std::optional<LinkSpec> link = SlowestLink();
   if (!link) {
-    throw InputError(file, "network", "declares no link for " + std::to_string(ranks) +
-                                          " devices and no measured network was given");
+    throw InputError(file, "network",
+                     "declares no link for " + std::to_string(ranks) + " devices and no measured network was given");
   }
   return CollectiveTimes::OverLink(*link, ranks);
 }
@@ -251,14 +249,16 @@ void RequireJobModel(const ClusterSpec& cluster, const GptConfig& job_model, con
                      const std::string& remedy) {
   const std::string job = "the cluster's job.model (" + cluster.job.value().model_config + ")";
   if (params && *params != job_model.ParameterCount()) {
-    throw InputError(file, "model.params", "is " + std::to_string(*params) + " but " + job + " has " +
-                                               std::to_string(job_model.ParameterCount()) + " parameters; " + remedy);
+    throw InputError(file, "model.params",
+                     "is " + std::to_string(*params) + " but " + job + " has " +
+                         std::to_string(job_model.ParameterCount()) + " parameters; " + remedy);
   }
   // A model of the same size with other heads or another block size has other
   // activation memory.
   if (config && *config != job_model) {
-    throw InputError(file, "model.config",
-                     "is " + ModelConfigJson(*config) + " but " + job + " is " + ModelConfigJson(job_model) + "; " + remedy);
+    throw InputError(
+        file, "model.config",
+        "is " + ModelConfigJson(*config) + " but " + job + " is " + ModelConfigJson(job_model) + "; " + remedy);
   }
 }
 
@@ -277,21 +277,23 @@ void AttachMeasuredNetwork(ClusterSpec& cluster, const std::string& path, const 
   std::vector<NetworkRank> here;
   for (const RankSlot& rank : cluster.Ranks()) here.push_back({rank.node, rank.device_type});
   if (network.world_size() != static_cast<int>(here.size())) {
-    throw InputError(source, key, path + " was measured on " + std::to_string(network.world_size()) +
-                                      " ranks; this cluster has " + std::to_string(here.size()) + again);
+    throw InputError(source, key,
+                     path + " was measured on " + std::to_string(network.world_size()) + " ranks; this cluster has " +
+                         std::to_string(here.size()) + again);
   }
   for (std::size_t r = 0; r < here.size(); ++r) {
     const NetworkRank& there = network.ranks[r];
     if (!(there == here[r])) {
-      throw InputError(source, key, path + " measured rank " + std::to_string(r) + " as " + there.device_type +
-                                        " on node '" + there.node + "'; in this cluster it is " +
-                                        here[r].device_type + " on node '" + here[r].node + "'" + again);
+      throw InputError(source, key,
+                       path + " measured rank " + std::to_string(r) + " as " + there.device_type + " on node '" +
+                           there.node + "'; in this cluster it is " + here[r].device_type + " on node '" +
+                           here[r].node + "'" + again);
     }
   }
   if (network.precision != cluster.precision) {
-    throw InputError(source, key, path + " was measured with " + WorkerPrecisionName(network.precision) +
-                                      " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) +
-                                      again);
+    throw InputError(source, key,
+                     path + " was measured with " + WorkerPrecisionName(network.precision) +
+                         " payloads; this cluster trains in " + WorkerPrecisionName(cluster.precision) + again);
   }
   cluster.measured_network_file = path;
   cluster.measured_network = std::move(network);
@@ -325,15 +327,17 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     multi_device_node = multi_device_node || node_devices > 1;
     devices += node_devices;
     if (devices > kMostClusterDevices) {
-      throw InputError(file, "nodes", "the cluster has more than " + std::to_string(kMostClusterDevices) +
-                                          " devices (" + std::to_string(devices) + " by " + path + ")");
+      throw InputError(file, "nodes",
+                       "the cluster has more than " + std::to_string(kMostClusterDevices) + " devices (" +
+                           std::to_string(devices) + " by " + path + ")");
     }
     if (!names.insert(node.name).second) throw InputError(file, path + ".name", "'" + node.name + "' is used twice");
     // One agent serves one node: two nodes on one agent would be asked twice for the
     // same devices (and the second launch refused as the job already running).
     if (const auto [other, added] = agents.emplace(node.agent, node.name); !added) {
-      throw InputError(file, path + ".agent", "'" + node.agent + "' is also the agent of node '" + other->second +
-                                                  "'; each node has its own agent (host:port)");
+      throw InputError(file, path + ".agent",
+                       "'" + node.agent + "' is also the agent of node '" + other->second +
+                           "'; each node has its own agent (host:port)");
     }
   }
 

@@ -35,13 +35,13 @@
 #include <string>
 #include <vector>
 
+#include "planner/base/text_file.h"
 #include "planner/cluster/credentials.h"
 #include "planner/formats/lr_schedule.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/network.h"
 #include "planner/formats/precision.h"
 #include "planner/formats/stop_grace.h"
-#include "planner/base/text_file.h"
 #include "planner/formats/training_limits.h"
 #include "planner/formats/worker_plan.h"
 
@@ -68,7 +68,7 @@ struct JobSpec {
   std::string data;          // relative to each agent's work directory
   std::int64_t steps = 0;    // 1..kMostJobSteps
   std::optional<double> lr, weight_decay, grad_clip;
-  LrScheduleSettings schedule;  // the learning rate's (planner/formats/lr_schedule.h); see ScheduleOf
+  LrScheduleSettings schedule;        // the learning rate's (planner/formats/lr_schedule.h); see ScheduleOf
   std::int64_t checkpoint_every = 0;  // 0: only at the end
   std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
   // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
@@ -101,13 +101,13 @@ struct RankSlot {
 struct ClusterSpec {
   std::string file;  // the path it was read from, for error messages
   std::string name;
-  std::string profiles_dir;  // resolved against the file's folder; empty if not given
+  std::string profiles_dir;       // resolved against the file's folder; empty if not given
   std::int64_t global_batch = 0;  // 1..kMostGlobalBatch
   Precision precision = Precision::kMixed;
   std::optional<int> stage;  // nullopt: choose automatically
   std::optional<LinkSpec> intra_node;
   std::optional<LinkSpec> inter_node;
-  std::string measured_network_file;  // network.measured, resolved; empty if not given
+  std::string measured_network_file;                // network.measured, resolved; empty if not given
   std::optional<MeasuredNetwork> measured_network;  // read unless kNetworkElsewhere
   std::vector<NodeSpec> nodes;
   std::optional<CredentialPaths> credentials;

@@ -6,9 +6,9 @@
 
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
-#include "planner/formats/model_config.h"
 #include "planner/base/spelling.h"
 #include "planner/base/text_file.h"
+#include "planner/formats/model_config.h"
 
 namespace poplar {
 
@@ -59,8 +59,7 @@ std::string MissingProfileHint(const std::string& type, const std::string& dir) 
 
 }  // namespace
 
-std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
-                                                         const std::string& dir) {
+std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster, const std::string& dir) {
   std::map<std::string, DeviceProfile> profiles;
   const DeviceProfile* first = nullptr;
   const DeviceProfile* with_config = nullptr;  // the first that records its model.config
@@ -68,26 +67,25 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
     const std::string path = (std::filesystem::path(dir) / (type + ".json")).string();
     std::error_code error;
     if (!std::filesystem::exists(path, error)) {
-      throw InputError(cluster.file, KeyOfType(cluster, type),
-                       "device type '" + type + "' has no profile (looked for " + path + ")" +
-                           MissingProfileHint(type, dir));
+      throw InputError(
+          cluster.file, KeyOfType(cluster, type),
+          "device type '" + type + "' has no profile (looked for " + path + ")" + MissingProfileHint(type, dir));
     }
     RequireRegularFile(path);  // a profile poplar wrote is a file; a pipe or device here is a mistake
     DeviceProfile profile = LoadProfileFile(path);
     if (profile.device_type != type) {
-      throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" +
-                                                type + "'");
+      throw InputError(path, "device_type", "is '" + profile.device_type + "' but the file is for '" + type + "'");
     }
     if (profile.model.precision != cluster.precision) {
       throw InputError(path, "model.precision",
-                       "is " + PrecisionName(profile.model.precision) + " but " + cluster.file +
-                           " trains in " + PrecisionName(cluster.precision));
+                       "is " + PrecisionName(profile.model.precision) + " but " + cluster.file + " trains in " +
+                           PrecisionName(cluster.precision));
     }
     auto& stored = profiles.emplace(type, std::move(profile)).first->second;
     if (first && stored.model.params != first->model.params) {
       throw InputError(path, "model.params",
-                       "is " + std::to_string(stored.model.params) + " but " + first->file +
-                           " profiled a model of " + std::to_string(first->model.params) +
+                       "is " + std::to_string(stored.model.params) + " but " + first->file + " profiled a model of " +
+                           std::to_string(first->model.params) +
                            " parameters; profile every device with the same model");
     }
     // Profiles of one parameter count may still be of models of other shapes.

@@ -14,8 +14,7 @@ namespace poplar {
 // against each other (same model, same precision as the cluster) and, when the cluster
 // has a job, against its job.model's parameter count. Throws InputError naming the
 // cluster file when a type has no profile.
-std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster,
-                                                         const std::string& dir);
+std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& cluster, const std::string& dir);
 
 // Throws InputError naming `source` and `key` (the cluster file and "profiles", or a
 // flag and "") unless `dir` is a folder: missing, or a file given for it.

@@ -27,14 +27,16 @@ std::string ReadToken(const std::string& path) {
   // "Illegal metadata", printing the token, and a longer one as a call that timed out.
   // (Not quoted here: it is a secret.)
   if (token.size() > 4096) {
-    throw InputError(path, "", "the token must be at most 4096 characters, not " + std::to_string(token.size()) +
-                                   " (scripts/make-cluster-credentials makes one of 64)");
+    throw InputError(path, "",
+                     "the token must be at most 4096 characters, not " + std::to_string(token.size()) +
+                         " (scripts/make-cluster-credentials makes one of 64)");
   }
   for (std::size_t i = 0; i < token.size(); ++i) {
     const unsigned char byte = static_cast<unsigned char>(token[i]);
     if (byte < 0x21 || byte > 0x7e) {
-      throw InputError(path, "", "the token must be printable ASCII without spaces; character " + std::to_string(i + 1) +
-                                     " is not (scripts/make-cluster-credentials makes one)");
+      throw InputError(path, "",
+                       "the token must be printable ASCII without spaces; character " + std::to_string(i + 1) +
+                           " is not (scripts/make-cluster-credentials makes one)");
     }
   }
   return token;

@@ -20,9 +20,12 @@ std::string Shortest(double value) {
 
 const char* LrDecayName(LrDecay decay) {
   switch (decay) {
-    case LrDecay::kConstant: return "constant";
-    case LrDecay::kCosine: return "cosine";
-    case LrDecay::kLinear: return "linear";
+    case LrDecay::kConstant:
+      return "constant";
+    case LrDecay::kCosine:
+      return "cosine";
+    case LrDecay::kLinear:
+      return "linear";
   }
   return "constant";
 }
@@ -53,8 +56,9 @@ LrSchedule ResolveLrSchedule(const LrScheduleSettings& settings, double lr, std:
                          std::to_string(schedule.warmup_steps) + " warm-up steps: no step is left to decay over");
   }
   if (!(schedule.min_lr >= 0 && schedule.min_lr <= lr)) {
-    throw InputError(names.min_lr, "", "must be from 0 to the peak learning rate (" + Shortest(lr) + "), got " +
-                                           Shortest(schedule.min_lr));
+    throw InputError(
+        names.min_lr, "",
+        "must be from 0 to the peak learning rate (" + Shortest(lr) + "), got " + Shortest(schedule.min_lr));
   }
   return schedule;
 }

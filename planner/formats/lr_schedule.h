@@ -30,10 +30,10 @@ const char* LrDecayName(LrDecay decay);
 std::optional<LrDecay> LrDecayNamed(const std::string& name);
 
 struct LrSchedule {
-  std::int64_t warmup_steps = 0;       // W; 0: none
+  std::int64_t warmup_steps = 0;  // W; 0: none
   LrDecay decay = LrDecay::kConstant;
-  std::int64_t decay_steps = 0;        // D; used when decaying, > warmup_steps
-  double min_lr = 0;                   // used when decaying; from 0 to the peak rate
+  std::int64_t decay_steps = 0;  // D; used when decaying, > warmup_steps
+  double min_lr = 0;             // used when decaying; from 0 to the peak rate
 };
 
 // What a user sets, as the worker's flags or the cluster file's job keys; what is unset

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/input_error.h"
-#include "planner/base/text_file.h"
 #include "planner/base/json_fields.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {
@@ -18,8 +18,8 @@ int PositiveField(JsonFields& fields, const std::string& key, std::int64_t most)
 std::int64_t GptConfig::ParameterCount() const {
   const std::int64_t c = n_embd;
   const std::int64_t per_block = 12 * c * c + 13 * c;  // attn 4c^2+4c, mlp 8c^2+5c, 2 LN 4c
-  return static_cast<std::int64_t>(vocab_size) * c + static_cast<std::int64_t>(block_size) * c +
-         n_layer * per_block + 2 * c;
+  return static_cast<std::int64_t>(vocab_size) * c + static_cast<std::int64_t>(block_size) * c + n_layer * per_block +
+         2 * c;
 }
 
 bool GptConfig::operator==(const GptConfig& other) const {
@@ -34,12 +34,8 @@ GptConfig ParseModelConfig(const std::string& text, const std::string& file) {
 }
 
 nlohmann::ordered_json ModelConfigObject(const GptConfig& config) {
-  return {{"arch", "gpt"},
-          {"n_layer", config.n_layer},
-          {"n_head", config.n_head},
-          {"n_embd", config.n_embd},
-          {"vocab_size", config.vocab_size},
-          {"block_size", config.block_size}};
+  return {{"arch", "gpt"},           {"n_layer", config.n_layer},       {"n_head", config.n_head},
+          {"n_embd", config.n_embd}, {"vocab_size", config.vocab_size}, {"block_size", config.block_size}};
 }
 
 std::string ModelConfigJson(const GptConfig& config) { return ModelConfigObject(config).dump(); }

@@ -4,16 +4,15 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace poplar {
 
 struct GptConfig {
   int n_layer = 0;
   int n_head = 0;
-  int n_embd = 0;      // divisible by n_head
+  int n_embd = 0;  // divisible by n_head
   int vocab_size = 0;
   int block_size = 0;  // sequence length
 

@@ -142,13 +142,14 @@ CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Col
     sizes.insert(point.bytes);
   }
   if (sizes.size() < 2) {
-    throw InputError(file, key, CollectiveName(collective) + " needs measurements at two or more sizes, has " +
-                                    std::to_string(sizes.size()));
+    throw InputError(
+        file, key,
+        CollectiveName(collective) + " needs measurements at two or more sizes, has " + std::to_string(sizes.size()));
   }
   const double det = sw * sbb - sb * sb;
   double fixed = (sbb * st - sb * sbt) / det;
   double rate = (sw * sbt - sb * st) / det;  // seconds per byte
-  if (fixed < 0) {  // the best line through the origin
+  if (fixed < 0) {                           // the best line through the origin
     fixed = 0;
     rate = sbt / sbb;
   }
@@ -213,7 +214,8 @@ nlohmann::ordered_json NetworkToJson(const MeasuredNetwork& network) {
     points.push_back(PointToJson(point));
   }
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-  for (const NetworkRank& rank : network.ranks) ranks.push_back({{"node", rank.node}, {"device_type", rank.device_type}});
+  for (const NetworkRank& rank : network.ranks)
+    ranks.push_back({{"node", rank.node}, {"device_type", rank.device_type}});
   return {{"format", kFormat},
           {"ranks", ranks},
           {"backend", network.backend},

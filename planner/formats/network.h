@@ -9,11 +9,10 @@
 #pragma once
 
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "planner/formats/precision.h"
 
@@ -72,7 +71,8 @@ struct CollectivePoint {
 
 // The line through one collective's points that minimises the squared *relative*
 // residuals (so that 4 KiB and 64 MiB weigh alike), with fixed_s >= 0 and a rate within
-// kLeastLinkGbps to kMostLinkGbps (the fastest where time does not grow with size). Throws InputError(file, key) unless there are points at two or more sizes.
+// kLeastLinkGbps to kMostLinkGbps (the fastest where time does not grow with size). Throws InputError(file, key) unless
+// there are points at two or more sizes.
 CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Collective collective,
                                  const std::string& file, const std::string& key);
 
@@ -80,18 +80,16 @@ CollectiveLine FitCollectiveLine(const std::vector<CollectivePoint>& points, Col
 struct NetworkRank {
   std::string node;
   std::string device_type;
-  bool operator==(const NetworkRank& other) const {
-    return node == other.node && device_type == other.device_type;
-  }
+  bool operator==(const NetworkRank& other) const { return node == other.node && device_type == other.device_type; }
 };
 
 // A network file: what `poplar network` measured and fitted on one cluster.
 struct MeasuredNetwork {
-  std::string file;                // where it was read from, for error messages
-  std::vector<NetworkRank> ranks;  // every device of the cluster, in rank order
-  std::string backend;             // "gloo" or "nccl"
+  std::string file;                        // where it was read from, for error messages
+  std::vector<NetworkRank> ranks;          // every device of the cluster, in rank order
+  std::string backend;                     // "gloo" or "nccl"
   Precision precision = Precision::kFp32;  // of the payload ("fp32" or "bf16" in the file)
-  CollectiveTimes times;           // the fitted lines
+  CollectiveTimes times;                   // the fitted lines
   std::vector<CollectivePoint> points;
 
   int world_size() const { return static_cast<int>(ranks.size()); }

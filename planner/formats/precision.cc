@@ -10,9 +10,7 @@ std::optional<Precision> ParsePrecision(const std::string& text) {
   return std::nullopt;
 }
 
-std::string PrecisionName(Precision precision) {
-  return precision == Precision::kFp32 ? "fp32" : "mixed";
-}
+std::string PrecisionName(Precision precision) { return precision == Precision::kFp32 ? "fp32" : "mixed"; }
 
 std::string WorkerPrecisionName(Precision precision) { return precision == Precision::kFp32 ? "fp32" : "bf16"; }
 

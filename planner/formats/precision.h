@@ -24,8 +24,6 @@ std::optional<Precision> WorkerPrecisionNamed(const std::string& text);
 Precision ParseWorkerPrecision(const std::string& text, const std::string& key);
 
 // Bytes of one parameter (and of one gradient) as computed on and communicated.
-inline int BytesPerWorkingValue(Precision precision) {
-  return precision == Precision::kFp32 ? 4 : 2;
-}
+inline int BytesPerWorkingValue(Precision precision) { return precision == Precision::kFp32 ? 4 : 2; }
 
 }  // namespace poplar

@@ -1,7 +1,6 @@
 #include "planner/formats/profile.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "planner/base/input_error.h"
@@ -78,8 +77,7 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
   } else {
     fields.Child("collectives");
   }
-  const nlohmann::json& points =
-      fields.List("points", 1, "a non-empty list of {micro_batch, compute_s, peak_bytes}");
+  const nlohmann::json& points = fields.List("points", 1, "a non-empty list of {micro_batch, compute_s, peak_bytes}");
   for (std::size_t i = 0; i < points.size(); ++i) {
     const std::string key = "points[" + std::to_string(i) + "]";
     stage.points.push_back(ParsePoint(JsonFields(points[i], fields.file(), fields.KeyPath(key))));
@@ -139,12 +137,12 @@ const StageProfile* DeviceProfile::Stage(int stage) const {
 std::string DeviceTypeProblem(const std::string& type) {
   // Letters, digits and ASCII punctuation: JSON files hold it as UTF-8 (a byte 0xff
   // failed the profile's write after minutes of measuring).
-  const bool plain = IsPlainFileName(type) && std::all_of(type.begin(), type.end(), [](char c) {
-                       return c > ' ' && c <= '~';
-                     });
+  const bool plain =
+      IsPlainFileName(type) && std::all_of(type.begin(), type.end(), [](char c) { return c > ' ' && c <= '~'; });
   if (plain) return "";
   return "must be a plain name of ASCII letters, digits and punctuation without '/', not . or .. (it names "
-         "the profile file <type>.json), got '" + Printable(type) + "'";
+         "the profile file <type>.json), got '" +
+         Printable(type) + "'";
 }
 
 DeviceProfile ParseProfileJson(const std::string& text, const std::string& file) {
@@ -185,9 +183,7 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
   return profile;
 }
 
-DeviceProfile LoadProfileFile(const std::string& path) {
-  return ParseProfileJson(ReadTextFile(path), path);
-}
+DeviceProfile LoadProfileFile(const std::string& path) { return ParseProfileJson(ReadTextFile(path), path); }
 
 std::string ProfileToJson(const DeviceProfile& profile) {
   nlohmann::ordered_json root;
@@ -196,7 +192,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
   root["memory_bytes"] = profile.memory_bytes;
   root["emulated"] = profile.emulated;
   if (!profile.source.empty()) root["source"] = profile.source;  // optional keys: absent
-  root["model"] = nlohmann::ordered_json::object();               // when empty
+  root["model"] = nlohmann::ordered_json::object();              // when empty
   if (!profile.model.name.empty()) root["model"]["name"] = profile.model.name;
   root["model"]["params"] = profile.model.params;
   root["model"]["precision"] = PrecisionName(profile.model.precision);
@@ -218,9 +214,8 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     }
     entry["points"] = nlohmann::ordered_json::array();
     for (const auto& point : stage.points) {
-      nlohmann::ordered_json written = {{"micro_batch", point.micro_batch},
-                                        {"compute_s", point.compute_s},
-                                        {"peak_bytes", point.peak_bytes}};
+      nlohmann::ordered_json written = {
+          {"micro_batch", point.micro_batch}, {"compute_s", point.compute_s}, {"peak_bytes", point.peak_bytes}};
       if (point.graph_compute_s > 0) written["graph_compute_s"] = point.graph_compute_s;
       entry["points"].push_back(std::move(written));
     }

@@ -33,9 +33,9 @@
 namespace poplar {
 
 struct ProfilePoint {
-  int micro_batch = 0;         // samples, > 0
-  double compute_s = 0;        // seconds for forward + backward, > 0
-  std::int64_t peak_bytes = 0; // peak device memory during the micro-batch, > 0
+  int micro_batch = 0;          // samples, > 0
+  double compute_s = 0;         // seconds for forward + backward, > 0
+  std::int64_t peak_bytes = 0;  // peak device memory during the micro-batch, > 0
   // Seconds for forward + backward replayed from a CUDA graph, as a one-rank job runs
   // stages 0-1 on a GPU (launcher/zero/micro_batch_graphs.h); 0: not measured (optional in
   // the file, "graph_compute_s").
@@ -72,12 +72,12 @@ inline constexpr std::pair<const char*, CollectiveUse CollectiveParams::*> kColl
 };
 
 struct StageProfile {
-  int stage = 0;               // 0..3
-  int world_size = 1;          // ranks while measuring, > 0
-  int max_micro_batch = 0;     // largest micro-batch that fit, >= 0
-  double optimizer_step_s = 0; // >= 0
+  int stage = 0;                                // 0..3
+  int world_size = 1;                           // ranks while measuring, > 0
+  int max_micro_batch = 0;                      // largest micro-batch that fit, >= 0
+  double optimizer_step_s = 0;                  // >= 0
   std::optional<CollectiveParams> collectives;  // "collectives", optional
-  std::vector<ProfilePoint> points;  // non-empty, increasing micro_batch
+  std::vector<ProfilePoint> points;             // non-empty, increasing micro_batch
 };
 
 struct ModelInfo {

@@ -6,7 +6,9 @@ namespace poplar {
 namespace {
 
 // The shortest text that reads back as `value` (nlohmann's), as meta.json shows it.
-std::string Shown(const nlohmann::ordered_json& value) { return value.is_string() ? value.get<std::string>() : value.dump(); }
+std::string Shown(const nlohmann::ordered_json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
 
 // A learning rate to 6 significant digits: 0.000452254.
 std::string Rate(double rate) {
@@ -19,9 +21,8 @@ std::string Rate(double rate) {
 
 nlohmann::ordered_json RecipeObject(const TrainingRecipe& recipe) {
   const AdamWOptions& adamw = recipe.adamw;
-  nlohmann::ordered_json object = {{"lr", adamw.lr},
-                                   {"warmup_steps", adamw.schedule.warmup_steps},
-                                   {"lr_decay", LrDecayName(adamw.schedule.decay)}};
+  nlohmann::ordered_json object = {
+      {"lr", adamw.lr}, {"warmup_steps", adamw.schedule.warmup_steps}, {"lr_decay", LrDecayName(adamw.schedule.decay)}};
   if (adamw.schedule.decay != LrDecay::kConstant) {
     object["decay_steps"] = adamw.schedule.decay_steps;
     object["min_lr"] = adamw.schedule.min_lr;
@@ -87,8 +88,8 @@ std::vector<std::string> RecipeChanges(const TrainingRecipe& recorded, const Tra
   const double rate_then = LearningRateAt(recorded.adamw.schedule, recorded.adamw.lr, step + 1);
   const double rate_now = LearningRateAt(now.adamw.schedule, now.adamw.lr, step + 1);
   if (rate_then != rate_now) {
-    changes.push_back("the learning rate of step " + std::to_string(step + 1) + ": " +
-                      Rate(rate_then) + " on the schedule then, " + Rate(rate_now) + " now");
+    changes.push_back("the learning rate of step " + std::to_string(step + 1) + ": " + Rate(rate_then) +
+                      " on the schedule then, " + Rate(rate_now) + " now");
   }
   return changes;
 }

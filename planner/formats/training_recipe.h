@@ -6,21 +6,20 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "planner/formats/adamw_options.h"
 #include "planner/base/json_fields.h"
+#include "planner/formats/adamw_options.h"
 
 namespace poplar {
 
 struct TrainingRecipe {
-  AdamWOptions adamw;              // its schedule resolved (ResolveLrSchedule)
-  std::int64_t global_batch = 0;   // samples per optimizer step
-  std::string precision;           // the worker's --precision: fp32 or bf16
-  std::int64_t data_tokens = 0;    // the token file: its length and FNV-1a hash, which
+  AdamWOptions adamw;                  // its schedule resolved (ResolveLrSchedule)
+  std::int64_t global_batch = 0;       // samples per optimizer step
+  std::string precision;               // the worker's --precision: fp32 or bf16
+  std::int64_t data_tokens = 0;        // the token file: its length and FNV-1a hash, which
   std::uint64_t data_fingerprint = 0;  // with the batch decide each step's samples
 };
 

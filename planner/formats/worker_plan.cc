@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
-#include <nlohmann/json.hpp>
-
 #include "planner/base/input_error.h"
-#include "planner/base/text_file.h"
 #include "planner/base/json_fields.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 
@@ -101,18 +100,19 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
   std::int64_t total = 0;
   for (int r = 0; r < plan.WorldSize(); ++r) total += plan.RankSamples(r);
   if (total != plan.global_batch) {
-    throw InputError(file, "ranks", "micro-batches sum to " + std::to_string(total) +
-                                        " samples but global_batch is " +
-                                        std::to_string(plan.global_batch));
+    throw InputError(file, "ranks",
+                     "micro-batches sum to " + std::to_string(total) + " samples but global_batch is " +
+                         std::to_string(plan.global_batch));
   }
   if (plan.stage >= 2) {
     for (int r = 0; r < plan.WorldSize(); ++r) {
       if (static_cast<int>(plan.micro_batches[r].size()) != plan.Rounds()) {
-        throw InputError(file, "ranks", "stage " + std::to_string(plan.stage) +
-                                            " needs the same number of micro-batches (rounds) on "
-                                            "every rank; rank " + std::to_string(r) + " has " +
-                                            std::to_string(plan.micro_batches[r].size()) +
-                                            ", another " + std::to_string(plan.Rounds()));
+        throw InputError(file, "ranks",
+                         "stage " + std::to_string(plan.stage) +
+                             " needs the same number of micro-batches (rounds) on "
+                             "every rank; rank " +
+                             std::to_string(r) + " has " + std::to_string(plan.micro_batches[r].size()) + ", another " +
+                             std::to_string(plan.Rounds()));
       }
     }
   }
@@ -123,8 +123,9 @@ WorkerPlan LoadWorkerPlan(const std::string& path) { return ParseWorkerPlan(Read
 
 void RequireWorldSize(const WorkerPlan& plan, int world_size) {
   if (plan.WorldSize() != world_size) {
-    throw InputError(plan.file, "ranks", "the plan has " + std::to_string(plan.WorldSize()) +
-                                             " ranks but WORLD_SIZE is " + std::to_string(world_size));
+    throw InputError(
+        plan.file, "ranks",
+        "the plan has " + std::to_string(plan.WorldSize()) + " ranks but WORLD_SIZE is " + std::to_string(world_size));
   }
 }
 

@@ -65,12 +65,11 @@ struct WorkerPlan {
   std::string RankKey(int rank) const;
 };
 
-// Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each once;
-// micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch;
-// at stages 2-3 every rank has the same number of entries; `model`, if given, an
-// object whose `params`, if given, is a positive integer, `precision` a string and
-// `config` a model configuration (model_config.h). Throws InputError naming the
-// file and the key.
+// Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each
+// once; micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch; at stages 2-3 every rank
+// has the same number of entries; `model`, if given, an object whose `params`, if given, is a positive integer,
+// `precision` a string and `config` a model configuration (model_config.h). Throws InputError naming the file and the
+// key.
 WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file);
 WorkerPlan LoadWorkerPlan(const std::string& path);
 

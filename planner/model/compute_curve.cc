@@ -34,8 +34,8 @@ double ComputeCurve::Time(int micro_batch) const {
     return std::min(std::max(line, proportional), first.second);
   }
   if (micro_batch >= last.first) {
-    const double slope = points_.size() == 1 ? last.second / last.first
-                                             : segment_slope(points_[points_.size() - 2], last);
+    const double slope =
+        points_.size() == 1 ? last.second / last.first : segment_slope(points_[points_.size() - 2], last);
     return last.second + slope * (micro_batch - last.first);
   }
   auto upper = std::lower_bound(points_.begin(), points_.end(), micro_batch,

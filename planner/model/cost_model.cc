@@ -52,8 +52,8 @@ StageCommunication CommunicationForStage(const CollectiveParams& moved, Precisio
   return comm;
 }
 
-double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params,
-                        int profiled_world_size, int world_size) {
+double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params, int profiled_world_size,
+                        int world_size) {
   const double measured = UpdatedParams(stage, params, profiled_world_size);
   return profiled_step_s * UpdatedParams(stage, params, world_size) / measured;
 }

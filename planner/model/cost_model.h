@@ -40,7 +40,7 @@ StageCommunication CommunicationForStage(const CollectiveParams& moved, Precisio
 
 // Optimizer step time on one device: the profiled time scaled by the number of
 // parameters the rank updates (all of them at stage 0, ceil(P/N) from stage 1 on).
-double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params,
-                        int profiled_world_size, int world_size);
+double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params, int profiled_world_size,
+                        int world_size);
 
 }  // namespace poplar

@@ -16,8 +16,7 @@ std::int64_t Partition(std::int64_t bytes_per_param, std::int64_t params, int wo
 
 }  // namespace
 
-ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size,
-                                   Precision precision) {
+ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size, Precision precision) {
   const std::int64_t working = BytesPerWorkingValue(precision);
   const std::int64_t optimizer = precision == Precision::kFp32 ? 8 : 12;
   ModelStateBytes bytes;
@@ -58,8 +57,7 @@ MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int
 
   MemoryFit fit;
   fit.capacity_bytes = profile.memory_bytes;
-  fit.model_state_bytes =
-      ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision).Total();
+  fit.model_state_bytes = ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision).Total();
   fit.fixed_bytes = std::max<std::int64_t>(0, std::llround(base) - states_measured);
   fit.activation_bytes_per_sample = std::max<std::int64_t>(0, std::llround(slope));
   const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes;
@@ -75,13 +73,13 @@ MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int
   std::int64_t from_measurement = stage.max_micro_batch;
   if (fit.activation_bytes_per_sample > 0) {
     from_model = free_bytes / fit.activation_bytes_per_sample;
-    const std::int64_t shift = freed >= 0 ? freed / fit.activation_bytes_per_sample
-                                          : -((-freed + fit.activation_bytes_per_sample - 1) /
-                                              fit.activation_bytes_per_sample);
+    const std::int64_t shift =
+        freed >= 0 ? freed / fit.activation_bytes_per_sample
+                   : -((-freed + fit.activation_bytes_per_sample - 1) / fit.activation_bytes_per_sample);
     from_measurement = stage.max_micro_batch + shift;
   }
-  fit.max_micro_batch = static_cast<int>(
-      std::clamp<std::int64_t>(std::min(from_model, from_measurement), 0, kLargestMicroBatch));
+  fit.max_micro_batch =
+      static_cast<int>(std::clamp<std::int64_t>(std::min(from_model, from_measurement), 0, kLargestMicroBatch));
   return fit;
 }
 

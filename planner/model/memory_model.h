@@ -26,18 +26,17 @@ struct ModelStateBytes {
   std::int64_t Total() const { return parameters + gradients + optimizer; }
 };
 
-ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size,
-                                   Precision precision);
+ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size, Precision precision);
 
 // How one device type's memory is spent for one stage in a cluster of `world_size`
 // ranks, derived from its profile (docs/cost-model.md, "Largest micro-batch").
 struct MemoryFit {
   std::int64_t capacity_bytes = 0;
-  std::int64_t model_state_bytes = 0;           // ModelStatesPerRank at world_size
-  std::int64_t fixed_bytes = 0;                 // runtime overhead beyond model states
+  std::int64_t model_state_bytes = 0;  // ModelStatesPerRank at world_size
+  std::int64_t fixed_bytes = 0;        // runtime overhead beyond model states
   std::int64_t activation_bytes_per_sample = 0;
-  bool states_fit = false;                      // model states + fixed overhead fit
-  int max_micro_batch = 0;                      // largest micro-batch that fits (0: none)
+  bool states_fit = false;  // model states + fixed overhead fit
+  int max_micro_batch = 0;  // largest micro-batch that fits (0: none)
 
   std::int64_t BytesAt(int micro_batch) const {
     return model_state_bytes + fixed_bytes + activation_bytes_per_sample * micro_batch;

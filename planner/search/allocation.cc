@@ -46,8 +46,7 @@ std::vector<std::int64_t> ShareByWeight(std::int64_t total, const std::vector<do
   return shares;
 }
 
-std::vector<Assignment> SpreadOverClass(int device_class, int count,
-                                        const std::vector<std::int64_t>& round_totals,
+std::vector<Assignment> SpreadOverClass(int device_class, int count, const std::vector<std::int64_t>& round_totals,
                                         bool keep_zero_entries) {
   // In round r, devices [0, extra_r) take base_r + 1 samples, the others base_r. Device
   // lists only change where some extra_r boundary falls, so cut the class there.

@@ -21,8 +21,7 @@ std::vector<std::int64_t> ShareByWeight(std::int64_t total, const std::vector<do
 // sample). Devices that end with identical lists are one Assignment, so the result has
 // at most rounds + 1 entries whatever the count. Zero entries are kept when
 // `keep_zero_entries` (stages 2-3) and dropped otherwise.
-std::vector<Assignment> SpreadOverClass(int device_class, int count,
-                                        const std::vector<std::int64_t>& round_totals,
+std::vector<Assignment> SpreadOverClass(int device_class, int count, const std::vector<std::int64_t>& round_totals,
                                         bool keep_zero_entries);
 
 }  // namespace poplar

@@ -11,8 +11,8 @@ namespace {
 // evenly as possible, each device splitting its samples into `parts(samples)` near-equal
 // micro-batches (zeros dropped at stages 0-1).
 template <typename PartsOf>
-void AppendSplit(const StageProblem& problem, int device_class, std::int64_t class_total,
-                 PartsOf parts, Schedule& schedule) {
+void AppendSplit(const StageProblem& problem, int device_class, std::int64_t class_total, PartsOf parts,
+                 Schedule& schedule) {
   const int count = problem.classes[device_class].count;
   for (const Assignment& spread : SpreadOverClass(device_class, count, {class_total}, true)) {
     const std::int64_t samples = spread.Samples();
@@ -44,10 +44,9 @@ std::optional<Schedule> UniformSchedule(const StageProblem& problem) {
   std::int64_t first_device = 0;
   for (int c = 0; c < static_cast<int>(problem.classes.size()); ++c) {
     const std::int64_t count = problem.classes[c].count;
-    const std::int64_t extra =
-        std::clamp<std::int64_t>(batch % devices - first_device, 0, count);
-    AppendSplit(problem, c, count * (batch / devices) + extra,
-                [accumulation](std::int64_t) { return accumulation; }, schedule);
+    const std::int64_t extra = std::clamp<std::int64_t>(batch % devices - first_device, 0, count);
+    AppendSplit(
+        problem, c, count * (batch / devices) + extra, [accumulation](std::int64_t) { return accumulation; }, schedule);
     first_device += count;
   }
   return schedule;
@@ -70,19 +69,20 @@ std::optional<Schedule> ProportionalSchedule(const StageProblem& problem) {
     const DeviceClass& device_class = problem.classes[c];
     if (device_class.max_micro_batch == 0) continue;
     const std::int64_t most = (shares[c] + device_class.count - 1) / device_class.count;
-    rounds = std::max<int>(rounds, static_cast<int>((most + device_class.max_micro_batch - 1) /
-                                                    device_class.max_micro_batch));
+    rounds = std::max<int>(rounds,
+                           static_cast<int>((most + device_class.max_micro_batch - 1) / device_class.max_micro_batch));
   }
   Schedule schedule;
   schedule.stage = problem.stage;
   for (int c = 0; c < static_cast<int>(shares.size()); ++c) {
     const int cap = std::max(1, problem.classes[c].max_micro_batch);
     const bool rounds_synchronised = problem.RoundsSynchronised();
-    AppendSplit(problem, c, shares[c],
-                [=](std::int64_t samples) {
-                  return rounds_synchronised ? rounds : static_cast<int>((samples + cap - 1) / cap);
-                },
-                schedule);
+    AppendSplit(
+        problem, c, shares[c],
+        [=](std::int64_t samples) {
+          return rounds_synchronised ? rounds : static_cast<int>((samples + cap - 1) / cap);
+        },
+        schedule);
   }
   return schedule;
 }

@@ -71,8 +71,7 @@ Json PlacementPlanJson(const std::vector<RankSlot>& slots) {
   return {{"stage", 0}, {"global_batch", ranks.size()}, {"ranks", std::move(ranks)}};
 }
 
-nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
-                                  const std::map<std::string, DeviceProfile>& profiles,
+nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                                   const PlanResult& result) {
   const StageOutcome& chosen = result.Chosen();
   const StageProblem& problem = chosen.problem;
@@ -125,25 +124,27 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
 
 void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
   if (plan.WorldSize() != cluster.DeviceCount()) {
-    throw InputError(plan.file, "ranks", "has " + std::to_string(plan.WorldSize()) + " ranks but " + cluster.file +
-                                             " has " + std::to_string(cluster.DeviceCount()) + " devices");
+    throw InputError(plan.file, "ranks",
+                     "has " + std::to_string(plan.WorldSize()) + " ranks but " + cluster.file + " has " +
+                         std::to_string(cluster.DeviceCount()) + " devices");
   }
   if (plan.global_batch != cluster.global_batch) {
-    throw InputError(plan.file, "global_batch", "is " + std::to_string(plan.global_batch) + " but " +
-                                                    cluster.file + " trains with " +
-                                                    std::to_string(cluster.global_batch));
+    throw InputError(plan.file, "global_batch",
+                     "is " + std::to_string(plan.global_batch) + " but " + cluster.file + " trains with " +
+                         std::to_string(cluster.global_batch));
   }
   // A plan sizes micro-batches for one model's memory and speed: one made for another
   // model, or another precision, may not fit (a hand-written plan may say neither).
   if (plan.model_precision) {
     const auto precision = ParsePrecision(*plan.model_precision);
     if (!precision) {
-      throw InputError(plan.file, "model.precision", "must be fp32 or mixed (bf16 and fp16 mean mixed), got \"" + *plan.model_precision + "\"");
+      throw InputError(plan.file, "model.precision",
+                       "must be fp32 or mixed (bf16 and fp16 mean mixed), got \"" + *plan.model_precision + "\"");
     }
     if (*precision != cluster.precision) {
-      throw InputError(plan.file, "model.precision", "is " + PrecisionName(*precision) + " but " + cluster.file +
-                                                         " trains in " + PrecisionName(cluster.precision) +
-                                                         "; plan again (poplar plan)");
+      throw InputError(plan.file, "model.precision",
+                       "is " + PrecisionName(*precision) + " but " + cluster.file + " trains in " +
+                           PrecisionName(cluster.precision) + "; plan again (poplar plan)");
     }
   }
   if ((plan.model_params || plan.model_config) && cluster.job) {
@@ -198,8 +199,9 @@ StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::strin
                            const WorkerPlan& plan) {
   const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage);
   if (!problem.feasible) {
-    throw InputError(plan.file, "stage", "stage " + std::to_string(plan.stage) + " cannot run on " + cluster.file +
-                                             ": " + problem.infeasible_reason);
+    throw InputError(
+        plan.file, "stage",
+        "stage " + std::to_string(plan.stage) + " cannot run on " + cluster.file + ": " + problem.infeasible_reason);
   }
   return Simulate(problem, ScheduleOfPlan(cluster, problem, plan));
 }

@@ -7,22 +7,20 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "planner/cluster/cluster.h"
-#include "planner/search/planner.h"
 #include "planner/formats/profile.h"
+#include "planner/formats/worker_plan.h"
+#include "planner/search/planner.h"
 #include "planner/search/schedule.h"
 #include "planner/search/stage_problem.h"
-#include "planner/formats/worker_plan.h"
 
 namespace poplar {
 
-nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster,
-                                  const std::map<std::string, DeviceProfile>& profiles,
+nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                                   const PlanResult& result);
 
 // A plan that places one rank on every device and trains nothing to speak of (stage 0,
@@ -37,7 +35,8 @@ nlohmann::ordered_json PredictionJson(const StepPrediction& prediction);
 // ranks as devices, the cluster's global batch, and each rank's device_type and node,
 // where the plan gives them, those of the device in cluster-file order (the contract
 // of docs/formats.md); and the model, where the plan records it: its precision the
-// cluster's, its parameter count that of the cluster's job.model (when it has a job). `poplar launch --plan` and `simulate --plan` check this first.
+// cluster's, its parameter count that of the cluster's job.model (when it has a job). `poplar launch --plan` and
+// `simulate --plan` check this first.
 void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
 
 // The schedule a plan file gives `problem`, which must be built for plan.stage on

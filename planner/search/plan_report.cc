@@ -7,18 +7,15 @@ namespace poplar {
 std::string ClusterSummary(const ClusterSpec& cluster, const PlanResult& result) {
   const StageProblem& problem = result.stages.front().problem;
   return "cluster " + cluster.name + ": " + std::to_string(cluster.DeviceCount()) + " devices of " +
-         std::to_string(cluster.DeviceTypes().size()) + " types on " +
-         std::to_string(cluster.nodes.size()) + (cluster.nodes.size() == 1 ? " node" : " nodes") +
-         "; global batch " +
-         std::to_string(cluster.global_batch) + "; model " +
-         Fixed(problem.params / 1e6, 1) + "M parameters (" + PrecisionName(problem.precision) +
+         std::to_string(cluster.DeviceTypes().size()) + " types on " + std::to_string(cluster.nodes.size()) +
+         (cluster.nodes.size() == 1 ? " node" : " nodes") + "; global batch " + std::to_string(cluster.global_batch) +
+         "; model " + Fixed(problem.params / 1e6, 1) + "M parameters (" + PrecisionName(problem.precision) +
          "); policy " + PolicyName(result.policy) + "; network " +
          (cluster.measured_network ? "measured (" + cluster.measured_network_file + ")" : "as declared") + "\n";
 }
 
 std::string StageTable(const PlanResult& result) {
-  TextTable table({"stage", "step", "samples/s", "rounds", "note"},
-                  {false, true, true, true, false});
+  TextTable table({"stage", "step", "samples/s", "rounds", "note"}, {false, true, true, true, false});
   for (const auto& outcome : result.stages) {
     const int stage = outcome.problem.stage;
     const std::string label = std::to_string(stage) + (stage == result.chosen_stage ? " *" : "");
@@ -37,8 +34,7 @@ std::string StageTable(const PlanResult& result) {
 std::string ScheduleTable(const PlanResult& result) {
   const StageOutcome& chosen = result.Chosen();
   const StageProblem& problem = chosen.problem;
-  TextTable table({"device type", "devices", "memory", "max mb", "micro-batches", "steps", "samples",
-                   "busy", "idle"},
+  TextTable table({"device type", "devices", "memory", "max mb", "micro-batches", "steps", "samples", "busy", "idle"},
                   {false, true, true, true, false, true, true, true, true});
   for (const auto& assignment : chosen.schedule.assignments) {
     const DeviceClass& device_class = problem.classes[assignment.device_class];
@@ -50,18 +46,17 @@ std::string ScheduleTable(const PlanResult& result) {
     }
     table.AddRow({device_class.type, std::to_string(assignment.count),
                   GiB(static_cast<double>(device_class.memory.capacity_bytes)),
-                  std::to_string(device_class.max_micro_batch),
-                  MicroBatchList(assignment.micro_batches), std::to_string(steps),
-                  std::to_string(assignment.Samples()), Seconds(busy),
+                  std::to_string(device_class.max_micro_batch), MicroBatchList(assignment.micro_batches),
+                  std::to_string(steps), std::to_string(assignment.Samples()), Seconds(busy),
                   Seconds(chosen.prediction.compute_s - busy)});
   }
   return table.Render();
 }
 
 std::string PredictionLine(const StepPrediction& p) {
-  return "predicted step " + Seconds(p.step_s) + " = compute " + Seconds(p.compute_s) +
-         " + communication " + Seconds(p.communication_s) + " + optimizer " +
-         Seconds(p.optimizer_s) + "; " + Fixed(p.samples_per_s, 1) + " samples/s\n";
+  return "predicted step " + Seconds(p.step_s) + " = compute " + Seconds(p.compute_s) + " + communication " +
+         Seconds(p.communication_s) + " + optimizer " + Seconds(p.optimizer_s) + "; " + Fixed(p.samples_per_s, 1) +
+         " samples/s\n";
 }
 
 std::string PlanReport(const ClusterSpec& cluster, const PlanResult& result) {

@@ -1,7 +1,7 @@
 #include "planner/search/planner.h"
 
-#include "planner/search/baselines.h"
 #include "planner/base/input_error.h"
+#include "planner/search/baselines.h"
 #include "planner/search/search.h"
 
 namespace poplar {
@@ -35,8 +35,7 @@ std::optional<Schedule> ScheduleFor(Policy policy, const StageProblem& problem) 
   }
 }
 
-PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
-                    Policy policy) {
+PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles, Policy policy) {
   PlanResult result;
   result.policy = policy;
   for (int stage = 0; stage <= 3; ++stage) {
@@ -53,9 +52,8 @@ PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, Devi
     } else {
       outcome.reason = "the " + PolicyName(policy) + " policy has no schedule for this stage";
     }
-    const bool better = outcome.feasible &&
-                        (result.chosen_stage < 0 ||
-                         outcome.prediction.step_s < result.Chosen().prediction.step_s);
+    const bool better =
+        outcome.feasible && (result.chosen_stage < 0 || outcome.prediction.step_s < result.Chosen().prediction.step_s);
     result.stages.push_back(std::move(outcome));
     if (better) result.chosen_stage = stage;
   }

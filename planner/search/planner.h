@@ -42,7 +42,6 @@ std::optional<Schedule> ScheduleFor(Policy policy, const StageProblem& problem);
 // Evaluates stages 0..3 (or only cluster.stage when fixed) and chooses the one with
 // the smallest predicted step time; ties go to the lower stage. Throws InputError
 // naming the cluster file when no stage can run.
-PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
-                    Policy policy);
+PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles, Policy policy);
 
 }  // namespace poplar

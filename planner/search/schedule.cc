@@ -28,8 +28,7 @@ ScheduleFault FindScheduleFault(const StageProblem& problem, const Schedule& sch
   for (std::size_t a = 0; a < schedule.assignments.size(); ++a) {
     const Assignment& assignment = schedule.assignments[a];
     const int at = static_cast<int>(a);
-    if (assignment.device_class < 0 ||
-        assignment.device_class >= static_cast<int>(problem.classes.size())) {
+    if (assignment.device_class < 0 || assignment.device_class >= static_cast<int>(problem.classes.size())) {
       return {"assignment names an unknown device class", at};
     }
     if (assignment.count <= 0) return {"assignment with no devices", at};
@@ -53,8 +52,8 @@ ScheduleFault FindScheduleFault(const StageProblem& problem, const Schedule& sch
   }
   for (std::size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] != problem.classes[i].count) {
-      return {"schedule covers " + std::to_string(counts[i]) + " of " + std::to_string(problem.classes[i].count) +
-              " " + problem.classes[i].type + " devices"};
+      return {"schedule covers " + std::to_string(counts[i]) + " of " + std::to_string(problem.classes[i].count) + " " +
+              problem.classes[i].type + " devices"};
     }
   }
   if (schedule.TotalSamples() != problem.global_batch) {

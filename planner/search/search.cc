@@ -33,8 +33,7 @@ class AccumulationCost {
     int lo = 1;
     for (int b = 1; b <= cap; ++b) {
       const bool last = b == cap;
-      const bool kink = !last && b > lo &&
-                        std::abs((time_[b + 1] - time_[b]) - (time_[b] - time_[b - 1])) > tolerance;
+      const bool kink = !last && b > lo && std::abs((time_[b + 1] - time_[b]) - (time_[b] - time_[b - 1])) > tolerance;
       if (!last && !kink) continue;
       Segment segment;
       segment.lo = lo;
@@ -178,8 +177,7 @@ Schedule SearchPerStepSync(const StageProblem& problem) {
     const std::int64_t room = count * (costs[i].MostWithin(makespan) - floor_samples[i]);
     const std::int64_t extra = std::min(remaining, room);
     remaining -= extra;
-    for (const Assignment& spread :
-         SpreadOverClass(usable[i], count, {floor_samples[i] * count + extra}, false)) {
+    for (const Assignment& spread : SpreadOverClass(usable[i], count, {floor_samples[i] * count + extra}, false)) {
       Assignment assignment = spread;
       assignment.micro_batches.clear();
       for (std::int64_t part : costs[i].MicroBatches(spread.Samples())) {
@@ -235,8 +233,7 @@ std::vector<RoundKind> RoundKinds(const StageProblem& problem, const std::vector
 // that uses kind j at least w_j + rho * max(0, B - K_j). Repeating the single best kind is
 // a schedule, so its cost bounds the optimum from above; kinds whose lower bound exceeds
 // it cannot appear in an optimum. Exact, and in practice it removes most small kinds.
-std::vector<RoundKind> PruneRoundKinds(std::vector<RoundKind> kinds, std::int64_t batch,
-                                       double comm_per_round) {
+std::vector<RoundKind> PruneRoundKinds(std::vector<RoundKind> kinds, std::int64_t batch, double comm_per_round) {
   double rho = kInfinity, upper = kInfinity;
   for (const auto& kind : kinds) {
     const double cost = kind.tau + comm_per_round;
@@ -247,8 +244,8 @@ std::vector<RoundKind> PruneRoundKinds(std::vector<RoundKind> kinds, std::int64_
   const double slack = 1e-9 * upper;  // rounding must never prune an optimal kind
   std::vector<RoundKind> kept;
   for (auto& kind : kinds) {
-    const double lower = kind.tau + comm_per_round +
-                         rho * static_cast<double>(std::max<std::int64_t>(0, batch - kind.capacity));
+    const double lower =
+        kind.tau + comm_per_round + rho * static_cast<double>(std::max<std::int64_t>(0, batch - kind.capacity));
     if (lower <= upper + slack) kept.push_back(std::move(kind));
   }
   return kept;
@@ -257,8 +254,7 @@ std::vector<RoundKind> PruneRoundKinds(std::vector<RoundKind> kinds, std::int64_
 Schedule SearchPerRoundSync(const StageProblem& problem) {
   const std::int64_t batch = problem.global_batch;
   const std::vector<int> usable = UsableClasses(problem);
-  const std::vector<RoundKind> kinds =
-      PruneRoundKinds(RoundKinds(problem, usable), batch, problem.comm_per_round_s);
+  const std::vector<RoundKind> kinds = PruneRoundKinds(RoundKinds(problem, usable), batch, problem.comm_per_round_s);
 
   // cost[x]: least time of rounds holding at least x samples; choice[x]: one kind used.
   std::vector<double> cost(batch + 1, kInfinity);
@@ -306,8 +302,7 @@ Schedule SearchPerRoundSync(const StageProblem& problem) {
   schedule.stage = problem.stage;
   for (std::size_t i = 0; i < usable.size(); ++i) {
     std::reverse(class_totals[i].begin(), class_totals[i].end());
-    for (Assignment& assignment :
-         SpreadOverClass(usable[i], problem.classes[usable[i]].count, class_totals[i], true)) {
+    for (Assignment& assignment : SpreadOverClass(usable[i], problem.classes[usable[i]].count, class_totals[i], true)) {
       schedule.assignments.push_back(std::move(assignment));
     }
   }

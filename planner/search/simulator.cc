@@ -42,14 +42,12 @@ StepPrediction Simulate(const StageProblem& problem, const Schedule& schedule) {
   }
   prediction.optimizer_s = problem.optimizer_s;
   prediction.step_s = prediction.compute_s + prediction.communication_s + prediction.optimizer_s;
-  prediction.samples_per_s =
-      prediction.step_s > 0 ? static_cast<double>(problem.global_batch) / prediction.step_s : 0;
+  prediction.samples_per_s = prediction.step_s > 0 ? static_cast<double>(problem.global_batch) / prediction.step_s : 0;
 
   prediction.classes.resize(problem.classes.size());
   for (const auto& assignment : schedule.assignments) {
     const double busy = BusySeconds(problem, assignment);
-    const double share =
-        static_cast<double>(assignment.count) / problem.classes[assignment.device_class].count;
+    const double share = static_cast<double>(assignment.count) / problem.classes[assignment.device_class].count;
     ClassUsage& usage = prediction.classes[assignment.device_class];
     usage.busy_s += share * busy;
     usage.idle_s += share * (prediction.compute_s - busy);

@@ -56,8 +56,8 @@ int StageProblem::DeviceCount() const {
   return total;
 }
 
-StageProblem BuildStageProblem(const ClusterSpec& cluster,
-                               const std::map<std::string, DeviceProfile>& profiles, int stage) {
+StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                               int stage) {
   StageProblem problem;
   problem.stage = stage;
   problem.global_batch = cluster.global_batch;
@@ -83,11 +83,10 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster,
     device_class.count = counts[type];
     device_class.memory = FitMemory(profile, *measured, ranks);
     device_class.max_micro_batch =
-        static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch,
-                                                cluster.global_batch));
+        static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch, cluster.global_batch));
     device_class.compute = CurveOf(*measured, ranks);
-    device_class.optimizer_s = OptimizerSeconds(measured->optimizer_step_s, stage,
-                                                profile.model.params, measured->world_size, ranks);
+    device_class.optimizer_s =
+        OptimizerSeconds(measured->optimizer_step_s, stage, profile.model.params, measured->world_size, ranks);
     if (!device_class.memory.states_fit && reason.empty()) {
       const MemoryFit& memory = device_class.memory;
       reason = "model states (" + Gibibytes(memory.model_state_bytes) + " per rank)";

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "planner/cluster/cluster.h"
+#include "planner/formats/profile.h"
 #include "planner/model/compute_curve.h"
 #include "planner/model/memory_model.h"
-#include "planner/formats/profile.h"
 
 namespace poplar {
 
@@ -45,7 +45,7 @@ struct StageProblem {
 // Builds the problem for `stage`. Never throws for an infeasible stage: it is reported
 // through `feasible` and `infeasible_reason` (no profile for the stage, model states
 // that do not fit on some device, no device that can hold one sample).
-StageProblem BuildStageProblem(const ClusterSpec& cluster,
-                               const std::map<std::string, DeviceProfile>& profiles, int stage);
+StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                               int stage);
 
 }  // namespace poplar

@@ -3,14 +3,14 @@
 // (CheckLaunch unimplemented) lets a launch go on to be checked when it comes.
 #include "agent/client/agent_client.h"
 
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace poplar {
 namespace {

@@ -1,9 +1,9 @@
 #include "agent/agent_config.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <initializer_list>
-
-#include <gtest/gtest.h>
 
 #include "planner/base/input_error.h"
 #include "test_support.h"

@@ -3,15 +3,15 @@
 // CA that has expired or is not valid yet, one expiring within a day).
 #include "agent/rpc/certificate_check.h"
 
-#include <ctime>
-#include <memory>
-#include <string>
-
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+
+#include <ctime>
+#include <memory>
+#include <string>
 
 #include "planner/base/input_error.h"
 #include "test_support.h"
@@ -100,9 +100,9 @@ std::string Refusal(const CredentialPaths& paths, std::string* key) {
 
 TEST(CheckOwnCertificate, AcceptsAValidChainWithoutAWarning) {
   ScratchDir dir("certificate-check");
-  EXPECT_EQ(CheckOwnCertificate(Chain(dir, -kDay, 3650 * kDay, -kDay, 365 * kDay), "agent.yaml",
-                                CertificateRole::kAgent),
-            "");
+  EXPECT_EQ(
+      CheckOwnCertificate(Chain(dir, -kDay, 3650 * kDay, -kDay, 365 * kDay), "agent.yaml", CertificateRole::kAgent),
+      "");
 }
 
 TEST(CheckOwnCertificate, ACertificateNotValidYetAsksAboutTheClock) {
@@ -118,8 +118,8 @@ TEST(CheckOwnCertificate, AnExpiredCaIsNamedAsTheCa) {
   std::string key;
   const std::string error = Refusal(Chain(dir, -10 * kDay, -kDay, -kDay, 365 * kDay), &key);
   EXPECT_EQ(key, "credentials.ca");
-  EXPECT_TRUE(ContainsAll(error, {"ca.pem: the CA certificate that signs ", "agent.pem: certificate has expired",
-                                  "make new credentials"}))
+  EXPECT_TRUE(ContainsAll(
+      error, {"ca.pem: the CA certificate that signs ", "agent.pem: certificate has expired", "make new credentials"}))
       << error;
 }
 
@@ -133,11 +133,11 @@ TEST(CheckOwnCertificate, ACaNotValidYetIsNamedAsTheCa) {
 
 TEST(CheckOwnCertificate, WarnsOfACertificateOrCaEndingWithinADay) {
   ScratchDir dir("certificate-check");
-  const std::string leaf = CheckOwnCertificate(Chain(dir, -kDay, 3650 * kDay, -kDay, 3600), "agent.yaml",
-                                               CertificateRole::kAgent);
+  const std::string leaf =
+      CheckOwnCertificate(Chain(dir, -kDay, 3650 * kDay, -kDay, 3600), "agent.yaml", CertificateRole::kAgent);
   EXPECT_TRUE(ContainsAll(leaf, {"agent.yaml: credentials.cert: ", "agent.pem expires on ", ", within a day"})) << leaf;
-  const std::string ca = CheckOwnCertificate(Chain(dir, -kDay, 2 * kDay + 3600, -kDay, 365 * kDay), "agent.yaml",
-                                             CertificateRole::kAgent);
+  const std::string ca =
+      CheckOwnCertificate(Chain(dir, -kDay, 2 * kDay + 3600, -kDay, 365 * kDay), "agent.yaml", CertificateRole::kAgent);
   EXPECT_TRUE(ContainsAll(ca, {"agent.yaml: credentials.ca: ", "the CA certificate that signs", ", in 2 days"})) << ca;
 }
 

@@ -1,10 +1,11 @@
 // GPU discovery through NVML and the busy check, against tests/agent/fake_nvml.cc: the
 // agent's GPU paths, run where there is no GPU.
-#include <cstdlib>
+#include "agent/devices.h"
 
 #include <gtest/gtest.h>
 
-#include "agent/devices.h"
+#include <cstdlib>
+
 #include "test_support.h"
 
 namespace poplar {
@@ -85,9 +86,9 @@ TEST(Devices, AGpuWithAProcessTheAgentDidNotStartIsBusy) {
     FindDevice(devices, "NVIDIA-H200", {{"NVIDIA-H200 1", "job 'exp1'"}});
     ADD_FAILURE() << "a busy GPU was handed out";
   } catch (const DeviceUnavailable& error) {
-    EXPECT_TRUE(ContainsAll(error.what(), {"every device of type 'NVIDIA-H200' on this node is in use",
-                                           "NVIDIA-H200 0 (process 4242, not started by this agent)",
-                                           "NVIDIA-H200 1 (job 'exp1')"}))
+    EXPECT_TRUE(ContainsAll(error.what(),
+                            {"every device of type 'NVIDIA-H200' on this node is in use",
+                             "NVIDIA-H200 0 (process 4242, not started by this agent)", "NVIDIA-H200 1 (job 'exp1')"}))
         << error.what();
   }
 }

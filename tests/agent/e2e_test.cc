@@ -1,26 +1,26 @@
 // End to end on loopback: real poplar-agent processes with emulated devices, the real
 // `poplar` command line, real poplar-worker ranks. Credentials come from
 // scripts/make-cluster-credentials, as a user makes them.
-#include <chrono>
-#include <ctime>
-#include <filesystem>
-#include <map>
-#include <fstream>
-#include <memory>
-#include <thread>
-
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <string.h>
 
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
 #include "agent/rpc/tls.h"
 #include "child_process.h"
-#include "planner/cluster/credentials.h"
 #include "planner/base/free_port.h"
-#include "planner/formats/network.h"
 #include "planner/base/text_file.h"
+#include "planner/cluster/credentials.h"
+#include "planner/formats/network.h"
 #include "poplar/v1/agent.grpc.pb.h"
 #include "test_support.h"
 
@@ -63,7 +63,8 @@ class TwoAgents : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string& root = dir_.path();
-    const auto made = RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root);
+    const auto made =
+        RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root);
     ASSERT_EQ(made.exit_code, 0) << made.err;
     // A repeated sentence: the tiny GPT learns it quickly, so the loss visibly falls.
     std::string text;
@@ -78,11 +79,16 @@ class TwoAgents : public ::testing::Test {
           spec.node + ".yaml",
           "listen: 127.0.0.1:0\n"
           "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
-          "work_dir: " + spec.node + "/work\n"
-          "worker: " + worker_ + "\n"
-          "gpus: none\n"
-          "emulated:\n  - {type: " + spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
-          ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
+          "work_dir: " +
+              spec.node +
+              "/work\n"
+              "worker: " +
+              worker_ +
+              "\n"
+              "gpus: none\n"
+              "emulated:\n  - {type: " +
+              spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
+              ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
       ChildOptions options;
       options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/" + spec.node + ".port"};
       options.stderr_path = root + "/" + spec.node + ".log";
@@ -108,17 +114,22 @@ class TwoAgents : public ::testing::Test {
     std::string yaml =
         "name: e2e\n"
         "training: {global_batch: 24, precision: fp32, stage: 2}\n"
-        "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: 30}\n"
-        "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: " + token + "}\n"
+        "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n  intra_node: {bandwidth_gbps: 20, latency_us: "
+        "30}\n"
+        "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: " +
+        token +
+        "}\n"
         // A warm-up and a decay too slow to matter here, whose rates the launch test reads,
         // and a held-out loss (on the training text: the agents hold no other).
-        "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 12, lr: 3e-3, "
+        "job: {model: " POPLAR_SOURCE_DIR
+        "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 12, lr: 3e-3, "
         "warmup_steps: 2, lr_decay: linear, decay_steps: 1000, min_lr: 3e-4, checkpoint_every: 5, "
         "eval_data: tokens.bin, eval_every: 5, eval_samples: 8}\n"
         "nodes:\n";
     for (std::size_t i = with_node_a ? 0 : 1; i < 2; ++i) {
       yaml += "  - {name: " + kAgents[i].node + ", host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(ports_[i]) +
-              "\", devices: [{type: " + kAgents[i].type + ", count: " + std::to_string(i == 0 ? fast_count : 1) + "}]}\n";
+              "\", devices: [{type: " + kAgents[i].type + ", count: " + std::to_string(i == 0 ? fast_count : 1) +
+              "}]}\n";
     }
     yaml += extra_node;
     return dir_.Write(name, yaml);
@@ -146,9 +157,21 @@ class TwoAgents : public ::testing::Test {
                                             const std::string& cluster = "cluster.yaml", std::string plan = "") {
     if (plan.empty()) plan = WritePlan();
     ChildOptions options;
-    options.argv = {POPLAR_BINARY, "launch", cluster, "--plan", plan, "--run-dir", run_dir,
-                    "--job-id", "job-" + run_dir, "--steps", std::to_string(steps), "--master-port",
-                    std::to_string(poplar::FindFreePort()), "--timeout", "20"};
+    options.argv = {POPLAR_BINARY,
+                    "launch",
+                    cluster,
+                    "--plan",
+                    plan,
+                    "--run-dir",
+                    run_dir,
+                    "--job-id",
+                    "job-" + run_dir,
+                    "--steps",
+                    std::to_string(steps),
+                    "--master-port",
+                    std::to_string(poplar::FindFreePort()),
+                    "--timeout",
+                    "20"};
     options.cwd = dir_.path();
     options.stdout_path = dir_.path() + "/" + run_dir + ".out";
     options.stderr_path = dir_.path() + "/" + run_dir + ".err";
@@ -211,8 +234,8 @@ TEST_F(TwoAgents, ASecondAgentCannotTakeAnAgentsPortOrWorkDir) {
   const auto port = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir_.Write("same-port.yaml", same_port)}),
                                dir_.path(), std::chrono::seconds(30));
   EXPECT_EQ(port.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(port.err, {"same-port.yaml: listen: cannot listen on 127.0.0.1:" +
-                                         std::to_string(ports_[0]), "in use"}))
+  EXPECT_TRUE(ContainsAll(
+      port.err, {"same-port.yaml: listen: cannot listen on 127.0.0.1:" + std::to_string(ports_[0]), "in use"}))
       << port.err;
   const auto work_dir = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir_.Write("same-dir.yaml", config)}),
                                    dir_.path(), std::chrono::seconds(30));
@@ -299,7 +322,8 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   EXPECT_TRUE(fs::exists(dir_.path() + "/a/work/jobs/train1/checkpoints/latest"));
   // --trace-step: every rank profiled its 3rd step, its trace kept on its own node.
   for (const auto& [node, rank] : {std::pair{"a", 0}, std::pair{"b", 1}}) {
-    const std::string path = dir_.path() + "/" + node + "/work/jobs/train1/traces/rank-" + std::to_string(rank) + ".json";
+    const std::string path =
+        dir_.path() + "/" + node + "/work/jobs/train1/traces/rank-" + std::to_string(rank) + ".json";
     ASSERT_TRUE(fs::exists(path)) << path;
     const auto trace = nlohmann::json::parse(ReadTextFile(path));
     EXPECT_EQ(trace["step"], 3) << path;
@@ -313,11 +337,12 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   auto slow_profile = nlohmann::json::parse(ReadTextFile(dir_.path() + "/profiles/emu-slow.json"));
   slow_profile["memory_bytes"] = std::int64_t{40} << 20;  // the agent's emu-slow has 20 MiB
   dir_.Write("profiles/emu-slow.json", slow_profile.dump(2));
-  const auto smaller = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run-smaller",
-                               "--job-id", "smaller"});
+  const auto smaller = Poplar(
+      {"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run-smaller", "--job-id", "smaller"});
   EXPECT_EQ(smaller.exit_code, 1);
   EXPECT_TRUE(ContainsAll(smaller.err, {"node 'b': its emu-slow has 20 MiB of memory, but its profile in ./profiles "
-                                        "was measured with 40 MiB", "Profile again"}))
+                                        "was measured with 40 MiB",
+                                        "Profile again"}))
       << smaller.err;
   EXPECT_FALSE(fs::exists(dir_.path() + "/b/work/jobs/smaller")) << "a rank was started";
 }
@@ -337,9 +362,8 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   // No --master-port: rank 0's agent finds one.
   const auto measured = Poplar({"network", "cluster.yaml", "-o", "net.json", "--max-mib", "1", "--timeout", "30"});
   ASSERT_EQ(measured.exit_code, 0) << measured.out << measured.err;
-  EXPECT_TRUE(ContainsAll(measured.out, {"2 ranks on 2 nodes over gloo, fp32 payloads", "all_reduce",
-                                         "reduce_scatter", "all_gather", "network written to net.json",
-                                         "measured: net.json"}));
+  EXPECT_TRUE(ContainsAll(measured.out, {"2 ranks on 2 nodes over gloo, fp32 payloads", "all_reduce", "reduce_scatter",
+                                         "all_gather", "network written to net.json", "measured: net.json"}));
   const MeasuredNetwork network = LoadNetworkFile(dir_.path() + "/net.json");
   EXPECT_EQ(network.world_size(), 2);
   EXPECT_EQ(network.nodes(), 2);
@@ -400,9 +424,9 @@ TEST_F(TwoAgents, AWorkerKilledWithSigkillEndsTheRunCleanly) {
   kill(training.rank1, SIGKILL);
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 1);
   const std::string err = ReadWholeFile(dir_.path() + "/killed.err");
-  EXPECT_TRUE(ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped",
-                                "checkpoints rank 0's node completed (every 5 steps) stay in",
-                                "jobs/job-killed/checkpoints"}))
+  EXPECT_TRUE(
+      ContainsAll(err, {"node 'b': rank 1 was killed by signal 9", "every worker was stopped",
+                        "checkpoints rank 0's node completed (every 5 steps) stay in", "jobs/job-killed/checkpoints"}))
       << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_FALSE(Alive(training.rank1));
@@ -469,8 +493,8 @@ class SlowToStopWorkers : public TwoAgents {
   SlowToStopWorkers() {
     worker_ = dir_.Write("slow-to-stop-worker",
                          "#!/bin/sh\n"
-                         "trap 'sleep 60; exit 0' TERM\n"
-                         POPLAR_WORKER_BINARY " \"$@\" &\n"
+                         "trap 'sleep 60; exit 0' TERM\n" POPLAR_WORKER_BINARY
+                         " \"$@\" &\n"
                          "wait $!\n");
     fs::permissions(worker_, fs::perms::owner_all);
   }
@@ -525,7 +549,8 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   const auto resumed = Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "resumable", "--job-id",
                                "resumable", "--master-port", port, "--resume", "--steps", "16"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
-  EXPECT_TRUE(ContainsAll(resumed.out, {"resumed from the checkpoint of step 12", "trained steps 13-16:"})) << resumed.out;
+  EXPECT_TRUE(ContainsAll(resumed.out, {"resumed from the checkpoint of step 12", "trained steps 13-16:"}))
+      << resumed.out;
   // More steps on a schedule whose decay_steps is set: the training goes on unchanged.
   EXPECT_FALSE(Contains(resumed.out + resumed.err, "warning")) << resumed.out << resumed.err;
   // Rank 1, on the node without checkpoints, went on from step 12, not from scratch.
@@ -577,9 +602,11 @@ TEST_F(TwoAgents, AJobResumesAcrossNodesFromTheNodeWithTheCheckpoints) {
   EXPECT_EQ(ReadTextFile(dir_.path() + "/b/work/jobs/resumable/checkpoints/latest"), "step-00000018\n");
 
   // A resume with no checkpoint anywhere starts over, and says so.
-  const auto fresh = Poplar({"launch", "cluster.yaml", "--plan", plan, "--job-id", "fresh", "--resume", "--steps", "2"});
+  const auto fresh =
+      Poplar({"launch", "cluster.yaml", "--plan", plan, "--job-id", "fresh", "--resume", "--steps", "2"});
   ASSERT_EQ(fresh.exit_code, 0) << fresh.out << fresh.err;
-  EXPECT_TRUE(ContainsAll(fresh.out, {"no node held a checkpoint of job fresh: training starts from step 0", "trained 2 steps"}))
+  EXPECT_TRUE(ContainsAll(fresh.out,
+                          {"no node held a checkpoint of job fresh: training starts from step 0", "trained 2 steps"}))
       << fresh.out;
 }
 
@@ -591,13 +618,14 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   const auto second = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "second", "--job-id",
                               "second", "--master-port", std::to_string(poplar::FindFreePort())});
   EXPECT_EQ(second.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')", "no worker was started"}))
+  EXPECT_TRUE(
+      ContainsAll(second.err, {"refused the launch", "busy: emu-", "(job 'job-busy')", "no worker was started"}))
       << second.err;
   EXPECT_FALSE(fs::exists(dir_.path() + "/second")) << "a launch every agent refused left a run directory";
   // The same job id again: refused as running, and the refused launch's stop (sent to
   // every node) must not stop the running job it collided with.
-  const auto same_id = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "same-id", "--job-id",
-                               "job-busy"});
+  const auto same_id =
+      Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "same-id", "--job-id", "job-busy"});
   EXPECT_EQ(same_id.exit_code, 1);
   EXPECT_TRUE(Contains(same_id.err, "job 'job-busy' is already running")) << same_id.err;
   const auto profile = Poplar({"profile", "cluster.yaml", "-o", "busy-profiles"});
@@ -701,7 +729,8 @@ TEST_F(TwoAgents, AHeadWhoseOutputReaderIsGoneTrainsOn) {
   const std::string plan = WritePlan();
   ChildOptions options;
   options.argv = {"/bin/bash", "-c",
-                  "set -o pipefail; '" POPLAR_BINARY "' launch cluster.yaml --plan plan.json --run-dir piped "
+                  "set -o pipefail; '" POPLAR_BINARY
+                  "' launch cluster.yaml --plan plan.json --run-dir piped "
                   "--job-id job-piped --steps 6 --progress-every 1 --timeout 20 | head -c 0"};
   options.cwd = dir_.path();
   options.stderr_path = dir_.path() + "/piped.err";
@@ -775,8 +804,8 @@ TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
 
 TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   WriteCluster("three.yaml", "creds/token",
-               "  - {name: c, host: 127.0.0.1, agent: \"127.0.0.1:" +
-                   std::to_string(poplar::FindFreePort()) + "\", devices: [{type: emu-fast, count: 1}]}\n");
+               "  - {name: c, host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(poplar::FindFreePort()) +
+                   "\", devices: [{type: emu-fast, count: 1}]}\n");
   const auto down = Poplar({"launch", "three.yaml"});  // plans through the agents: asks them all first
   EXPECT_EQ(down.exit_code, 1);
   EXPECT_TRUE(ContainsAll(down.err, {"node 'c': agent unreachable at 127.0.0.1:"})) << down.err;
@@ -793,8 +822,8 @@ TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   std::string other_batch = ReadTextFile(WritePlan());
   other_batch = ReplaceOnce(other_batch, "\"global_batch\": 24", "\"global_batch\": 20");
   other_batch = ReplaceOnce(other_batch, "\"micro_batches\": [16]", "\"micro_batches\": [12]");
-  const auto foreign = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("other-batch.json", other_batch),
-                               "--job-id", "foreign"});
+  const auto foreign =
+      Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("other-batch.json", other_batch), "--job-id", "foreign"});
   EXPECT_EQ(foreign.exit_code, 1);
   EXPECT_TRUE(ContainsAll(foreign.err, {"other-batch.json: global_batch", "is 20 but cluster.yaml trains with 24"}))
       << foreign.err;
@@ -802,8 +831,8 @@ TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   swapped = ReplaceOnce(swapped, "\"node\": \"a\"", "\"node\": \"x\"");
   swapped = ReplaceOnce(swapped, "\"node\": \"b\"", "\"node\": \"a\"");
   swapped = ReplaceOnce(swapped, "\"node\": \"x\"", "\"node\": \"b\"");
-  const auto moved = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("swapped.json", swapped),
-                             "--job-id", "moved"});
+  const auto moved =
+      Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("swapped.json", swapped), "--job-id", "moved"});
   EXPECT_EQ(moved.exit_code, 1);
   EXPECT_TRUE(ContainsAll(moved.err, {"swapped.json: ranks[0].node", "is 'b' but rank 0", "is on node 'a'"}))
       << moved.err;
@@ -813,7 +842,8 @@ TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   WriteCluster("two-fast.yaml", "creds/token", "", 2);
   const auto missing = Poplar({"launch", "two-fast.yaml"});
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_TRUE(Contains(missing.err, "node 'a': the cluster file lists 2 x emu-fast but its agent has 1")) << missing.err;
+  EXPECT_TRUE(Contains(missing.err, "node 'a': the cluster file lists 2 x emu-fast but its agent has 1"))
+      << missing.err;
 }
 
 // A raw client, to present exactly the credentials a test wants.
@@ -850,8 +880,8 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   EXPECT_EQ(wrong_token.error_code(), grpc::StatusCode::UNAUTHENTICATED) << wrong_token.error_message();
   EXPECT_FALSE(Describe(*Stub(ports_[0], c + "ca.pem", "", "", token)).ok()) << "served a caller without a certificate";
 
-  const auto other = RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir_.path() + "/other"}),
-                                dir_.path());
+  const auto other =
+      RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir_.path() + "/other"}), dir_.path());
   ASSERT_EQ(other.exit_code, 0);
   const std::string o = dir_.path() + "/other/";
   EXPECT_FALSE(Describe(*Stub(ports_[0], c + "ca.pem", o + "head.key", o + "head.pem", token)).ok())
@@ -869,8 +899,8 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   yaml.replace(yaml.find("creds/head.key"), 14, "creds/agent.key");
   const auto wrong_key = Poplar({"status", dir_.Write("wrong-key.yaml", yaml)});
   EXPECT_EQ(wrong_key.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(wrong_key.err, {"wrong-key.yaml: credentials", "is the key the certificate's",
-                                          "gRPC: Invalid private key;"}))
+  EXPECT_TRUE(ContainsAll(
+      wrong_key.err, {"wrong-key.yaml: credentials", "is the key the certificate's", "gRPC: Invalid private key;"}))
       << wrong_key.err;
   EXPECT_TRUE(poplar::testing::IsOneLine(wrong_key.err)) << wrong_key.err;
   EXPECT_FALSE(Contains(wrong_key.out + wrong_key.err, "unreachable")) << wrong_key.out;
@@ -911,8 +941,8 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   foreign_yaml.replace(foreign_yaml.find("creds/ca.pem"), 12, "both-cas.pem");
   const auto foreign = Poplar({"status", dir_.Write("foreign-head.yaml", foreign_yaml)});
   EXPECT_EQ(foreign.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(foreign.out, {"DOWN", "closed the connection during the TLS handshake",
-                                        "refused the head's certificate"}))
+  EXPECT_TRUE(ContainsAll(foreign.out,
+                          {"DOWN", "closed the connection during the TLS handshake", "refused the head's certificate"}))
       << foreign.out << foreign.err;
   EXPECT_FALSE(Contains(foreign.out, "unreachable")) << foreign.out;
 }
@@ -922,8 +952,8 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
 // then stopped, leaving a failed run behind.
 TEST_F(TwoAgents, OneNodesRefusalStartsNoWorkerOnAnyNode) {
   fs::rename(dir_.path() + "/b/work/tokens.bin", dir_.path() + "/tokens.bin.away");
-  const auto refused = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id",
-                               "refused", "--steps", "2"});
+  const auto refused = Poplar(
+      {"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id", "refused", "--steps", "2"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(ContainsAll(refused.err, {"job refused was not started: node 'b'", "refused the launch", "data_path",
                                         "no worker was started on any node"}))
@@ -935,8 +965,8 @@ TEST_F(TwoAgents, OneNodesRefusalStartsNoWorkerOnAnyNode) {
 
   // With the data back, the same job id launches: the refusal left nothing in the way.
   fs::rename(dir_.path() + "/tokens.bin.away", dir_.path() + "/b/work/tokens.bin");
-  const auto launched = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id",
-                                "refused", "--steps", "2"});
+  const auto launched = Poplar(
+      {"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id", "refused", "--steps", "2"});
   ASSERT_EQ(launched.exit_code, 0) << launched.out << launched.err;
   EXPECT_TRUE(Contains(launched.out, "trained 2 steps")) << launched.out;
 }
@@ -1003,16 +1033,18 @@ class FakeGpuAgent {
  public:
   FakeGpuAgent(const std::string& name, std::map<std::string, std::string> env) : dir_(name) {
     const std::string& root = dir_.path();
-    EXPECT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
-                  .exit_code,
-              0);
+    EXPECT_EQ(
+        RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root).exit_code,
+        0);
     fs::create_directories(root + "/work");
     dir_.Write("work/tokens.bin", std::string(4000, 'a'));
-    const std::string config = dir_.Write(
-        "agent.yaml", "listen: 127.0.0.1:0\n"
-                      "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
-                      "work_dir: work\nworker: " POPLAR_WORKER_BINARY "\ngpus: auto\n"
-                      "nvml_library: " FAKE_NVML_LIBRARY "\n");
+    const std::string config =
+        dir_.Write("agent.yaml",
+                   "listen: 127.0.0.1:0\n"
+                   "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
+                   "work_dir: work\nworker: " POPLAR_WORKER_BINARY
+                   "\ngpus: auto\n"
+                   "nvml_library: " FAKE_NVML_LIBRARY "\n");
     ChildOptions options;
     options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/agent.port"};
     options.env = std::move(env);
@@ -1051,9 +1083,10 @@ TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
             "name: gpu\ntraining: {global_batch: 4, precision: mixed, stage: 0}\n"
             "network: {intra_node: {bandwidth_gbps: 2400, latency_us: 5}}\n"
             "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: creds/token}\n"
-            "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 2}\n"
-            "nodes:\n  - {name: g, host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(port) +
-                "\", devices: [{type: NVIDIA-H200, count: 2}]}\n");
+            "job: {model: " POPLAR_SOURCE_DIR
+            "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 2}\n"
+            "nodes:\n  - {name: g, host: 127.0.0.1, agent: \"127.0.0.1:" +
+                std::to_string(port) + "\", devices: [{type: NVIDIA-H200, count: 2}]}\n");
   auto poplar = [&](std::vector<std::string> args) {
     args.insert(args.begin(), POPLAR_BINARY);
     ChildOptions run = Command(args);
@@ -1062,8 +1095,8 @@ TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
   };
   // Status needs no network section, though the node has two devices.
   std::string no_network = ReadTextFile(root + "/cluster.yaml");
-  no_network.erase(no_network.find("network:"), no_network.find('\n', no_network.find("network:")) -
-                                                    no_network.find("network:") + 1);
+  no_network.erase(no_network.find("network:"),
+                   no_network.find('\n', no_network.find("network:")) - no_network.find("network:") + 1);
   dir.Write("no-network.yaml", no_network);
   const auto status = poplar({"status", "no-network.yaml"});
   EXPECT_EQ(status.exit_code, 0) << status.out << status.err;
@@ -1086,9 +1119,8 @@ TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
 TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedOf) {
   ScratchDir dir("certificates");
   const std::string& root = dir.path();
-  ASSERT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root)
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root).exit_code, 0);
   // Certificates for the agent's key, signed by the cluster's CA, valid for `days`
   // (-1: it expired yesterday).
   auto sign = [&](const std::string& name, const std::string& days) {
@@ -1097,9 +1129,9 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
                                              "/CN=poplar-agent", "-out", root + "/" + name + ".csr"}),
                                     root);
     ASSERT_EQ(request.exit_code, 0) << request.err;
-    const std::vector<std::string> x509 = {"/usr/bin/openssl", "x509", "-req", "-in", root + "/" + name + ".csr",
-                                           "-CA", c + "ca.pem", "-CAkey", c + "ca.key", "-out",
-                                           root + "/creds/" + name + ".pem"};
+    const std::vector<std::string> x509 = {
+        "/usr/bin/openssl", "x509",   "-req",       "-in",  root + "/" + name + ".csr",      "-CA",
+        c + "ca.pem",       "-CAkey", c + "ca.key", "-out", root + "/creds/" + name + ".pem"};
     auto with = [&x509](std::vector<std::string> validity) {
       validity.insert(validity.begin(), x509.begin(), x509.end());
       return validity;
@@ -1124,26 +1156,28 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
   sign("soon", "5");
   fs::create_directories(root + "/work");
   auto agent_file = [&](const std::string& cert) {
-    return dir.Write("agent.yaml", "listen: 127.0.0.1:0\ncredentials: {ca: creds/ca.pem, cert: creds/" + cert +
-                                       ", key: creds/agent.key, token: creds/token}\nwork_dir: work\nworker: "
-                                       POPLAR_WORKER_BINARY "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, "
-                                       "memory_mib: 16}\n");
+    return dir.Write("agent.yaml",
+                     "listen: 127.0.0.1:0\ncredentials: {ca: creds/ca.pem, cert: creds/" + cert +
+                         ", key: creds/agent.key, token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
+                         "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, "
+                         "memory_mib: 16}\n");
   };
-  const auto expired = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", agent_file("expired.pem")}), root,
-                                  std::chrono::seconds(60));
+  const auto expired =
+      RunProcess(Command({POPLAR_AGENT_BINARY, "--config", agent_file("expired.pem")}), root, std::chrono::seconds(60));
   EXPECT_EQ(expired.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(expired.err, {"agent.yaml: credentials.cert", "expired.pem expired on",
-                                        "scripts/make-cluster-credentials"}))
+  EXPECT_TRUE(ContainsAll(
+      expired.err, {"agent.yaml: credentials.cert", "expired.pem expired on", "scripts/make-cluster-credentials"}))
       << expired.err;
   EXPECT_TRUE(poplar::testing::IsOneLine(expired.err)) << expired.err;
 
   // The head warns and goes on (the agent it asks is not there: status says DOWN).
-  const std::string cluster = dir.Write(
-      "cluster.yaml", "name: c\ntraining: {global_batch: 8, precision: fp32}\n"
-                      "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n"
-                      "credentials: {ca: creds/ca.pem, cert: creds/soon.pem, key: creds/agent.key, token: creds/token}\n"
-                      "nodes:\n  - {name: a, host: 127.0.0.1, agent: \"127.0.0.1:" +
-                          std::to_string(poplar::FindFreePort()) + "\", devices: [{type: emu, count: 1}]}\n");
+  const std::string cluster =
+      dir.Write("cluster.yaml",
+                "name: c\ntraining: {global_batch: 8, precision: fp32}\n"
+                "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n"
+                "credentials: {ca: creds/ca.pem, cert: creds/soon.pem, key: creds/agent.key, token: creds/token}\n"
+                "nodes:\n  - {name: a, host: 127.0.0.1, agent: \"127.0.0.1:" +
+                    std::to_string(poplar::FindFreePort()) + "\", devices: [{type: emu, count: 1}]}\n");
   const auto soon = RunProcess(Command({POPLAR_BINARY, "status", cluster}), root, std::chrono::seconds(60));
   EXPECT_TRUE(ContainsAll(soon.err, {"poplar: warning: ", "cluster.yaml: credentials.cert", "soon.pem expires on",
                                      " days; make new credentials"}))
@@ -1152,32 +1186,50 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
 
   // The head's certificate on an agent: its extended key usage is clientAuth, which the
   // head would refuse in the handshake.
-  const auto head_cert = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", agent_file("head.pem")}), root,
-                                    std::chrono::seconds(60));
+  const auto head_cert =
+      RunProcess(Command({POPLAR_AGENT_BINARY, "--config", agent_file("head.pem")}), root, std::chrono::seconds(60));
   EXPECT_EQ(head_cert.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(head_cert.err, {"credentials.cert", "head.pem is not meant for an agent (it lacks serverAuth"}))
+  EXPECT_TRUE(
+      ContainsAll(head_cert.err, {"credentials.cert", "head.pem is not meant for an agent (it lacks serverAuth"}))
       << head_cert.err;
 
   // A CA that expires within 30 days is warned of too, naming the CA.
-  const auto short_ca = RunProcess(
-      Command({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-               "-keyout", root + "/creds/short-ca.key", "-out", root + "/creds/short-ca.pem", "-days", "5", "-subj",
-               "/CN=short CA", "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
-               "keyUsage=critical,keyCertSign"}),
-      root);
+  const auto short_ca = RunProcess(Command({"/usr/bin/openssl",
+                                            "req",
+                                            "-x509",
+                                            "-newkey",
+                                            "ec",
+                                            "-pkeyopt",
+                                            "ec_paramgen_curve:P-256",
+                                            "-nodes",
+                                            "-keyout",
+                                            root + "/creds/short-ca.key",
+                                            "-out",
+                                            root + "/creds/short-ca.pem",
+                                            "-days",
+                                            "5",
+                                            "-subj",
+                                            "/CN=short CA",
+                                            "-addext",
+                                            "basicConstraints=critical,CA:TRUE",
+                                            "-addext",
+                                            "keyUsage=critical,keyCertSign"}),
+                                   root);
   ASSERT_EQ(short_ca.exit_code, 0) << short_ca.err;
-  const auto leaf = RunProcess(Command({"/usr/bin/openssl", "x509", "-req", "-in", root + "/soon.csr", "-CA",
-                                        root + "/creds/short-ca.pem", "-CAkey", root + "/creds/short-ca.key", "-days",
-                                        "100", "-out", root + "/creds/under-short-ca.pem"}),
-                               root);
+  const auto leaf = RunProcess(
+      Command({"/usr/bin/openssl", "x509", "-req", "-in", root + "/soon.csr", "-CA", root + "/creds/short-ca.pem",
+               "-CAkey", root + "/creds/short-ca.key", "-days", "100", "-out", root + "/creds/under-short-ca.pem"}),
+      root);
   ASSERT_EQ(leaf.exit_code, 0) << leaf.err;
   std::string under_short = ReadTextFile(cluster);
   under_short.replace(under_short.find("ca: creds/ca.pem"), 16, "ca: creds/short-ca.pem");
   under_short.replace(under_short.find("creds/soon.pem"), 14, "creds/under-short-ca.pem");
   const auto ca_soon = RunProcess(Command({POPLAR_BINARY, "status", dir.Write("short-ca.yaml", under_short)}), root,
                                   std::chrono::seconds(60));
-  EXPECT_TRUE(ContainsAll(ca_soon.err, {"poplar: warning: ", "credentials.ca", "short-ca.pem: the CA certificate that "
-                                        "signs", "expires on"}))
+  EXPECT_TRUE(ContainsAll(ca_soon.err, {"poplar: warning: ", "credentials.ca",
+                                        "short-ca.pem: the CA certificate that "
+                                        "signs",
+                                        "expires on"}))
       << ca_soon.err;
 }
 
@@ -1186,8 +1238,8 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
 // resumed run directory as it was: the head once died there at once, with the earlier
 // attempt's plan and summary moved into attempts/1 and the new plan in their place.
 TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
-  FakeGpuAgent node("slow-node", {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|"},
-                                  {"FAKE_NVML_INIT_DELAY_MS", "3000"}});
+  FakeGpuAgent node("slow-node",
+                    {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|"}, {"FAKE_NVML_INIT_DELAY_MS", "3000"}});
   ScratchDir& dir = node.dir();
   const std::string& root = node.root();
   const int port = node.port();
@@ -1195,9 +1247,10 @@ TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
   dir.Write("cluster.yaml",
             "name: slow\ntraining: {global_batch: 4, precision: mixed, stage: 0}\n"
             "credentials: {ca: creds/ca.pem, cert: creds/head.pem, key: creds/head.key, token: creds/token}\n"
-            "job: {model: " POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 2}\n"
-            "nodes:\n  - {name: g, host: 127.0.0.1, agent: \"127.0.0.1:" + std::to_string(port) +
-                "\", devices: [{type: NVIDIA-H200, count: 1}]}\n");
+            "job: {model: " POPLAR_SOURCE_DIR
+            "/configs/models/gpt-tiny.json, data: tokens.bin, steps: 2}\n"
+            "nodes:\n  - {name: g, host: 127.0.0.1, agent: \"127.0.0.1:" +
+                std::to_string(port) + "\", devices: [{type: NVIDIA-H200, count: 1}]}\n");
   dir.Write("plan.json", R"({"stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "node": "g", "host": "127.0.0.1",
       "device": "cuda:0", "device_type": "NVIDIA-H200", "micro_batches": [4]}]})");
   // The earlier attempt of job `again`.
@@ -1206,8 +1259,8 @@ TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
   dir.Write("run/summary.json", "{\"job_id\": \"again\", \"ok\": false}\n");
 
   ChildOptions launch_options;
-  launch_options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--plan", "plan.json", "--run-dir", "run",
-                         "--job-id", "again", "--resume"};
+  launch_options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--plan", "plan.json",
+                         "--run-dir",   "run",    "--job-id",     "again",  "--resume"};
   launch_options.cwd = root;
   launch_options.stdout_path = root + "/launch.out";
   launch_options.stderr_path = root + "/launch.err";
@@ -1255,8 +1308,8 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   EXPECT_TRUE(ContainsAll(port.err, {"agent.yaml", "listen", "port must be a number from 0", "'99999'"})) << port.err;
   const auto key = start("127.0.0.1:0", "creds/head.key");  // another certificate's key
   EXPECT_EQ(key.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(key.err, {"agent.yaml: credentials", "cannot use these files for TLS",
-                                    "(gRPC: Invalid private key;"}))
+  EXPECT_TRUE(ContainsAll(key.err,
+                          {"agent.yaml: credentials", "cannot use these files for TLS", "(gRPC: Invalid private key;"}))
       << key.err;
   EXPECT_FALSE(Contains(key.err, "cannot listen")) << key.err;
   // gRPC's reason is in the one line, not in log lines before it.
@@ -1264,7 +1317,8 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   // An emulated type the cluster files refuse could never be used: refused here too.
   std::string dots = ReadTextFile(write("127.0.0.1:0", "creds/agent.key"));
   dots.replace(dots.find("type: emu"), 9, "type: ..");
-  const auto bad_type = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("dots.yaml", dots)}), dir.path());
+  const auto bad_type =
+      RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("dots.yaml", dots)}), dir.path());
   EXPECT_EQ(bad_type.exit_code, 1);
   EXPECT_TRUE(ContainsAll(bad_type.err, {"emulated[0].type", "must be a plain name", "got '..'"})) << bad_type.err;
   // A worker that is not poplar-worker is refused (coreutils' true answers --version too).

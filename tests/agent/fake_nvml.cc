@@ -8,13 +8,13 @@
 // one GPU per ';'-separated entry: name, memory in bytes, compute capability, and the
 // pids computing on it (comma-separated, possibly none). Unset: no GPU.
 // FAKE_NVML_FAIL_INIT=1 makes nvmlInit_v2 fail as with no driver loaded.
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <chrono>
 #include <cstring>
-#include <thread>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {

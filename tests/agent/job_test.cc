@@ -1,12 +1,13 @@
 // Job supervision with real processes (/bin/sh scripts): events, the first failure
 // stopping the other ranks, Stop(), metrics tailing, and no process left behind.
-#include <chrono>
-#include <fstream>
+#include "agent/job.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "agent/job.h"
+#include <chrono>
+#include <fstream>
+
 #include "test_support.h"
 
 namespace poplar {
@@ -140,7 +141,8 @@ TEST(Job, RanksStartWithNoSignalBlocked) {
   job.Start(spawner);
   JobEvent event;
   std::string blocked;
-  while (job.Next(&event, std::chrono::seconds(10)) && !(event.kind == JobEvent::Kind::kOutput && event.text == "ready")) {
+  while (job.Next(&event, std::chrono::seconds(10)) &&
+         !(event.kind == JobEvent::Kind::kOutput && event.text == "ready")) {
     if (event.kind == JobEvent::Kind::kOutput) blocked = event.text;
   }
   EXPECT_EQ(blocked, "SigBlk:\t0000000000000000");
@@ -150,7 +152,8 @@ TEST(Job, RanksStartWithNoSignalBlocked) {
   // The grace before SIGKILL is 20 s.
   EXPECT_LT(std::chrono::steady_clock::now() - stop, std::chrono::seconds(15)) << "SIGTERM did not end the rank";
   bool terminated = false;
-  for (const auto& e : events) terminated = terminated || (e.kind == JobEvent::Kind::kExited && e.exit_code == 128 + SIGTERM);
+  for (const auto& e : events)
+    terminated = terminated || (e.kind == JobEvent::Kind::kExited && e.exit_code == 128 + SIGTERM);
   EXPECT_TRUE(terminated);
 }
 

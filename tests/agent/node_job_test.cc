@@ -1,11 +1,12 @@
 // From a Launch request to worker command lines: the node's ranks map to its devices,
 // the torchrun environment is set, and bad requests are refused before anything runs.
-#include <algorithm>
-#include <filesystem>
+#include "agent/node_job.h"
 
 #include <gtest/gtest.h>
 
-#include "agent/node_job.h"
+#include <algorithm>
+#include <filesystem>
+
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
 #include "test_support.h"
@@ -40,7 +41,8 @@ struct Fixture {
     settings.job_id = "j1";
     settings.node = "b";
     settings.plan_json = kPlan;
-    settings.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
+    settings.model_config_json =
+        R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
     settings.data_path = "tokens.bin";
     settings.master_addr = "10.0.0.1";
     settings.master_port = 29500;
@@ -83,8 +85,8 @@ TEST(NodeJob, MapsTheNodesRanksToItsDevicesWithTheTorchrunEnvironment) {
   EXPECT_EQ(After(ranks[1].spec.args, "--memory-bytes"), std::to_string(20 << 20));
   EXPECT_EQ(ranks[0].spec.program, "/bin/true");
   EXPECT_EQ(ranks[0].spec.args.front(), "train");
-  for (const char* variable : {"RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3",
-                               "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "OMP_NUM_THREADS=1"}) {
+  for (const char* variable : {"RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=10.0.0.1",
+                               "MASTER_PORT=29500", "OMP_NUM_THREADS=1"}) {
     EXPECT_TRUE(Has(ranks[1].spec.env, variable)) << variable;
   }
   const std::string job = f.config.work_dir + "/jobs/j1";
@@ -232,7 +234,8 @@ TEST(NodeJob, RefusesBadFields) {
   refused([](LaunchSettings& s) { s.model_config_json = "not json"; });
   // A model the worker would refuse is refused before any worker starts.
   refused([](LaunchSettings& s) {
-    s.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 3, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
+    s.model_config_json =
+        R"({"arch": "gpt", "n_layer": 1, "n_head": 3, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
   });
   refused([](LaunchSettings& s) { s.plan_json = R"({"stage": 2, "global_batch": 5, "ranks": []})"; });
 }
@@ -291,7 +294,8 @@ TEST(NodeJob, FindDeviceSkipsDevicesInUseAndNamesTheirHolders) {
     FindDevice(f.devices, "emu-fast", {{"emu-fast 0", "job 'x'"}});
     FAIL() << "the only emu-fast is in use";
   } catch (const DeviceUnavailable& error) {
-    EXPECT_TRUE(Contains(error.what(), "every device of type 'emu-fast' on this node is in use; busy: emu-fast 0 (job 'x')"))
+    EXPECT_TRUE(
+        Contains(error.what(), "every device of type 'emu-fast' on this node is in use; busy: emu-fast 0 (job 'x')"))
         << error.what();
   }
 }

@@ -1,16 +1,17 @@
 // The agent's profiler: the worker command it builds for a GPU and for an emulated
 // device, and its cache. A stand-in worker (a shell script) records how it was started
 // and writes a minimal profile.
+#include "agent/profiler.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <sys/stat.h>
-
-#include "agent/profiler.h"
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
 #include "test_support.h"
@@ -64,7 +65,8 @@ class ProfilerTest : public ::testing::Test {
     config_.cache_dir = dir_.path() + "/cache";
     config_.worker = worker;
     std::filesystem::create_directories(config_.work_dir);
-    settings_.model_config_json = R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
+    settings_.model_config_json =
+        R"({"arch": "gpt", "n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 256, "block_size": 8})";
     settings_.precision = "bf16";
   }
 
@@ -101,8 +103,7 @@ TEST_F(ProfilerTest, TemporariesOfStoppedAgentsAreRemovedFromTheCache) {
   const std::vector<std::string> names = {"emu-stages0,1." + dead + "-2.model.json",
                                           "emu-stages0." + dead + "-1.partial.json",
                                           "emu-stage0-0123456789abcdef.json.tmp." + dead,
-                                          "emu-stages0." + alive + "-1.model.json",
-                                          "emu-stage0-0123456789abcdef.json"};
+                                          "emu-stages0." + alive + "-1.model.json", "emu-stage0-0123456789abcdef.json"};
   for (const std::string& name : names) dir_.Write("cache/profiles/" + name, "{}");
   Profiler profiler(config_, "poplar-worker 0.1.0", spawner_);
   std::vector<std::string> left;
@@ -180,7 +181,7 @@ TEST_F(ProfilerTest, OnlyAMeasurementClaimsADeviceAndRunsOnTheOneClaimed) {
   EXPECT_EQ(claims, 1);
   EXPECT_EQ(Calls().size(), 1u);
 
-  const auto busy = [] () -> DeviceInfo { throw DeviceUnavailable("NVIDIA-H200 is in use"); };
+  const auto busy = []() -> DeviceInfo { throw DeviceUnavailable("NVIDIA-H200 is in use"); };
   settings_.stages = {0, 1};  // stage 1 is not cached
   EXPECT_THROW(Run(H200(0), nullptr, busy), DeviceUnavailable);
   EXPECT_EQ(Calls().size(), 1u) << "nothing was started";

@@ -1,11 +1,12 @@
 // Request paths stay inside the agent's work directory; job ids are plain names.
-#include <filesystem>
+#include "agent/work_dir.h"
 
 #include <gtest/gtest.h>
 
-#include "agent/work_dir.h"
-#include "planner/formats/job_id.h"
+#include <filesystem>
+
 #include "planner/base/input_error.h"
+#include "planner/formats/job_id.h"
 #include "test_support.h"
 
 namespace poplar {

@@ -4,9 +4,6 @@
 // Exit statuses (planner/cli/main.cc): 0 success, 1 bad input, 2 bad usage.
 #include <gtest/gtest.h>
 
-#include "child_process.h"
-#include "test_support.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +15,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "child_process.h"
+#include "test_support.h"
 
 namespace {
 
@@ -39,13 +39,9 @@ std::string ReadFile(const std::string& path) {
 
 bool Exists(const std::string& path) { return std::filesystem::exists(path); }
 
-std::string SourcePath(const std::string& relative) {
-  return std::string(POPLAR_SOURCE_DIR) + "/" + relative;
-}
+std::string SourcePath(const std::string& relative) { return std::string(POPLAR_SOURCE_DIR) + "/" + relative; }
 
-std::string ExampleCluster(const std::string& name) {
-  return SourcePath("configs/" + name + ".yaml");
-}
+std::string ExampleCluster(const std::string& name) { return SourcePath("configs/" + name + ".yaml"); }
 
 const std::string& ExampleProfiles() {
   static const std::string dir = SourcePath("configs/profiles/gpt2-medium");
@@ -100,15 +96,16 @@ class Cli : public ::testing::Test {
   std::string GptMediumJobCluster() {
     return WriteExampleVariant("v100-and-t4", "nodes:",
                                "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
-                               "job: {model: " + SourcePath("configs/models/gpt2-medium.json") +
+                               "job: {model: " +
+                                   SourcePath("configs/models/gpt2-medium.json") +
                                    ", data: t.bin, steps: 2}\n"
                                    "nodes:");
   }
 
   // An example cluster file with `from` replaced by `to` and its profiles given by
   // absolute path, written to work_/`name`.
-  std::string WriteExampleVariant(const std::string& example, const std::string& from,
-                                  const std::string& to, const std::string& name = "cluster.yaml") {
+  std::string WriteExampleVariant(const std::string& example, const std::string& from, const std::string& to,
+                                  const std::string& name = "cluster.yaml") {
     std::string text = ReadFile(ExampleCluster(example));
     const auto profiles = text.find("profiles: profiles/gpt2-medium");
     EXPECT_NE(profiles, std::string::npos);
@@ -260,8 +257,8 @@ TEST_F(Cli, UsageErrorsSayWhatIsWrongInWords) {
     EXPECT_TRUE(Contains(count.err, "--gpus: must be a whole number from 1 to 10000000, got '" + gpus + "'"))
         << count.err;
   }
-  const Outcome twice = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/a.json", "-o",
-                                work_ + "/b.json"});
+  const Outcome twice =
+      Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/a.json", "-o", work_ + "/b.json"});
   EXPECT_EQ(twice.exit_code, 2);
   EXPECT_TRUE(Contains(twice.err, "poplar plan: --output is given 2 times; give it once")) << twice.err;
   EXPECT_FALSE(std::filesystem::exists(work_ + "/a.json"));
@@ -318,8 +315,7 @@ TEST_F(Cli, PlanJsonPrintsOneDocumentAndWritesThePlan) {
   const std::string output = work_ + "/out.json";
   // The relative path, as a user in the source tree types it; the cluster file's
   // relative "profiles:" must resolve against the file, not a guess.
-  const Outcome run =
-      Poplar({"plan", "configs/v100-and-t4.yaml", "-o", output, "--json"}, POPLAR_SOURCE_DIR);
+  const Outcome run = Poplar({"plan", "configs/v100-and-t4.yaml", "-o", output, "--json"}, POPLAR_SOURCE_DIR);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err, "");
   const Json printed = ParseOneDocument(run.out);
@@ -329,8 +325,7 @@ TEST_F(Cli, PlanJsonPrintsOneDocumentAndWritesThePlan) {
 }
 
 TEST_F(Cli, PlanNumbersRanksInClusterFileOrder) {
-  const Outcome run =
-      Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/plan.json", "--json"});
+  const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/plan.json", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const Json plan = ParseOneDocument(run.out);
   ASSERT_EQ(plan["ranks"].size(), 8u);
@@ -348,8 +343,7 @@ TEST_F(Cli, PlanKeepsEveryExampleClusterWithinTheContract) {
       {"a100-80-and-40", 512}, {"a800-and-v100s", 256}, {"v100-and-t4", 128}};
   for (const auto& [name, global_batch] : examples) {
     SCOPED_TRACE(name);
-    const Outcome run =
-        Poplar({"plan", ExampleCluster(name), "-o", work_ + "/" + name + ".json", "--json"});
+    const Outcome run = Poplar({"plan", ExampleCluster(name), "-o", work_ + "/" + name + ".json", "--json"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     ExpectValidPlan(ParseOneDocument(run.out), 8, global_batch);
   }
@@ -369,8 +363,8 @@ TEST_F(Cli, PlanPrintsStageTableAndWhereThePlanWent) {
   const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", output});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err, "");
-  EXPECT_TRUE(ContainsAll(run.out, {"stage", "step", "samples/s", "rounds", "chosen",
-                                    "predicted step", "plan written to " + output + "\n"}));
+  EXPECT_TRUE(ContainsAll(run.out, {"stage", "step", "samples/s", "rounds", "chosen", "predicted step",
+                                    "plan written to " + output + "\n"}));
   // One row per stage, exactly one of them marked as chosen.
   std::istringstream lines(run.out);
   std::vector<bool> row_seen(4, false);
@@ -446,10 +440,10 @@ TEST_F(Cli, PlanRefusesAnOutputItCannotWriteBeforeAskingTheAgents) {
                "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n");
   const std::string cluster = Write("agents.yaml", text);
   std::filesystem::create_directories(work_ + "/folder");
-  for (const auto& [output, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"folder", "is a folder; name a file in it"},
-           {"/dev/full", "not a regular file"},
-           {"missing/plan.json", "folder missing does not exist"}}) {
+  for (const auto& [output, reason] :
+       std::vector<std::pair<std::string, std::string>>{{"folder", "is a folder; name a file in it"},
+                                                        {"/dev/full", "not a regular file"},
+                                                        {"missing/plan.json", "folder missing does not exist"}}) {
     const Outcome run = Poplar({"plan", cluster, "-o", output});
     EXPECT_EQ(run.exit_code, 1) << output;
     EXPECT_TRUE(IsOneLine(run.err)) << run.err;
@@ -470,11 +464,13 @@ TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {
       Poplar({"launch", ExampleCluster("v100-and-t4"), "--plan", Write("any.json", "{}"), "--policy", "uniform"});
   EXPECT_EQ(policy.exit_code, 2);
   EXPECT_TRUE(ContainsAll(policy.err, {"--policy", "--plan"})) << policy.err;
-  const std::string cluster = WriteExampleVariant(
-      "v100-and-t4", "nodes:",
-      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
-      "job: {model: " + std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt-tiny.json, data: t.bin, steps: 2}\n"
-      "nodes:");
+  const std::string cluster =
+      WriteExampleVariant("v100-and-t4", "nodes:",
+                          "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+                          "job: {model: " +
+                              std::string(POPLAR_SOURCE_DIR) +
+                              "/configs/models/gpt-tiny.json, data: t.bin, steps: 2}\n"
+                              "nodes:");
   const std::string file = Write("a-file", "x");
   const Outcome run_dir = Poplar({"launch", cluster, "--run-dir", file, "--plan", Write("p.json", "{}")});
   EXPECT_EQ(run_dir.exit_code, 1);
@@ -489,7 +485,8 @@ TEST_F(Cli, LaunchRefusesStepsThatLeaveTheScheduleNoDecay) {
   const std::string cluster = WriteExampleVariant(
       "v100-and-t4", "nodes:",
       "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
-      "job: {model: " + std::string(POPLAR_SOURCE_DIR) +
+      "job: {model: " +
+          std::string(POPLAR_SOURCE_DIR) +
           "/configs/models/gpt-tiny.json, data: t.bin, steps: 20, warmup_steps: 5, lr_decay: cosine}\n"
           "nodes:");
   const Outcome run = Poplar({"launch", cluster, "--steps", "5", "--run-dir", work_ + "/run"});
@@ -505,11 +502,11 @@ TEST_F(Cli, LaunchRefusesStepsThatLeaveTheScheduleNoDecay) {
 TEST_F(Cli, LaunchAndProfileRefuseABadModelNamingTheHeadsFile) {
   const std::string model = Write(
       "model.json", R"({"arch": "gpt", "n_layer": 2, "n_head": 3, "n_embd": 64, "vocab_size": 256, "block_size": 32})");
-  const std::string cluster = WriteExampleVariant(
-      "v100-and-t4", "nodes:",
-      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
-      "job: {model: model.json, data: t.bin, steps: 2}\n"
-      "nodes:");
+  const std::string cluster =
+      WriteExampleVariant("v100-and-t4", "nodes:",
+                          "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+                          "job: {model: model.json, data: t.bin, steps: 2}\n"
+                          "nodes:");
   for (const std::string command : {"launch", "profile"}) {
     SCOPED_TRACE(command);
     const Outcome run = Poplar({command, cluster});
@@ -538,8 +535,7 @@ TEST_F(Cli, BrokenClusterFileFailsInOneLineAndWritesNothing) {
 }
 
 TEST_F(Cli, BrokenClusterFileKeepsThePreviousPlan) {
-  const std::string cluster =
-      WriteExampleVariant("v100-and-t4", "global_batch: 128", "global_batch: 0");
+  const std::string cluster = WriteExampleVariant("v100-and-t4", "global_batch: 128", "global_batch: 0");
   const std::string output = Write("plan.json", "{\"previous\": true}\n");
   const Outcome run = Poplar({"plan", cluster, "-o", output});
   EXPECT_EQ(run.exit_code, 1);
@@ -549,22 +545,19 @@ TEST_F(Cli, BrokenClusterFileKeepsThePreviousPlan) {
 }
 
 TEST_F(Cli, ProfilesFlagReplacesTheClusterFilesProfiles) {
-  const std::string cluster =
-      WriteExampleVariant("v100-and-t4", "profiles: " + ExampleProfiles() + "\n", "");
+  const std::string cluster = WriteExampleVariant("v100-and-t4", "profiles: " + ExampleProfiles() + "\n", "");
   const Outcome without = Poplar({"plan", cluster, "-o", work_ + "/plan.json"});
   EXPECT_EQ(without.exit_code, 1);
   EXPECT_TRUE(IsOneLine(without.err));
   EXPECT_TRUE(ContainsAll(without.err, {cluster, "profiles", "--profiles"}));
 
-  const Outcome with = Poplar(
-      {"plan", cluster, "--profiles", ExampleProfiles(), "-o", work_ + "/plan.json", "--json"});
+  const Outcome with = Poplar({"plan", cluster, "--profiles", ExampleProfiles(), "-o", work_ + "/plan.json", "--json"});
   ASSERT_EQ(with.exit_code, 0) << with.err;
   ExpectValidPlan(ParseOneDocument(with.out), 8, 128);
 }
 
 TEST_F(Cli, MissingProfileNamesTheClusterFileAndType) {
-  const std::string cluster =
-      WriteExampleVariant("v100-and-t4", "type: T4-16GB", "type: P100-16GB");
+  const std::string cluster = WriteExampleVariant("v100-and-t4", "type: T4-16GB", "type: P100-16GB");
   const Outcome run = Poplar({"plan", cluster, "-o", work_ + "/plan.json"});
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_TRUE(IsOneLine(run.err));
@@ -576,8 +569,7 @@ TEST_F(Cli, MissingProfileNamesTheClusterFileAndType) {
 // poplar simulate.
 
 TEST_F(Cli, SimulateUniformPrintsOneJsonDocument) {
-  const Outcome run =
-      Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", "uniform", "--json"});
+  const Outcome run = Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", "uniform", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err, "");
   const Json result = ParseOneDocument(run.out);
@@ -595,8 +587,7 @@ TEST_F(Cli, SimulatePoplarIsNoSlowerThanUniform) {
   double step_s[2] = {0, 0};
   const char* policies[2] = {"poplar", "uniform"};
   for (int i = 0; i < 2; ++i) {
-    const Outcome run =
-        Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", policies[i], "--json"});
+    const Outcome run = Poplar({"simulate", ExampleCluster("a100-80-and-40"), "--policy", policies[i], "--json"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     step_s[i] = ParseOneDocument(run.out)["predicted"]["step_s"];
   }
@@ -614,8 +605,7 @@ TEST_F(Cli, SimulateAPlanFilePredictsWhatPlanPredicted) {
   const Json result = ParseOneDocument(run.out);
   EXPECT_EQ(result["stage"], plan["stage"]);
   EXPECT_NEAR(result["predicted"]["step_s"].get<double>(), plan["predicted"]["step_s"].get<double>(), 1e-12);
-  EXPECT_NEAR(result["predicted"]["compute_s"].get<double>(), plan["predicted"]["compute_s"].get<double>(),
-              1e-12);
+  EXPECT_NEAR(result["predicted"]["compute_s"].get<double>(), plan["predicted"]["compute_s"].get<double>(), 1e-12);
   // Moving a sample from a V100 (rank 0) to a slower T4 (rank 7) predicts a longer step.
   Json changed = plan;
   auto& first = changed["ranks"][0]["micro_batches"];
@@ -637,7 +627,8 @@ TEST_F(Cli, SimulateAPlanFilePredictsWhatPlanPredicted) {
   EXPECT_TRUE(Contains(same.out, ", the same\n")) << same.out;
   Json faster = plan;
   faster["predicted"]["step_s"] = plan["predicted"]["step_s"].get<double>() / 1.25;
-  const Outcome older = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", Write("older.json", faster.dump())});
+  const Outcome older =
+      Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", Write("older.json", faster.dump())});
   EXPECT_TRUE(Contains(older.out, "; these profiles predict 25.0 % more\n")) << older.out;
   const Outcome older_json =
       Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", work_ + "/older.json", "--json"});
@@ -660,7 +651,8 @@ TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
   const Outcome order =
       Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", Write("swapped.json", swapped.dump())});
   EXPECT_EQ(order.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(order.err, {"swapped.json: ranks[0].device_type", "is T4-16GB", "has device type V100-16GB"})) << order.err;
+  EXPECT_TRUE(ContainsAll(order.err, {"swapped.json: ranks[0].device_type", "is T4-16GB", "has device type V100-16GB"}))
+      << order.err;
 }
 
 // Flags whose values are wrong are usage errors (exit 2), named with their command: an
@@ -682,8 +674,8 @@ TEST_F(Cli, NetworkAndJobIdFlagsAreCheckedAsFlags) {
 
 // job.model is the head's to read: a missing one is named by the cluster file's key.
 TEST_F(Cli, AMissingJobModelIsNamedByTheClusterFilesKey) {
-  const std::string cluster = WriteExampleVariant(
-      "v100-and-t4", "nodes:", "job: {model: no-model.json, data: t.bin, steps: 2}\nnodes:");
+  const std::string cluster =
+      WriteExampleVariant("v100-and-t4", "nodes:", "job: {model: no-model.json, data: t.bin, steps: 2}\nnodes:");
   for (const std::string command : {"plan", "profile"}) {
     SCOPED_TRACE(command);
     const Outcome run = Poplar({command, cluster});
@@ -709,15 +701,16 @@ TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
   other_precision["model"]["precision"] = "fp32";
   const std::string other_precision_file = Write("other-precision.json", other_precision.dump());
   const std::string run_dir = work_ + "/run";
-  const std::vector<std::vector<std::string>> commands = {{"simulate", cluster}, {"launch", cluster, "--run-dir", run_dir}};
+  const std::vector<std::vector<std::string>> commands = {{"simulate", cluster},
+                                                          {"launch", cluster, "--run-dir", run_dir}};
   for (std::vector<std::string> command : commands) {
     SCOPED_TRACE(command[0]);
     command.insert(command.end(), {"--plan", other_model_file});
     const Outcome model = Poplar(command);
     EXPECT_EQ(model.exit_code, 1);
     EXPECT_TRUE(IsOneLine(model.err)) << model.err;
-    EXPECT_TRUE(ContainsAll(model.err, {other_model_file + ": model.params", "124439808", "354871296",
-                                        "gpt2-medium.json"}))
+    EXPECT_TRUE(
+        ContainsAll(model.err, {other_model_file + ": model.params", "124439808", "354871296", "gpt2-medium.json"}))
         << model.err;
     EXPECT_FALSE(Exists(run_dir));  // refused before the run directory was kept
   }
@@ -735,11 +728,12 @@ TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
   ASSERT_EQ(Json::parse(ReadFile(plan_file))["model"]["config"]["n_head"], 16);
   Write("gpt2-medium-8-heads.json",
         R"({"arch": "gpt", "n_layer": 24, "n_head": 8, "n_embd": 1024, "vocab_size": 50304, "block_size": 1024})");
-  const std::string other_heads = WriteExampleVariant(
-      "v100-and-t4", "nodes:",
-      "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
-      "job: {model: gpt2-medium-8-heads.json, data: t.bin, steps: 2}\n"
-      "nodes:", "other-heads.yaml");
+  const std::string other_heads =
+      WriteExampleVariant("v100-and-t4", "nodes:",
+                          "credentials: {ca: ca.pem, cert: head.pem, key: head.key, token: token}\n"
+                          "job: {model: gpt2-medium-8-heads.json, data: t.bin, steps: 2}\n"
+                          "nodes:",
+                          "other-heads.yaml");
   const Outcome heads = Poplar({"launch", other_heads, "--plan", plan_file});
   EXPECT_EQ(heads.exit_code, 1);
   EXPECT_TRUE(ContainsAll(heads.err, {plan_file + ": model.config", "\"n_head\":16", "\"n_head\":8"})) << heads.err;
@@ -747,7 +741,8 @@ TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
   // Without a job, simulate holds the plan's model to the profiles'.
   const Outcome no_job = Poplar({"simulate", ExampleCluster("v100-and-t4"), "--plan", other_model_file});
   EXPECT_EQ(no_job.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(no_job.err, {other_model_file + ": model.params", "the profiles are of a model of 354871296"}))
+  EXPECT_TRUE(
+      ContainsAll(no_job.err, {other_model_file + ": model.params", "the profiles are of a model of 354871296"}))
       << no_job.err;
 }
 
@@ -781,7 +776,8 @@ TEST_F(Cli, LaunchRefusesAPlanWhoseMicroBatchesTheDevicesCannotHold) {
   const std::string edited_reversed = Write("edited-reversed.json", reversed.dump(2));
   const std::string rank4_reversed = "ranks[" + std::to_string(plan["ranks"].size() - 5) + "]";
   const std::string run_dir = work_ + "/run";
-  for (const auto& [file, key] : {std::pair{edited, std::string("ranks[4]")}, std::pair{edited_reversed, rank4_reversed}}) {
+  for (const auto& [file, key] :
+       {std::pair{edited, std::string("ranks[4]")}, std::pair{edited_reversed, rank4_reversed}}) {
     for (std::vector<std::string> command : {std::vector<std::string>{"launch", cluster, "--run-dir", run_dir},
                                              std::vector<std::string>{"simulate", cluster}}) {
       SCOPED_TRACE(command[0] + " " + file);
@@ -818,8 +814,7 @@ std::vector<Json> StageEntries(const Json& estimate) {
 TEST_F(Cli, EstimateMemoryFp32FollowsZeroAccounting) {
   // P = 1000 on N = 4 in fp32: 4 bytes of parameters, 4 of gradients, 8 of Adam state
   // per parameter; partitions hold ceil(P / N) = 250 parameters.
-  const Outcome run = Poplar(
-      {"estimate-memory", "--params", "1000", "--gpus", "4", "--precision", "fp32", "--json"});
+  const Outcome run = Poplar({"estimate-memory", "--params", "1000", "--gpus", "4", "--precision", "fp32", "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.err, "");
   const Json estimate = ParseOneDocument(run.out);
@@ -905,8 +900,7 @@ TEST_F(Cli, EstimateMemoryRejectsZeroGpus) {
 }
 
 TEST_F(Cli, EstimateMemoryRejectsUnknownPrecision) {
-  const Outcome run =
-      Poplar({"estimate-memory", "--params", "1000", "--gpus", "4", "--precision", "fp8"});
+  const Outcome run = Poplar({"estimate-memory", "--params", "1000", "--gpus", "4", "--precision", "fp8"});
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_TRUE(IsOneLine(run.err));
   EXPECT_TRUE(ContainsAll(run.err, {"--precision", "fp8"}));

@@ -1,11 +1,11 @@
 // The optimizer's pieces that need no process: how a slice splits into decaying and
 // non-decaying runs (the fused GPU step makes one kernel launch per kind), and one
 // AdamW step against the formula.
+#include "launcher/zero/adamw.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "launcher/zero/adamw.h"
 
 namespace poplar {
 namespace {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,8 +12,6 @@
 #include <iterator>
 #include <memory>
 #include <thread>
-
-#include <torch/cuda.h>
 
 #include "child_process.h"
 #include "launcher/device/device.h"
@@ -37,12 +36,20 @@ class WorkerBadInput : public ::testing::Test {
   // How long a test waits for an error said "at once": long for a start under load.
   static constexpr std::chrono::seconds kAtOnce{60};
 
-  std::vector<std::string> Args(const std::string& plan, std::vector<std::string> extra = {},
-                                int steps = 2) {
-    std::vector<std::string> args = {"train", "--plan", plan, "--model-config",
-                                     scratch_.path() + "/model.json", "--data",
-                                     scratch_.path() + "/tokens.bin", "--steps", std::to_string(steps),
-                                     "--log-every", "0", "--timeout", std::to_string(kTimeoutSeconds)};
+  std::vector<std::string> Args(const std::string& plan, std::vector<std::string> extra = {}, int steps = 2) {
+    std::vector<std::string> args = {"train",
+                                     "--plan",
+                                     plan,
+                                     "--model-config",
+                                     scratch_.path() + "/model.json",
+                                     "--data",
+                                     scratch_.path() + "/tokens.bin",
+                                     "--steps",
+                                     std::to_string(steps),
+                                     "--log-every",
+                                     "0",
+                                     "--timeout",
+                                     std::to_string(kTimeoutSeconds)};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -61,8 +68,10 @@ class WorkerBadInput : public ::testing::Test {
     ChildOptions options;
     options.argv = {POPLAR_WORKER_BINARY};
     options.argv.insert(options.argv.end(), args.begin(), args.end());
-    options.env = {{"RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world_size)},
-                   {"MASTER_ADDR", "127.0.0.1"},     {"MASTER_PORT", std::to_string(port)},
+    options.env = {{"RANK", std::to_string(rank)},
+                   {"WORLD_SIZE", std::to_string(world_size)},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)},
                    {"OMP_NUM_THREADS", "1"}};
     options.cwd = scratch_.path();
     return options;
@@ -87,8 +96,8 @@ class WorkerBadInput : public ::testing::Test {
 };
 
 TEST_F(WorkerBadInput, PlanWhoseMicroBatchesDoNotSumToTheGlobalBatch) {
-  const std::string plan = scratch_.Write(
-      "plan.json", R"({"stage": 0, "global_batch": 10, "ranks": [{"rank": 0, "micro_batches": [4]},
+  const std::string plan =
+      scratch_.Write("plan.json", R"({"stage": 0, "global_batch": 10, "ranks": [{"rank": 0, "micro_batches": [4]},
                                                                  {"rank": 1, "micro_batches": [4]}]})");
   ExpectRejected(RunJob(scratch_, 2, Args(plan)), {plan, "sum to 8", "global_batch is 10"});
 }
@@ -99,8 +108,8 @@ TEST_F(WorkerBadInput, PlanWithFewerRanksThanTheJob) {
 }
 
 TEST_F(WorkerBadInput, PlanWithAMissingRankNumber) {
-  const std::string plan = scratch_.Write(
-      "plan.json", R"({"stage": 0, "global_batch": 8, "ranks": [{"rank": 0, "micro_batches": [4]},
+  const std::string plan =
+      scratch_.Write("plan.json", R"({"stage": 0, "global_batch": 8, "ranks": [{"rank": 0, "micro_batches": [4]},
                                                                 {"rank": 0, "micro_batches": [4]}]})");
   ExpectRejected(RunJob(scratch_, 2, Args(plan)), {plan, "ranks[1].rank", "appears twice"});
 }
@@ -124,9 +133,14 @@ TEST_F(WorkerBadInput, CudaOnAWorkerWithoutIt) {
 // A nan learning rate once trained to a nan loss and exited 0.
 TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--lr", "nan"}, {"--eps", "inf"}, {"--weight-decay", "nan"}, {"--grad-clip", "-1"},
-           {"--slowdown", "nan"}, {"--bucket-mb", "nan"}, {"--threads", "1.5"}, {"--lr", "1e38"}}) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"--lr", "nan"},
+                                                                                    {"--eps", "inf"},
+                                                                                    {"--weight-decay", "nan"},
+                                                                                    {"--grad-clip", "-1"},
+                                                                                    {"--slowdown", "nan"},
+                                                                                    {"--bucket-mb", "nan"},
+                                                                                    {"--threads", "1.5"},
+                                                                                    {"--lr", "1e38"}}) {
     const JobOutcome job = RunJob(scratch_, 1, Args(plan, {flag, value}));
     EXPECT_EQ(job.exit_codes[0], 2) << flag << " " << value << ": " << job.Describe();
     EXPECT_TRUE(ContainsAll(job.errors[0], {flag + ": must be", "got '" + value + "'"})) << job.errors[0];
@@ -139,7 +153,8 @@ TEST_F(WorkerBadInput, CountsAndSeedsBeyondTheirRangeAreUsageErrors) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const std::string tokens = scratch_.path() + "/tokens.bin";
   for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"--eval-data", tokens, "--eval-samples", "99999999999999999999"}, "--eval-samples: must be a whole number from 0 to 1099511627776"},
+           {{"--eval-data", tokens, "--eval-samples", "99999999999999999999"},
+            "--eval-samples: must be a whole number from 0 to 1099511627776"},
            {{"--warmup-steps", "1099511627777"}, "--warmup-steps: must be a whole number from 0 to 1099511627776"},
            {{"--memory-bytes", "1e300"}, "--memory-bytes: must be a whole number from 0 to 1125899906842624"},
            {{"--seed", "4294967297"}, "--seed: must be a whole number from 0 to 4294967295"},
@@ -204,16 +219,17 @@ TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{64}, {64}});
   const JobOutcome job = RunJob(scratch_, {Args(plan, {}, 1), Args(plan, {"--memory-bytes", "2000000"}, 1)});
   EXPECT_EQ(job.exit_codes[1], 1) << job.Describe();
-  EXPECT_TRUE(ContainsAll(job.errors[1], {"poplar-worker[rank 1]: error: " + plan + ": ranks[1].micro_batches[0]: ",
-                                          "its micro-batch of 64 samples at step 1 ran out of device memory",
-                                          "of 2000000 bytes in use", "the plan asks more of this device than it holds"}))
+  EXPECT_TRUE(
+      ContainsAll(job.errors[1], {"poplar-worker[rank 1]: error: " + plan + ": ranks[1].micro_batches[0]: ",
+                                  "its micro-batch of 64 samples at step 1 ran out of device memory",
+                                  "of 2000000 bytes in use", "the plan asks more of this device than it holds"}))
       << job.errors[1];
   EXPECT_NE(job.exit_codes[0], 0) << job.Describe();
 
   const std::string one = WritePlan(scratch_, "one.json", 0, {{4}});
-  ExpectRejected(RunJob(scratch_, 1, Args(one, {"--memory-bytes", "300000"})),
-                 {one + ": stage: the model's states at ZeRO stage 0", "ran out of device memory",
-                  "a device with more memory"});
+  ExpectRejected(
+      RunJob(scratch_, 1, Args(one, {"--memory-bytes", "300000"})),
+      {one + ": stage: the model's states at ZeRO stage 0", "ran out of device memory", "a device with more memory"});
   ExpectRejected(RunJob(scratch_, 1, Args(one, {"--memory-bytes", "100000"})),
                  {"model.json: the model (", "parameters) ran out of device memory"});
   // Reading --init (the model and the file's tensors at once) was called a damaged file.
@@ -304,7 +320,8 @@ TEST_F(WorkerBadInput, InitFileThatIsNotAStateDict) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const std::string init = scratch_.Write("init.pt", "this is not a pickle");
   ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", init, "--metrics", "m.jsonl"})), {init, "not a state dict"});
-  EXPECT_FALSE(std::filesystem::exists(scratch_.path() + "/m.jsonl")) << "a run that never started left its metrics file";
+  EXPECT_FALSE(std::filesystem::exists(scratch_.path() + "/m.jsonl"))
+      << "a run that never started left its metrics file";
 }
 
 // A tensor whose data record is shorter than the pickle says was read past its end: the
@@ -315,7 +332,8 @@ TEST_F(WorkerBadInput, AStateDictWithATruncatedDataRecordIsRefused) {
   const std::string torn = scratch_.path() + "/torn.pt";
   std::filesystem::copy_file(scratch_.path() + "/whole.pt", torn);
   TruncateDataRecord(torn, "data/0", 4);
-  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", torn})), {torn, "is damaged or truncated", "no data record holds"});
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--init", torn})),
+                 {torn, "is damaged or truncated", "no data record holds"});
 }
 
 TEST_F(WorkerBadInput, CorruptCheckpoint) {
@@ -374,7 +392,8 @@ TEST_F(WorkerBadInput, RanksResumingWithDifferentModelsAreToldWhatDiffers) {
   const std::string checkpoints = scratch_.path() + "/checkpoints";
   ASSERT_TRUE(RunJob(scratch_, 2, Args(plan, {"--checkpoint-dir", checkpoints})).AllSucceeded());
   const std::string smaller = scratch_.Write(
-      "smaller.json", R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "block_size": 16})");
+      "smaller.json",
+      R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "block_size": 16})");
   std::vector<std::string> other_model = Args(plan, {}, 4);
   *std::find(other_model.begin(), other_model.end(), scratch_.path() + "/model.json") = smaller;
   auto ranks = StartJob(scratch_, {Args(plan, {"--resume", checkpoints}, 4), other_model});
@@ -404,12 +423,14 @@ TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
 // is no one's) is named as such, not reached for (an address that answered once made
 // rank 0 say that its RANK was taken).
 TEST_F(WorkerBadInput, AMasterAddrOfAnotherMachineIsNamedOnRankZero) {
-  ChildOptions options = RankOptions(Args(WritePlan(scratch_, "plan.json", 0, {{4}, {4}}), {}, 2), 0, 2, FindFreePort());
+  ChildOptions options =
+      RankOptions(Args(WritePlan(scratch_, "plan.json", 0, {{4}, {4}}), {}, 2), 0, 2, FindFreePort());
   options.env["MASTER_ADDR"] = "192.0.2.1";
   const ProcessOutcome outcome = RunProcess(options, scratch_.path(), std::chrono::seconds(60));
   EXPECT_EQ(outcome.exit_code, 1) << outcome.err;
-  EXPECT_TRUE(Contains(outcome.err, "environment MASTER_ADDR: 192.0.2.1 is not an address of this machine; rank 0 "
-                                    "hosts the rendezvous"))
+  EXPECT_TRUE(Contains(outcome.err,
+                       "environment MASTER_ADDR: 192.0.2.1 is not an address of this machine; rank 0 "
+                       "hosts the rendezvous"))
       << outcome.err;
 }
 
@@ -523,12 +544,12 @@ TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
 TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodCheckpoint) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const std::string checkpoints = scratch_.path() + "/checkpoints";
-  const JobOutcome job = RunJob(scratch_, 2, Args(plan, {"--lr", "1000", "--grad-clip", "0", "--checkpoint-dir",
-                                                         checkpoints, "--checkpoint-every", "1", "--metrics",
-                                                         "m{rank}.jsonl", "--eval-data",
-                                                         scratch_.path() + "/tokens.bin", "--eval-every", "1",
-                                                         "--eval-samples", "8"},
-                                                  40));
+  const JobOutcome job = RunJob(scratch_, 2,
+                                Args(plan,
+                                     {"--lr", "1000", "--grad-clip", "0", "--checkpoint-dir", checkpoints,
+                                      "--checkpoint-every", "1", "--metrics", "m{rank}.jsonl", "--eval-data",
+                                      scratch_.path() + "/tokens.bin", "--eval-every", "1", "--eval-samples", "8"},
+                                     40));
   ExpectRejected(job, {"training diverged at step", "nothing of this step was written", "--lr"});
   const std::vector<std::string> lines = ReadLines(scratch_.path() + "/m0.jsonl");
   ASSERT_FALSE(lines.empty());
@@ -555,7 +576,9 @@ TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
   EXPECT_EQ(ranks[1]->Wait(kAtOnce), 1);
   EXPECT_EQ(ranks[0]->Wait(kAtOnce), kPeerFailureExitStatus) << "rank 0 waited for a rank that had stopped";
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
-  EXPECT_TRUE(ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"})) << err;
+  EXPECT_TRUE(
+      ContainsAll(err, {"rank 1 stopped before the rendezvous: --checkpoint-dir: cannot write in folder /proc"}))
+      << err;
 }
 
 // So does a rank whose command line its build refuses (a worker older than the flags it
@@ -569,12 +592,14 @@ TEST_F(WorkerBadInput, ARankRefusingItsCommandLineTellsRankZeroWhy) {
   EXPECT_EQ(ranks[1]->Wait(kAtOnce), 2);
   EXPECT_EQ(ranks[0]->Wait(kAtOnce), kPeerFailureExitStatus) << "rank 0 waited for a rank that had stopped";
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
-  EXPECT_TRUE(Contains(err, "poplar-worker[rank 0]: error: rank 1 stopped before the rendezvous: poplar-worker train: "
-                            "unknown option '--stepz'"))
+  EXPECT_TRUE(Contains(err,
+                       "poplar-worker[rank 0]: error: rank 1 stopped before the rendezvous: poplar-worker train: "
+                       "unknown option '--stepz'"))
       << err;
   const std::string own = ReadWholeFile(scratch_.path() + "/rank1.err");
-  EXPECT_EQ(own, "poplar-worker train: unknown option '--stepz'; did you mean --steps? (see 'poplar-worker train "
-                 "--help')\n");
+  EXPECT_EQ(own,
+            "poplar-worker train: unknown option '--stepz'; did you mean --steps? (see 'poplar-worker train "
+            "--help')\n");
 }
 
 // And the other way round: rank 0 stopping before the rendezvous hosts the store long
@@ -627,10 +652,12 @@ TEST_F(WorkerBadInput, AStuckRankEndsTheOthersAfterTheTimeout) {
   }
   ASSERT_FALSE(ReadLines(scratch_.path() + "/m1.jsonl").empty());
   ranks[1]->Signal(SIGSTOP);
-  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(30)), kPeerFailureExitStatus) << "rank 0 should give up after --timeout, not hang";
+  EXPECT_EQ(ranks[0]->Wait(std::chrono::seconds(30)), kPeerFailureExitStatus)
+      << "rank 0 should give up after --timeout, not hang";
   ranks[1]->Signal(SIGKILL);
   const std::string err = ReadWholeFile(scratch_.path() + "/rank0.err");
-  EXPECT_TRUE(ContainsAll(err, {"poplar-worker[rank 0]: error: the ", " failed: not every rank took part within --timeout"}))
+  EXPECT_TRUE(
+      ContainsAll(err, {"poplar-worker[rank 0]: error: the ", " failed: not every rank took part within --timeout"}))
       << err;
 }
 

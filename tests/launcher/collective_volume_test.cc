@@ -29,9 +29,9 @@ TEST_P(CollectiveVolume, IsWhatTheCostModelCounts) {
   WriteTokens(scratch, 4000);
   // Two rounds at stages 2-3, where rank 0 computes nothing in the second and still
   // joins its collectives (stages 0-1 have no rounds and no empty entries).
-  const std::string plan = WritePlan(scratch, "plan.json", stage,
-                                     stage >= 2 ? std::vector<std::vector<int>>{{3, 0}, {1, 2}}
-                                                : std::vector<std::vector<int>>{{3}, {1, 2}});
+  const std::string plan = WritePlan(
+      scratch, "plan.json", stage,
+      stage >= 2 ? std::vector<std::vector<int>>{{3, 0}, {1, 2}} : std::vector<std::vector<int>>{{3}, {1, 2}});
   const JobOutcome job =
       RunJob(scratch, 2, TrainCommand(scratch, plan, 2, {"--metrics", scratch.path() + "/m{rank}.jsonl"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
@@ -58,8 +58,7 @@ TEST_P(CollectiveVolume, IsWhatTheCostModelCounts) {
   for (int rank = 0; rank < 2; ++rank) {
     for (const auto& line : ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl")) {
       const auto metrics = nlohmann::json::parse(line);
-      const Volume measured{metrics["all_reduced_bytes"].get<double>(),
-                            metrics["reduce_scattered_bytes"].get<double>(),
+      const Volume measured{metrics["all_reduced_bytes"].get<double>(), metrics["reduce_scattered_bytes"].get<double>(),
                             metrics["all_gathered_bytes"].get<double>()};
       // Within 1% of the parameters: buckets are padded to the world size, and the loss
       // and gradient norm travel as scalars.

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "worker_harness.h"
@@ -26,14 +25,32 @@ class Equivalence : public ::testing::TestWithParam<Schedule> {};
 
 constexpr int kSteps = 3;
 
-std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string& plan,
-                                   const std::string& save, const std::string& metrics,
-                                   const std::string& bucket_mb = "0",
+std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string& plan, const std::string& save,
+                                   const std::string& metrics, const std::string& bucket_mb = "0",
                                    const std::string& gloo_reduce_scatter = "alltoall") {
-  return {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-          scratch.path() + "/tokens.bin", "--steps", std::to_string(kSteps), "--save", save,
-          "--metrics", metrics, "--lr", "1e-3", "--log-every", "0", "--timeout", "60",
-          "--bucket-mb", bucket_mb, "--gloo-reduce-scatter", gloo_reduce_scatter};
+  return {"train",
+          "--plan",
+          plan,
+          "--model-config",
+          scratch.path() + "/model.json",
+          "--data",
+          scratch.path() + "/tokens.bin",
+          "--steps",
+          std::to_string(kSteps),
+          "--save",
+          save,
+          "--metrics",
+          metrics,
+          "--lr",
+          "1e-3",
+          "--log-every",
+          "0",
+          "--timeout",
+          "60",
+          "--bucket-mb",
+          bucket_mb,
+          "--gloo-reduce-scatter",
+          gloo_reduce_scatter};
 }
 
 // Replaces the value that follows `flag` in `args`.
@@ -51,8 +68,7 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
   WriteTokens(scratch, 6000);
 
   const std::string one = WritePlan(scratch, "one.json", 0, {{14}});
-  const JobOutcome reference =
-      RunJob(scratch, 1, TrainArgs(scratch, one, "reference.pt", "reference.jsonl"));
+  const JobOutcome reference = RunJob(scratch, 1, TrainArgs(scratch, one, "reference.pt", "reference.jsonl"));
   ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
 
   const std::string plan = WritePlan(scratch, "plan.json", schedule.stage, schedule.ranks);
@@ -62,11 +78,10 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
              TrainArgs(scratch, plan, "ranks.pt", "ranks.jsonl", schedule.bucket_mb, schedule.gloo_reduce_scatter));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
-  const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"),
-                                             ReadStateDict(scratch.path() + "/ranks.pt"));
+  const double difference =
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"), ReadStateDict(scratch.path() + "/ranks.pt"));
   RecordProperty("max_abs_difference", std::to_string(difference));
-  std::cout << "[ stage " << schedule.stage << ", " << world << " ranks ] max |difference| = "
-            << difference << "\n";
+  std::cout << "[ stage " << schedule.stage << ", " << world << " ranks ] max |difference| = " << difference << "\n";
   // Three AdamW steps at lr 1e-3 move parameters by ~3e-3; float rounding stays ~1e-7.
   EXPECT_LT(difference, 1e-5);
 
@@ -79,8 +94,7 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
   for (std::size_t i = 0; i < expected.size(); ++i) {
     const auto a = nlohmann::json::parse(expected[i]), b = nlohmann::json::parse(actual[i]);
     EXPECT_NEAR(b["loss"].get<double>(), a["loss"].get<double>(), 1e-5) << "step " << i + 1;
-    EXPECT_NEAR(b["grad_norm"].get<double>(), a["grad_norm"].get<double>(),
-                1e-4 * a["grad_norm"].get<double>())
+    EXPECT_NEAR(b["grad_norm"].get<double>(), a["grad_norm"].get<double>(), 1e-4 * a["grad_norm"].get<double>())
         << "step " << i + 1;
   }
 }
@@ -107,31 +121,28 @@ TEST(ExplicitBackend, RunsTheCollectivesAloneWithTheSameResult) {
     const JobOutcome grouped = RunJob(scratch, 1, args);
     ASSERT_TRUE(grouped.AllSucceeded()) << grouped.Describe();
     EXPECT_TRUE(Contains(grouped.errors[0], "collectives gloo")) << grouped.errors[0];
-    EXPECT_EQ(MaxAbsDifference(ReadStateDict(scratch.path() + "/auto.pt"),
-                               ReadStateDict(scratch.path() + "/gloo.pt")),
+    EXPECT_EQ(MaxAbsDifference(ReadStateDict(scratch.path() + "/auto.pt"), ReadStateDict(scratch.path() + "/gloo.pt")),
               0.0);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     UnevenPlans, Equivalence,
-    ::testing::Values(Schedule{"Stage0TwoRanks", 0, {{5, 3}, {4, 2}}},
-                      Schedule{"Stage0ThreeRanks", 0, {{5, 3}, {2}, {1, 1, 1, 1}}},
-                      Schedule{"Stage1TwoRanks", 1, {{5, 3}, {4, 2}}},
-                      Schedule{"Stage1ThreeRanks", 1, {{5, 3}, {2}, {1, 1, 1, 1}}},
-                      Schedule{"Stage2TwoRanks", 2, {{5, 3, 0}, {2, 2, 2}}},
-                      Schedule{"Stage2ThreeRanks", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
-                      Schedule{"Stage3TwoRanks", 3, {{5, 3, 0}, {2, 2, 2}}},
-                      Schedule{"Stage3ThreeRanks", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
-                      // 8 KiB buckets: many reductions start during backward, out of
-                      // step with the other ranks' compute, and must still line up.
-                      Schedule{"Stage0ManyBuckets", 0, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
-                      Schedule{"Stage1ManyBuckets", 1, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
-                      Schedule{"Stage2ManyBuckets", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008"},
-                      // Gloo's reduce-scatter as an all-reduce of a copy (the former
-                      // emulation, kept for comparison) must stay exact too.
-                      Schedule{"Stage2ThreeRanksAllReduce", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008",
-                               "allreduce"}),
+    ::testing::Values(
+        Schedule{"Stage0TwoRanks", 0, {{5, 3}, {4, 2}}}, Schedule{"Stage0ThreeRanks", 0, {{5, 3}, {2}, {1, 1, 1, 1}}},
+        Schedule{"Stage1TwoRanks", 1, {{5, 3}, {4, 2}}}, Schedule{"Stage1ThreeRanks", 1, {{5, 3}, {2}, {1, 1, 1, 1}}},
+        Schedule{"Stage2TwoRanks", 2, {{5, 3, 0}, {2, 2, 2}}},
+        Schedule{"Stage2ThreeRanks", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
+        Schedule{"Stage3TwoRanks", 3, {{5, 3, 0}, {2, 2, 2}}},
+        Schedule{"Stage3ThreeRanks", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}},
+        // 8 KiB buckets: many reductions start during backward, out of
+        // step with the other ranks' compute, and must still line up.
+        Schedule{"Stage0ManyBuckets", 0, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
+        Schedule{"Stage1ManyBuckets", 1, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
+        Schedule{"Stage2ManyBuckets", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008"},
+        // Gloo's reduce-scatter as an all-reduce of a copy (the former
+        // emulation, kept for comparison) must stay exact too.
+        Schedule{"Stage2ThreeRanksAllReduce", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008", "allreduce"}),
     [](const ::testing::TestParamInfo<Schedule>& info) { return info.param.name; });
 
 }  // namespace

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "worker_harness.h"
@@ -22,10 +21,25 @@ class Eval : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::string& plan, const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json",
-                                     "--data", scratch.path() + "/tokens.bin", "--steps", "3", "--lr", "1e-3",
-                                     "--log-every", "0", "--timeout", "60", "--save", name + ".pt",
-                                     "--metrics", name + ".jsonl"};
+    std::vector<std::string> args = {"train",
+                                     "--plan",
+                                     plan,
+                                     "--model-config",
+                                     scratch.path() + "/model.json",
+                                     "--data",
+                                     scratch.path() + "/tokens.bin",
+                                     "--steps",
+                                     "3",
+                                     "--lr",
+                                     "1e-3",
+                                     "--log-every",
+                                     "0",
+                                     "--timeout",
+                                     "60",
+                                     "--save",
+                                     name + ".pt",
+                                     "--metrics",
+                                     name + ".jsonl"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -46,8 +60,8 @@ class Eval : public ::testing::Test {
 // them unevenly (in proportion to 8 and 6 samples of 14, ...), and at stage 3 a rank
 // with no samples joins the others' gathers.
 TEST_F(Eval, TheLossIsOneDevicesOnEveryStageAndPlan) {
-  const std::vector<std::string> eval = {"--eval-data", scratch.path() + "/eval.bin", "--eval-every", "2",
-                                         "--eval-samples", "41"};
+  const std::vector<std::string> eval = {
+      "--eval-data", scratch.path() + "/eval.bin", "--eval-every", "2", "--eval-samples", "41"};
   const std::string one = WritePlan(scratch, "one.json", 0, {{14}});
   const JobOutcome reference = RunJob(scratch, 1, Args(one, "reference", eval));
   ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
@@ -79,8 +93,7 @@ TEST_F(Eval, TheLossIsOneDevicesOnEveryStageAndPlan) {
     ASSERT_EQ(actual.size(), 3u);
     EXPECT_FALSE(actual[0].contains("val_loss"));
     for (std::size_t i = 1; i < 3; ++i) {
-      EXPECT_NEAR(actual[i]["val_loss"].get<double>(), expected[i]["val_loss"].get<double>(), 1e-5)
-          << "step " << i + 1;
+      EXPECT_NEAR(actual[i]["val_loss"].get<double>(), expected[i]["val_loss"].get<double>(), 1e-5) << "step " << i + 1;
     }
     // The evaluation changed nothing of the training.
     const JobOutcome plain = RunJob(scratch, static_cast<int>(plan.second.size()), Args(file, name + "-plain", {}));
@@ -101,8 +114,10 @@ TEST_F(Eval, OnTheTrainingSamplesItIsTheNextStepsTrainingLoss) {
   for (const auto& [stage, precision] : cases) {
     SCOPED_TRACE("stage " + std::to_string(stage) + ", " + precision);
     const std::string plan = WritePlan(scratch, "plan.json", stage, {{5, 3}, {4, 2}});
-    const JobOutcome job = RunJob(scratch, 2, Args(plan, "same", {"--eval-data", scratch.path() + "/tokens.bin",
-                                                                  "--eval-every", "1", "--precision", precision}));
+    const JobOutcome job =
+        RunJob(scratch, 2,
+               Args(plan, "same",
+                    {"--eval-data", scratch.path() + "/tokens.bin", "--eval-every", "1", "--precision", precision}));
     ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
     const std::vector<nlohmann::json> records = Records("same");
     ASSERT_EQ(records.size(), 3u);

@@ -1,4 +1,6 @@
 // The GPT's pieces that training relies on beyond forward: ZeRO-3's recomputing backward.
+#include "launcher/model/gpt.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "launcher/device/counting_allocator.h"
-#include "launcher/model/gpt.h"
 
 namespace poplar {
 namespace {
@@ -58,9 +59,8 @@ void CheckAgainstAutograd(const torch::Tensor& earlier, torch::ScalarType dtype 
   const auto expected = RunBackward(block, x, earlier, [&](const torch::Tensor& input) {
     torch::autograd::backward({block->forward(input)}, {output_gradient});
   });
-  const auto actual = RunBackward(block, x, earlier, [&](const torch::Tensor& input) {
-    block->RecomputeBackward(input, output_gradient);
-  });
+  const auto actual = RunBackward(
+      block, x, earlier, [&](const torch::Tensor& input) { block->RecomputeBackward(input, output_gradient); });
   if (dtype == torch::kBFloat16) {
     ExpectSameGradients(expected, actual, 2e-2, 2e-2);
   } else {
@@ -101,9 +101,8 @@ TEST(BlockRecomputeBackward, HoldsLessThanAutogradsBackwardOfTheWholeForward) {
   const auto whole = PeakOf(block, x, [&](const torch::Tensor& input) {
     torch::autograd::backward({block->forward(input)}, {output_gradient});
   });
-  const auto skipped = PeakOf(block, x, [&](const torch::Tensor& input) {
-    block->RecomputeBackward(input, output_gradient);
-  });
+  const auto skipped =
+      PeakOf(block, x, [&](const torch::Tensor& input) { block->RecomputeBackward(input, output_gradient); });
   EXPECT_LT(skipped, whole) << "recompute without the last product: " << skipped << " bytes at peak, "
                             << "forward and backward: " << whole;
 }

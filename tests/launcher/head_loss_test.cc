@@ -1,5 +1,7 @@
 // The head's loss (launcher/model/head_loss.h): autograd's loss and gradients, whatever the
 // chunking, with far less memory at its peak.
+#include "launcher/model/head_loss.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -7,7 +9,6 @@
 #include <functional>
 
 #include "launcher/device/counting_allocator.h"
-#include "launcher/model/head_loss.h"
 
 namespace poplar {
 namespace {

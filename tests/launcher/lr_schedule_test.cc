@@ -4,10 +4,9 @@
 // planner_tests, and against PyTorch's schedulers by scripts/check-against-pytorch.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "worker_harness.h"
 
@@ -21,9 +20,19 @@ class Schedule : public ::testing::Test {
     WriteTokens(scratch, 6000);
   }
   std::vector<std::string> Args(const std::string& plan, int steps, std::vector<std::string> extra) const {
-    std::vector<std::string> args = {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json",
-                                     "--data", scratch.path() + "/tokens.bin", "--steps", std::to_string(steps),
-                                     "--log-every", "0", "--timeout", "60"};
+    std::vector<std::string> args = {"train",
+                                     "--plan",
+                                     plan,
+                                     "--model-config",
+                                     scratch.path() + "/model.json",
+                                     "--data",
+                                     scratch.path() + "/tokens.bin",
+                                     "--steps",
+                                     std::to_string(steps),
+                                     "--log-every",
+                                     "0",
+                                     "--timeout",
+                                     "60"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -62,8 +71,8 @@ TEST_F(Schedule, AWarmUpsFirstStepUpdatesAtItsFractionOfTheRate) {
 TEST_F(Schedule, AResumedRunGoesOnAtTheRatesOfTheUninterruptedOne) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
   const std::string three = WritePlan(scratch, "three.json", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}});
-  const std::vector<std::string> schedule = {"--lr", "1e-3", "--warmup-steps", "2", "--lr-decay", "cosine",
-                                             "--decay-steps", "5", "--min-lr", "1e-4"};
+  const std::vector<std::string> schedule = {"--lr",          "1e-3", "--warmup-steps", "2",   "--lr-decay", "cosine",
+                                             "--decay-steps", "5",    "--min-lr",       "1e-4"};
   const auto with = [&](std::vector<std::string> args, std::vector<std::string> extra) {
     args.insert(args.end(), schedule.begin(), schedule.end());
     args.insert(args.end(), extra.begin(), extra.end());
@@ -73,8 +82,8 @@ TEST_F(Schedule, AResumedRunGoesOnAtTheRatesOfTheUninterruptedOne) {
   for (const auto& [world, args] : std::vector<std::pair<int, std::vector<std::string>>>{
            {2, with(Args(two, 5, {}), {"--save", "whole.pt", "--metrics", "whole.jsonl"})},
            {2, with(Args(two, 3, {}), {"--checkpoint-dir", checkpoints})},
-           {3, with(Args(three, 5, {}), {"--resume", checkpoints, "--save", "resumed.pt", "--metrics",
-                                         "resumed.jsonl"})}}) {
+           {3, with(Args(three, 5, {}),
+                    {"--resume", checkpoints, "--save", "resumed.pt", "--metrics", "resumed.jsonl"})}}) {
     const JobOutcome job = RunJob(scratch, world, args);
     ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   }

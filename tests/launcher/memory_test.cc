@@ -2,10 +2,9 @@
 // (planner/model/memory_model.h) within 10%, for stages 0-3.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "launcher/model/gpt.h"
 #include "planner/model/memory_model.h"
@@ -37,8 +36,9 @@ TEST_P(StateMemory, AgreesWithTheZeroAccounting) {
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
   const GptConfig config{2, 2, 128, 256, 16};
-  const std::int64_t expected = ModelStatesPerRank(
-      config.ParameterCount(), stage, 2, precision == "bf16" ? Precision::kMixed : Precision::kFp32).Total();
+  const std::int64_t expected =
+      ModelStatesPerRank(config.ParameterCount(), stage, 2, precision == "bf16" ? Precision::kMixed : Precision::kFp32)
+          .Total();
   for (int rank = 0; rank < 2; ++rank) {
     const auto lines = ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl");
     ASSERT_EQ(lines.size(), 4u);
@@ -100,20 +100,19 @@ TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
   WriteModelConfig(scratch, 256, 16, 8);  // parameters outweigh one sample's activations
   WriteTokens(scratch, 4000);
   const std::string plan = WritePlan(scratch, "plan.json", 0, {{1}});
-  const JobOutcome job = RunJob(scratch, 1,
-                                TrainCommand(scratch, plan, 3,
-                                             {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", "bf16",
-                                              "--bucket-mb", "1"}));
+  const JobOutcome job =
+      RunJob(scratch, 1,
+             TrainCommand(scratch, plan, 3,
+                          {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", "bf16", "--bucket-mb", "1"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   const std::int64_t params = GptConfig{8, 2, 256, 256, 16}.ParameterCount();
   std::int64_t above_states = 0;
   for (const auto& line : ReadLines(scratch.path() + "/m0.jsonl")) {
     const auto metrics = nlohmann::json::parse(line);
-    above_states = std::max(above_states,
-                            metrics["peak_bytes"].get<std::int64_t>() - metrics["state_bytes"].get<std::int64_t>());
+    above_states =
+        std::max(above_states, metrics["peak_bytes"].get<std::int64_t>() - metrics["state_bytes"].get<std::int64_t>());
   }
-  std::cout << "[ bf16 step ] " << above_states << " bytes above the states at the peak; " << params
-            << " parameters\n";
+  std::cout << "[ bf16 step ] " << above_states << " bytes above the states at the peak; " << params << " parameters\n";
   EXPECT_LT(above_states, 2 * params);  // every gradient in fp32 at once: 4 bytes a parameter
 }
 

@@ -12,12 +12,28 @@ namespace {
 
 class MixedPrecision : public ::testing::TestWithParam<int> {};
 
-std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps,
-                              const std::string& name) {
-  return {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-          scratch.path() + "/tokens.bin", "--steps", std::to_string(steps), "--precision", "bf16",
-          "--lr", "3e-3", "--save", name + ".pt", "--metrics", scratch.path() + "/" + name + ".jsonl",
-          "--log-every", "0", "--timeout", "60"};
+std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps, const std::string& name) {
+  return {"train",
+          "--plan",
+          plan,
+          "--model-config",
+          scratch.path() + "/model.json",
+          "--data",
+          scratch.path() + "/tokens.bin",
+          "--steps",
+          std::to_string(steps),
+          "--precision",
+          "bf16",
+          "--lr",
+          "3e-3",
+          "--save",
+          name + ".pt",
+          "--metrics",
+          scratch.path() + "/" + name + ".jsonl",
+          "--log-every",
+          "0",
+          "--timeout",
+          "60"};
 }
 
 TEST_P(MixedPrecision, TrainsAndTracksTheSingleRankRun) {
@@ -40,8 +56,8 @@ TEST_P(MixedPrecision, TrainsAndTracksTheSingleRankRun) {
   const double first = nlohmann::json::parse(actual.front())["loss"];
   const double last = nlohmann::json::parse(actual.back())["loss"];
   const double last_reference = nlohmann::json::parse(expected.back())["loss"];
-  std::cout << "[ bf16 stage " << stage << " ] loss " << first << " -> " << last
-            << " (one rank: " << last_reference << ")\n";
+  std::cout << "[ bf16 stage " << stage << " ] loss " << first << " -> " << last << " (one rank: " << last_reference
+            << ")\n";
   EXPECT_LT(last, first - 1.0) << "bf16 training should learn";
   EXPECT_NEAR(last, last_reference, 0.05);
 

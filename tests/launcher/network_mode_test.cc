@@ -21,9 +21,8 @@ std::vector<MeasurementLine> ReadMeasurements(const std::string& path) {
 TEST(NetworkMode, TimesEveryCollectiveAtEverySize) {
   ScratchDir scratch("poplar_network_mode");
   const JobOutcome job = RunJob(scratch, 3,
-                                {"network", "--metrics", scratch.path() + "/net-{rank}.jsonl", "--max-bytes",
-                                 "1048576", "--repeats", "3", "--threads", "1", "--precision", "bf16",
-                                 "--timeout", "60"});
+                                {"network", "--metrics", scratch.path() + "/net-{rank}.jsonl", "--max-bytes", "1048576",
+                                 "--repeats", "3", "--threads", "1", "--precision", "bf16", "--timeout", "60"});
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   const auto lines = ReadMeasurements(scratch.path() + "/net-0.jsonl");
   // 4 KiB, 16 KiB, 64 KiB, 256 KiB and the largest, 1 MiB, each rounded down to whole
@@ -47,7 +46,8 @@ TEST(NetworkMode, TimesEveryCollectiveAtEverySize) {
   EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/net-1.jsonl"));
   std::vector<CollectivePoint> points;
   for (const auto& line : lines) points.push_back(line.point);
-  const MeasuredNetwork network = FitNetwork(points, {{"n", "cpu"}, {"n", "cpu"}, {"n", "cpu"}}, "gloo", Precision::kMixed, "net");
+  const MeasuredNetwork network =
+      FitNetwork(points, {{"n", "cpu"}, {"n", "cpu"}, {"n", "cpu"}}, "gloo", Precision::kMixed, "net");
   for (Collective collective : kCollectives) EXPECT_GT(network.times.Of(collective).Seconds(1e6), 0);
 }
 
@@ -60,7 +60,8 @@ TEST(NetworkMode, PayloadsStayWithinTheEmulatedMemory) {
                                  "--repeats", "2", "--threads", "1", "--timeout", "60"});
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   double largest = 0;
-  for (const auto& line : ReadMeasurements(scratch.path() + "/net.jsonl")) largest = std::max(largest, line.point.bytes);
+  for (const auto& line : ReadMeasurements(scratch.path() + "/net.jsonl"))
+    largest = std::max(largest, line.point.bytes);
   EXPECT_EQ(largest, 16384);
 }
 
@@ -69,10 +70,10 @@ TEST(NetworkMode, PayloadsStayWithinTheEmulatedMemory) {
 // reach rank 0. (--timeout 300, the deadline 60 s: a rank that waits is killed, -1.)
 TEST(NetworkMode, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
   ScratchDir scratch("poplar_network_mode");
-  const JobOutcome job = RunJob(scratch, 2,
-                                {"network", "--metrics", scratch.path() + "/missing/net.jsonl", "--max-bytes", "65536",
-                                 "--timeout", "300"},
-                                std::chrono::seconds(60));
+  const JobOutcome job = RunJob(
+      scratch, 2,
+      {"network", "--metrics", scratch.path() + "/missing/net.jsonl", "--max-bytes", "65536", "--timeout", "300"},
+      std::chrono::seconds(60));
   ASSERT_EQ(job.exit_codes.size(), 2u);
   EXPECT_EQ(job.exit_codes[0], 1) << job.Describe();
   EXPECT_EQ(job.exit_codes[1], kPeerFailureExitStatus) << job.Describe();

@@ -1,14 +1,14 @@
 // `poplar-worker profile` on an emulated device: finds the largest micro-batch under a
 // memory cap by running out of memory and recovering, and writes a profile the planner
 // reads.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <map>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "child_process.h"
 #include "planner/formats/model_config.h"
@@ -48,9 +48,22 @@ std::vector<PassRuns> TimedRunsByPass(const std::string& err) {
 
 ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output, int repeats = 1) {
   ChildOptions options;
-  options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json",
-                  "-o", output, "--device-type", "tiny-cpu", "--memory-bytes", std::to_string(cap),
-                  "--threads", "1", "--repeats", std::to_string(repeats), "--largest-micro-batch", "512"};
+  options.argv = {POPLAR_WORKER_BINARY,
+                  "profile",
+                  "--model-config",
+                  scratch.path() + "/model.json",
+                  "-o",
+                  output,
+                  "--device-type",
+                  "tiny-cpu",
+                  "--memory-bytes",
+                  std::to_string(cap),
+                  "--threads",
+                  "1",
+                  "--repeats",
+                  std::to_string(repeats),
+                  "--largest-micro-batch",
+                  "512"};
   return RunProcess(options, scratch.path());
 }
 
@@ -101,7 +114,7 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   EXPECT_EQ(folder.err.rfind("poplar-worker profile: error: ", 0), 0u) << folder.err;
   EXPECT_FALSE(Contains(folder.err, "pass 1")) << "nothing was measured";
   ChildOptions options;
-  options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json", "-o",
+  options.argv = {POPLAR_WORKER_BINARY,       "profile",       "--model-config", scratch.path() + "/model.json", "-o",
                   scratch.path() + "/p.json", "--device-type", "../up"};
   const ProcessOutcome type = RunProcess(options, scratch.path());
   EXPECT_EQ(type.exit_code, 1);
@@ -153,9 +166,8 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
     if (at != std::string::npos) order.push_back(line.substr(at, std::string("pass 1: stage 0").size()));
   }
   const std::vector<std::string> expected = {
-      "pass 1: stage 0", "pass 1: stage 1", "pass 1: stage 2", "pass 1: stage 3",
-      "pass 2: stage 1", "pass 2: stage 2", "pass 2: stage 3", "pass 2: stage 0",
-      "pass 3: stage 2", "pass 3: stage 3", "pass 3: stage 0", "pass 3: stage 1"};
+      "pass 1: stage 0", "pass 1: stage 1", "pass 1: stage 2", "pass 1: stage 3", "pass 2: stage 1", "pass 2: stage 2",
+      "pass 2: stage 3", "pass 2: stage 0", "pass 3: stage 2", "pass 3: stage 3", "pass 3: stage 0", "pass 3: stage 1"};
   EXPECT_EQ(order, expected) << run.err;
   // A size is timed over consecutive runs while they are short (this model's are a few
   // milliseconds), up to 5 a pass, in every pass: more timed runs than sizes, at most 5
@@ -211,9 +223,24 @@ TEST(ProfileMode, WithNoTimeToFillASizeIsTimedOnceAPass) {
   WriteModelConfig(scratch, 32, 64);
   const std::string path = scratch.path() + "/once.json";
   ChildOptions options;
-  options.argv = {POPLAR_WORKER_BINARY, "profile", "--model-config", scratch.path() + "/model.json", "-o", path,
-                  "--device-type", "tiny-cpu", "--memory-bytes", std::to_string(kCap), "--threads", "1",
-                  "--stage", "0", "--repeats", "2", "--point-seconds", "0"};
+  options.argv = {POPLAR_WORKER_BINARY,
+                  "profile",
+                  "--model-config",
+                  scratch.path() + "/model.json",
+                  "-o",
+                  path,
+                  "--device-type",
+                  "tiny-cpu",
+                  "--memory-bytes",
+                  std::to_string(kCap),
+                  "--threads",
+                  "1",
+                  "--stage",
+                  "0",
+                  "--repeats",
+                  "2",
+                  "--point-seconds",
+                  "0"};
   const ProcessOutcome run = RunProcess(options, scratch.path());
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::vector<PassRuns> passes = TimedRunsByPass(run.err);
@@ -229,10 +256,10 @@ TEST(ProfileMode, TrainingBeyondTheEmulatedMemoryFailsWithAClearError) {
   WriteModelConfig(scratch, 32, 64);
   WriteTokens(scratch, 20000);
   const std::string plan = WritePlan(scratch, "plan.json", 0, {{256}});
-  const JobOutcome job = RunJob(
-      scratch, 1,
-      {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
-       scratch.path() + "/tokens.bin", "--memory-bytes", std::to_string(kCap), "--log-every", "0"});
+  const JobOutcome job =
+      RunJob(scratch, 1,
+             {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json", "--data",
+              scratch.path() + "/tokens.bin", "--memory-bytes", std::to_string(kCap), "--log-every", "0"});
   ASSERT_EQ(job.exit_codes[0], 1) << job.Describe();
   EXPECT_TRUE(Contains(job.errors[0], "out of memory")) << job.errors[0];
 }

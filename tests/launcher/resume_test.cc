@@ -1,19 +1,17 @@
 // Checkpoints resume on another plan and another number of ranks with the same result
 // as the uninterrupted run (DESIGN.md 4.4).
 #include <gtest/gtest.h>
-
-#include <algorithm>
-#include <filesystem>
-#include <limits>
-#include <string>
-#include <thread>
-#include <vector>
-
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "child_process.h"
 #include "launcher/worker/checkpoint.h"
@@ -62,8 +60,8 @@ TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
 
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  const JobOutcome first = RunJob(
-      scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}));
+  const JobOutcome first =
+      RunJob(scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}));
   ASSERT_TRUE(first.AllSucceeded()) << first.Describe();
   // Only the last step's checkpoint is certain: step 1's, still waiting to be written when
   // step 2's came, may have been dropped for it (by design, on a busy machine).
@@ -73,8 +71,8 @@ TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
       RunJob(scratch, 3, Args(scratch, three, 4, {"--resume", checkpoints, "--save", "resumed.pt"}));
   ASSERT_TRUE(second.AllSucceeded()) << second.Describe();
 
-  const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
-                                             ReadStateDict(scratch.path() + "/resumed.pt"));
+  const double difference =
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"), ReadStateDict(scratch.path() + "/resumed.pt"));
   std::cout << "[ resume 2 ranks stage 1 -> 3 ranks stage 3 ] max |difference| = " << difference << "\n";
   EXPECT_LT(difference, 1e-5);
 }
@@ -107,10 +105,10 @@ TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
   *(std::find(lower.begin(), lower.end(), "--lr") + 1) = "5e-4";
   const JobOutcome changed = RunJob(scratch, 2, lower);
   ASSERT_TRUE(changed.AllSucceeded()) << changed.Describe();
-  EXPECT_TRUE(ContainsAll(changed.errors[0],
-                          {"poplar-worker[rank 0]: warning: --resume " + checkpoints, "goes on from step 2",
-                           "lr: 0.001 then, 0.0005 now", "min_lr: 0.0001 then, 5e-05 now",
-                           "the learning rate of step 3: 0.001 on the schedule then, 0.0005 now"}))
+  EXPECT_TRUE(ContainsAll(
+      changed.errors[0],
+      {"poplar-worker[rank 0]: warning: --resume " + checkpoints, "goes on from step 2", "lr: 0.001 then, 0.0005 now",
+       "min_lr: 0.0001 then, 5e-05 now", "the learning rate of step 3: 0.001 on the schedule then, 0.0005 now"}))
       << changed.errors[0];
   EXPECT_FALSE(Contains(changed.errors[1], "warning")) << changed.errors[1];
 
@@ -119,8 +117,10 @@ TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
   scratch.Write("checkpoints/step-00000002/meta.json", older.dump(2));
   const JobOutcome unrecorded = RunJob(scratch, 2, lower);
   ASSERT_TRUE(unrecorded.AllSucceeded()) << unrecorded.Describe();
-  EXPECT_TRUE(ContainsAll(unrecorded.errors[0], {"warning: --resume " + checkpoints, "of step 2 records no training "
-                                                 "recipe", "cannot be checked"}))
+  EXPECT_TRUE(ContainsAll(unrecorded.errors[0], {"warning: --resume " + checkpoints,
+                                                 "of step 2 records no training "
+                                                 "recipe",
+                                                 "cannot be checked"}))
       << unrecorded.errors[0];
   EXPECT_FALSE(Contains(unrecorded.errors[0], "then,")) << unrecorded.errors[0];
 }
@@ -134,14 +134,15 @@ TEST_F(Resume, NeedsTheCheckpointOnRankZeroOnly) {
 
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"})).AllSucceeded());
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
-  const std::vector<std::string> others = Args(scratch, three, 4, {"--metrics", "m{rank}.jsonl", "--save", "resumed.pt"});
+  const std::vector<std::string> others =
+      Args(scratch, three, 4, {"--metrics", "m{rank}.jsonl", "--save", "resumed.pt"});
   std::vector<std::string> rank0 = others;
   rank0.insert(rank0.end(), {"--resume", checkpoints});
   const JobOutcome resumed = RunJob(scratch, {rank0, others, others});
   ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
 
-  const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
-                                             ReadStateDict(scratch.path() + "/resumed.pt"));
+  const double difference =
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"), ReadStateDict(scratch.path() + "/resumed.pt"));
   std::cout << "[ resume, checkpoint on rank 0 only, 2 ranks stage 2 -> 3 ranks stage 1 ] max |difference| = "
             << difference << "\n";
   EXPECT_LT(difference, 1e-5);
@@ -166,9 +167,9 @@ TEST_F(Resume, FromACheckpointOnAnotherRankThanZero) {
   rank1.insert(rank1.end(), {"--resume", checkpoints});
   const JobOutcome resumed = RunJob(scratch, {rank0, rank1});
   ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
-  EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
-                             ReadStateDict(scratch.path() + "/resumed.pt")),
-            1e-5);
+  EXPECT_LT(
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"), ReadStateDict(scratch.path() + "/resumed.pt")),
+      1e-5);
   const auto lines = ReadLines(scratch.path() + "/m0.jsonl");
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_TRUE(Contains(lines[0], "\"step\":3")) << lines[0];
@@ -179,8 +180,7 @@ TEST_F(Resume, FromACheckpointOnAnotherRankThanZero) {
 TEST_F(Resume, FromTheNewestCheckpointAnyRankHolds) {
   const std::string two = WritePlan(scratch, "two.json", 2, {{5, 3}, {4, 2}});
   const std::string newer = scratch.path() + "/newer";
-  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--checkpoint-dir", newer}))
-                  .AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--checkpoint-dir", newer})).AllSucceeded());
   // Step 1's checkpoint of the same training, made by a run of its own: in the run above
   // it may have given way to step 2's (CheckpointWriter), so it is not copied from there.
   const std::string older = scratch.path() + "/older";
@@ -275,8 +275,8 @@ TEST_F(Resume, AStepWrittenAgainReplacesTheOldFolderWhole) {
   // take the place of step 1's still waiting behind a slow disk (a busy machine), and the
   // test needs both.
   ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 1, {"--checkpoint-dir", checkpoints})).AllSucceeded());
-  ASSERT_TRUE(
-      RunJob(scratch, 1, Args(scratch, one, 2, {"--resume", checkpoints, "--checkpoint-dir", checkpoints})).AllSucceeded());
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--resume", checkpoints, "--checkpoint-dir", checkpoints}))
+                  .AllSucceeded());
   const auto written = std::filesystem::last_write_time(checkpoints + "/step-00000002/model.pt");
   // Again from step 1: step 2 is written anew.
   const JobOutcome again = RunJob(
@@ -299,12 +299,12 @@ TEST_F(Resume, FromStageThreeOnOneRank) {
 
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 3, {"--save", "whole.pt"})).AllSucceeded());
   ASSERT_TRUE(RunJob(scratch, 2, Args(scratch, two, 2, {"--checkpoint-dir", checkpoints})).AllSucceeded());
-  const JobOutcome resumed = RunJob(
-      scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints + "/step-00000002", "--save", "resumed.pt"}));
+  const JobOutcome resumed =
+      RunJob(scratch, 1, Args(scratch, one, 3, {"--resume", checkpoints + "/step-00000002", "--save", "resumed.pt"}));
   ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
-  EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
-                             ReadStateDict(scratch.path() + "/resumed.pt")),
-            1e-5);
+  EXPECT_LT(
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"), ReadStateDict(scratch.path() + "/resumed.pt")),
+      1e-5);
 }
 
 // The rank that reads the checkpoint sends the Adam moments one parameter at a time, each
@@ -327,9 +327,9 @@ TEST_F(Resume, FitsWhereTheRunFitsForTheMomentsComeOneParameterAtATime) {
   ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
   const JobOutcome resumed = RunJob(scratch, per_rank({"--resume", checkpoints, "--save", "resumed.pt"}));
   ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
-  EXPECT_LT(MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"),
-                             ReadStateDict(scratch.path() + "/resumed.pt")),
-            1e-5);
+  EXPECT_LT(
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"), ReadStateDict(scratch.path() + "/resumed.pt")),
+      1e-5);
 }
 
 // Each file of a checkpoint is checked against the model and blamed by name: another
@@ -424,16 +424,18 @@ TEST_F(Resume, TemporariesOfWritersNoLongerRunningAreRemoved) {
 TEST_F(Resume, ASecondRunOnOneCheckpointFolderIsRefused) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  auto first = StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                                               "1", "--keep-checkpoints", "2"})});
+  auto first = StartJob(
+      scratch, {Args(scratch, one, 1000000,
+                     {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1", "--keep-checkpoints", "2"})});
   for (int i = 0; i < 1200 && !std::filesystem::exists(checkpoints + "/latest"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(std::filesystem::exists(checkpoints + "/latest")) << ReadWholeFile(scratch.path() + "/rank0.err");
   const JobOutcome second = RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints}));
   EXPECT_EQ(second.exit_codes[0], 1) << second.Describe();
-  EXPECT_TRUE(ContainsAll(second.errors[0], {"--checkpoint-dir", checkpoints + " is being written by another run (pid " +
-                                                                     std::to_string(first[0]->pid()) + ")"}))
+  EXPECT_TRUE(
+      ContainsAll(second.errors[0], {"--checkpoint-dir", checkpoints + " is being written by another run (pid " +
+                                                             std::to_string(first[0]->pid()) + ")"}))
       << second.errors[0];
   first[0]->Signal(SIGKILL);
   first[0]->Wait(std::chrono::seconds(60));
@@ -458,7 +460,8 @@ TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
   }();
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
   EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000004\n");
-  EXPECT_TRUE(Contains(job.errors[0], "the checkpoint of step 3 was not written: the one of step 4 came")) << job.errors[0];
+  EXPECT_TRUE(Contains(job.errors[0], "the checkpoint of step 3 was not written: the one of step 4 came"))
+      << job.errors[0];
   // The last checkpoint is the trained model, written whole.
   EXPECT_EQ(MaxAbsDifference(ReadStateDict(checkpoints + "/step-00000004/model.pt"),
                              ReadStateDict(scratch.path() + "/whole.pt")),
@@ -488,8 +491,9 @@ TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   auto job = [&] {
     const SlowDisk slow_disk(300);
-    return StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                                           "1", "--metrics", "m.jsonl"})});
+    return StartJob(scratch,
+                    {Args(scratch, one, 1000000,
+                          {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1", "--metrics", "m.jsonl"})});
   }();
   const std::int64_t writing = StepBeingWritten(checkpoints);
   ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
@@ -519,8 +523,8 @@ TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   auto job = [&] {
     const SlowDisk slow_disk(3000);  // a checkpoint takes 21 s
-    return StartJob(scratch, {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                                           "1"})});
+    return StartJob(scratch,
+                    {Args(scratch, one, 1000000, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"})});
   }();
   const std::int64_t writing = StepBeingWritten(checkpoints);
   ASSERT_GT(writing, 0) << ReadWholeFile(scratch.path() + "/rank0.err");
@@ -542,8 +546,9 @@ TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
 TEST_F(Resume, KeepsTheNewestCheckpointsOnly) {
   const std::string one = WritePlan(scratch, "one.json", 1, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 5, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1",
-                                                        "--keep-checkpoints", "2"}))
+  ASSERT_TRUE(RunJob(scratch, 1,
+                     Args(scratch, one, 5,
+                          {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1", "--keep-checkpoints", "2"}))
                   .AllSucceeded());
   std::vector<std::string> steps;
   for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
@@ -572,10 +577,10 @@ TEST_F(Resume, PrunesItsOwnCheckpointsNotThoseOfARunItWentBackFrom) {
                      Args(scratch, one, 5,
                           {"--resume", checkpoints, "--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
                   .AllSucceeded());
-  const JobOutcome again =
-      RunJob(scratch, 1,
-             Args(scratch, one, 4, {"--resume", checkpoints + "/step-00000002", "--checkpoint-dir", checkpoints,
-                                    "--checkpoint-every", "1", "--keep-checkpoints", "2"}));
+  const JobOutcome again = RunJob(scratch, 1,
+                                  Args(scratch, one, 4,
+                                       {"--resume", checkpoints + "/step-00000002", "--checkpoint-dir", checkpoints,
+                                        "--checkpoint-every", "1", "--keep-checkpoints", "2"}));
   ASSERT_TRUE(again.AllSucceeded()) << again.Describe();
   std::vector<std::string> up_to_latest;
   for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) {
@@ -615,7 +620,7 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
     };
     const CheckpointLine first{abandoned, {}};
     for (std::int64_t step : {2, 4, 6, 8, 10}) write(step, first);  // the abandoned run, every 2 steps
-    const CheckpointLine line = first.ContinuedBy(0x22, 4);          // resumed from step 4, every 3
+    const CheckpointLine line = first.ContinuedBy(0x22, 4);         // resumed from step 4, every 3
     const auto write_own = [&](std::int64_t step) {
       write(step, line);
       PruneCheckpoints(checkpoints, 2, line);
@@ -624,8 +629,7 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
     EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000004", "step-00000006", "step-00000007",
                                                                   "step-00000008", "step-00000010"}));
     write_own(10);  // replaces the abandoned run's 10
-    EXPECT_EQ(StepFolders(checkpoints),
-              (std::vector<std::string>{"step-00000007", "step-00000008", "step-00000010"}));
+    EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000007", "step-00000008", "step-00000010"}));
     write_own(13);
     EXPECT_EQ(StepFolders(checkpoints), (std::vector<std::string>{"step-00000010", "step-00000013"}));
     EXPECT_EQ(ReadWholeFile(checkpoints + "/latest"), "step-00000013\n");
@@ -695,8 +699,8 @@ TEST_F(Resume, EveryCheckpointRecordsItsLineThoughAnotherRankReadTheResume) {
   EXPECT_NE(b["run"], c["run"]);
   EXPECT_EQ(a["line"], nlohmann::json::array());
   EXPECT_EQ(b["line"], nlohmann::json::parse("[{\"run\": " + a["run"].dump() + ", \"step\": 2}]"));
-  EXPECT_EQ(c["line"], nlohmann::json::parse("[{\"run\": " + a["run"].dump() + ", \"step\": 2}, {\"run\": " +
-                                             b["run"].dump() + ", \"step\": 4}]"));
+  EXPECT_EQ(c["line"], nlohmann::json::parse("[{\"run\": " + a["run"].dump() +
+                                             ", \"step\": 2}, {\"run\": " + b["run"].dump() + ", \"step\": 4}]"));
 }
 
 // End to end: the worker gives the writer the step it resumed from. Steps 2 and 4 of
@@ -712,10 +716,10 @@ TEST_F(Resume, AResumedRunKeepsTheCheckpointItWentOnFrom) {
   resumed.insert(resumed.end(), {"--resume", checkpoints});
   ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 4, resumed)).AllSucceeded());
   ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 8, resumed)).AllSucceeded());
-  const JobOutcome again =
-      RunJob(scratch, 1,
-             Args(scratch, one, 5, {"--resume", checkpoints + "/step-00000004", "--checkpoint-dir", checkpoints,
-                                    "--keep-checkpoints", "2"}));
+  const JobOutcome again = RunJob(
+      scratch, 1,
+      Args(scratch, one, 5,
+           {"--resume", checkpoints + "/step-00000004", "--checkpoint-dir", checkpoints, "--keep-checkpoints", "2"}));
   ASSERT_TRUE(again.AllSucceeded()) << again.Describe();
   std::vector<std::string> folders = StepFolders(checkpoints);
   folders.erase(std::remove(folders.begin(), folders.end(), "step-00000006"), folders.end());  // written or not

@@ -12,9 +12,9 @@
 // state dict is saved.
 #include "launcher/model/state_dict.h"
 
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "planner/base/input_error.h"
 #include "worker_harness.h"
@@ -49,7 +49,8 @@ TEST(StateDict, APythonFileWithARecordCutShortIsRefused) {
     ReadStateDict(torn);
     ADD_FAILURE() << "a record cut short was read";
   } catch (const InputError& error) {
-    EXPECT_TRUE(Contains(error.what(), "is damaged or truncated: no data record holds the 24 bytes of ")) << error.what();
+    EXPECT_TRUE(Contains(error.what(), "is damaged or truncated: no data record holds the 24 bytes of "))
+        << error.what();
   }
 }
 

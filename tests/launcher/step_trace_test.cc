@@ -4,9 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "worker_harness.h"
 
@@ -21,9 +20,21 @@ class StepTraceRun : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::string& plan, int steps, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json",
-                                     "--data", scratch.path() + "/tokens.bin", "--steps", std::to_string(steps),
-                                     "--log-every", "0", "--timeout", "60", "--metrics", "metrics.jsonl"};
+    std::vector<std::string> args = {"train",
+                                     "--plan",
+                                     plan,
+                                     "--model-config",
+                                     scratch.path() + "/model.json",
+                                     "--data",
+                                     scratch.path() + "/tokens.bin",
+                                     "--steps",
+                                     std::to_string(steps),
+                                     "--log-every",
+                                     "0",
+                                     "--timeout",
+                                     "60",
+                                     "--metrics",
+                                     "metrics.jsonl"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }

@@ -1,24 +1,25 @@
 #include "worker_harness.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <caffe2/serialize/inline_container.h>
-#include <nlohmann/json.hpp>
-
 #include "planner/base/free_port.h"
-
 
 namespace poplar::testing {
 
 std::string WriteModelConfig(const ScratchDir& scratch, int n_embd, int block_size, int n_layer, int n_head) {
-  return scratch.Write("model.json", nlohmann::json{{"arch", "gpt"}, {"n_layer", n_layer}, {"n_head", n_head},
-                                                    {"n_embd", n_embd}, {"vocab_size", 256},
+  return scratch.Write("model.json", nlohmann::json{{"arch", "gpt"},
+                                                    {"n_layer", n_layer},
+                                                    {"n_head", n_head},
+                                                    {"n_embd", n_embd},
+                                                    {"vocab_size", 256},
                                                     {"block_size", block_size}}
                                          .dump());
 }
@@ -50,9 +51,17 @@ std::string WritePlan(const ScratchDir& scratch, const std::string& name, int st
 
 std::vector<std::string> TrainCommand(const ScratchDir& scratch, const std::string& plan, int steps,
                                       const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"train", "--plan", plan, "--model-config", scratch.path() + "/model.json",
-                                   "--data", scratch.path() + "/tokens.bin", "--steps", std::to_string(steps),
-                                   "--log-every", "0"};
+  std::vector<std::string> args = {"train",
+                                   "--plan",
+                                   plan,
+                                   "--model-config",
+                                   scratch.path() + "/model.json",
+                                   "--data",
+                                   scratch.path() + "/tokens.bin",
+                                   "--steps",
+                                   std::to_string(steps),
+                                   "--log-every",
+                                   "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -81,8 +90,8 @@ std::vector<std::unique_ptr<ChildProcess>> StartJob(const ScratchDir& scratch,
     ChildOptions options;
     options.argv = {POPLAR_WORKER_BINARY};
     options.argv.insert(options.argv.end(), args_per_rank[r].begin(), args_per_rank[r].end());
-    options.env = {{"RANK", std::to_string(r)},      {"WORLD_SIZE", std::to_string(world_size)},
-                   {"LOCAL_RANK", std::to_string(r)}, {"MASTER_ADDR", "127.0.0.1"},
+    options.env = {{"RANK", std::to_string(r)},           {"WORLD_SIZE", std::to_string(world_size)},
+                   {"LOCAL_RANK", std::to_string(r)},     {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", std::to_string(port)}, {"OMP_NUM_THREADS", "1"}};
     options.cwd = scratch.path();
     options.stderr_path = scratch.path() + "/rank" + std::to_string(r) + ".err";

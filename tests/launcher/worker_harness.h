@@ -33,7 +33,7 @@ std::vector<std::string> TrainCommand(const ScratchDir& scratch, const std::stri
                                       const std::vector<std::string>& extra = {});
 
 struct JobOutcome {
-  std::vector<int> exit_codes;  // per rank; -1: killed at the deadline
+  std::vector<int> exit_codes;      // per rank; -1: killed at the deadline
   std::vector<std::string> errors;  // per rank stderr
 
   bool AllSucceeded() const;

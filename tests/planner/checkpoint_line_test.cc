@@ -2,10 +2,10 @@
 // across resumes, and the meta.json keys that record it, read strictly.
 #include "planner/formats/checkpoint_line.h"
 
+#include <gtest/gtest.h>
+
 #include <set>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "planner/base/input_error.h"
 #include "test_support.h"
@@ -53,8 +53,9 @@ TEST(CheckpointLine, ReadsBackWhatItWrote) {
   nlohmann::ordered_json meta;
   AddLineKeys(line, meta);
   EXPECT_EQ(meta["run"], "0000000000000002");
-  EXPECT_EQ(nlohmann::json(meta["line"]),
-            nlohmann::json::parse(R"([{"run": "fedcba9876543210", "step": 4}, {"run": "0000000000000001", "step": 9}])"));
+  EXPECT_EQ(
+      nlohmann::json(meta["line"]),
+      nlohmann::json::parse(R"([{"run": "fedcba9876543210", "step": 4}, {"run": "0000000000000001", "step": 9}])"));
   const CheckpointLine read = ReadBack(nlohmann::json(meta));
   EXPECT_EQ(read.run, line.run);
   EXPECT_EQ(read.ancestors, line.ancestors);
@@ -68,8 +69,7 @@ TEST(CheckpointLine, ReadsBackWhatItWrote) {
 
 TEST(CheckpointLine, IsReadStrictly) {
   const auto parsed = [](const char* text) { return nlohmann::json::parse(text); };
-  EXPECT_NE(ReadError(parsed(R"({"run": "00000000000000ab"})")).find("meta.json: line: is required"),
-            std::string::npos)
+  EXPECT_NE(ReadError(parsed(R"({"run": "00000000000000ab"})")).find("meta.json: line: is required"), std::string::npos)
       << ReadError(parsed(R"({"run": "00000000000000ab"})"));
   const std::string upper = ReadError(parsed(R"({"run": "00000000000000AB", "line": []})"));
   EXPECT_NE(upper.find("run: must be 16 hexadecimal digits (lower case), got '00000000000000AB'"), std::string::npos)
@@ -78,8 +78,8 @@ TEST(CheckpointLine, IsReadStrictly) {
   EXPECT_NE(zero.find("run: must not be 0"), std::string::npos) << zero;
   const std::string not_list = ReadError(parsed(R"({"run": "00000000000000ab", "line": {}})"));
   EXPECT_NE(not_list.find("line: must be a list of {run, step}"), std::string::npos) << not_list;
-  const std::string backwards = ReadError(
-      parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000001", "step": 7},
+  const std::string backwards =
+      ReadError(parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000001", "step": 7},
                                                       {"run": "0000000000000002", "step": 4}]})"));
   EXPECT_NE(backwards.find("line[1].step: must be at least the step before it in the line (7)"), std::string::npos)
       << backwards;
@@ -88,10 +88,9 @@ TEST(CheckpointLine, IsReadStrictly) {
   EXPECT_NE(unknown.find("line[0].at: unknown key"), std::string::npos) << unknown;
   const std::string loop = ReadError(parsed(R"({"run": "00000000000000ab", "line": [{"run": "00000000000000ab",
                                                                                       "step": 7}]})"));
-  EXPECT_NE(loop.find("line[0].run: is in the line twice (or is the checkpoint's own run)"), std::string::npos)
-      << loop;
-  const std::string twice = ReadError(
-      parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000001", "step": 4},
+  EXPECT_NE(loop.find("line[0].run: is in the line twice (or is the checkpoint's own run)"), std::string::npos) << loop;
+  const std::string twice =
+      ReadError(parsed(R"({"run": "00000000000000ab", "line": [{"run": "0000000000000001", "step": 4},
                                                       {"run": "0000000000000001", "step": 7}]})"));
   EXPECT_NE(twice.find("line[1].run: is in the line twice"), std::string::npos) << twice;
   // Checkpoints that recorded no run may stand in a line more than once.

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "test_support.h"
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "planner/base/input_error.h"
+#include "test_support.h"
 
 namespace poplar {
 namespace {
@@ -74,9 +73,7 @@ std::string Replaced(const std::string& text, const std::string& from, const std
   return result;
 }
 
-std::string ValidWith(const std::string& from, const std::string& to) {
-  return Replaced(kValidCluster, from, to);
-}
+std::string ValidWith(const std::string& from, const std::string& to) { return Replaced(kValidCluster, from, to); }
 
 // The InputError that parsing `text` throws; fails the test if it parses.
 InputError ParseError(const std::string& text, const std::string& file = kFile) {
@@ -90,8 +87,7 @@ InputError ParseError(const std::string& text, const std::string& file = kFile) 
 }
 
 // Expects parsing `text` to fail on `key` with a reason containing `reason_part`.
-void ExpectRejected(const std::string& text, const std::string& key,
-                    const std::string& reason_part) {
+void ExpectRejected(const std::string& text, const std::string& key, const std::string& reason_part) {
   const InputError error = ParseError(text);
   EXPECT_EQ(error.file(), kFile);
   EXPECT_EQ(error.key(), key);
@@ -125,8 +121,7 @@ TEST(ClusterFile, ConvertsBandwidthToBytesAndLatencyToSeconds) {
 
 TEST(ClusterFile, AcceptsFractionalBandwidthAndZeroLatency) {
   const ClusterSpec cluster = ParseClusterYaml(
-      ValidWith("{bandwidth_gbps: 100, latency_us: 20}", "{bandwidth_gbps: 12.5, latency_us: 0}"),
-      kFile);
+      ValidWith("{bandwidth_gbps: 100, latency_us: 20}", "{bandwidth_gbps: 12.5, latency_us: 0}"), kFile);
   ASSERT_TRUE(cluster.inter_node.has_value());
   EXPECT_DOUBLE_EQ(cluster.inter_node->bandwidth_bytes_per_s, 12.5 * kGbps);
   EXPECT_EQ(cluster.inter_node->latency_s, 0);
@@ -161,8 +156,7 @@ TEST(ClusterFile, HostDefaultsToNodeName) {
 TEST(ClusterFile, ParsesFixedStages) {
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE(stage);
-    const ClusterSpec cluster =
-        ParseClusterYaml(ValidWith("stage: auto", "stage: " + std::to_string(stage)), kFile);
+    const ClusterSpec cluster = ParseClusterYaml(ValidWith("stage: auto", "stage: " + std::to_string(stage)), kFile);
     EXPECT_EQ(cluster.stage, stage);
   }
 }
@@ -173,25 +167,19 @@ TEST(ClusterFile, StageDefaultsToAutomatic) {
 }
 
 TEST(ClusterFile, ParsesPrecision) {
-  EXPECT_EQ(ParseClusterYaml(ValidWith("precision: mixed", "precision: fp32"), kFile).precision,
-            Precision::kFp32);
-  EXPECT_EQ(ParseClusterYaml(ValidWith("precision: mixed", "precision: bf16"), kFile).precision,
-            Precision::kMixed);
-  EXPECT_EQ(ParseClusterYaml(ValidWith("  precision: mixed\n", ""), kFile).precision,
-            Precision::kMixed);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("precision: mixed", "precision: fp32"), kFile).precision, Precision::kFp32);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("precision: mixed", "precision: bf16"), kFile).precision, Precision::kMixed);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("  precision: mixed\n", ""), kFile).precision, Precision::kMixed);
 }
 
 TEST(ClusterFile, ResolvesProfilesAgainstTheFilesFolder) {
-  EXPECT_EQ(ParseClusterYaml(kValidCluster, "configs/lab/cluster.yaml").profiles_dir,
-            "configs/lab/profiles/lab");
-  EXPECT_EQ(ParseClusterYaml(kValidCluster, "/etc/poplar/cluster.yaml").profiles_dir,
-            "/etc/poplar/profiles/lab");
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, "configs/lab/cluster.yaml").profiles_dir, "configs/lab/profiles/lab");
+  EXPECT_EQ(ParseClusterYaml(kValidCluster, "/etc/poplar/cluster.yaml").profiles_dir, "/etc/poplar/profiles/lab");
   EXPECT_EQ(ParseClusterYaml(kValidCluster, "cluster.yaml").profiles_dir, "./profiles/lab");
 }
 
 TEST(ClusterFile, KeepsAbsoluteProfilesPath) {
-  const ClusterSpec cluster =
-      ParseClusterYaml(ValidWith("profiles: profiles/lab", "profiles: /srv/profiles"), kFile);
+  const ClusterSpec cluster = ParseClusterYaml(ValidWith("profiles: profiles/lab", "profiles: /srv/profiles"), kFile);
   EXPECT_EQ(cluster.profiles_dir, "/srv/profiles");
 }
 
@@ -215,8 +203,9 @@ TEST(ClusterSpec, CountsDevicesOverAllNodesAndGroups) {
 // Ranks are ints and a plan lists each one: 2148 nodes of a million devices once
 // overflowed the count (a negative one, and a crash in the planner).
 TEST(ClusterSpec, RefusesMoreThanAMillionDevicesInAll) {
-  std::string yaml = "training: {global_batch: 8}\nnetwork:\n  inter_node: {bandwidth_gbps: 100, latency_us: 15}\n"
-                     "  intra_node: {bandwidth_gbps: 100, latency_us: 15}\nnodes:\n";
+  std::string yaml =
+      "training: {global_batch: 8}\nnetwork:\n  inter_node: {bandwidth_gbps: 100, latency_us: 15}\n"
+      "  intra_node: {bandwidth_gbps: 100, latency_us: 15}\nnodes:\n";
   for (int i = 0; i < 3; ++i) {
     yaml += "  - {name: n" + std::to_string(i) + ", devices: [{type: A100-80GB, count: 400000}]}\n";
   }
@@ -285,8 +274,8 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   // named nothing.
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: 1e38"), "job.lr",
                  "must be at most 1e6 (a larger rate only diverges), got 1e38 (line");
-  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, grad_clip: -1"),
-                 "job.grad_clip", "zero or more");
+  ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, grad_clip: -1"), "job.grad_clip",
+                 "zero or more");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, checkpoint_every: -2"),
                  "job.checkpoint_every", "(0: only at the end) from 0 to 1099511627776, got -2");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, epochs: 3"), "job.epochs",
@@ -324,10 +313,10 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   }
   // The stop grace: 30 s unless given, a whole number of seconds from 1 to an hour.
   EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->stop_grace_s, 30);
-  EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: 120"),
-                             kFile)
-                .job->stop_grace_s,
-            120);
+  EXPECT_EQ(
+      ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: 120"), kFile)
+          .job->stop_grace_s,
+      120);
   const auto with_grace = [](const std::string& grace) {
     return std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: " + grace);
   };
@@ -426,11 +415,13 @@ TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
 TEST(ClusterFile, AQuotedStageNumberIsRefusedAsAString) {
   const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: '3'\n"));
   EXPECT_EQ(error.key(), "training.stage");
-  EXPECT_EQ(error.reason(), "must be auto, 0, 1, 2 or 3, got the string \"3\"; write it without quotes: stage: 3 (line 6)");
+  EXPECT_EQ(error.reason(),
+            "must be auto, 0, 1, 2 or 3, got the string \"3\"; write it without quotes: stage: 3 (line 6)");
   EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: 'auto'\n"), kFile).stage, std::nullopt);
   // Tagged with its type, a number is one (`!!int 3` was refused as "must be a string").
   EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: !!int 3\n"), kFile).stage, 3);
-  EXPECT_EQ(ParseClusterYaml(ValidWith("  global_batch: 512\n", "  global_batch: !!int 512\n"), kFile).global_batch, 512);
+  EXPECT_EQ(ParseClusterYaml(ValidWith("  global_batch: 512\n", "  global_batch: !!int 512\n"), kFile).global_batch,
+            512);
 }
 
 TEST(ClusterFile, RejectsTopLevelThatIsNotAMapping) {
@@ -457,8 +448,7 @@ TEST(ClusterFile, RejectsUnknownTopLevelKeyAndListsKnownKeys) {
   const InputError error = ParseError(std::string(kValidCluster) + "colour: red\n");
   EXPECT_EQ(error.file(), kFile);
   EXPECT_EQ(error.key(), "colour");
-  EXPECT_TRUE(ContainsAll(error.reason(),
-                          {"unknown key", "name", "profiles", "training", "network", "nodes"}));
+  EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "name", "profiles", "training", "network", "nodes"}));
 }
 
 // Keys the parser only looks for when present (credentials, job, checkpoint_every) are
@@ -468,7 +458,8 @@ TEST(ClusterFile, AMisspeltKeyIsMatchedToTheOneMeant) {
   EXPECT_EQ(top.key(), "credentails");
   EXPECT_TRUE(ContainsAll(top.reason(), {"did you mean credentials?", "known keys here:", "credentials", "job"}))
       << top.reason();
-  const InputError nested = ParseError(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, checkpoint_evry: 2"));
+  const InputError nested =
+      ParseError(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, checkpoint_evry: 2"));
   EXPECT_EQ(nested.key(), "job.checkpoint_evry");
   EXPECT_TRUE(Contains(nested.reason(), "did you mean checkpoint_every?")) << nested.reason();
   const InputError far = ParseError(std::string(kValidCluster) + "colour: red\n");
@@ -483,53 +474,47 @@ TEST(ClusterFile, RejectsUnknownTrainingKeyAndListsKnownKeys) {
 }
 
 TEST(ClusterFile, RejectsUnknownDeviceGroupKey) {
-  const InputError error =
-      ParseError(ValidWith("{type: T4-16GB, count: 3}", "{type: T4-16GB, count: 3, colour: red}"));
+  const InputError error = ParseError(ValidWith("{type: T4-16GB, count: 3}", "{type: T4-16GB, count: 3, colour: red}"));
   EXPECT_EQ(error.key(), "nodes[1].devices[0].colour");
   EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "type", "count"}));
 }
 
 TEST(ClusterFile, RejectsUnknownNodeKey) {
-  const InputError error =
-      ParseError(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    rack: 7\n"));
+  const InputError error = ParseError(ValidWith("    host: 10.0.0.1\n", "    host: 10.0.0.1\n    rack: 7\n"));
   EXPECT_EQ(error.key(), "nodes[0].rack");
   EXPECT_TRUE(ContainsAll(error.reason(), {"unknown key", "host", "devices"}));
 }
 
 TEST(ClusterFile, RejectsUnknownNetworkKeys) {
-  ExpectRejected(ValidWith("network:\n", "network:\n  wan: {bandwidth_gbps: 1, latency_us: 1}\n"),
-                 "network.wan", "unknown key");
-  ExpectRejected(ValidWith("latency_us: 5}", "latency_us: 5, jitter_us: 1}"),
-                 "network.intra_node.jitter_us", "unknown key");
+  ExpectRejected(ValidWith("network:\n", "network:\n  wan: {bandwidth_gbps: 1, latency_us: 1}\n"), "network.wan",
+                 "unknown key");
+  ExpectRejected(ValidWith("latency_us: 5}", "latency_us: 5, jitter_us: 1}"), "network.intra_node.jitter_us",
+                 "unknown key");
 }
 
 TEST(ClusterFile, RejectsDuplicateKey) {
   // YAML forbids repeated keys in a mapping; taking either value silently would train
   // with a global batch the user may not have meant.
-  const InputError error =
-      ParseError(ValidWith("  global_batch: 512\n", "  global_batch: 512\n  global_batch: 64\n"));
+  const InputError error = ParseError(ValidWith("  global_batch: 512\n", "  global_batch: 512\n  global_batch: 64\n"));
   EXPECT_EQ(error.file(), kFile);
   EXPECT_TRUE(Contains(error.what(), "global_batch"));
 }
 
 TEST(ClusterFile, RejectsMisspeltKeyInsteadOfUsingDefault) {
   // "precison" must not silently leave the default precision in place.
-  ExpectRejected(ValidWith("precision: mixed", "precison: fp32"), "training.precison",
-                 "unknown key");
+  ExpectRejected(ValidWith("precision: mixed", "precison: fp32"), "training.precison", "unknown key");
 }
 
 // ---------------------------------------------------------------------------
 // The training section.
 
 TEST(ClusterFile, RejectsMissingTraining) {
-  ExpectRejected(
-      ValidWith("training:\n  global_batch: 512\n  precision: mixed\n  stage: auto\n", ""),
-      "training", "is required");
+  ExpectRejected(ValidWith("training:\n  global_batch: 512\n  precision: mixed\n  stage: auto\n", ""), "training",
+                 "is required");
 }
 
 TEST(ClusterFile, RejectsTrainingThatIsNotAMapping) {
-  ExpectRejected(ValidWith("training:\n  global_batch: 512\n  precision: mixed\n  stage: auto\n",
-                           "training: 512\n"),
+  ExpectRejected(ValidWith("training:\n  global_batch: 512\n  precision: mixed\n  stage: auto\n", "training: 512\n"),
                  "training", "must be a mapping");
 }
 
@@ -562,8 +547,7 @@ TEST(ClusterFile, RejectsGlobalBatchThatIsNotAnInteger) {
                  "must be an integer, got '1.5'");
   ExpectRejected(ValidWith("global_batch: 512", "global_batch: lots"), "training.global_batch",
                  "must be an integer, got 'lots'");
-  ExpectRejected(ValidWith("global_batch: 512", "global_batch: [512]"), "training.global_batch",
-                 "must be an integer");
+  ExpectRejected(ValidWith("global_batch: 512", "global_batch: [512]"), "training.global_batch", "must be an integer");
 }
 
 TEST(ClusterFile, RejectsUnknownPrecision) {
@@ -572,14 +556,12 @@ TEST(ClusterFile, RejectsUnknownPrecision) {
 }
 
 TEST(ClusterFile, RejectsStageOutOfRange) {
-  ExpectRejected(ValidWith("stage: auto", "stage: 4"), "training.stage",
-                 "must be auto, 0, 1, 2 or 3, got '4'");
+  ExpectRejected(ValidWith("stage: auto", "stage: 4"), "training.stage", "must be auto, 0, 1, 2 or 3, got '4'");
   ExpectRejected(ValidWith("stage: auto", "stage: -1"), "training.stage", "got '-1'");
 }
 
 TEST(ClusterFile, RejectsStageThatIsNotANumber) {
-  ExpectRejected(ValidWith("stage: auto", "stage: two"), "training.stage",
-                 "must be auto, 0, 1, 2 or 3, got 'two'");
+  ExpectRejected(ValidWith("stage: auto", "stage: two"), "training.stage", "must be auto, 0, 1, 2 or 3, got 'two'");
 }
 
 // ---------------------------------------------------------------------------
@@ -606,8 +588,7 @@ TEST(ClusterFile, RejectsEmptyNodeList) {
 
 TEST(ClusterFile, RejectsNodesThatAreNotAList) {
   ExpectRejected(WithoutNodes() + "nodes: node-a\n", "nodes", "must be a non-empty list");
-  ExpectRejected(WithoutNodes() + "nodes:\n  node-a: {devices: []}\n", "nodes",
-                 "must be a non-empty list");
+  ExpectRejected(WithoutNodes() + "nodes:\n  node-a: {devices: []}\n", "nodes", "must be a non-empty list");
 }
 
 TEST(ClusterFile, RejectsNodeThatIsNotAMapping) {
@@ -619,20 +600,20 @@ TEST(ClusterFile, RejectsNodeWithoutName) {
 }
 
 TEST(ClusterFile, RejectsEmptyDeviceList) {
-  ExpectRejected(Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n",
-                          "    devices: []\n"),
-                 "nodes[0].devices", "must be a non-empty list of {type, count}");
+  ExpectRejected(
+      Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n", "    devices: []\n"),
+      "nodes[0].devices", "must be a non-empty list of {type, count}");
 }
 
 TEST(ClusterFile, RejectsMissingDeviceList) {
-  ExpectRejected(Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n",
-                          "    host: solo.lab\n"),
-                 "nodes[0].devices", "is required");
+  ExpectRejected(
+      Replaced(kSingleDeviceCluster, "    devices:\n      - {type: T4-16GB, count: 1}\n", "    host: solo.lab\n"),
+      "nodes[0].devices", "is required");
 }
 
 TEST(ClusterFile, RejectsDeviceGroupThatIsNotAMapping) {
-  ExpectRejected(Replaced(kSingleDeviceCluster, "{type: T4-16GB, count: 1}", "T4-16GB"),
-                 "nodes[0].devices[0]", "must be a mapping");
+  ExpectRejected(Replaced(kSingleDeviceCluster, "{type: T4-16GB, count: 1}", "T4-16GB"), "nodes[0].devices[0]",
+                 "must be a mapping");
 }
 
 TEST(ClusterFile, RejectsZeroDeviceCount) {
@@ -646,28 +627,25 @@ TEST(ClusterFile, RejectsNegativeDeviceCount) {
 }
 
 TEST(ClusterFile, RejectsDeviceCountThatIsNotAnInteger) {
-  ExpectRejected(ValidWith("count: 1}", "count: 1.5}"), "nodes[0].devices[1].count",
-                 "must be an integer, got '1.5'");
-  ExpectRejected(ValidWith("count: 1}", "count: four}"), "nodes[0].devices[1].count",
-                 "must be an integer, got 'four'");
+  ExpectRejected(ValidWith("count: 1}", "count: 1.5}"), "nodes[0].devices[1].count", "must be an integer, got '1.5'");
+  ExpectRejected(ValidWith("count: 1}", "count: four}"), "nodes[0].devices[1].count", "must be an integer, got 'four'");
 }
 
 TEST(ClusterFile, RejectsMissingDeviceCount) {
-  ExpectRejected(ValidWith("{type: V100-16GB, count: 1}", "{type: V100-16GB}"),
-                 "nodes[0].devices[1].count", "is required");
+  ExpectRejected(ValidWith("{type: V100-16GB, count: 1}", "{type: V100-16GB}"), "nodes[0].devices[1].count",
+                 "is required");
 }
 
 TEST(ClusterFile, RejectsMissingDeviceType) {
-  ExpectRejected(ValidWith("{type: V100-16GB, count: 1}", "{count: 1}"), "nodes[0].devices[1].type",
-                 "is required");
+  ExpectRejected(ValidWith("{type: V100-16GB, count: 1}", "{count: 1}"), "nodes[0].devices[1].type", "is required");
 }
 
 TEST(ClusterFile, RejectsDeviceTypeThatIsNotAPlainName) {
   // The type names the profile file <type>.json, so it must not leave the folder.
   // Nor hold what would break a message or a table: spaces, a newline, a terminal escape
   // (YAML's "\n" and "\e" in double quotes).
-  for (const std::string type : {"gpus/T4-16GB", "../../etc/passwd", "..", ".", "T4 16GB", " T4-16GB", "T4-16GB\\n",
-                                 "\\e[31mT4"}) {
+  for (const std::string type :
+       {"gpus/T4-16GB", "../../etc/passwd", "..", ".", "T4 16GB", " T4-16GB", "T4-16GB\\n", "\\e[31mT4"}) {
     SCOPED_TRACE(type);
     ExpectRejected(ValidWith("type: T4-16GB", "type: \"" + type + "\""), "nodes[1].devices[0].type",
                    "must be a plain name");
@@ -686,8 +664,7 @@ TEST(ClusterFile, AQuotedValueIsEscapedAndClipped) {
 }
 
 TEST(ClusterFile, RejectsDuplicateNodeName) {
-  ExpectRejected(ValidWith("name: node-b", "name: node-a"), "nodes[1].name",
-                 "'node-a' is used twice");
+  ExpectRejected(ValidWith("name: node-b", "name: node-a"), "nodes[1].name", "'node-a' is used twice");
 }
 
 // Two nodes on one agent were both "up" to `poplar status`, and a launch asked the one
@@ -701,8 +678,8 @@ TEST(ClusterFile, RejectsTwoNodesWithOneAgent) {
 // The network section.
 
 TEST(ClusterFile, RequiresInterNodeLinkWithTwoNodes) {
-  ExpectRejected(ValidWith("  inter_node: {bandwidth_gbps: 100, latency_us: 20}\n", ""),
-                 "network.inter_node", "is required when the cluster has more than one node");
+  ExpectRejected(ValidWith("  inter_node: {bandwidth_gbps: 100, latency_us: 20}\n", ""), "network.inter_node",
+                 "is required when the cluster has more than one node");
 }
 
 TEST(ClusterFile, RequiresNetworkSectionWithTwoNodes) {
@@ -723,23 +700,22 @@ TEST(ClusterFile, RequiresIntraNodeLinkWithTwoDevicesOnANode) {
 }
 
 TEST(ClusterFile, RequiresIntraNodeLinkWithTwoGroupsOnANode) {
-  const std::string text =
-      Replaced(kSingleDeviceCluster, "      - {type: T4-16GB, count: 1}\n",
-               "      - {type: T4-16GB, count: 1}\n      - {type: V100-16GB, count: 1}\n");
+  const std::string text = Replaced(kSingleDeviceCluster, "      - {type: T4-16GB, count: 1}\n",
+                                    "      - {type: T4-16GB, count: 1}\n      - {type: V100-16GB, count: 1}\n");
   ExpectRejected(text, "network.intra_node", "is required when a node has more than one device");
 }
 
 TEST(ClusterFile, RejectsNegativeBandwidth) {
-  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: -100"),
-                 "network.inter_node.bandwidth_gbps", "from 0.001 to 1000000, got -100");
+  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: -100"), "network.inter_node.bandwidth_gbps",
+                 "from 0.001 to 1000000, got -100");
 }
 
 // 1e308 Gb/s is finite, but infinite in bytes per second: every transfer took no time.
 TEST(ClusterFile, RejectsLinksBeyondAnyNetwork) {
-  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e308"),
-                 "network.inter_node.bandwidth_gbps", "gigabits per second from 0.001 to 1000000, got 1e308 (line");
-  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e-9"),
-                 "network.inter_node.bandwidth_gbps", "from 0.001 to 1000000");
+  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e308"), "network.inter_node.bandwidth_gbps",
+                 "gigabits per second from 0.001 to 1000000, got 1e308 (line");
+  ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e-9"), "network.inter_node.bandwidth_gbps",
+                 "from 0.001 to 1000000");
   ExpectRejected(ValidWith("latency_us: 20", "latency_us: 1e12"), "network.inter_node.latency_us",
                  "microseconds from 0 to 10000000, got 1e12");
   const ClusterSpec fastest = ParseClusterYaml(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 1000000"), kFile);
@@ -749,22 +725,22 @@ TEST(ClusterFile, RejectsLinksBeyondAnyNetwork) {
 // YAML's .inf and .nan are numbers to yaml-cpp; every number of a cluster file must be
 // finite (the job's learning rate took .inf before the parser refused it for all).
 TEST(ClusterFile, RejectsInfiniteOrNanNumbersAnywhere) {
-  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: .inf"),
-                 "network.intra_node.bandwidth_gbps", "must be a finite number, got '.inf'");
-  ExpectRejected(ValidWith("latency_us: 5", "latency_us: .inf"),
-                 "network.intra_node.latency_us", "must be a finite number");
+  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: .inf"), "network.intra_node.bandwidth_gbps",
+                 "must be a finite number, got '.inf'");
+  ExpectRejected(ValidWith("latency_us: 5", "latency_us: .inf"), "network.intra_node.latency_us",
+                 "must be a finite number");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: .nan"), "job.lr",
                  "must be a finite number, got '.nan'");
 }
 
 TEST(ClusterFile, RejectsZeroBandwidth) {
-  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 0"),
-                 "network.intra_node.bandwidth_gbps", "from 0.001 to 1000000, got 0");
+  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: 0"), "network.intra_node.bandwidth_gbps",
+                 "from 0.001 to 1000000, got 0");
 }
 
 TEST(ClusterFile, RejectsBandwidthThatIsNotANumber) {
-  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: fast"),
-                 "network.intra_node.bandwidth_gbps", "must be a number, got 'fast'");
+  ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: fast"), "network.intra_node.bandwidth_gbps",
+                 "must be a number, got 'fast'");
 }
 
 TEST(ClusterFile, RejectsNegativeLatency) {
@@ -785,9 +761,7 @@ TEST(ClusterFile, RejectsMissingLatency) {
 // A fresh folder under the test temporary directory, removed afterwards.
 class ClusterFileOnDisk : public ::testing::Test {
  protected:
-  std::string Write(const std::string& name, const std::string& text) {
-    return scratch_.Write(name, text);
-  }
+  std::string Write(const std::string& name, const std::string& text) { return scratch_.Write(name, text); }
 
   testing::ScratchDir scratch_{"poplar_cluster_test"};
   const std::string dir_ = scratch_.path();
@@ -845,8 +819,7 @@ TEST(ClusterFileExamples, EveryShippedExampleParses) {
     EXPECT_EQ(cluster.name, name);
     EXPECT_EQ(cluster.DeviceCount(), 8);
     EXPECT_EQ(cluster.DeviceTypes().size(), 2u);
-    EXPECT_EQ(cluster.profiles_dir,
-              std::string(POPLAR_SOURCE_DIR) + "/configs/profiles/gpt2-medium");
+    EXPECT_EQ(cluster.profiles_dir, std::string(POPLAR_SOURCE_DIR) + "/configs/profiles/gpt2-medium");
     EXPECT_TRUE(cluster.SlowestLink().has_value());
   }
 }

@@ -8,9 +8,7 @@
 namespace poplar {
 namespace {
 
-TEST(ComputeCurve, ZeroSamplesTakeNoTime) {
-  EXPECT_EQ(ComputeCurve({{2, 1.0}}).Time(0), 0.0);
-}
+TEST(ComputeCurve, ZeroSamplesTakeNoTime) { EXPECT_EQ(ComputeCurve({{2, 1.0}}).Time(0), 0.0); }
 
 TEST(ComputeCurve, HitsMeasuredPointsAndInterpolatesBetween) {
   ComputeCurve curve({{2, 1.0}, {4, 3.0}, {8, 4.0}});

@@ -132,8 +132,9 @@ TEST(StageProblem, ChargesTheCollectivesTheProfileRecordsInsteadOfTheTable) {
   recorded.reduce_scatter_per_round = {250'000'000, 5};
   profiles["gpu"].stages[0].collectives = recorded;
   const double charged = BuildStageProblem(cluster, profiles, 3).comm_per_round_s;
-  EXPECT_NEAR(charged, 10 * ring.all_gather.fixed_s + 1.6e9 / ring.all_gather.payload_bytes_per_s +
-                           5 * ring.reduce_scatter.fixed_s + 1e9 / ring.reduce_scatter.payload_bytes_per_s,
+  EXPECT_NEAR(charged,
+              10 * ring.all_gather.fixed_s + 1.6e9 / ring.all_gather.payload_bytes_per_s +
+                  5 * ring.reduce_scatter.fixed_s + 1e9 / ring.reduce_scatter.payload_bytes_per_s,
               1e-12);
   EXPECT_LT(charged, table);
 }

@@ -1,10 +1,11 @@
 // The shared token (planner/cluster/credentials.h): it travels as a gRPC header, so what gRPC
 // would refuse at every call is refused when the file is read, without quoting it.
+#include "planner/cluster/credentials.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "planner/cluster/credentials.h"
 #include "planner/base/input_error.h"
 #include "test_support.h"
 

@@ -39,7 +39,11 @@ ReferenceOptimum SolvePerStepSync(const StageProblem& problem) {
     cheapest[c].assign(batch + 1, {kInfinity, {}});
     std::vector<int> parts;
     std::function<void(int, double)> compose = [&](int left, double time) {
-      const int s = [&] { int t = 0; for (int p : parts) t += p; return t; }();
+      const int s = [&] {
+        int t = 0;
+        for (int p : parts) t += p;
+        return t;
+      }();
       if (time < cheapest[c][s].first) cheapest[c][s] = {time, parts};
       for (int b = 1; b <= std::min(left, device_class.max_micro_batch); ++b) {
         parts.push_back(b);

@@ -83,8 +83,9 @@ TEST(YamlFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLargeAndARangeIsSaid) 
 TEST(Fields, ARequiredKeyThatIsMissingNamesAMisspeltOne) {
   const YAML::Node yaml = ParseYamlDocument("training:\n  global_bach: 128\n", "c.yaml");
   YamlFields training(yaml["training"], "c.yaml", "training");
-  EXPECT_TRUE(Contains(ErrorOf([&] { training.Integer("global_batch"); }),
-                       "c.yaml: training.global_batch: is required (line 2); found 'global_bach' (line 2): a misspelling?"));
+  EXPECT_TRUE(
+      Contains(ErrorOf([&] { training.Integer("global_batch"); }),
+               "c.yaml: training.global_batch: is required (line 2); found 'global_bach' (line 2): a misspelling?"));
   const nlohmann::json json = ParseJsonObject(R"({"micro_bach": 4, "other": 1})", "p.json");
   JsonFields point(json, "p.json", "points[0]");
   EXPECT_TRUE(Contains(ErrorOf([&] { point.Integer("micro_batch"); }),
@@ -118,7 +119,8 @@ TEST(YamlFields, QuotedOrTaggedScalarsAreNotNumbers) {
   const YAML::Node node =
       ParseYamlDocument("quoted: '128'\ntagged: !!str 128\nflag: !!str true\nnumber: 2.5\n", "c.yaml");
   YamlFields fields(node, "c.yaml", "");
-  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("quoted"); }), "quoted: must be an integer, got the string \"128\" (line 1)"));
+  EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("quoted"); }),
+                       "quoted: must be an integer, got the string \"128\" (line 1)"));
   EXPECT_TRUE(Contains(ErrorOf([&] { fields.Integer("tagged"); }), "tagged: must be an integer, got '128' tagged"));
   EXPECT_TRUE(Contains(ErrorOf([&] { fields.Boolean("flag", false); }), "flag: must be true or false"));
   EXPECT_DOUBLE_EQ(fields.Number("number"), 2.5);

@@ -1,14 +1,14 @@
 #include "planner/base/folder_lock.h"
 
-#include <filesystem>
-#include <optional>
-#include <stdexcept>
-#include <string>
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "planner/base/text_file.h"
 #include "test_support.h"

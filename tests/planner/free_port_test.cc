@@ -1,8 +1,8 @@
 #include "planner/base/free_port.h"
 
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "test_support.h"
 

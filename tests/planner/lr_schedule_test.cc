@@ -1,11 +1,11 @@
 // The learning-rate schedule's formula (planner/formats/lr_schedule.h) and its checks.
 #include "planner/formats/lr_schedule.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 #include "planner/base/input_error.h"
 
@@ -67,7 +67,8 @@ TEST(LrSchedule, NamesTheSettingThatLeavesNoDecayOrIsOutOfRange) {
             "is 3, not more than the 3 warm-up steps: no step is left to decay over");
   EXPECT_EQ(Refusal({3, LrDecay::kCosine, 3, 1e-4}).first, "decay_steps");
   EXPECT_EQ(Refusal({10, LrDecay::kCosine, std::nullopt, 1e-4}).first, "steps");  // decay_steps defaulted to it
-  EXPECT_EQ(Refusal({0, LrDecay::kLinear, 4, 2e-3}).second, "must be from 0 to the peak learning rate (0.001), got 0.002");
+  EXPECT_EQ(Refusal({0, LrDecay::kLinear, 4, 2e-3}).second,
+            "must be from 0 to the peak learning rate (0.001), got 0.002");
   EXPECT_EQ(Refusal({0, LrDecay::kLinear, 4, 2e-3}).first, "min_lr");
   EXPECT_NE(Refusal({-1, LrDecay::kConstant, std::nullopt, std::nullopt}).second, "");
   EXPECT_EQ(Refusal({-1, LrDecay::kConstant, std::nullopt, std::nullopt}).first, "warmup_steps");

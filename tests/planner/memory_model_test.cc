@@ -27,9 +27,7 @@ TEST(ModelStates, Fp32AdamKeepsFourBytesPerValue) {
   EXPECT_EQ(ModelStatesPerRank(1000, 3, 4, Precision::kFp32).Total(), 1000 + 1000 + 2000);
 }
 
-TEST(ModelStates, PartitionsRoundUp) {
-  EXPECT_EQ(ModelStatesPerRank(10, 3, 4, Precision::kFp32).parameters, 4 * 3);
-}
+TEST(ModelStates, PartitionsRoundUp) { EXPECT_EQ(ModelStatesPerRank(10, 3, 4, Precision::kFp32).parameters, 4 * 3); }
 
 // A profile of a 1e6-parameter fp32 model on a 100 MB device, measured alone:
 // peak = 16 MB states + 4 MB runtime + 2 MB per sample; 40 samples fit.

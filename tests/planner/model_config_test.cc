@@ -40,8 +40,7 @@ TEST(ModelConfig, ParsesEveryField) {
 TEST(ModelConfig, CountsGpt2SmallAsPublished) {
   // GPT-2 small, lm_head tied to wte: 124,439,808 parameters with position embeddings.
   const GptConfig config = ParseModelConfig(
-      R"({"arch": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 1024})",
-      kFile);
+      R"({"arch": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 1024})", kFile);
   EXPECT_EQ(config.ParameterCount(), 124439808);
 }
 
@@ -62,25 +61,29 @@ TEST(ModelConfig, RejectsHeadsThatDoNotDivideTheWidth) {
 }
 
 TEST(ModelConfig, RejectsUnknownKeysWithTheNearestName) {
-  const InputError error = ParseError(
-      R"({"arch": "gpt", "n_layers": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})");
+  const InputError error =
+      ParseError(R"({"arch": "gpt", "n_layers": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})");
   EXPECT_EQ(error.file(), kFile);
   EXPECT_TRUE(ContainsAll(std::string(error.what()), {"n_layer"})) << error.what();
 }
 
 TEST(ModelConfig, RejectsOutOfRangeAndWrongTypes) {
-  EXPECT_EQ(ParseError(R"({"arch": "gpt", "n_layer": 0, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
-                .key(),
-            "n_layer");
-  EXPECT_EQ(ParseError(R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 70000, "block_size": 32})")
-                .key(),
-            "vocab_size");
-  EXPECT_EQ(ParseError(R"({"arch": "gpt", "n_layer": "2", "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
-                .key(),
-            "n_layer");
-  EXPECT_EQ(ParseError(R"({"arch": "llama", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
-                .key(),
-            "arch");
+  EXPECT_EQ(
+      ParseError(R"({"arch": "gpt", "n_layer": 0, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
+          .key(),
+      "n_layer");
+  EXPECT_EQ(
+      ParseError(R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 70000, "block_size": 32})")
+          .key(),
+      "vocab_size");
+  EXPECT_EQ(
+      ParseError(R"({"arch": "gpt", "n_layer": "2", "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
+          .key(),
+      "n_layer");
+  EXPECT_EQ(
+      ParseError(R"({"arch": "llama", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
+          .key(),
+      "arch");
 }
 
 TEST(ModelConfig, RejectsTextThatIsNotUtf8JsonAsAWholeFileError) {

@@ -5,14 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include "test_support.h"
-
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include "planner/cluster/cluster.h"
 #include "planner/base/input_error.h"
+#include "planner/cluster/cluster.h"
+#include "test_support.h"
 
 namespace poplar {
 namespace {
@@ -71,7 +70,8 @@ TEST(FitCollectiveLine, NeverGivesANegativeFixedCost) {
 TEST(FitCollectiveLine, TimesThatFallWithSizeGiveALineTheFileCanHold) {
   std::vector<CollectivePoint> points;
   for (Collective collective : kCollectives) {
-    for (double bytes = 4096; bytes <= 64 << 20; bytes *= 4) points.push_back({collective, bytes, 1e-3 - bytes * 1e-12});
+    for (double bytes = 4096; bytes <= 64 << 20; bytes *= 4)
+      points.push_back({collective, bytes, 1e-3 - bytes * 1e-12});
   }
   const MeasuredNetwork fitted = FitNetwork(points, ThreeRanks(), "gloo", Precision::kFp32, "net.json");
   EXPECT_NEAR(fitted.times.all_reduce.payload_bytes_per_s, kMostLinkGbps * 1e9 / 8, 1.0);
@@ -110,7 +110,8 @@ TEST(NetworkFile, RoundTripsAndKeepsTheLines) {
 
 void ExpectNetworkRejected(const std::string& from, const std::string& to, const std::string& key,
                            const std::string& reason_part) {
-  std::string text = NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "net.json")).dump();
+  std::string text =
+      NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "net.json")).dump();
   const auto at = text.find(from);
   ASSERT_NE(at, std::string::npos) << from;
   text.replace(at, from.size(), to);
@@ -173,8 +174,8 @@ TEST(MeasurementLine, IsWhatTheWorkerWrites) {
   EXPECT_EQ(again.point.seconds, line.point.seconds);
   EXPECT_EQ(again.world_size, line.world_size);
   EXPECT_EQ(again.backend, line.backend);
-  EXPECT_THROW(ParseMeasurementLine(R"({"collective":"all_reduce","bytes":-1,"seconds":1,"world_size":1,"backend":"gloo"})",
-                                    "rank 0"),
+  EXPECT_THROW(ParseMeasurementLine(
+                   R"({"collective":"all_reduce","bytes":-1,"seconds":1,"world_size":1,"backend":"gloo"})", "rank 0"),
                InputError);
 }
 
@@ -243,8 +244,9 @@ TEST(ClusterMeasuredNetwork, MustComeFromThisCluster) {
   dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), four, "gloo", Precision::kMixed, "x")).dump());
   expect_rejected("measured on 4 ranks; this cluster has 3");
   // The same count, other devices: the ranks were on other nodes or of other types.
-  dir.Write("net.json",
-            NetworkToJson(FitNetwork(ThreeLines(), {{"b", "slow"}, {"a", "fast"}, {"a", "fast"}}, "gloo", Precision::kMixed, "x")).dump());
+  dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), {{"b", "slow"}, {"a", "fast"}, {"a", "fast"}}, "gloo",
+                                                 Precision::kMixed, "x"))
+                            .dump());
   expect_rejected("measured rank 0 as slow on node 'b'; in this cluster it is fast on node 'a'");
   dir.Write("net.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kFp32, "x")).dump());
   expect_rejected("measured with fp32 payloads; this cluster trains in bf16");
@@ -259,9 +261,9 @@ TEST(ClusterMeasuredNetwork, AFlagCanStandInForTheClusterFilesNetwork) {
   // No network section at all: --network supplies it (plan, simulate, launch).
   ScratchDir dir("measured");
   const std::string cluster_file =
-      dir.Write("cluster.yaml", std::string(kMeasuredCluster).replace(std::string(kMeasuredCluster).find("network:"),
-                                                                      std::string("network:\n  measured: net.json\n").size(),
-                                                                      ""));
+      dir.Write("cluster.yaml", std::string(kMeasuredCluster)
+                                    .replace(std::string(kMeasuredCluster).find("network:"),
+                                             std::string("network:\n  measured: net.json\n").size(), ""));
   EXPECT_THROW(LoadClusterFile(cluster_file), InputError);  // links are required otherwise
   ClusterSpec cluster = LoadClusterFile(cluster_file, ClusterRead::kNetworkElsewhere);
   try {
@@ -270,7 +272,8 @@ TEST(ClusterMeasuredNetwork, AFlagCanStandInForTheClusterFilesNetwork) {
   } catch (const InputError& error) {
     EXPECT_EQ(error.key(), "network");
   }
-  const std::string network = dir.Write("other.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "nccl", Precision::kMixed, "x")).dump());
+  const std::string network = dir.Write(
+      "other.json", NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "nccl", Precision::kMixed, "x")).dump());
   AttachMeasuredNetwork(cluster, network, "--network", "");
   EXPECT_NEAR(cluster.Collectives().reduce_scatter.Seconds(3e9), 60e-6 + 1.0, 1e-9);
   EXPECT_EQ(cluster.measured_network_file, network);

@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include "test_support.h"
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,9 +15,10 @@
 #include <string>
 #include <utility>
 
+#include "planner/base/input_error.h"
 #include "planner/cluster/cluster.h"
 #include "planner/cluster/cluster_profiles.h"
-#include "planner/base/input_error.h"
+#include "test_support.h"
 
 namespace poplar {
 namespace {
@@ -88,9 +87,7 @@ DeviceProfile RoundTrip(const DeviceProfile& profile) {
   try {
     return ParseProfileJson(text, kFile);
   } catch (const InputError& error) {
-    ADD_FAILURE() << "ProfileToJson wrote text that ParseProfileJson rejects: " << error.what()
-                  << "\n"
-                  << text;
+    ADD_FAILURE() << "ProfileToJson wrote text that ParseProfileJson rejects: " << error.what() << "\n" << text;
   }
   return {};
 }
@@ -178,20 +175,37 @@ TEST(ProfileFile, RejectsCollectivesWithoutCallsOrWithUnknownKeys) {
       "reduce_scatter_per_round": {"params": 0, "calls": 0},
       "all_gather_per_round": {"params": 0, "calls": 0}})");
   };
-  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["all_reduce_per_step"]["calls"] = 0; },
-                 "stages[0].collectives.all_reduce_per_step.calls", "positive exactly when params is");
-  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["all_gather_per_round"]["params"] = -4; },
-                 "stages[0].collectives.all_gather_per_round.params", "from 0 to 4 x model.params");
+  ExpectRejected(
+      [&](Json& j) {
+        with_collectives(j);
+        j["stages"][0]["collectives"]["all_reduce_per_step"]["calls"] = 0;
+      },
+      "stages[0].collectives.all_reduce_per_step.calls", "positive exactly when params is");
+  ExpectRejected(
+      [&](Json& j) {
+        with_collectives(j);
+        j["stages"][0]["collectives"]["all_gather_per_round"]["params"] = -4;
+      },
+      "stages[0].collectives.all_gather_per_round.params", "from 0 to 4 x model.params");
   // Bounded by the model: 2^62 made a step of twenty years.
-  ExpectRejected([&](Json& j) {
-                   with_collectives(j);
-                   j["stages"][0]["collectives"]["all_reduce_per_step"]["params"] = std::int64_t{1} << 62;
-                 },
-                 "stages[0].collectives.all_reduce_per_step.params", "from 0 to 4 x model.params");
-  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"].erase("all_gather_per_step"); },
-                 "stages[0].collectives.all_gather_per_step", "required");
-  ExpectRejected([&](Json& j) { with_collectives(j); j["stages"][0]["collectives"]["broadcast_per_step"] = Json::object(); },
-                 "stages[0].collectives.broadcast_per_step", "unknown key");
+  ExpectRejected(
+      [&](Json& j) {
+        with_collectives(j);
+        j["stages"][0]["collectives"]["all_reduce_per_step"]["params"] = std::int64_t{1} << 62;
+      },
+      "stages[0].collectives.all_reduce_per_step.params", "from 0 to 4 x model.params");
+  ExpectRejected(
+      [&](Json& j) {
+        with_collectives(j);
+        j["stages"][0]["collectives"].erase("all_gather_per_step");
+      },
+      "stages[0].collectives.all_gather_per_step", "required");
+  ExpectRejected(
+      [&](Json& j) {
+        with_collectives(j);
+        j["stages"][0]["collectives"]["broadcast_per_step"] = Json::object();
+      },
+      "stages[0].collectives.broadcast_per_step", "unknown key");
 }
 
 TEST(ProfileFile, RoundTripPreservesFalseEmulatedAndMixedPrecision) {
@@ -334,21 +348,19 @@ TEST(ProfileFile, RejectsMissingDeviceType) {
 }
 
 TEST(ProfileFile, RejectsNegativeMemory) {
-  ExpectRejected([](Json& j) { j["memory_bytes"] = -1; }, "memory_bytes",
-                 "must be a positive number of bytes");
+  ExpectRejected([](Json& j) { j["memory_bytes"] = -1; }, "memory_bytes", "must be a positive number of bytes");
 }
 
 TEST(ProfileFile, RejectsZeroMemory) {
-  ExpectRejected([](Json& j) { j["memory_bytes"] = 0; }, "memory_bytes",
-                 "must be a positive number of bytes");
+  ExpectRejected([](Json& j) { j["memory_bytes"] = 0; }, "memory_bytes", "must be a positive number of bytes");
 }
 
 // Byte counts are integers: a float was cast to int64 unchecked, and 1e300 has no value.
 TEST(ProfileFile, RejectsByteCountsThatAreNotIntegers) {
   ExpectRejected([](Json& j) { j["memory_bytes"] = 1e300; }, "memory_bytes", "is too large for an integer");
   ExpectRejected([](Json& j) { j["memory_bytes"] = 8.5e9; }, "memory_bytes", "must be an integer");
-  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 1.5e9; },
-                 "stages[1].points[0].peak_bytes", "must be an integer");
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 1.5e9; }, "stages[1].points[0].peak_bytes",
+                 "must be an integer");
 }
 
 TEST(ProfileFile, RejectsEmulatedThatIsNotBoolean) {
@@ -372,8 +384,7 @@ TEST(ProfileFile, RejectsUnknownModelPrecision) {
 }
 
 TEST(ProfileFile, RejectsNonPositiveParameterCount) {
-  ExpectRejected([](Json& j) { j["model"]["params"] = 0; }, "model.params",
-                 "must be a positive parameter count");
+  ExpectRejected([](Json& j) { j["model"]["params"] = 0; }, "model.params", "must be a positive parameter count");
   ExpectRejected([](Json& j) { j["model"]["params"] = -354823168; }, "model.params",
                  "must be a positive parameter count");
   ExpectRejected([](Json& j) { j["model"]["params"] = 3.5; }, "model.params", "must be an integer");
@@ -389,21 +400,22 @@ TEST(ProfileFile, RejectsMissingModel) {
 TEST(ProfileFile, RejectsMissingOrEmptyStages) {
   ExpectRejected([](Json& j) { j.erase("stages"); }, "stages", "is required");
   // A misspelt list is named where its absence is (it once said only "must be a list").
-  ExpectRejected([](Json& j) { j["stagse"] = j["stages"]; j.erase("stages"); }, "stages", "found 'stagse'");
-  ExpectRejected([](Json& j) { j["stages"] = Json::array(); }, "stages",
-                 "must be a non-empty list");
+  ExpectRejected(
+      [](Json& j) {
+        j["stagse"] = j["stages"];
+        j.erase("stages");
+      },
+      "stages", "found 'stagse'");
+  ExpectRejected([](Json& j) { j["stages"] = Json::array(); }, "stages", "must be a non-empty list");
 }
 
 TEST(ProfileFile, RejectsStageOutOfRange) {
-  ExpectRejected([](Json& j) { j["stages"][0]["stage"] = 5; }, "stages[0].stage",
-                 "must be a ZeRO stage from 0 to 3");
-  ExpectRejected([](Json& j) { j["stages"][1]["stage"] = -1; }, "stages[1].stage",
-                 "must be a ZeRO stage from 0 to 3");
+  ExpectRejected([](Json& j) { j["stages"][0]["stage"] = 5; }, "stages[0].stage", "must be a ZeRO stage from 0 to 3");
+  ExpectRejected([](Json& j) { j["stages"][1]["stage"] = -1; }, "stages[1].stage", "must be a ZeRO stage from 0 to 3");
 }
 
 TEST(ProfileFile, RejectsDuplicateStage) {
-  ExpectRejected([](Json& j) { j["stages"][1]["stage"] = 0; }, "stages[1].stage",
-                 "stage 0 appears twice");
+  ExpectRejected([](Json& j) { j["stages"][1]["stage"] = 0; }, "stages[1].stage", "stage 0 appears twice");
 }
 
 TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
@@ -414,8 +426,8 @@ TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
 }
 
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
-  ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; },
-                 "stages[0].max_micro_batch", "must be a number of samples from 0 to 1000000");
+  ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; }, "stages[0].max_micro_batch",
+                 "must be a number of samples from 0 to 1000000");
 }
 
 TEST(ProfileFile, RejectsAMaxMicroBatchBelowAMeasuredPoint) {
@@ -424,24 +436,29 @@ TEST(ProfileFile, RejectsAMaxMicroBatchBelowAMeasuredPoint) {
                  "is 7 but micro-batch 8 was measured");
   ExpectRejected([](Json& j) { j["stages"][1]["max_micro_batch"] = 0; }, "stages[1].max_micro_batch",
                  "is 0 but micro-batch 1 was measured");
-  EXPECT_EQ(ParseProfileJson([] { Json j = SampleJson(); j["stages"][0]["max_micro_batch"] = 8; return j.dump(); }(),
-                             kFile)
+  EXPECT_EQ(ParseProfileJson(
+                [] {
+                  Json j = SampleJson();
+                  j["stages"][0]["max_micro_batch"] = 8;
+                  return j.dump();
+                }(),
+                kFile)
                 .Stage(0)
                 ->max_micro_batch,
             8);
 }
 
 TEST(ProfileFile, RejectsNegativeOptimizerStep) {
-  ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = -0.5; },
-                 "stages[0].optimizer_step_s", "must be a number of seconds from 0 to 86400");
+  ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = -0.5; }, "stages[0].optimizer_step_s",
+                 "must be a number of seconds from 0 to 86400");
 }
 
 // Times beyond a day are typing mistakes: 1e308 s printed steps of 1e308 s.
 TEST(ProfileFile, RejectsTimesBeyondADay) {
   ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = 1e300; }, "stages[0].optimizer_step_s",
                  "from 0 to 86400");
-  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["compute_s"] = 1e308; },
-                 "stages[1].points[0].compute_s", "from 1e-9 to 86400");
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["compute_s"] = 1e308; }, "stages[1].points[0].compute_s",
+                 "from 1e-9 to 86400");
 }
 
 TEST(ProfileFile, RejectsEmptyPoints) {
@@ -451,8 +468,8 @@ TEST(ProfileFile, RejectsEmptyPoints) {
 }
 
 TEST(ProfileFile, RejectsUnknownKeyInPoint) {
-  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["flops"] = 1e12; },
-                 "stages[0].points[1].flops", "unknown key");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["flops"] = 1e12; }, "stages[0].points[1].flops",
+                 "unknown key");
 }
 
 TEST(ProfileFile, RejectsUnknownKeyInStage) {
@@ -460,30 +477,30 @@ TEST(ProfileFile, RejectsUnknownKeyInStage) {
 }
 
 TEST(ProfileFile, RejectsNonPositiveComputeTime) {
-  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["compute_s"] = 0; },
-                 "stages[0].points[0].compute_s", "must be a number of seconds from 1e-9");
-  ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["compute_s"] = -0.1; },
-                 "stages[0].points[2].compute_s", "must be a number of seconds from 1e-9");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["compute_s"] = 0; }, "stages[0].points[0].compute_s",
+                 "must be a number of seconds from 1e-9");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["compute_s"] = -0.1; }, "stages[0].points[2].compute_s",
+                 "must be a number of seconds from 1e-9");
 }
 
 TEST(ProfileFile, RejectsNonPositivePeakBytes) {
-  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 0; },
-                 "stages[1].points[0].peak_bytes", "must be a positive number of bytes");
+  ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = 0; }, "stages[1].points[0].peak_bytes",
+                 "must be a positive number of bytes");
   ExpectRejected([](Json& j) { j["stages"][1]["points"][0]["peak_bytes"] = j["memory_bytes"].get<std::int64_t>() + 1; },
                  "stages[1].points[0].peak_bytes", "above memory_bytes");
 }
 
 TEST(ProfileFile, RejectsNonPositiveMicroBatch) {
-  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["micro_batch"] = 0; },
-                 "stages[0].points[0].micro_batch", "must be a number of samples from 1 to 1000000");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][0]["micro_batch"] = 0; }, "stages[0].points[0].micro_batch",
+                 "must be a number of samples from 1 to 1000000");
 }
 
 TEST(ProfileFile, RejectsPointsOutOfMicroBatchOrder) {
   // A repeated micro-batch is out of order too.
-  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["micro_batch"] = 1; },
-                 "stages[0].points[1].micro_batch", "increasing micro_batch order");
-  ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["micro_batch"] = 2; },
-                 "stages[0].points[2].micro_batch", "increasing micro_batch order");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][1]["micro_batch"] = 1; }, "stages[0].points[1].micro_batch",
+                 "increasing micro_batch order");
+  ExpectRejected([](Json& j) { j["stages"][0]["points"][2]["micro_batch"] = 2; }, "stages[0].points[2].micro_batch",
+                 "increasing micro_batch order");
   ExpectRejected(
       [](Json& j) {
         auto& points = j["stages"][0]["points"];
@@ -497,9 +514,7 @@ TEST(ProfileFile, RejectsPointsOutOfMicroBatchOrder) {
 
 class ProfileFiles : public ::testing::Test {
  protected:
-  std::string Write(const std::string& name, const std::string& text) {
-    return scratch_.Write(name, text);
-  }
+  std::string Write(const std::string& name, const std::string& text) { return scratch_.Write(name, text); }
   // Writes `profile` as <file_type>.json (by default, named after its device type).
   std::string WriteProfile(const DeviceProfile& profile, std::string file_type = "") {
     if (file_type.empty()) file_type = profile.device_type;
@@ -777,8 +792,7 @@ TEST(ProfileExamples, ShippedExampleProfilesLoadForTheirClusters) {
   const GptConfig gpt2_medium = LoadModelConfig(std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt2-medium.json");
   for (const std::string name : {"a100-80-and-40", "a800-and-v100s", "v100-and-t4"}) {
     SCOPED_TRACE(name);
-    const ClusterSpec cluster =
-        LoadClusterFile(std::string(POPLAR_SOURCE_DIR) + "/configs/" + name + ".yaml");
+    const ClusterSpec cluster = LoadClusterFile(std::string(POPLAR_SOURCE_DIR) + "/configs/" + name + ".yaml");
     const auto profiles = LoadClusterProfiles(cluster, cluster.profiles_dir);
     ASSERT_EQ(profiles.size(), 2u);
     for (const auto& [type, profile] : profiles) {

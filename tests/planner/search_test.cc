@@ -20,12 +20,10 @@ using testing::RandomProblem;
 using testing::RandomProblemOptions;
 
 std::string Describe(const StageProblem& problem) {
-  std::string text = "stage " + std::to_string(problem.stage) + ", batch " +
-                     std::to_string(problem.global_batch) + ", comm/round " +
-                     std::to_string(problem.comm_per_round_s) + "; classes:";
+  std::string text = "stage " + std::to_string(problem.stage) + ", batch " + std::to_string(problem.global_batch) +
+                     ", comm/round " + std::to_string(problem.comm_per_round_s) + "; classes:";
   for (const auto& c : problem.classes) {
-    text += " [" + c.type + " x" + std::to_string(c.count) + " cap " +
-            std::to_string(c.max_micro_batch) + " times";
+    text += " [" + c.type + " x" + std::to_string(c.count) + " cap " + std::to_string(c.max_micro_batch) + " times";
     for (int b = 1; b <= c.max_micro_batch; ++b) text += " " + std::to_string(c.Time(b));
     text += "]";
   }
@@ -57,16 +55,15 @@ TEST(Search, MatchesExhaustiveSolverOnRandomSmallClusters) {
     const double searched = Simulate(problem, *schedule).step_s;
     const testing::ReferenceOptimum reference = testing::SolveExhaustively(problem);
     ASSERT_EQ(ValidateSchedule(problem, reference.schedule), "");
-    ASSERT_NEAR(searched, reference.step_s, 1e-9)
-        << Describe(problem) << "\nsearch:" << DescribeSchedule(*schedule)
-        << "\nreference:" << DescribeSchedule(reference.schedule);
+    ASSERT_NEAR(searched, reference.step_s, 1e-9) << Describe(problem) << "\nsearch:" << DescribeSchedule(*schedule)
+                                                  << "\nreference:" << DescribeSchedule(reference.schedule);
     const bool rounds = problem.RoundsSynchronised() && schedule->Rounds() > 1;
     multi_round += rounds ? 1 : 0;
     accumulating += !problem.RoundsSynchronised() && schedule->Rounds() > 1 ? 1 : 0;
     for (const auto& c : problem.classes) idle_class += c.max_micro_batch == 0 ? 1 : 0;
   }
-  std::cout << "[ coverage ] " << multi_round << " multi-round, " << accumulating
-            << " accumulating, " << idle_class << " idle classes of 2000 problems\n";
+  std::cout << "[ coverage ] " << multi_round << " multi-round, " << accumulating << " accumulating, " << idle_class
+            << " idle classes of 2000 problems\n";
   EXPECT_GT(multi_round, 200);
   EXPECT_GT(accumulating, 200);
   EXPECT_GT(idle_class, 50);
@@ -135,13 +132,14 @@ TEST(Search, GivesTheFasterDeviceMoreSamples) {
 // its curve: on a curve with kinks both ways and a cap of hundreds, its split costs
 // what the plain O(samples x cap) dynamic programme finds.
 TEST(Search, SplitsSamplesAsCheaplyAsThePlainDynamicProgramme) {
-  const DeviceClass device = MakeClass(
-      "gpu", 1, 400, {{1, 1.0}, {7, 1.3}, {50, 6.0}, {64, 6.2}, {200, 30.0}, {333, 33.0}, {400, 50.0}});
+  const DeviceClass device =
+      MakeClass("gpu", 1, 400, {{1, 1.0}, {7, 1.3}, {50, 6.0}, {64, 6.2}, {200, 30.0}, {333, 33.0}, {400, 50.0}});
   for (const std::int64_t batch : {1, 6, 64, 399, 997, 2500}) {
     std::vector<double> best(batch + 1, 0.0);
     for (std::int64_t s = 1; s <= batch; ++s) {
       best[s] = std::numeric_limits<double>::infinity();
-      for (int b = 1; b <= std::min<std::int64_t>(s, 400); ++b) best[s] = std::min(best[s], device.Time(b) + best[s - b]);
+      for (int b = 1; b <= std::min<std::int64_t>(s, 400); ++b)
+        best[s] = std::min(best[s], device.Time(b) + best[s - b]);
     }
     const StageProblem problem = MakeProblem(0, batch, {device});
     const auto schedule = SearchSchedule(problem);
@@ -164,8 +162,7 @@ TEST(Search, StageTwoBalancesEachRoundAndPadsWithZeros) {
   // The big device holds 6 per round, the small one 2. With 5 s of communication per
   // round, two full rounds (2 x (6 + 5) s) beat more, smaller rounds (4 x (2 + 5) s).
   const StageProblem problem = MakeProblem(
-      2, 16, {MakeClass("big", 1, 6, {{1, 1.0}, {6, 6.0}}), MakeClass("small", 1, 2, {{1, 1.0}, {2, 2.0}})},
-      0.0, 5.0);
+      2, 16, {MakeClass("big", 1, 6, {{1, 1.0}, {6, 6.0}}), MakeClass("small", 1, 2, {{1, 1.0}, {2, 2.0}})}, 0.0, 5.0);
   const auto schedule = SearchSchedule(problem);
   ASSERT_TRUE(schedule);
   ASSERT_EQ(ValidateSchedule(problem, *schedule), "");
@@ -174,8 +171,8 @@ TEST(Search, StageTwoBalancesEachRoundAndPadsWithZeros) {
 }
 
 TEST(Search, DeviceThatHoldsNoSampleJoinsWithEmptyLists) {
-  StageProblem problem = MakeProblem(
-      3, 5, {MakeClass("gpu", 2, 4, {{1, 1.0}, {4, 2.0}}), MakeClass("tiny", 3, 0, {{1, 1.0}})}, 0.0, 0.1);
+  StageProblem problem =
+      MakeProblem(3, 5, {MakeClass("gpu", 2, 4, {{1, 1.0}, {4, 2.0}}), MakeClass("tiny", 3, 0, {{1, 1.0}})}, 0.0, 0.1);
   const auto schedule = SearchSchedule(problem);
   ASSERT_TRUE(schedule);
   ASSERT_EQ(ValidateSchedule(problem, *schedule), "");
@@ -194,9 +191,9 @@ TEST(Search, ReturnsNothingForAnInfeasibleProblem) {
 
 TEST(Search, ScheduleSizeDoesNotGrowWithIdenticalDevices) {
   for (int count : {1, 10, 1000, 100000}) {
-    const StageProblem problem = MakeProblem(
-        2, 7LL * count + 3, {MakeClass("a", count, 4, {{1, 1.0}, {4, 3.0}}), MakeClass("b", count, 2, {{1, 1.5}})},
-        0.0, 0.2);
+    const StageProblem problem =
+        MakeProblem(2, 7LL * count + 3,
+                    {MakeClass("a", count, 4, {{1, 1.0}, {4, 3.0}}), MakeClass("b", count, 2, {{1, 1.5}})}, 0.0, 0.2);
     const auto schedule = SearchSchedule(problem);
     ASSERT_TRUE(schedule);
     ASSERT_EQ(ValidateSchedule(problem, *schedule), "");

@@ -12,8 +12,7 @@ using testing::MakeProblem;
 
 // Two classes with t(b) = b (fast) and t(b) = 2b (slow); optimizer 0.5 s and 0.25 s.
 std::vector<DeviceClass> TwoClasses() {
-  return {MakeClass("fast", 2, 8, {{1, 1.0}, {8, 8.0}}, 0.5),
-          MakeClass("slow", 1, 8, {{1, 2.0}, {8, 16.0}}, 0.25)};
+  return {MakeClass("fast", 2, 8, {{1, 1.0}, {8, 8.0}}, 0.5), MakeClass("slow", 1, 8, {{1, 2.0}, {8, 16.0}}, 0.25)};
 }
 
 TEST(Simulator, StageOneWaitsForTheSlowestAccumulation) {

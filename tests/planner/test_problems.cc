@@ -4,8 +4,8 @@
 
 namespace poplar::testing {
 
-DeviceClass MakeClass(std::string type, int count, int max_micro_batch,
-                      std::vector<std::pair<int, double>> points, double optimizer_s) {
+DeviceClass MakeClass(std::string type, int count, int max_micro_batch, std::vector<std::pair<int, double>> points,
+                      double optimizer_s) {
   DeviceClass device_class;
   device_class.type = std::move(type);
   device_class.count = count;
@@ -17,8 +17,8 @@ DeviceClass MakeClass(std::string type, int count, int max_micro_batch,
   return device_class;
 }
 
-StageProblem MakeProblem(int stage, std::int64_t global_batch, std::vector<DeviceClass> classes,
-                         double comm_per_step_s, double comm_per_round_s) {
+StageProblem MakeProblem(int stage, std::int64_t global_batch, std::vector<DeviceClass> classes, double comm_per_step_s,
+                         double comm_per_round_s) {
   StageProblem problem;
   problem.stage = stage;
   problem.global_batch = global_batch;
@@ -49,8 +49,8 @@ StageProblem RandomProblem(std::mt19937& rng, const RandomProblemOptions& option
       if (points.empty() || uniform(0, 2) == 0) points.emplace_back(size, time);
       time += 0.25 * uniform(0, 6);
     }
-    built.push_back(MakeClass("type" + std::to_string(c), uniform(1, options.max_count), cap,
-                              std::move(points), 0.25 * uniform(0, 2)));
+    built.push_back(MakeClass("type" + std::to_string(c), uniform(1, options.max_count), cap, std::move(points),
+                              0.25 * uniform(0, 2)));
   }
   const double comm_step = 0.25 * uniform(0, 4);
   const double comm_round = 0.25 * uniform(0, 4);

@@ -10,18 +10,18 @@
 
 namespace poplar::testing {
 
-DeviceClass MakeClass(std::string type, int count, int max_micro_batch,
-                      std::vector<std::pair<int, double>> points, double optimizer_s = 0.0);
+DeviceClass MakeClass(std::string type, int count, int max_micro_batch, std::vector<std::pair<int, double>> points,
+                      double optimizer_s = 0.0);
 
 StageProblem MakeProblem(int stage, std::int64_t global_batch, std::vector<DeviceClass> classes,
                          double comm_per_step_s = 0.0, double comm_per_round_s = 0.0);
 
 struct RandomProblemOptions {
   int max_classes = 3;
-  int max_count = 2;       // devices per class
-  int max_cap = 4;         // largest micro-batch per class
-  int max_batch = 8;       // global batch
-  int stage = -1;          // -1: random stage 0..3
+  int max_count = 2;           // devices per class
+  int max_cap = 4;             // largest micro-batch per class
+  int max_batch = 8;           // global batch
+  int stage = -1;              // -1: random stage 0..3
   bool allow_zero_cap = true;  // some classes may hold no sample
 };
 

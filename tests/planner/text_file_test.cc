@@ -1,16 +1,16 @@
 #include "planner/base/text_file.h"
 
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "planner/base/input_error.h"
 #include "test_support.h"

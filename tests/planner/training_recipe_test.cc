@@ -2,10 +2,10 @@
 // back whole, read strictly, and compared with a resuming run's.
 #include "planner/formats/training_recipe.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "planner/base/input_error.h"
 #include "test_support.h"

@@ -1,7 +1,7 @@
 // The worker's view of a plan file, and the placement the head and agents read from it.
-#include <gtest/gtest.h>
-
 #include "planner/formats/worker_plan.h"
+
+#include <gtest/gtest.h>
 
 #include <string>
 #include <utility>
@@ -36,7 +36,8 @@ TEST(WorkerPlan, APlanWithoutPlacementHasEmptyOnes) {
 // have its types, ignored (never an error) where a hand-edited plan gives others.
 TEST(WorkerPlan, KeepsWhatPoplarPlanSaysOfItWhereItHasItsTypes) {
   const std::string ranks = R"("stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [4]}])";
-  const WorkerPlan written = ParseWorkerPlan("{" + ranks + R"(, "policy": "poplar", "predicted": {"step_s": 0.25}})", "p.json");
+  const WorkerPlan written =
+      ParseWorkerPlan("{" + ranks + R"(, "policy": "poplar", "predicted": {"step_s": 0.25}})", "p.json");
   EXPECT_EQ(written.policy, "poplar");
   EXPECT_EQ(written.predicted_step_s, 0.25);
   for (const std::string odd : {R"("policy": 3, "predicted": {"step_s": "x"})", R"("predicted": {"step_s": -1})",

@@ -26,8 +26,8 @@ ChildProcess::ChildProcess(const ChildOptions& options) {
     const int in = ::open("/dev/null", O_RDONLY);
     const int out = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = ::open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 ||
-        ::dup2(err, 2) < 0 || (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0)) {
+    if (in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 ||
+        (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0)) {
       ::_exit(126);
     }
     ::execv(argv[0], argv.data());
@@ -75,8 +75,7 @@ std::string ReadWholeFile(const std::string& path) {
   return contents.str();
 }
 
-ProcessOutcome RunProcess(ChildOptions options, const std::string& io_folder,
-                          std::chrono::milliseconds deadline) {
+ProcessOutcome RunProcess(ChildOptions options, const std::string& io_folder, std::chrono::milliseconds deadline) {
   options.stdout_path = io_folder + "/stdout";
   options.stderr_path = io_folder + "/stderr";
   ChildProcess child(options);

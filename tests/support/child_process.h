@@ -3,20 +3,20 @@
 // folder, and a deadline after which the child is killed (so a hung test ends).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <sys/types.h>
-
 namespace poplar::testing {
 
 struct ChildOptions {
-  std::vector<std::string> argv;              // argv[0] is the program's path
-  std::map<std::string, std::string> env;     // added to (or replacing in) the parent's
-  std::string cwd;                            // empty: the parent's
+  std::vector<std::string> argv;           // argv[0] is the program's path
+  std::map<std::string, std::string> env;  // added to (or replacing in) the parent's
+  std::string cwd;                         // empty: the parent's
   std::string stdout_path = "/dev/null";
   std::string stderr_path = "/dev/null";
 };
@@ -31,7 +31,7 @@ inline ChildOptions Command(std::vector<std::string> argv) {
 class ChildProcess {
  public:
   explicit ChildProcess(const ChildOptions& options);  // starts it
-  ~ChildProcess();                                      // kills it if still running
+  ~ChildProcess();                                     // kills it if still running
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 

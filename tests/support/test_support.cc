@@ -2,9 +2,9 @@
 
 #include <stdlib.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <cstdint>
 #include <stdexcept>
 
 #include "planner/base/input_error.h"
@@ -29,8 +29,7 @@ std::vector<std::string> ReadLines(const std::string& path) {
   return lines;
 }
 
-::testing::AssertionResult ContainsAll(const std::string& text,
-                                       std::initializer_list<std::string> parts) {
+::testing::AssertionResult ContainsAll(const std::string& text, std::initializer_list<std::string> parts) {
   for (const auto& part : parts) {
     if (text.find(part) == std::string::npos) {
       return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";

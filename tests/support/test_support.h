@@ -11,8 +11,7 @@
 namespace poplar::testing {
 
 // Whether `text` contains every one of `parts`; the failure shows the text.
-::testing::AssertionResult ContainsAll(const std::string& text,
-                                       std::initializer_list<std::string> parts);
+::testing::AssertionResult ContainsAll(const std::string& text, std::initializer_list<std::string> parts);
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part);
 
 // Errors are one line a user can act on: non-empty, ending in a newline, no other newline.

@@ -1,11 +1,11 @@
 // The head's Interruption: Ctrl-C, SIGTERM and SIGHUP are recorded while one lives (the
 // process goes on to stop what it started), and end the process as usual after it.
-#include <csignal>
-#include <cstdlib>
+#include "launcher/head/interruption.h"
 
 #include <gtest/gtest.h>
 
-#include "launcher/head/interruption.h"
+#include <csignal>
+#include <cstdlib>
 
 namespace poplar {
 namespace {

@@ -1,13 +1,14 @@
 // What `poplar launch` makes of its agents' events: the reported root cause, the
 // progress line and the run summary.
-#include <cmath>
-#include <sstream>
+#include "launcher/head/launch_monitor.h"
 
 #include <gtest/gtest.h>
 
-#include "planner/base/command_failed.h"
-#include "launcher/head/launch_monitor.h"
+#include <cmath>
+#include <sstream>
+
 #include "child_process.h"
+#include "planner/base/command_failed.h"
 #include "test_support.h"
 
 namespace poplar {
@@ -46,7 +47,8 @@ TEST_F(LaunchMonitorTest, AStreamTheHeadLostNeverOutranksAJobFailure) {
 TEST_F(LaunchMonitorTest, TheKilledRankIsTheRootCauseWhateverArrivesFirst) {
   LaunchMonitor monitor = Monitor();
   EXPECT_FALSE(monitor.failed());
-  monitor.Failure("a", "rank 0 exited with status 1: poplar-worker[rank 0]: error: Read error: Connection reset by peer");
+  monitor.Failure("a",
+                  "rank 0 exited with status 1: poplar-worker[rank 0]: error: Read error: Connection reset by peer");
   monitor.Stopped("head", "stopped by the user (Ctrl-C)");
   monitor.Failure("b", "rank 1 was killed by signal 9 (Killed)");
   EXPECT_TRUE(monitor.failed());
@@ -80,7 +82,8 @@ TEST_F(LaunchMonitorTest, ARankPointingAtAnothersErrorIsNotTheCause) {
   LaunchMonitor monitor = Monitor();
   monitor.Failure("b", "rank 1 exited with status 1: rank 0 cannot read its --resume checkpoint (its error says why)");
   monitor.Failure("a", "rank 0 exited with status 1: checkpoints/step-00000004/meta.json: not valid JSON");
-  EXPECT_EQ(monitor.RootCause(), "node 'a': rank 0 exited with status 1: checkpoints/step-00000004/meta.json: not valid JSON");
+  EXPECT_EQ(monitor.RootCause(),
+            "node 'a': rank 0 exited with status 1: checkpoints/step-00000004/meta.json: not valid JSON");
 }
 
 TEST_F(LaunchMonitorTest, AFailingRankOutranksPeersThatLostIt) {
@@ -100,8 +103,9 @@ TEST_F(LaunchMonitorTest, ExitStatusesSayWhichRankFailedOnItsOwn) {
   const std::string peer = "rank 0 exited with status 3: poplar-worker[rank 0]: error: rank 1 is gone";
   monitor.Failure("a", peer, kPeerFailureExitStatus);
   monitor.Failure("a", peer);  // the node's JOB_FAILED
-  const std::string own = "rank 1 exited with status 1: poplar-worker[rank 1]: error: --data: cannot read "
-                          "/mnt/shared/tokens.bin: Connection timed out";
+  const std::string own =
+      "rank 1 exited with status 1: poplar-worker[rank 1]: error: --data: cannot read "
+      "/mnt/shared/tokens.bin: Connection timed out";
   monitor.Failure("b", own, 1);
   EXPECT_EQ(monitor.RootCause(), "node 'b': " + own);
   // A SIGTERM exit is poplar's stop, any other signal a cause.
@@ -118,8 +122,8 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
     monitor.Metrics(0, Record(step, 0, 5.0 - step * 0.1, step == 1 ? 1.0 : 0.2, 0.1));
   }
   const std::string text = out_.str();
-  EXPECT_TRUE(ContainsAll(text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000  120.0 samples/s",
-                                 "busy fast 50% slow 90%"}));
+  EXPECT_TRUE(ContainsAll(
+      text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000  120.0 samples/s", "busy fast 50% slow 90%"}));
   EXPECT_EQ(text.find("step 4/10"), std::string::npos);
   const auto summary = monitor.Summary(0.25);
   EXPECT_EQ(summary["steps"], 10);
@@ -157,15 +161,17 @@ TEST_F(LaunchMonitorTest, ARankNotTakingTheSchedulesRateFailsTheJobNamingItsNode
   old_agent.Metrics(0, R"({"step": 1, "rank": 0, "loss": 5.5, "lr": 0.0015})");
   old_agent.Metrics(1, R"({"step": 1, "rank": 1, "loss": 5.5, "lr": 0.003})");
   ASSERT_TRUE(old_agent.failed());
-  EXPECT_EQ(old_agent.RootCause(), "node 'b': rank 1 trained step 1 at learning rate 0.003, not the 0.0015 of the "
-                                   "cluster file's schedule: its poplar-agent left the schedule out (it predates "
-                                   "job.warmup_steps and job.lr_decay); update poplar-agent on this node");
+  EXPECT_EQ(old_agent.RootCause(),
+            "node 'b': rank 1 trained step 1 at learning rate 0.003, not the 0.0015 of the "
+            "cluster file's schedule: its poplar-agent left the schedule out (it predates "
+            "job.warmup_steps and job.lr_decay); update poplar-agent on this node");
 
   LaunchMonitor old_worker = Monitor();
   old_worker.ExpectLearningRates(half_then_full);
   old_worker.Metrics(0, R"({"step": 4, "rank": 0, "loss": 5.5})");  // a resumed run's first step
   ASSERT_TRUE(old_worker.failed());
-  EXPECT_TRUE(ContainsAll(old_worker.RootCause(), {"node 'a': rank 0 reports no learning rate", "update poplar-worker"}))
+  EXPECT_TRUE(
+      ContainsAll(old_worker.RootCause(), {"node 'a': rank 0 reports no learning rate", "update poplar-worker"}))
       << old_worker.RootCause();
 }
 
@@ -234,10 +240,10 @@ TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndTheirAbsenceFailsTheJob) {
     EXPECT_FALSE(dropped.failed());
     dropped.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));  // no eval_every: fails at step 1
     ASSERT_TRUE(dropped.failed()) << "eval_every " << every;
-    EXPECT_TRUE(ContainsAll(dropped.RootCause(),
-                            {"node 'a'", "rank 0 trains without a held-out evaluation", "its step 1 reports no eval_every",
-                             "job.eval_data asks for one every " + std::to_string(every) + " steps",
-                             "update poplar-agent"}))
+    EXPECT_TRUE(
+        ContainsAll(dropped.RootCause(),
+                    {"node 'a'", "rank 0 trains without a held-out evaluation", "its step 1 reports no eval_every",
+                     "job.eval_data asks for one every " + std::to_string(every) + " steps", "update poplar-agent"}))
         << dropped.RootCause();
   }
 
@@ -257,8 +263,8 @@ TEST_F(LaunchMonitorTest, WorkerWarningsAreShownWithTheirNode) {
   monitor.Output(1, "[W1126 10:00:00.000] Warning: a libtorch warning: (function operator())");
   monitor.Output(1, warning);
   EXPECT_EQ(out_.str(), "node 'b': " + warning + "\n");
-  EXPECT_TRUE(ContainsAll(ReadWholeFile(dir_.path() + "/logs/rank-1.log"),
-                          {"ZeRO stage 1", "libtorch warning", warning}));
+  EXPECT_TRUE(
+      ContainsAll(ReadWholeFile(dir_.path() + "/logs/rank-1.log"), {"ZeRO stage 1", "libtorch warning", warning}));
 }
 
 // A head that did not run for longer than the keepalive's timeout is the root cause of
@@ -329,7 +335,8 @@ TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
   early.Metrics(0, Record(4, 0, 5.0, 0.2, 0.1));
   EXPECT_EQ(early.CheckpointsKept(5, "D"),
             "no checkpoint was due by step 4, the last the head heard of (the first is due at step 5)");
-  EXPECT_EQ(early.CheckpointsKept(0, "D"), "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)");
+  EXPECT_EQ(early.CheckpointsKept(0, "D"),
+            "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)");
   early.Metrics(0, Record(5, 0, 5.0, 0.2, 0.1));
   EXPECT_EQ(early.CheckpointsKept(5, "D"), "the checkpoints rank 0's node completed (every 5 steps) stay in D");
   LaunchMonitor resumed = Monitor();

@@ -2,11 +2,10 @@
 // and that a resume keeps what the attempts before it wrote.
 #include "launcher/head/run_directory.h"
 
-#include <filesystem>
-
+#include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
+#include <filesystem>
 
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
@@ -70,8 +69,8 @@ TEST(RunDirectory, RefusesAFolderThatPoplarPlanWrote) {
   for (const bool resume : {false, true}) {
     const InputError error = OpenError(scratch.path() + "/planned", "j1", resume);
     EXPECT_EQ(error.file(), "--run-dir");
-    EXPECT_TRUE(ContainsAll(error.reason(), {"holds plan.json and profiles/ but no run of poplar launch",
-                                             "choose another --run-dir"}))
+    EXPECT_TRUE(ContainsAll(error.reason(),
+                            {"holds plan.json and profiles/ but no run of poplar launch", "choose another --run-dir"}))
         << error.reason();
   }
   EXPECT_EQ(ReadTextFile(scratch.path() + "/planned/plan.json"), "plan");
@@ -190,7 +189,7 @@ TEST(RunDirectory, RemovesTheTemporariesOfHeadsThatDied) {
   ScratchDir scratch("run-dir");
   const std::string path = scratch.path() + "/run";
   scratch.Write("run/job_id", "j1\n");
-  scratch.Write("run/summary.json.tmp.999999999", "half");  // above pid_max: no such process
+  scratch.Write("run/summary.json.tmp.999999999", "half");     // above pid_max: no such process
   scratch.Write("run/model.bin.tmp.999999999", "the user's");  // not the head's: left alone
   const std::string live = "run/summary.json.tmp." + std::to_string(::getpid());
   scratch.Write(live, "being written");
