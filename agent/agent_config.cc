@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std::string& value,
                            const std::string& base) {
   const fs::path path = fs::absolute(ResolveAgainst(base, value)).lexically_normal();
-  // Made, and able to take files: /proc or a read-only mount failed only at the first
-  // profile or job, naming neither this file nor the key.
+  // Made, and able to take files: /proc or a read-only mount is refused here, naming this
+  // file and the key, not at the first profile or job.
   try {
     MakeOutputFolder(path.string(), key);
     RequireWritableFolder(path.string(), key);

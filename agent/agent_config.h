@@ -8,7 +8,7 @@
 //   worker: /usr/local/bin/poplar-worker  # optional; default: next to poplar-agent
 //   gpus: auto                      # auto (NVML, when present) | none
 //   nvml_library: libnvidia-ml.so.1 # optional; the NVML library gpus: auto opens
-//   emulated:                       # optional emulated CPU devices (DESIGN 7)
+//   emulated:                       # optional emulated CPU devices (docs/worker.md)
 //     - {type: emu-fast, count: 1, threads: 1, slowdown: 1.0, memory_mib: 48}
 //
 // Relative paths are relative to the agent file's folder.

@@ -1,4 +1,4 @@
-// Job: supervises one node's ranks of a training job (DESIGN 8).
+// Job: supervises one node's ranks of a training job (docs/operations.md, failures).
 //
 // Start() spawns every rank; from then on the Job turns what happens into a stream of
 // events: each output line, each metrics record (tailed from the rank's metrics file),
@@ -42,8 +42,8 @@ class Job {
  public:
   // `stop_grace`: how long a stopped rank may take before SIGKILL (planner/formats/stop_grace.h;
   // the job's stop_grace_s). A rank ends at once on SIGTERM unless rank 0 is writing a
-  // checkpoint, which it finishes first (launcher/worker/stop_signals.h): a GPT-2 medium
-  // checkpoint is 4.3 GB, flushed to the disk.
+  // checkpoint, which it finishes first (launcher/worker/stop_signals.h): a large model's
+  // takes a while to flush to the disk.
   Job(std::string id, std::vector<RankProcess> ranks,
       std::chrono::milliseconds stop_grace = std::chrono::seconds(kDefaultStopGraceSeconds));
   ~Job();  // stops the ranks if still running and waits for them

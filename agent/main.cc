@@ -88,7 +88,8 @@ bool WaitBy(pid_t pid, Clock::time_point deadline, int& status) {
 
 // `poplar-worker --version` of the agent file's worker, which keys the profile cache.
 // Within 30 s: a worker that does not answer, or does not end (or leaves a child holding
-// its output), once kept the agent from starting, deaf to SIGTERM, which it blocks by then.
+// its output), must not keep the agent from starting, deaf to SIGTERM, which it blocks
+// by then.
 std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
   constexpr int kTimeoutSeconds = 30;
   const std::string& worker = config.worker;
@@ -124,8 +125,8 @@ void Serve(const AgentOptions& options) {
   // SIGINT, SIGTERM and SIGHUP are taken by a waiting thread; block them in every thread
   // first, before any other thread exists: gRPC's threads (the credentials check below
   // starts some) would otherwise take SIGTERM and die of it, without stopping the jobs.
-  // SIGHUP (the terminal of an agent started by hand closing) once killed it at once,
-  // its workers by their parent-death signal, a checkpoint cut short.
+  // SIGHUP (the terminal of an agent started by hand closing) stops the jobs in order too,
+  // rather than killing the agent and its workers, a checkpoint cut short.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -158,8 +159,8 @@ void Serve(const AgentOptions& options) {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, credentials, &port);
-  // gRPC sets SO_REUSEPORT by default, which let a second agent bind a port an agent
-  // already held, and the kernel then shared the callers between the two.
+  // gRPC sets SO_REUSEPORT by default, which lets a second agent bind a port an agent
+  // already holds, the kernel sharing the callers between the two.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   AddAgentKeepalive(builder);
   builder.RegisterService(&service);

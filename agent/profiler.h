@@ -1,6 +1,6 @@
-// Profiling one model on one of this node's device types (DESIGN 7) with a cache: a stage
-// measured before for the same model, device, settings and worker (its `--version` and
-// its file) is read from <cache_dir>/profiles/ instead of being measured again. The
+// Profiling one model on one of this node's device types (docs/worker.md) with a cache: a
+// stage measured before for the same model, device, settings and worker (its `--version`
+// and its file) is read from <cache_dir>/profiles/ instead of being measured again. The
 // stages not in the cache are measured by one `poplar-worker profile` run, which
 // interleaves them so that they are timed under the same conditions.
 #pragma once

@@ -1,6 +1,6 @@
-// Confinement of request paths to the agent's work directory (DESIGN 8): a caller may
-// name files only inside it, and job ids are plain names, so no request can make the
-// agent read or write anywhere else.
+// Confinement of request paths to the agent's work directory (docs/operations.md,
+// security): a caller may name files only inside it, and job ids are plain names, so no
+// request can make the agent read or write anywhere else.
 #pragma once
 
 #include <string>

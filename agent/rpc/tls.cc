@@ -90,7 +90,7 @@ std::shared_ptr<grpc::ServerCredentials> ServerTls(const CredentialPaths& paths,
 }
 
 // gRPC accepts any text as PEM when credentials are made and says what is wrong only in
-// its log, when a server starts or a connection is made: the head then saw "empty
+// its log, when a server starts or a connection is made: the head would see "empty
 // address list" and the agent a failure to listen. A throwaway TLS server on a free
 // loopback port, with the same three files, starts only if they are usable together.
 void CheckTlsFilesServe(const std::shared_ptr<grpc::ServerCredentials>& tls, const CredentialPaths& paths,

@@ -110,8 +110,8 @@ namespace {
 
 // The CPU keeps the memory it frees, as the CUDA caching allocator keeps GPU memory.
 // Otherwise glibc hands large blocks back to the system (mmap, heap trimming) and faults
-// them in again, so a step's time depends on what ran before it: a profile measured its
-// first stage's optimizer step 3x slower than training runs it (6-8 ms against 2).
+// them in again, so a step's time would depend on what ran before it, and a profile
+// would not time the optimizer step as training runs it.
 void KeepFreedMemory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest, which also fixes it (no adapting)
   mallopt(M_TRIM_THRESHOLD, INT_MAX);

@@ -1,5 +1,5 @@
-// The speed of an emulated device (DESIGN 7: "extra wall time in proportion to measured
-// compute, documented as emulation"). Training and profiles stretch the same spans:
+// The speed of an emulated device (docs/worker.md, emulated devices): extra wall time in
+// proportion to measured compute. Training and profiles stretch the same spans:
 // each micro-batch's forward and backward, and the optimizer step less its waits in
 // collectives, so a profile and the training it predicts see the same device.
 #pragma once

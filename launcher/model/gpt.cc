@@ -12,8 +12,8 @@ namespace {
 // x · Wᵀ + b of a linear layer, as Python's F.linear computes it (at::linear): the bias
 // folded into the product (cuBLASLt's bias epilogue on a GPU). torch::nn::Linear's own
 // forward (the C++ frontend's F::linear) multiplies inputs of more than two dimensions
-// first and adds the bias in a second, broadcasting pass over the output: on the H200
-// that pass cost 7.6 ms of GPT-2 small's 92 ms step at 32 samples.
+// first and adds the bias in a second, broadcasting pass over the output, which costs
+// measurable step time on a GPU (docs/benchmarks.md).
 torch::Tensor Affine(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);
 }

@@ -1,7 +1,8 @@
-// The GPT of DESIGN.md 4.4: GPT-2 with nanoGPT's parameter names. Pre-LayerNorm blocks
-// with biases, learned positions, causal self-attention, exact (erf) GELU, no dropout;
-// the output head is tied to the token embedding (it reuses transformer.wte.weight, so
-// the model has one parameter for both; state dicts list it under both names).
+// The GPT the worker trains (docs/worker.md): GPT-2 with nanoGPT's parameter names.
+// Pre-LayerNorm blocks with biases, learned positions, causal self-attention, exact (erf)
+// GELU, no dropout; the output head is tied to the token embedding (it reuses
+// transformer.wte.weight, so the model has one parameter for both; state dicts list it
+// under both names).
 #pragma once
 
 #include <torch/torch.h>

@@ -11,16 +11,15 @@
 //
 // Autograd's version writes the fp32 copy of the logits, their fp32 log-softmax (kept
 // for backward), then in backward an fp32 one-hot gradient, the log-softmax's fp32
-// gradient and its copy back to the compute precision: [tokens, vocabulary] tensors
-// that for GPT-2 small at 32 samples of 1,024 tokens are 3.3 GB (bf16) or 6.6 GB (fp32)
-// each. Here the forward works through the logits in chunks of rows: each chunk's
-// log-softmax in fp32 gives its loss, and then its gradient, softmax - onehot(targets),
-// which is written over the chunk's logits in their own precision (the incoming scalar
-// is applied in backward). Backward is then two matrix products (and a scalar
-// multiplication of their small results). Between forward and backward it holds one
-// [tokens, vocabulary] tensor in the compute precision (the logits, now their
-// gradient) instead of autograd's fp32 log-softmax; beyond that, fp32 only a chunk at
-// a time.
+// gradient and its copy back to the compute precision: [tokens, vocabulary] tensors,
+// the largest of a GPT's step. Here the forward works through the logits in chunks of
+// rows: each chunk's log-softmax in fp32 gives its loss, and then its gradient,
+// softmax - onehot(targets), which is written over the chunk's logits in their own
+// precision (the incoming scalar is applied in backward). Backward is then two matrix
+// products (and a scalar multiplication of their small results). Between forward and
+// backward it holds one [tokens, vocabulary] tensor in the compute precision (the
+// logits, now their gradient) instead of autograd's fp32 log-softmax; beyond that, fp32
+// only a chunk at a time.
 //
 // Where no gradient is wanted (no grad mode, or neither hidden nor weight requires it)
 // only the loss is computed. Targets are class indices (int64) in [0, vocabulary); the

@@ -37,7 +37,7 @@ void RequireWithinStorage(const torch::Tensor& tensor, const std::string& path, 
   };
   if (tensor.storage_offset() < 0) damaged("has a negative storage offset");
   // The last element's byte end, in arithmetic that cannot wrap: a crafted stride of
-  // 2^60 or offset of 2^61 once overflowed this sum past the check, and the copy crashed.
+  // 2^60 or offset of 2^61 must not overflow this sum past the check.
   std::int64_t last = tensor.storage_offset();
   for (std::int64_t d = 0; d < tensor.dim(); ++d) {
     if (tensor.stride(d) < 0) damaged("has a negative stride");

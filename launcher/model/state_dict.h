@@ -1,6 +1,7 @@
 // State dicts as Python's torch.save(dict) writes and torch.load reads them: a pickled
-// dict of name -> tensor (DESIGN.md 4.4 and 10). Python's model.state_dict() is an
-// OrderedDict, which libtorch 1.13 cannot read: save dict(model.state_dict()).
+// dict of name -> tensor (docs/formats.md, state dicts and checkpoints). Python's
+// model.state_dict() is an OrderedDict, which libtorch 1.13 cannot read: save
+// dict(model.state_dict()).
 #pragma once
 
 #include <torch/torch.h>

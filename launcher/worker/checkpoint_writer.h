@@ -3,9 +3,9 @@
 // A checkpoint's tensors are gathered in the training loop (collectives: every rank
 // takes part), as CPU copies that nothing else touches; writing them to the disk is
 // rank 0's alone and runs on a thread of its own. So a slow disk costs no step time,
-// and no rank waits in a collective while rank 0 writes: a GPT-2 medium checkpoint
-// (4.3 GB, flushed to the disk) can take longer than --timeout, and the other ranks
-// once gave up on rank 0 as stuck at the barrier after it.
+// and no rank waits in a collective while rank 0 writes: a large model's checkpoint,
+// flushed to the disk, can take longer than --timeout, and the other ranks would give up
+// on rank 0 as stuck at the barrier after it.
 //
 // At most one checkpoint waits while another is written: when the disk is slower than
 // --checkpoint-every, a newer checkpoint replaces the waiting one (the newest is the

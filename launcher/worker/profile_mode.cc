@@ -33,9 +33,8 @@ struct Sample {
 // one size: after its untimed runs, until the timed ones add up to
 // ProfileOptions::point_seconds or there are kMostRunsPerPoint of them (at least one).
 // Short micro-batches, whose time on a GPU is libtorch's CPU-side dispatch and varies
-// from run to run, get several runs; long ones one. On an H200 one timed run per pass
-// read GPT-2 medium's 1-4 samples at 36.7-49.2 ms where training sustained 32.4-35.8
-// (docs/benchmarks.md).
+// from run to run, get several runs; long ones one. A single timed run per pass reads
+// small micro-batches slower than training sustains them (docs/benchmarks.md).
 constexpr int kMostRunsPerPoint = 5;
 
 // One stage's model and engine, alive for one pass over that stage.

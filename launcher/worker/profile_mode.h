@@ -1,5 +1,5 @@
-// `poplar-worker profile`: measures one device for ZeRO stages 0-3 (DESIGN.md 7) and writes
-// the profile file the planner reads (docs/formats.md).
+// `poplar-worker profile`: measures one device for ZeRO stages 0-3 (docs/worker.md) and
+// writes the profile file the planner reads (docs/formats.md).
 //
 // Pass 1 measures each stage alone (world size 1): a warm-up and timed runs at micro-batch
 // sizes 1, 2, 4, ... until one runs out of memory, then a binary search between the last

@@ -51,8 +51,8 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gp
 // a time, each straight into the rank's shards, and sets the engine's step count
 // (collective: every rank calls it). Beyond its shards a rank holds one parameter's two
 // fp32 moments at a time: the whole moments are 8 bytes a parameter, more than stage 3's
-// share of all the states on 3 or more ranks (a rank capped where the run fitted once ran
-// out of memory on resuming). The source's host copy is released as it goes.
+// share of all the states on 3 or more ranks, so a rank whose memory fits the run fits
+// its resume too. The source's host copy is released as it goes.
 void SendResumedMoments(Communicator& communicator, TrainingEngine& engine, Resumed& resumed, torch::Device device);
 
 }  // namespace poplar

@@ -2,7 +2,7 @@
 //
 // Sample k is tokens[k*L, k*L+L) as input and the same window shifted by one as target
 // (L = block size); there are S = (tokens - 1) / L samples. Global batch t of B samples
-// is samples (t*B + i) mod S for i = 0..B-1 (DESIGN.md 4.4).
+// is samples (t*B + i) mod S for i = 0..B-1 (docs/worker.md, training semantics).
 #pragma once
 
 #include <torch/torch.h>

@@ -1,8 +1,7 @@
 // MicroBatchGraphs: a micro-batch's forward and backward replayed from a CUDA graph, one
 // graph per micro-batch size, so that a small micro-batch costs the GPU's time rather than
-// libtorch's CPU-side dispatch of its thousands of kernels. Eagerly, one sample of GPT-2
-// medium took 19-30 ms on an H200, varying with the host's speed (a schedule's step by
-// 17% from one round to the next); replayed, 9.3 ms (docs/benchmarks.md, fifth run).
+// libtorch's CPU-side dispatch of its thousands of kernels, whose time varies with the
+// host's speed (docs/benchmarks.md).
 //
 // The body (the work captured) must launch its work on the current CUDA stream alone,
 // never wait for the device (no .item(), no collective), read and write every tensor

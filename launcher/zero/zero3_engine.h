@@ -11,7 +11,7 @@
 // The head is the exception: its backward follows its forward at once, so its forward keeps its graph
 // (the activations recomputing would rebuild at that very moment: no higher peak) and
 // its backward uses it. That saves a forward of the vocabulary-wide head per
-// micro-batch, a tenth of GPT-2 small's step.
+// micro-batch, one of the step's largest products.
 //
 // Around the units, one micro-batch is a fixed schedule of visits (forward through units
 // 0..U-1, backward through U-1..0) that says, per visit, which buckets to all-gather

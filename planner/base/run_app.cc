@@ -29,10 +29,9 @@ CLI::App* CommandNamed(CLI::App& app, const std::string& word) {
 
 // The first option (--name, --name=value, -n) of the command line that neither the
 // chosen command nor the program knows, as a usage message; "" if there is none.
-// CLI11 names unknown options only after every other check, so `poplar plan --bogus x`
-// heard that file x does not exist, and `--stepz 3` read "arguments were not expected:
-// 3 --stepz"; a misspelt flag is the likelier mistake, so it is named first, with the
-// nearest known option.
+// CLI11 names unknown options only after every other check (`poplar plan --bogus x`
+// would hear that file x does not exist); a misspelt flag is the likelier mistake, so it
+// is named first, with the nearest known option.
 std::string UnknownOption(CLI::App& app, int argc, char** argv) {
   CLI::App* command = &app;
   const auto known = [&](const std::string& name) -> const CLI::Option* {

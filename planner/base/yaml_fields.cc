@@ -185,7 +185,7 @@ YAML::Node YamlFields::Child(const std::string& key) {
 
 YAML::Node YamlFields::Required(const std::string& key) {
   YAML::Node child = Child(key);
-  // `stage: ~` or `stage:` once read "is required (line 3) (line 4)", optional or not.
+  // `stage: ~` or `stage:` has no value, which is said as such, optional key or not.
   if (child && child.IsNull()) Fail(key, "has no value (give one, or leave the key out where it is optional)");
   if (!child) {
     // A key given but misspelt ("global_bach") is the likely cause: name it here, where

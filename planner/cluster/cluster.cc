@@ -320,8 +320,8 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     const std::string path = "nodes[" + std::to_string(i) + "]";
     cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
     const NodeSpec& node = cluster.nodes.back();
-    // Ranks are ints, and a plan lists every one: 2^31 devices once overflowed into a
-    // negative count (and a crash), 10 million ran the planner out of memory.
+    // Ranks are ints, and a plan lists every one: the count is bounded so that it fits an
+    // int and the planner's memory.
     std::int64_t node_devices = 0;
     for (const auto& group : node.devices) node_devices += group.count;
     multi_device_node = multi_device_node || node_devices > 1;

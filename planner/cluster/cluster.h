@@ -72,7 +72,7 @@ struct JobSpec {
   std::int64_t checkpoint_every = 0;  // 0: only at the end
   std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
   // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
-  // rank 0 first finishes a checkpoint in flight (a GPT-2 medium one is 4.3 GB).
+  // rank 0 first finishes a checkpoint in flight, which for a large model takes a while.
   int stop_grace_s = kDefaultStopGraceSeconds;
   // A held-out evaluation (the worker's --eval-data, --eval-every, --eval-samples):
   // eval_data relative to each agent's work directory, as data; empty: none.

@@ -1,7 +1,7 @@
-// The files that secure the link between the head node and the agents (DESIGN 8):
-// TLS certificates signed by the cluster's CA and a shared token, all made in one step
-// by scripts/make-cluster-credentials. The head names its set in the cluster file, each
-// agent in its agent file:
+// The files that secure the link between the head node and the agents
+// (docs/operations.md, security): TLS certificates signed by the cluster's CA and a shared
+// token, all made in one step by scripts/make-cluster-credentials. The head names its set
+// in the cluster file, each agent in its agent file:
 //
 //   credentials:
 //     ca: credentials/ca.pem        # the cluster's CA; peers must be signed by it

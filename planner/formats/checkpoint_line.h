@@ -16,7 +16,7 @@
 namespace poplar {
 
 // A run this one went on from, and the step of the checkpoint it went on from. Run 0 is
-// unknown: the checkpoint recorded no run (poplar before 2026-11-26).
+// unknown: the checkpoint recorded no run.
 struct LineAncestor {
   std::uint64_t run = 0;
   std::int64_t step = 0;

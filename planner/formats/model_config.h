@@ -1,4 +1,4 @@
-// The model configuration file of `poplar-worker --model-config` (DESIGN.md 4.4):
+// The model configuration file of `poplar-worker --model-config` (docs/formats.md):
 //   {"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32}
 // The GPT is GPT-2 with nanoGPT's parameter names; training sequence length is block_size.
 #pragma once

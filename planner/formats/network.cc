@@ -32,7 +32,7 @@ Collective RequireCollective(JsonFields& fields, const std::string& key) {
 CollectivePoint ReadPoint(JsonFields& fields) {
   CollectivePoint point;
   point.collective = RequireCollective(fields, "collective");
-  // Whole bytes, up to a petabyte; 4096.0 too, as files written before 2026-11-26 have it.
+  // Whole bytes, up to a petabyte; a whole number written as a float (4096.0) too.
   point.bytes = fields.NumberIn("bytes", 1, kMostPointBytes, "a whole number of bytes from 1 to 10^15");
   if (point.bytes != std::floor(point.bytes)) {
     fields.Fail("bytes", "must be a whole number of bytes, got " + nlohmann::json(point.bytes).dump());

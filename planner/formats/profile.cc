@@ -21,12 +21,11 @@ constexpr const char* kFormat = "poplar-profile/1";
 ProfilePoint ParsePoint(JsonFields fields) {
   ProfilePoint point;
   point.micro_batch = static_cast<int>(fields.IntegerIn("micro_batch", 1, kMostMicroBatch, "a number of samples"));
-  // A micro-batch of more than a day is a typing mistake (1e308 s made steps of 1e308 s),
-  // and one of less than a nanosecond too: 5e-324 s (subnormal) made a micro-batch cost
-  // nothing, and the search planned twice the global batch.
+  // A micro-batch of more than a day is a typing mistake, and one of less than a
+  // nanosecond too: a subnormal time would make a micro-batch cost the search nothing.
   point.compute_s = fields.NumberIn("compute_s", kLeastMeasuredSeconds, kMostMeasuredSeconds,
                                     "a number of seconds from 1e-9 to 86400");
-  point.peak_bytes = fields.Integer("peak_bytes");  // a float was cast unchecked (1e300 is undefined)
+  point.peak_bytes = fields.Integer("peak_bytes");  // never a float cast unchecked
   if (point.peak_bytes <= 0) fields.Fail("peak_bytes", "must be a positive number of bytes");
   if (fields.Has("graph_compute_s")) {
     point.graph_compute_s = fields.NumberIn("graph_compute_s", kLeastMeasuredSeconds, kMostMeasuredSeconds,

@@ -8,7 +8,7 @@ namespace poplar {
 
 // The most optimizer steps a job may ask for, and the bound on the worker's other
 // counts of steps or samples (--decay-steps, --checkpoint-every, --eval-samples, ...):
-// a larger number once became INT64_MAX silently.
+// a larger number is refused, never saturated to INT64_MAX.
 inline constexpr std::int64_t kMostJobSteps = std::int64_t{1} << 40;
 
 // The largest learning rate taken: larger ones only diverge, and from about 1e37 the

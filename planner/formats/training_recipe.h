@@ -2,7 +2,7 @@
 // batch. A checkpoint records it (meta.json "training", docs/formats.md) so that a
 // resume which would go on otherwise than the run that wrote it says so: a changed
 // --lr, schedule, batch or token file is a different run from the one that never
-// stopped, which the equivalence of a resume (DESIGN.md 4.4) is about.
+// stopped, which the equivalence of a resume (docs/worker.md) is about.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The part of a plan file a worker trains with (DESIGN.md 4.2): the stage, the global
+// The part of a plan file a worker trains with (docs/formats.md): the stage, the global
 // batch and every rank's micro-batches. Read and validated here, without torch, so the
 // launcher and the tests share one definition of "a valid plan".
 #pragma once
@@ -14,8 +14,7 @@ namespace poplar {
 
 // The largest global batch a cluster file or a plan may ask for, far above any real
 // step (GPT-3 took 1.6 thousand samples): a plan lists every micro-batch of the step,
-// so its size and the planner's time grow with the batch (1 million: half a second,
-// 0.7 MB).
+// so its size and the planner's time grow with the batch.
 inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
 // A micro-batch is part of one step's batch.
 inline constexpr std::int64_t kMostMicroBatch = kMostGlobalBatch;
@@ -50,8 +49,7 @@ struct WorkerPlan {
   std::optional<GptConfig> model_config;  // `model.config`: the model itself, when the profiles knew it
   // What `poplar plan` says of its plan, for the head's reports: `predicted.step_s` and
   // `policy`, read only where they have the types it writes (a positive number, a
-  // string), absent otherwise (a hand-written "step_s": "x" once ended in an internal
-  // error).
+  // string), absent otherwise: a hand-written plan with other types is not an error.
   std::optional<double> predicted_step_s;
   std::optional<std::string> policy;
 

@@ -1,5 +1,5 @@
-// The plan file (DESIGN.md 4.2; docs/formats.md): the chosen stage and one entry per
-// rank with its micro-batches, plus the prediction and the per-stage comparison.
+// The plan file (docs/formats.md): the chosen stage and one entry per rank with its
+// micro-batches, plus the prediction and the per-stage comparison.
 //
 // Ranks are numbered in cluster-file order: nodes in order, within a node its device
 // groups in order. A rank's device is "cuda:<i>" (or "cpu:<i>" for an emulated device

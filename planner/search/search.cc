@@ -19,8 +19,8 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // in b (ComputeCurve), so on a segment [lo, hi] where Time(b) = Time(lo) + m (b - lo)
 // the minimum over its b is Time(lo) + m (s - lo) + min over u = s - b in
 // [s - hi, s - lo] of F(u) - m u: a sliding window, whose minimum a monotone deque keeps
-// in O(1) per s. So each F(s) costs O(segments), not O(cap) (a cap of 10^6 and a batch
-// of 10^6 once took minutes).
+// in O(1) per s. So each F(s) costs O(segments), not O(cap), which keeps large caps and
+// batches fast.
 class AccumulationCost {
  public:
   explicit AccumulationCost(const DeviceClass& device_class) {

@@ -26,7 +26,7 @@ import local_cluster  # noqa: E402  (listening)
 import worker_ranks  # noqa: E402  (free_port)
 DEVICE_FILES = os.path.join(ROOT, ".device")
 CREDENTIALS = os.path.join(DEVICE_FILES, "credentials")
-COMMAND_TIMEOUT_S = 240  # each poplar command's; the whole phase takes under a minute on the H200
+COMMAND_TIMEOUT_S = 240  # each poplar command's; far more than the whole phase needs
 
 
 def programs():

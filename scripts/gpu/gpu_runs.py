@@ -56,7 +56,7 @@ DATA = os.path.join(ROOT, ".device", "data", "valid.bin")
 HELD_OUT = os.path.join(ROOT, ".device", "data", "test.bin")  # the train phase's held-out loss
 WORK = "/tmp/poplar-gpu"
 # Dense bf16 FLOP/s of the datasheets, by a part of the card's name, first match wins:
-# MFU is against this. The device tool lends an H200 or an H100 (SXM: the same peak).
+# MFU is against this. An H100 SXM has an H200's peak; an unknown card counts as one.
 BF16_PEAKS = [("H200", 989.4e12), ("H100 PCIe", 756.0e12), ("H100 NVL", 835.0e12), ("H100", 989.4e12),
               ("A100", 312.0e12)]
 DEFAULT_PEAK = 989.4e12
@@ -67,10 +67,10 @@ ONE_RANK = [[4, 4, 4]]
 TWO_RANKS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
 FP32_TOLERANCE = 1e-4  # max |difference| after 5 steps of lr 1e-3 (a step moves up to 1e-3)
 # bf16 against the fp32 reference: its whole update |theta - theta_ref| / |theta_ref - theta_0|
-# (L2 over every parameter). bf16 rounding gave 0.033 at every stage (second H200 run); a
-# gradient gone wrong in a kind of layer (every block's, bf16 only) is a large part of the
-# update, and no max |difference| separates the two (rounding alone moved one parameter
-# by 0.87 of the largest movement).
+# (L2 over every parameter). bf16 rounding alone stays well under the tolerance at every
+# stage (docs/results/*/check.json); a gradient gone wrong in a kind of layer (every
+# block's, bf16 only) is a large part of the update, and no max |difference| separates
+# the two (rounding alone can move one parameter by most of the largest movement).
 BF16_UPDATE_TOLERANCE = 0.1
 # speed: each system and the PyTorch system its "vs PyTorch" ratio is against: poplar's
 # stage 0 against DDP, stage 3 (which recomputes every block) against FSDP with each block
@@ -94,34 +94,32 @@ class Setup:
         self.device_type = "emu-cpu" if dry_run else device_name(self).replace(" ", "-")
         self.peak_flops = DEFAULT_PEAK if dry_run else bf16_peak(device_name(self))
         self.train_steps, self.train_batch, self.train_fall = (30, 8, 1.0) if dry_run else (300, 16, 3.0)
-        # Two passes on the GPU: its timings repeat to a fraction of a percent, and a device
-        # call is short (the device tool lends 15 minutes a session).
+        # Two passes on the GPU: its timings repeat closely, and a device call is short.
         self.profile_args = ["--repeats", "1", "--largest-micro-batch", "8"] if dry_run else \
             ["--repeats", "2", "--largest-micro-batch", "512"]
         self.schedules = [(0, 2, 2), (0, 4, 1), (3, 2, 2)] if dry_run else SCHEDULES
-        # Two interleaved rounds: a schedule's step repeats to about 1% from round to round
+        # Two interleaved rounds: a schedule's step repeats closely from round to round
         # where the GPU is busy, but where libtorch's CPU-side dispatch bounds it (one-sample
-        # micro-batches of GPT-2 medium: 26.8 ms each in training where the profile read 23.9
-        # and 29.2 for the same work, the second H200 run) the rounds say how far a
-        # measurement itself can be trusted.
+        # micro-batches of GPT-2 medium) the rounds say how far a measurement itself can be
+        # trusted.
         self.schedule_steps, self.schedule_warmup, self.schedule_rounds = (4, 1, 2) if dry_run else (10, 3, 2)
         # (model, micro-batch, count, systems): GPT-2 medium at 16 x 2 (accumulation) and
-        # 64 x 1, GPT-2 small at 32 x 1. At 64 x 1, where stage 0 passed 40% MFU on the first
-        # H200 run (by hand), only stage 0 and DDP run, to keep the phase within a device
-        # call's budget; GPT-2 small also runs FSDP without checkpointing (about 30 s).
+        # 64 x 1, GPT-2 small at 32 x 1. At 64 x 1 only stage 0 and DDP run, to keep the
+        # phase within a device call's budget; GPT-2 small also runs FSDP without
+        # checkpointing.
         every = SPEED_SYSTEMS[:3] if dry_run else SPEED_SYSTEMS  # PyTorch's FSDP needs a GPU
         stage0 = SPEED_SYSTEMS[:2]
         self.speed_setups = [(self.medium, 4, 2, every), (self.medium, 8, 1, stage0)] if dry_run else \
             [(self.medium, 16, 2, every), (self.medium, 64, 1, stage0),
              (self.small, 32, 1, every + ("PyTorch FSDP",))]
         self.speed_steps, self.speed_warmup, self.speed_rounds = (6, 2, 1) if dry_run else (20, 5, 2)
-        # trace: GPT-2 small at 32 x 1, where poplar's stage 3 trailed FSDP+AC (0.90x, the
-        # second H200 run); its 4th step, after three of warm-up.
+        # trace: GPT-2 small at 32 x 1, where poplar's stage 3 and FSDP+AC are compared
+        # (docs/benchmarks.md); its 4th step, after three of warm-up.
         self.trace_setup = (self.small, 4, 1, every) if dry_run else \
             (self.small, 32, 1, every + ("PyTorch FSDP",))
         self.trace_steps = 3 if dry_run else 4
         # agents: GPT-2 small in bf16 through one poplar-agent, profiled once up to 64
-        # samples (about 20 s on the H200), then 40 steps of a global batch of 64.
+        # samples, then 40 steps of a global batch of 64.
         self.agents_batch, self.agents_steps, self.agents_largest_micro_batch = (16, 20, 16) if dry_run else \
             (64, 40, 64)
         self.agents_precision = "fp32" if dry_run else "mixed"

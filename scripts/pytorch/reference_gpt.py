@@ -2,7 +2,7 @@
 
 The model is nanoGPT's GPT-2 (same parameter names, pre-LayerNorm blocks with biases,
 learned positions, causal attention, exact GELU, no dropout, head tied to wte); the
-data, loss, clipping and AdamW follow DESIGN.md 4.4, so one step here is the step
+data, loss, clipping and AdamW follow docs/worker.md, so one step here is the step
 poplar-worker takes on the same global batch.
 """
 import json
@@ -94,7 +94,7 @@ def load_config(path):
 
 
 class Tokens:
-    """DESIGN.md 4.4: sample k = tokens[kL, kL+L), targets shifted by one."""
+    """docs/formats.md: sample k = tokens[kL, kL+L), targets shifted by one."""
 
     def __init__(self, path, block_size):
         self.tokens = torch.from_numpy(np.fromfile(path, dtype="<u2").astype(np.int64))

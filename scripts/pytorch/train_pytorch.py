@@ -169,7 +169,7 @@ def main():
             # reduces every micro-batch, as ZeRO-3 and poplar's stage 3 reduce-scatter every
             # round; its no_sync() keeps whole unsharded gradients instead, and in PyTorch
             # 2.11 fails with bf16 mixed precision ("a gradient with dtype BFloat16 to a
-            # tensor with grad_dtype Float", seen on an H200, GPT-2 medium 16 x 2).
+            # tensor with grad_dtype Float").
             with wrapped.no_sync() if not last and args.mode != "fsdp" else contextlib.nullcontext():
                 with autocast():
                     logits = wrapped(x)

@@ -85,8 +85,8 @@ TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   ExpectRejected("type: emu-slow", "type: a/b", "emulated[1].type", {"plain name", "'a/b'", "(line 8)"});
   ExpectRejected("127.0.0.1:7150", "127.0.0.1", "listen", {"(line 1)"});
   ExpectRejected("threads: 1,", "thread: 1,", "emulated[0].thread", {"unknown key", "did you mean threads?"});
-  // A folder that takes no files was accepted, and failed at the first profile naming
-  // neither file nor key.
+  // A folder that takes no files is refused here, naming the file and the key, not at
+  // the first profile.
   ExpectRejected("work_dir: work", "work_dir: work\ncache_dir: /proc", "cache_dir",
                  {"cannot write in folder /proc", "takes no new files", "(line 4)"});
 }

@@ -223,9 +223,9 @@ class TwoAgents : public ::testing::Test {
   std::vector<int> ports_;
 };
 
-// A second agent on a port or a work_dir an agent holds is refused at start: gRPC's
-// SO_REUSEPORT once let both listen, callers reaching either one; and two agents on one
-// work_dir ran jobs in the same folders.
+// A second agent on a port or a work_dir an agent holds is refused at start: with gRPC's
+// SO_REUSEPORT both would listen, callers reaching either one; and two agents on one
+// work_dir would run jobs in the same folders.
 TEST_F(TwoAgents, ASecondAgentCannotTakeAnAgentsPortOrWorkDir) {
   const std::string config = ReadTextFile(dir_.path() + "/a.yaml");
   std::string same_port = config;
@@ -282,7 +282,7 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
       << unknown.err;
 
   // Without --master-port rank 0's agent names a free port: the job trains even with
-  // torchrun's customary 29500 taken (once the default, and fixed).
+  // torchrun's customary 29500 taken.
   const poplar::testing::HeldPort customary(29500);
   const auto launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run", "--job-id",
                               "train1", "--trace-step", "3"});
@@ -331,9 +331,8 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
     EXPECT_FALSE(trace["events"].empty()) << path;
   }
 
-  // A device that has since less memory than its profile was measured with (here the
-  // profile says more) is refused before any rank starts: its worker once ran out of
-  // memory after the head had said the micro-batches fit.
+  // A device that has less memory than its profile was measured with (here the profile
+  // says more) is refused before any rank starts, not when its worker runs out of memory.
   auto slow_profile = nlohmann::json::parse(ReadTextFile(dir_.path() + "/profiles/emu-slow.json"));
   slow_profile["memory_bytes"] = std::int64_t{40} << 20;  // the agent's emu-slow has 20 MiB
   dir_.Write("profiles/emu-slow.json", slow_profile.dump(2));
@@ -371,8 +370,7 @@ TEST_F(TwoAgents, NetworkMeasuresTheCollectivesAndThePlannerChargesThem) {
   EXPECT_EQ(network.backend, "gloo");
   EXPECT_EQ(network.precision, Precision::kFp32);
   EXPECT_EQ(network.points.size(), 3u * 5);  // 4, 16, 64, 256 KiB and 1 MiB
-  // The measurements reached the head: the agents keep no folder of the job (each
-  // `poplar network` once left one on every node).
+  // The measurements reached the head: the agents keep no folder of the job.
   for (const char* node : {"a", "b"}) {
     const fs::path jobs = dir_.path() + "/" + node + "/work/jobs";
     EXPECT_TRUE(!fs::exists(jobs) || fs::is_empty(jobs)) << node << " kept a network job's folder";
@@ -456,8 +454,8 @@ TEST_F(TwoAgents, AKilledAgentTakesItsWorkersWithIt) {
   EXPECT_FALSE(Alive(training.rank0));
 }
 
-// systemctl stop: the agent stops its job and says why before it exits (gRPC threads
-// started before SIGTERM was blocked once let it die of the signal, unexplained).
+// systemctl stop: the agent stops its job and says why before it exits, rather than die
+// of the signal on a gRPC thread, unexplained.
 TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
   Training training = StartTraining("agentstop", 3);
   ASSERT_TRUE(training.started());
@@ -465,8 +463,7 @@ TEST_F(TwoAgents, AnAgentStoppedWithSigtermSaysSo) {
 }
 
 // SIGHUP, as the closing terminal of an agent started by hand sends, is a stop like
-// SIGTERM: it killed the agent at once, its ranks by their parent-death signal, and the
-// head said it had lost the agent.
+// SIGTERM: the agent stops its job and the head says why, not that it lost the agent.
 TEST_F(TwoAgents, AnAgentWhoseTerminalClosesStopsItsJobAndSaysSo) {
   Training training = StartTraining("agenthup", 3);
   ASSERT_TRUE(training.started());
@@ -526,8 +523,8 @@ TEST_F(SlowToStopWorkers, TheJobsStopGraceBoundsHowLongAStoppedRankMayTake) {
 }
 
 // systemctl stop of an agent whose ranks take their grace (14 s here) to end: its Launch
-// stream stays open until they have, so the head hears why the job ended (it once closed
-// after 10 s, and the head reported a lost agent).
+// stream stays open until they have, so the head hears why the job ended rather than
+// reporting a lost agent.
 TEST_F(SlowToStopWorkers, AStoppedAgentAnswersUntilItsRanksHaveEnded) {
   Training training = StartWithGrace("agentgrace", 14);
   ASSERT_TRUE(training.started());
@@ -690,13 +687,12 @@ TEST_F(TwoAgents, CtrlCStopsTheJobEverywhere) { StopTheHeadWith(SIGINT, "Ctrl-C"
 // What a batch scheduler or `timeout` does to the head: the same orderly stop.
 TEST_F(TwoAgents, SigtermToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGTERM, "SIGTERM"); }
 
-// A closed terminal (an SSH session lost) stops the job in the same order, saying why
-// (SIGHUP once killed the head at once, with no summary and no word).
+// A closed terminal (an SSH session lost) stops the job in the same order, saying why.
 TEST_F(TwoAgents, SighupToTheHeadStopsTheJobEverywhere) { StopTheHeadWith(SIGHUP, "SIGHUP: its terminal closed"); }
 
 // Ctrl-C while the agents profile, before any rank runs: the head cancels the
-// measurements and leaves as a refused launch does (it once died at once, leaving the
-// run directory half made and, on a resume, the earlier attempt's files moved away).
+// measurements and leaves as a refused launch does: no run directory half made and, on a
+// resume, the earlier attempt's files where they were.
 TEST_F(TwoAgents, CtrlCWhileTheAgentsProfileCancelsThemAndLeavesNoRunDirectory) {
   ChildOptions options;
   options.argv = {POPLAR_BINARY, "launch", "cluster.yaml", "--run-dir", "profiling", "--job-id", "profiling"};
@@ -724,7 +720,7 @@ TEST_F(TwoAgents, CtrlCWhileTheAgentsProfileCancelsThemAndLeavesNoRunDirectory) 
 }
 
 // Output that can no longer be written (`| tee` or `| head` gone) does not end the job:
-// SIGPIPE once killed the head, and with it the training on every node.
+// SIGPIPE does not kill the head, nor with it the training on every node.
 TEST_F(TwoAgents, AHeadWhoseOutputReaderIsGoneTrainsOn) {
   const std::string plan = WritePlan();
   ChildOptions options;
@@ -756,7 +752,7 @@ TEST_F(TwoAgents, AFrozenAgentIsNoticedAndTheJobStops) {
 
 // The other way round: a head that goes silent is noticed by the agents, which stop
 // their workers rather than train for nobody. Woken again, the head says that it was
-// the one stalled (it once blamed a node: "lost its agent ... keepalive watchdog").
+// the one stalled, not that a node lost its agent.
 TEST_F(TwoAgents, AFrozenHeadIsNoticedAndTheAgentsStopTheJob) {
   Training training = StartTraining("headless", 2);
   ASSERT_TRUE(training.started());
@@ -790,8 +786,8 @@ TEST_F(TwoAgents, APlanWithoutRankZerosHostIsRefusedByTheHead) {
   const auto no_node = Poplar({"launch", "cluster.yaml", "--plan", dir_.Write("no-node.json", text)});
   EXPECT_EQ(no_node.exit_code, 1);
   EXPECT_TRUE(ContainsAll(no_node.err, {"ranks[1].node", "is required"})) << no_node.err;
-  // The head names a missing device type in the user's file (the agent once refused it,
-  // naming its request's plan_json, after "launching job" was printed).
+  // The head names a missing device type in the user's file, before "launching job",
+  // not the agent in terms of its request's plan_json.
   text = ReadWholeFile(WritePlan());
   const std::string slow = "\"device_type\": \"emu-slow\", ";
   text.replace(text.find(slow), slow.size(), "");
@@ -817,8 +813,8 @@ TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   EXPECT_FALSE(Contains(rows, "unreachable")) << status.out;
   EXPECT_TRUE(ContainsAll(status.err, {"1 of 3 agents did not answer"})) << status.err;
 
-  // A plan made for another cluster is refused before any agent starts a rank (the
-  // agents once started it and failed later, or left it waiting for its peers).
+  // A plan made for another cluster is refused before any agent starts a rank, which
+  // would fail later or wait for its peers.
   std::string other_batch = ReadTextFile(WritePlan());
   other_batch = ReplaceOnce(other_batch, "\"global_batch\": 24", "\"global_batch\": 20");
   other_batch = ReplaceOnce(other_batch, "\"micro_batches\": [16]", "\"micro_batches\": [12]");
@@ -893,8 +889,8 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(ContainsAll(refused.out, {"refused our credentials", "cluster token is wrong"})) << refused.out;
 
-  // A head key that is not its certificate's is named as such (it read "agent
-  // unreachable ... empty address list").
+  // A head key that is not its certificate's is named as such, not as "agent
+  // unreachable ... empty address list".
   std::string yaml = ReadTextFile(WriteCluster("cluster.yaml", "creds/token", ""));
   yaml.replace(yaml.find("creds/head.key"), 14, "creds/agent.key");
   const auto wrong_key = Poplar({"status", dir_.Write("wrong-key.yaml", yaml)});
@@ -936,7 +932,7 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
       << own_check.err;
   // A head that trusts both CAs passes its own check, and the agent, which trusts only
   // the cluster's, refuses its certificate (under TLS 1.3 by closing the connection),
-  // which once read "agent unreachable".
+  // which the head does not call "agent unreachable".
   dir_.Write("both-cas.pem", ReadTextFile(c + "ca.pem") + ReadTextFile(o + "ca.pem"));
   foreign_yaml.replace(foreign_yaml.find("creds/ca.pem"), 12, "both-cas.pem");
   const auto foreign = Poplar({"status", dir_.Write("foreign-head.yaml", foreign_yaml)});
@@ -948,8 +944,8 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
 }
 
 // One node's refusal starts no rank anywhere: the head has every agent check its part
-// first (CheckLaunch). Node b lacks the data: node a used to start its rank, which was
-// then stopped, leaving a failed run behind.
+// first (CheckLaunch). Node b lacks the data: node a starts no rank, and no failed run
+// is left behind.
 TEST_F(TwoAgents, OneNodesRefusalStartsNoWorkerOnAnyNode) {
   fs::rename(dir_.path() + "/b/work/tokens.bin", dir_.path() + "/tokens.bin.away");
   const auto refused = Poplar(
@@ -1114,8 +1110,8 @@ TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
 }
 
 // A certificate that has expired, or is not the cluster CA's, is named by the side that
-// holds it when it starts (it once showed only as failed handshakes at the other end);
-// one that expires within 30 days is warned of.
+// holds it when it starts, not as failed handshakes at the other end; one that expires
+// within 30 days is warned of.
 TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedOf) {
   ScratchDir dir("certificates");
   const std::string& root = dir.path();
@@ -1235,8 +1231,8 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
 
 // Ctrl-C after the plan, while the head asks the agents (here one whose NVML takes 3 s
 // for every device listing), ends the launch before any worker starts and leaves a
-// resumed run directory as it was: the head once died there at once, with the earlier
-// attempt's plan and summary moved into attempts/1 and the new plan in their place.
+// resumed run directory as it was: the earlier attempt's plan and summary are not moved
+// into attempts/1, nor the new plan put in their place.
 TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
   FakeGpuAgent node("slow-node",
                     {{"FAKE_NVML_GPUS", "NVIDIA H200|150754820096|9.0|"}, {"FAKE_NVML_INIT_DELAY_MS", "3000"}});
@@ -1285,8 +1281,8 @@ TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
 }
 
 // An agent that cannot serve says which key of its file is at fault: a port out of range
-// (gRPC once listened on it modulo 65536), or credentials whose key is not the
-// certificate's (once blamed on `listen`).
+// (gRPC would listen on it modulo 65536), or credentials whose key is not the
+// certificate's (not `listen`).
 TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   ScratchDir dir("agent-start");
   const auto made =
@@ -1335,8 +1331,8 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   const auto flag = RunProcess(Command({POPLAR_AGENT_BINARY, "--bogus"}), dir.path());
   EXPECT_EQ(flag.exit_code, 2);
   EXPECT_TRUE(Contains(flag.err, "--bogus")) << flag.err;
-  // --port-file never replaces what the agent reads (it once wrote the port over its
-  // own agent file, or over the cluster's token), and is refused before it listens.
+  // --port-file never replaces what the agent reads (its own agent file, the cluster's
+  // token), and is refused before it listens.
   const std::string agent_file = write("127.0.0.1:0", "creds/agent.key");
   const std::string agent_text = ReadTextFile(agent_file);
   const std::string token_text = ReadTextFile(dir.path() + "/creds/token");

@@ -240,7 +240,7 @@ TEST(NodeJob, RefusesBadFields) {
   refused([](LaunchSettings& s) { s.plan_json = R"({"stage": 2, "global_batch": 5, "ranks": []})"; });
 }
 
-// The stop grace the head sends: 0 (a head older than it) is the default; more than an
+// The stop grace the head sends: 0 (unset) is the default; more than an
 // hour is refused, naming the field.
 TEST(NodeJob, TheStopGraceIsTheRequestsOrTheDefault) {
   Fixture f;

@@ -95,8 +95,8 @@ class ProfilerTest : public ::testing::Test {
   Spawner spawner_;
 };
 
-// An agent killed while it measured left its private files in the cache forever; the
-// next agent removes those of agents no longer running, and keeps the rest.
+// An agent killed while it measures leaves its private files in the cache; the next
+// agent removes those of agents no longer running, and keeps the rest.
 TEST_F(ProfilerTest, TemporariesOfStoppedAgentsAreRemovedFromTheCache) {
   const std::string alive = std::to_string(::getpid());
   const std::string dead = "999999999";  // above any pid_max (2^22)

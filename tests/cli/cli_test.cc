@@ -1,5 +1,5 @@
 // Runs the real `poplar` binary as a child process and checks what a user sees: exit
-// status, stdout, stderr and the files written (DESIGN.md 4.1, 4.2 and 8).
+// status, stdout, stderr and the files written (docs/operations.md, docs/formats.md).
 //
 // Exit statuses (planner/cli/main.cc): 0 success, 1 bad input, 2 bad usage.
 #include <gtest/gtest.h>
@@ -135,7 +135,7 @@ class Cli : public ::testing::Test {
   const std::string io_ = root_ + "/io";
 };
 
-// Checks the plan contract of DESIGN.md 4.2 for a cluster of `devices` devices.
+// Checks the plan contract of docs/formats.md for a cluster of `devices` devices.
 void ExpectValidPlan(const Json& plan, int devices, int global_batch) {
   ASSERT_TRUE(plan.is_object());
   ASSERT_TRUE(plan.contains("stage"));
@@ -242,10 +242,10 @@ TEST_F(Cli, NamesAMisspeltFlagFirstAndSuggestsTheNearest) {
   EXPECT_EQ(fine.exit_code, 0) << fine.err;
 }
 
-// CLI11's own words for other usage errors were its internals': a short option it does
-// not know ("The following arguments were not expected: x.json -o"), a count that is not
-// a number ("Value abc not in range 1 to 10000000"), a flag given twice ("At Most 1
-// required but received 2").
+// Other usage errors are said in words, not in CLI11's own, which are its internals': a
+// short option it does not know ("The following arguments were not expected: x.json
+// -o"), a count that is not a number ("Value abc not in range 1 to 10000000"), a flag
+// given twice ("At Most 1 required but received 2").
 TEST_F(Cli, UsageErrorsSayWhatIsWrongInWords) {
   const Outcome short_option = Poplar({"simulate", ExampleCluster("v100-and-t4"), "-o", "x.json"});
   EXPECT_EQ(short_option.exit_code, 2);
@@ -433,7 +433,7 @@ TEST_F(Cli, PlanRefusesToWriteOverWhatItReads) {
 
 // Without profiles, `plan` asks the agents and writes their profiles beside the plan:
 // an output it cannot write (a folder, a device, a missing folder) is refused before
-// any agent is asked or any profile written (it once left profiles/ in /dev).
+// any agent is asked or any profile written (no profiles/ left in /dev).
 TEST_F(Cli, PlanRefusesAnOutputItCannotWriteBeforeAskingTheAgents) {
   std::string text = ReadFile(ExampleCluster("v100-and-t4"));
   text.replace(text.find("profiles: profiles/gpt2-medium\n"), 31,
@@ -497,8 +497,8 @@ TEST_F(Cli, LaunchRefusesStepsThatLeaveTheScheduleNoDecay) {
   EXPECT_FALSE(Exists(work_ + "/run"));
 }
 
-// The head checks job.model as the worker will, before it asks any agent: a bad model
-// used to reach the workers, and the error named the agent's copy of the file.
+// The head checks job.model as the worker will, before it asks any agent, so the error
+// names the head's file, not the agent's copy of it.
 TEST_F(Cli, LaunchAndProfileRefuseABadModelNamingTheHeadsFile) {
   const std::string model = Write(
       "model.json", R"({"arch": "gpt", "n_layer": 2, "n_head": 3, "n_embd": 64, "vocab_size": 256, "block_size": 32})");
@@ -645,7 +645,7 @@ TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
   EXPECT_TRUE(ContainsAll(run.err, {plan_file, "global_batch", "512"})) << run.err;
   EXPECT_EQ(run.out, "");
   // Same ranks and batch, but rank 0 and rank 7 trade device types: the plan was made
-  // for another order of devices, and was once simulated as if it were not.
+  // for another order of devices, and is not simulated as if it were not.
   Json swapped = Json::parse(ReadFile(plan_file));
   std::swap(swapped["ranks"][0]["device_type"], swapped["ranks"][7]["device_type"]);
   const Outcome order =
@@ -656,7 +656,7 @@ TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
 }
 
 // Flags whose values are wrong are usage errors (exit 2), named with their command: an
-// empty or missing --network (once silently the cluster file's network) and a job id
+// empty or missing --network (never silently the cluster file's network) and a job id
 // that cannot name a folder.
 TEST_F(Cli, NetworkAndJobIdFlagsAreCheckedAsFlags) {
   for (const std::string network : {"", "missing.json", "."}) {
@@ -747,8 +747,8 @@ TEST_F(Cli, LaunchAndSimulateRefuseAPlanForAnotherModel) {
 }
 
 // A plan edited by hand beyond what a device holds is refused by launch before any
-// agent is asked, against the cluster's profiles (it once reached the worker, which ran
-// out of memory); simulate refuses it alike.
+// agent is asked, against the cluster's profiles, not by a worker out of memory;
+// simulate refuses it alike.
 TEST_F(Cli, LaunchRefusesAPlanWhoseMicroBatchesTheDevicesCannotHold) {
   const std::string cluster = GptMediumJobCluster();
   const std::string plan_file = work_ + "/plan.json";

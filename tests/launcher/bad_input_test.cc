@@ -130,7 +130,7 @@ TEST_F(WorkerBadInput, CudaOnAWorkerWithoutIt) {
   ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--device", "cuda"})), {"--device", "cuda"});
 }
 
-// A nan learning rate once trained to a nan loss and exited 0.
+// A nan learning rate is refused, not trained to a nan loss.
 TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{{"--lr", "nan"},
@@ -147,8 +147,8 @@ TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   }
 }
 
-// Counts beyond --steps' bound (2^40) once became INT64_MAX silently, and seeds beyond
-// 32 bits the seed's low 32 bits (2^32 + 1 initialised as 1).
+// Counts beyond --steps' bound (2^40) are refused, not saturated to INT64_MAX, and so are
+// seeds beyond 32 bits, not cut to their low 32 bits.
 TEST_F(WorkerBadInput, CountsAndSeedsBeyondTheirRangeAreUsageErrors) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const std::string tokens = scratch_.path() + "/tokens.bin";
@@ -195,7 +195,7 @@ TEST_F(WorkerBadInput, TheCudaGraphsFlagIsOnOrOff) {
   EXPECT_EQ(RunJob(scratch_, 1, Args(plan, {"--cuda-graphs", "off"})).exit_codes[0], 0);
 }
 
-// Checkpoint settings without a folder to write in once did nothing, silently.
+// Checkpoint settings without a folder to write in are refused, not ignored.
 TEST_F(WorkerBadInput, CheckpointSettingsNeedACheckpointFolder) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   for (const std::string flag : {"--checkpoint-every", "--keep-checkpoints"}) {
@@ -212,9 +212,9 @@ TEST_F(WorkerBadInput, SaveIntoAFolderThatDoesNotExist) {
 }
 
 // A device that runs out of memory is said to, in the plan's terms: which entry of which
-// file, at which step, and what to do. It read "emulated device out of memory: tried to
-// allocate 131072 bytes", naming nothing of the job. (This model's states take about
-// 0.55 MB at stage 0; a micro-batch of 64 samples about 8 MB more.)
+// file, at which step, and what to do, not just the bytes the allocator was asked for.
+// (This model's states take about 0.55 MB at stage 0; a micro-batch of 64 samples about
+// 8 MB more.)
 TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{64}, {64}});
   const JobOutcome job = RunJob(scratch_, {Args(plan, {}, 1), Args(plan, {"--memory-bytes", "2000000"}, 1)});
@@ -232,7 +232,7 @@ TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
       {one + ": stage: the model's states at ZeRO stage 0", "ran out of device memory", "a device with more memory"});
   ExpectRejected(RunJob(scratch_, 1, Args(one, {"--memory-bytes", "100000"})),
                  {"model.json: the model (", "parameters) ran out of device memory"});
-  // Reading --init (the model and the file's tensors at once) was called a damaged file.
+  // Reading --init (the model and the file's tensors at once) is not called a damaged file.
   ASSERT_TRUE(RunJob(scratch_, 1, Args(one, {"--save", "init.pt"}, 1)).AllSucceeded());
   ExpectRejected(RunJob(scratch_, 1, Args(one, {"--init", "init.pt", "--memory-bytes", "200000"})),
                  {"model.json: the model (", "parameters, with --init read beside it) ran out of device memory"});
@@ -240,8 +240,8 @@ TEST_F(WorkerBadInput, RunningOutOfDeviceMemoryNamesThePlanEntryOrTheStage) {
 
 // Every output is checked before the first step: a folder that takes no files (/proc,
 // where even root cannot make one), a folder named where a file should be, and a file
-// the job reads. Each once failed only after the whole training, or replaced the input
-// (a token file overwritten by metrics, exit 0).
+// the job reads, which an output must never replace (a token file overwritten by
+// metrics).
 TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTraining) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const std::string tokens = scratch_.path() + "/tokens.bin";
@@ -278,18 +278,17 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
 }
 
 // Metrics are appended to, not replaced: a device will do (/dev/stdout, /dev/null, a
-// pipe), where a replaced output (--save) refuses one. The stricter check once refused
-// them all.
+// pipe), where a replaced output (--save) refuses one.
 TEST_F(WorkerBadInput, MetricsMayGoToADevice) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const JobOutcome job = RunJob(scratch_, 1, Args(plan, {"--metrics", "/dev/null"}, 2));
   EXPECT_TRUE(job.AllSucceeded()) << job.Describe();
 }
 
-// A pipe is written to as it is: with a reader, every line reaches it (the check once
-// opened and closed the pipe, which ended the reader's input, and the worker then
-// waited for a reader forever); without one, the rank stops at once saying so. A write
-// that fails (a full disk) stops the job rather than losing the lines.
+// A pipe is written to as it is: with a reader, every line reaches it (the check must
+// not open and close the pipe, which would end the reader's input); without one, the
+// rank stops at once saying so. A write that fails (a full disk) stops the job rather
+// than losing the lines.
 TEST_F(WorkerBadInput, MetricsToAPipeReachItsReaderAndFailedWritesStopTheJob) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   const std::string pipe = scratch_.path() + "/pipe";
@@ -324,8 +323,8 @@ TEST_F(WorkerBadInput, InitFileThatIsNotAStateDict) {
       << "a run that never started left its metrics file";
 }
 
-// A tensor whose data record is shorter than the pickle says was read past its end: the
-// worker crashed (SIGSEGV) or trained on whatever lay beyond. Now it is refused.
+// A tensor whose data record is shorter than the pickle says is refused, not read past
+// its end.
 TEST_F(WorkerBadInput, AStateDictWithATruncatedDataRecordIsRefused) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
   ASSERT_TRUE(RunJob(scratch_, 1, Args(plan, {"--save", "whole.pt"}, 1)).AllSucceeded());
@@ -361,8 +360,8 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentSettings) {
 }
 
 // Every rank must step with the same optimizer and cut the same samples: a rank with
-// another --lr, or another token file, once trained on silently, and the result was no
-// longer the single device's.
+// another --lr, or another token file, would train on silently, and the result would
+// not be the single device's.
 TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   auto ranks = StartJob(scratch_, {Args(plan), Args(plan, {"--lr", "0.1"})});
@@ -385,8 +384,8 @@ TEST_F(WorkerBadInput, RanksWithAnotherOptimizerOrOtherDataAreToldWhatDiffers) {
 }
 
 // The ranks agree on the job before the resume's broadcasts, which the model shapes:
-// with another model on rank 1 they once crashed it (a Gloo size check aborted) or left
-// both waiting out --timeout, and the message never said which setting differed.
+// with another model on rank 1 the broadcasts would abort in a Gloo size check or wait
+// out --timeout; instead the message says which setting differs.
 TEST_F(WorkerBadInput, RanksResumingWithDifferentModelsAreToldWhatDiffers) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const std::string checkpoints = scratch_.path() + "/checkpoints";
@@ -420,8 +419,7 @@ TEST_F(WorkerBadInput, ARendezvousPortInUseIsNamed) {
 }
 
 // Rank 0 hosts the rendezvous: a MASTER_ADDR of another machine (192.0.2.1, TEST-NET-1,
-// is no one's) is named as such, not reached for (an address that answered once made
-// rank 0 say that its RANK was taken).
+// is no one's) is named as such, not reached for.
 TEST_F(WorkerBadInput, AMasterAddrOfAnotherMachineIsNamedOnRankZero) {
   ChildOptions options =
       RankOptions(Args(WritePlan(scratch_, "plan.json", 0, {{4}, {4}}), {}, 2), 0, 2, FindFreePort());
@@ -460,8 +458,8 @@ TEST_F(WorkerBadInput, TorchrunVariablesThatAreSetButNotNumbersAreNamed) {
 }
 
 // A rank that never comes: rank 0 says which rendezvous did not complete and which rank
-// is missing, not c10d's bare "Socket Timeout", and gives up after one --timeout (it
-// once waited the store's timeout, then Gloo's: two).
+// is missing, not c10d's bare "Socket Timeout", and gives up after one --timeout, not
+// the store's and then Gloo's.
 TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
   std::vector<std::string> args = Args(plan);
@@ -492,8 +490,7 @@ TEST_F(WorkerBadInput, ARankThatNeverJoinsIsNamedAsSuch) {
 }
 
 // A rank started with another WORLD_SIZE (and a plan for it) is named as such, at once,
-// on both sides, whichever is larger: rank 0 used to say "not all 2 ranks joined", or
-// wait out --timeout.
+// on both sides, whichever is larger, not as "not all 2 ranks joined" after --timeout.
 TEST_F(WorkerBadInput, RanksStartedWithDifferentWorldSizesAreToldSo) {
   const std::vector<std::vector<std::pair<int, int>>> jobs = {{{0, 2}, {1, 3}}, {{0, 3}, {1, 2}}};
   const std::vector<std::vector<std::string>> said = {
@@ -513,8 +510,7 @@ TEST_F(WorkerBadInput, RanksStartedWithDifferentWorldSizesAreToldSo) {
 }
 
 // A RANK given to two processes: the second to arrive says so at once, and any rank
-// still waiting for the others is told; the two that met may train on. (One process
-// once waited out --timeout several times, naming no cause.)
+// still waiting for the others is told; the two that met may train on.
 TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
   auto processes = StartRanks({{0, 2}, {1, 2}, {1, 2}}, 1000000);
   const auto err = [&](std::size_t i) { return ReadWholeFile(scratch_.path() + "/rank" + std::to_string(i) + ".err"); };
@@ -539,8 +535,8 @@ TEST_F(WorkerBadInput, ARankStartedTwiceIsNamed) {
 
 // A run that diverges stops at the first step whose loss, gradient norm or held-out loss
 // is not a number, on every rank, before writing anything of it: the newest checkpoint
-// and the metrics hold only good steps. (A nan run once trained on, wrote nan
-// checkpoints and exited 0; a nan held-out loss would be a null in the metrics.)
+// and the metrics hold only good steps (a nan held-out loss would be a null in the
+// metrics).
 TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodCheckpoint) {
   const std::string plan = WritePlan(scratch_, "plan.json", 1, {{4}, {4}});
   const std::string checkpoints = scratch_.path() + "/checkpoints";
@@ -565,8 +561,8 @@ TEST_F(WorkerBadInput, ADivergingRunStopsAtItsFirstNanStepKeepingTheLastGoodChec
 }
 
 // A rank that stops before the rendezvous (a bad folder of its own) tells rank 0, which
-// stops at once naming it. Rank 0 once waited out --timeout and then said rank 1 "never
-// joined", though it had started.
+// stops at once naming it, rather than waiting out --timeout and saying rank 1 "never
+// joined".
 TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
   const auto args = Args(plan, {"--checkpoint-dir", scratch_.path() + "/checkpoints"}, 1000000);
@@ -582,7 +578,7 @@ TEST_F(WorkerBadInput, ARankStoppingBeforeTheRendezvousTellsRankZeroWhy) {
 }
 
 // So does a rank whose command line its build refuses (a worker older than the flags it
-// was given): rank 0 once waited out --timeout for it.
+// was given), rather than leaving rank 0 to wait out --timeout.
 TEST_F(WorkerBadInput, ARankRefusingItsCommandLineTellsRankZeroWhy) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}});
   const auto args = Args(plan, {}, 1000000);
@@ -603,8 +599,8 @@ TEST_F(WorkerBadInput, ARankRefusingItsCommandLineTellsRankZeroWhy) {
 }
 
 // And the other way round: rank 0 stopping before the rendezvous hosts the store long
-// enough to tell the others why. They once waited out --timeout, then said they could not
-// reach rank 0 ("is rank 0 started?"), though it had started.
+// enough to tell the others why, rather than leaving them to wait out --timeout and ask
+// whether rank 0 started.
 TEST_F(WorkerBadInput, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}, {4}, {4}});
   const auto args = Args(plan, {"--checkpoint-dir", scratch_.path() + "/checkpoints"}, 1000000);

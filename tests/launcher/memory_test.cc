@@ -82,8 +82,8 @@ std::int64_t PeakBytesOfTwoRanks(int stage) {
 }
 
 // ZeRO-2 partitions the gradients, so its peak is below ZeRO-1's, which keeps them whole.
-// Stage 2 once held every bucket's whole gradient until the round's end (its reductions
-// were all left in flight): 128 MB at its peak against stage 1's 103.
+// Stage 2 waits for its reductions as they come, not holding every bucket's whole
+// gradient in flight until the round's end.
 TEST(PeakMemory, StageTwoHoldsLessThanStageOneForItsGradientsAreReducedAsTheyCome) {
   const std::int64_t stage1 = PeakBytesOfTwoRanks(1);
   const std::int64_t stage2 = PeakBytesOfTwoRanks(2);
@@ -92,9 +92,9 @@ TEST(PeakMemory, StageTwoHoldsLessThanStageOneForItsGradientsAreReducedAsTheyCom
 }
 
 // Mixed precision: the optimizer step converts one bucket's gradients to fp32 at a time.
-// It once converted every gradient first (4 bytes a parameter beside the states, at the
-// step's peak), which a one-rank job on a GPU, whose CUDA graphs keep the activations'
-// memory in a pool of their own, could not fit into freed activation memory.
+// Converting every gradient first would take 4 bytes a parameter beside the states, at
+// the step's peak, which a one-rank job on a GPU, whose CUDA graphs keep the activations'
+// memory in a pool of their own, cannot fit into freed activation memory.
 TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
   ScratchDir scratch("poplar_memory_step");
   WriteModelConfig(scratch, 256, 16, 8);  // parameters outweigh one sample's activations

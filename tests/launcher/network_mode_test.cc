@@ -66,8 +66,8 @@ TEST(NetworkMode, PayloadsStayWithinTheEmulatedMemory) {
 }
 
 // Rank 0 failing on a flag of its own (a --metrics folder that is not there) tells the
-// others at once, as in training: rank 1 waited out --timeout, then said it could not
-// reach rank 0. (--timeout 300, the deadline 60 s: a rank that waits is killed, -1.)
+// others at once, as in training, rather than leaving rank 1 to wait out --timeout.
+// (--timeout 300, the deadline 60 s: a rank that waits is killed, -1.)
 TEST(NetworkMode, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
   ScratchDir scratch("poplar_network_mode");
   const JobOutcome job = RunJob(
@@ -81,8 +81,8 @@ TEST(NetworkMode, RankZeroStoppingBeforeTheRendezvousTellsTheOthersWhy) {
       << job.errors[1];
 }
 
-// Ranks run with different flags are told which flag differs: the message once showed a
-// line of values ("fp32 65536 2 auto alltoall") and named no flag.
+// Ranks run with different flags are told which flag differs, by name, not as a line of
+// values.
 TEST(NetworkMode, RanksWithDifferentFlagsAreToldWhichDiffers) {
   ScratchDir scratch("poplar_network_mode");
   const std::vector<std::string> common = {"network", "--max-bytes", "65536", "--timeout", "60", "--repeats"};

@@ -119,8 +119,8 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   const ProcessOutcome type = RunProcess(options, scratch.path());
   EXPECT_EQ(type.exit_code, 1);
   EXPECT_TRUE(ContainsAll(type.err, {"--device-type", "plain name", "'../up'"})) << type.err;
-  // Nor a type a JSON file cannot hold, or a table shows as two words: it once failed
-  // only at the write, after the measuring.
+  // Nor a type a JSON file cannot hold, or a table shows as two words: refused before
+  // the measuring, not at the write.
   for (const std::string bad : {"\xff\xfe", "a b"}) {
     options.argv.back() = bad;
     const ProcessOutcome refused = RunProcess(options, scratch.path());
@@ -134,14 +134,13 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
   const ProcessOutcome twice = RunProcess(options, scratch.path());
   EXPECT_EQ(twice.exit_code, 2);
   EXPECT_TRUE(Contains(twice.err, "--stage: stage 0 is given twice")) << twice.err;
-  // Nor may the profile replace the model configuration it reads (it once did, exit 0).
+  // Nor may the profile replace the model configuration it reads.
   const std::string model = ReadWholeFile(scratch.path() + "/model.json");
   const ProcessOutcome over = RunProfile(scratch, kCap, scratch.path() + "/model.json");
   EXPECT_EQ(over.exit_code, 1);
   EXPECT_TRUE(ContainsAll(over.err, {"--output", "is the model configuration (--model-config)"})) << over.err;
   EXPECT_EQ(ReadWholeFile(scratch.path() + "/model.json"), model);
-  // A cap that does not hold the model itself names the flag (it once said only that
-  // the emulated device ran out of memory allocating some bytes).
+  // A cap that does not hold the model itself names the flag.
   const ProcessOutcome tiny = RunProfile(scratch, 1000, scratch.path() + "/tiny.json");
   EXPECT_EQ(tiny.exit_code, 1);
   EXPECT_TRUE(ContainsAll(tiny.err, {"model.json: the model does not fit in 1000 bytes (--memory-bytes) at stage 0",
@@ -218,7 +217,7 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
 
 TEST(ProfileMode, WithNoTimeToFillASizeIsTimedOnceAPass) {
   // --point-seconds 0: the first timed run of a size already adds up to it, so each size
-  // is timed once a pass (where the default timed this model's sizes several times).
+  // is timed once a pass (where the default times this model's sizes several times).
   ScratchDir scratch("poplar_profile_point_seconds");
   WriteModelConfig(scratch, 32, 64);
   const std::string path = scratch.path() + "/once.json";

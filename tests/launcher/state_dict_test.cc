@@ -1,7 +1,7 @@
 // Reading state dicts that Python's torch.save wrote (--init): tensors that share a
 // storage there, as nanoGPT's tied transformer.wte.weight and lm_head.weight do, share
-// one here too and pass the data-record check (a nanoGPT state dict was refused as
-// "damaged or truncated"); a record cut short is still refused.
+// one here too and pass the data-record check (a nanoGPT state dict is not "damaged or
+// truncated"); a record cut short is still refused.
 //
 // data/python_tied_state_dict.pt was written by Python (PyTorch 1.13):
 //   tied = torch.arange(6, dtype=torch.float32).reshape(2, 3)
@@ -57,7 +57,7 @@ TEST(StateDict, APythonFileWithARecordCutShortIsRefused) {
 // data/python_overflowing_{stride,offset}_state_dict.pt are python_tied_state_dict.pt
 // with "a"'s stride set to (2^62, 1) or its storage offset to 2^61 in data.pkl (the
 // pickle rewritten with stand-ins for torch's classes, the records as they were). The
-// bounds check's arithmetic wrapped, passed, and the copy into the model crashed.
+// bounds check's arithmetic must not wrap and let them through to the copy.
 TEST(StateDict, AStrideOrOffsetThatOverflowsIsRefusedNotFollowed) {
   for (const std::string name : {"stride", "offset"}) {
     SCOPED_TRACE(name);
@@ -73,8 +73,8 @@ TEST(StateDict, AStrideOrOffsetThatOverflowsIsRefusedNotFollowed) {
 }
 
 // data/python_version99_state_dict.pt is python_tied_state_dict.pt with its `version`
-// record set to 99 (rewritten by Python's zipfile). libtorch's words were "[enforce fail
-// at inline_container.cc:165] . ... please upgrade PyTorch to latest version".
+// record set to 99 (rewritten by Python's zipfile), named as such rather than in
+// libtorch's words ("[enforce fail at inline_container.cc:165] ...").
 TEST(StateDict, AFileFromANewerPyTorchIsSaidToBeOne) {
   try {
     ReadStateDict(POPLAR_TEST_DATA_DIR "/python_version99_state_dict.pt");

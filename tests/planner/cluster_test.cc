@@ -1,6 +1,6 @@
 // Tests of the cluster file parser (planner/cluster/cluster.h): the values a valid file
 // produces, and for every kind of bad input an InputError naming the file, the key
-// and the reason (DESIGN.md section 8).
+// and the reason (docs/formats.md, cluster file).
 #include "planner/cluster/cluster.h"
 
 #include <gtest/gtest.h>
@@ -200,8 +200,8 @@ TEST(ClusterSpec, CountsDevicesOverAllNodesAndGroups) {
   EXPECT_EQ(ParseClusterYaml(kValidCluster, kFile).DeviceCount(), 2 + 1 + 3 + 1);
 }
 
-// Ranks are ints and a plan lists each one: 2148 nodes of a million devices once
-// overflowed the count (a negative one, and a crash in the planner).
+// Ranks are ints and a plan lists each one: the count of devices is bounded, so that it
+// cannot overflow and the planner's memory stays bounded.
 TEST(ClusterSpec, RefusesMoreThanAMillionDevicesInAll) {
   std::string yaml =
       "training: {global_batch: 8}\nnetwork:\n  inter_node: {bandwidth_gbps: 100, latency_us: 15}\n"
@@ -366,7 +366,7 @@ TEST(ClusterFile, RejectsEmptyFile) {
 }
 
 // yaml-cpp's Load reads the first document only: a second cluster pasted after `---`
-// was silently ignored.
+// is refused rather than ignored.
 TEST(ClusterFile, RejectsASecondDocumentButNotMarkersAroundOne) {
   const InputError error = ParseError(std::string(kValidCluster) + "---\n" + kSingleDeviceCluster);
   EXPECT_EQ(error.file(), kFile);
@@ -382,7 +382,7 @@ TEST(ClusterFile, RejectsMergeKeysByName) {
   const InputError error = ParseError(text);
   EXPECT_EQ(error.key(), "nodes[0].<<");
   EXPECT_TRUE(Contains(error.reason(), "YAML merge keys are not supported")) << error.reason();
-  // Also where the merge would have given required keys (it read "... is required").
+  // Also where the merge would have given required keys (not "... is required").
   const InputError merged = ParseError(ValidWith("  intra_node: {bandwidth_gbps: 2400, latency_us: 5}\n",
                                                  "  intra_node: {<<: {bandwidth_gbps: 2400, latency_us: 5}}\n"));
   EXPECT_EQ(merged.key(), "network.intra_node.<<");
@@ -401,8 +401,7 @@ TEST(ClusterFile, RejectsAKeyThatIsACollectionByWhereItIs) {
   EXPECT_TRUE(Contains(nested.reason(), "has a key that is a collection")) << nested.reason();
 }
 
-// A key given no value is said to be so, once, with its line: it read "is required
-// (line 3) (line 4)", even for an optional key.
+// A key given no value is said to be so, once, with its line, even for an optional key.
 TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
   for (const std::string value : {"~", "", "null"}) {
     const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: " + value + "\n"));
@@ -411,14 +410,14 @@ TEST(ClusterFile, AKeyGivenNoValueIsNamedAsSuch) {
   }
 }
 
-// A stage is a plain number, as global_batch is: '3' was accepted where "512" was not.
+// A stage is a plain number, as global_batch is: '3' is refused as "512" is.
 TEST(ClusterFile, AQuotedStageNumberIsRefusedAsAString) {
   const InputError error = ParseError(ValidWith("  stage: auto\n", "  stage: '3'\n"));
   EXPECT_EQ(error.key(), "training.stage");
   EXPECT_EQ(error.reason(),
             "must be auto, 0, 1, 2 or 3, got the string \"3\"; write it without quotes: stage: 3 (line 6)");
   EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: 'auto'\n"), kFile).stage, std::nullopt);
-  // Tagged with its type, a number is one (`!!int 3` was refused as "must be a string").
+  // Tagged with its type, a number is one (`!!int 3` is not "a string").
   EXPECT_EQ(ParseClusterYaml(ValidWith("  stage: auto\n", "  stage: !!int 3\n"), kFile).stage, 3);
   EXPECT_EQ(ParseClusterYaml(ValidWith("  global_batch: 512\n", "  global_batch: !!int 512\n"), kFile).global_batch,
             512);
@@ -452,7 +451,7 @@ TEST(ClusterFile, RejectsUnknownTopLevelKeyAndListsKnownKeys) {
 }
 
 // Keys the parser only looks for when present (credentials, job, checkpoint_every) are
-// known too, and a near miss is named: `credentails:` once listed every key but the one meant.
+// known too, and a near miss is named: `credentails:` is matched to `credentials`.
 TEST(ClusterFile, AMisspeltKeyIsMatchedToTheOneMeant) {
   const InputError top = ParseError(std::string(kValidCluster) + "credentails: {}\n");
   EXPECT_EQ(top.key(), "credentails");
@@ -532,8 +531,8 @@ TEST(ClusterFile, RejectsNegativeGlobalBatch) {
                  "from 1 to 1000000, got -16");
 }
 
-// A plan lists every micro-batch: a global batch of 2^63-1 once crashed the search, and
-// 2^31 ran it out of memory.
+// A plan lists every micro-batch, so the global batch is bounded far below what would
+// overflow the search or run it out of memory.
 TEST(ClusterFile, RejectsGlobalBatchBeyondAnyPlan) {
   EXPECT_EQ(ParseClusterYaml(ValidWith("global_batch: 512", "global_batch: 1000000"), kFile).global_batch, 1000000);
   ExpectRejected(ValidWith("global_batch: 512", "global_batch: 1000001"), "training.global_batch",
@@ -575,8 +574,8 @@ std::string WithoutNodes() {
 
 TEST(ClusterFile, RejectsMissingNodes) {
   ExpectRejected(WithoutNodes(), "nodes", "is required");
-  // A misspelt section is named where its absence is (it once said only "must be a
-  // non-empty list of nodes"), as a misspelt network is before what its absence means.
+  // A misspelt section is named where its absence is, as a misspelt network is before
+  // what its absence means.
   const std::string text = kValidCluster;
   ExpectRejected(Replaced(text, "nodes:\n", "nodess:\n"), "nodes", "found 'nodess'");
   ExpectRejected(Replaced(text, "network:", "netwrok:"), "netwrok", "unknown key");
@@ -667,8 +666,8 @@ TEST(ClusterFile, RejectsDuplicateNodeName) {
   ExpectRejected(ValidWith("name: node-b", "name: node-a"), "nodes[1].name", "'node-a' is used twice");
 }
 
-// Two nodes on one agent were both "up" to `poplar status`, and a launch asked the one
-// agent twice.
+// Each node has its own agent: two nodes on one would both look "up" to `poplar status`,
+// and a launch would ask the one agent twice.
 TEST(ClusterFile, RejectsTwoNodesWithOneAgent) {
   ExpectRejected(ValidWith("  - name: node-b\n", "  - name: node-b\n    host: 10.0.0.1\n"), "nodes[1].agent",
                  "'10.0.0.1:7150' is also the agent of node 'node-a'");
@@ -710,7 +709,7 @@ TEST(ClusterFile, RejectsNegativeBandwidth) {
                  "from 0.001 to 1000000, got -100");
 }
 
-// 1e308 Gb/s is finite, but infinite in bytes per second: every transfer took no time.
+// 1e308 Gb/s is finite, but infinite in bytes per second: transfers would take no time.
 TEST(ClusterFile, RejectsLinksBeyondAnyNetwork) {
   ExpectRejected(ValidWith("bandwidth_gbps: 100", "bandwidth_gbps: 1e308"), "network.inter_node.bandwidth_gbps",
                  "gigabits per second from 0.001 to 1000000, got 1e308 (line");
@@ -723,7 +722,7 @@ TEST(ClusterFile, RejectsLinksBeyondAnyNetwork) {
 }
 
 // YAML's .inf and .nan are numbers to yaml-cpp; every number of a cluster file must be
-// finite (the job's learning rate took .inf before the parser refused it for all).
+// finite, the job's learning rate among them.
 TEST(ClusterFile, RejectsInfiniteOrNanNumbersAnywhere) {
   ExpectRejected(ValidWith("bandwidth_gbps: 2400", "bandwidth_gbps: .inf"), "network.intra_node.bandwidth_gbps",
                  "must be a finite number, got '.inf'");

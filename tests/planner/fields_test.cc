@@ -16,8 +16,8 @@ namespace {
 using testing::Contains;
 using testing::ErrorOf;
 
-// A key given twice is named with the path to it, not alone ("params" once said
-// nothing of which object held it).
+// A key given twice is named with the path to it, not alone ("params" alone says
+// nothing of which object holds it).
 TEST(ParseJsonObject, NamesARepeatedKeyByItsWholePath) {
   EXPECT_TRUE(Contains(ErrorOf([] { ParseJsonObject(R"({"a": 1, "a": 2})", "f.json"); }),
                        "f.json: a: is given more than once in one object"));
@@ -41,8 +41,8 @@ TEST(ParseJsonObject, QuotesNoRawBytes) {
   for (const unsigned char c : error) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int{c} << " in " << error;
 }
 
-// A NUL byte is no JSON's or YAML's (a UTF-16 file has one in every other byte); the
-// JSON reader once took `{...}\0garbage` for its first part.
+// A NUL byte is no JSON's or YAML's (a UTF-16 file has one in every other byte), and
+// `{...}\0garbage` is not read as its first part.
 TEST(ParseJsonObject, ANulByteIsRefusedWhereverItIs) {
   const std::string utf16 = ErrorOf([] { ParseJsonObject(std::string("\xff\xfe{\0\"\0", 5), "f.json"); });
   EXPECT_EQ(utf16, "f.json: holds a NUL byte (at byte 3): not a text file");
@@ -93,15 +93,15 @@ TEST(Fields, ARequiredKeyThatIsMissingNamesAMisspeltOne) {
   EXPECT_FALSE(Contains(ErrorOf([&] { point.Integer("compute_s"); }), "misspelling"));
 }
 
-// A key given as null is there, and is said to be null: it read "is required; found
-// 'stages': a misspelling?" in a plan that has both `stage` and `stages`.
+// A key given as null is there, and is said to be null, not missing and misspelt, in a
+// plan that has both `stage` and `stages`.
 TEST(JsonFields, ARequiredKeyGivenAsNullIsSaidToBeNull) {
   const nlohmann::json json = ParseJsonObject(R"({"stage": null, "stages": []})", "plan.json");
   JsonFields plan(json, "plan.json", "");
   EXPECT_EQ(ErrorOf([&] { plan.Integer("stage"); }), "plan.json: stage: is null; it needs a value");
 }
 
-// yaml-cpp reads a leading zero as octal (0127 was 87 in a plan) and 0x80 as hex.
+// yaml-cpp reads a leading zero as octal (0127 as 87) and 0x80 as hex; poplar does not.
 TEST(YamlFields, IntegersAreDecimal) {
   const YAML::Node node = ParseYamlDocument("octal: 0127\nhex: 0x80\nzero: 0\nsigned: -12\nplus: +3\n", "c.yaml");
   YamlFields fields(node, "c.yaml", "training");
@@ -114,7 +114,7 @@ TEST(YamlFields, IntegersAreDecimal) {
 }
 
 // Numbers and booleans are plain scalars: quoted, or tagged as strings, they are text
-// (`!!str 128` was once read as 128).
+// (`!!str 128` is not 128).
 TEST(YamlFields, QuotedOrTaggedScalarsAreNotNumbers) {
   const YAML::Node node =
       ParseYamlDocument("quoted: '128'\ntagged: !!str 128\nflag: !!str true\nnumber: 2.5\n", "c.yaml");
@@ -127,7 +127,7 @@ TEST(YamlFields, QuotedOrTaggedScalarsAreNotNumbers) {
 }
 
 // A string is written plain, quoted or tagged !!str; `!!binary aGk=` is not the text
-// "aGk=" (it was read as such).
+// "aGk=".
 TEST(YamlFields, AStringTaggedAsAnotherTypeIsRefused) {
   const YAML::Node node = ParseYamlDocument("plain: a\nquoted: 'a'\nstr: !!str a\nbinary: !!binary aGk=\n", "c.yaml");
   YamlFields fields(node, "c.yaml", "");
@@ -138,8 +138,8 @@ TEST(YamlFields, AStringTaggedAsAnotherTypeIsRefused) {
             "c.yaml: binary: must be a string, got 'aGk=' tagged !!binary (line 4)");
 }
 
-// yaml-cpp reads a quote never closed as a string to the end of the file: the keys it
-// swallowed were then reported missing ("training: is required"). The quote is named.
+// yaml-cpp reads a quote never closed as a string to the end of the file, so the keys it
+// swallows would be reported missing. The quote is named instead.
 TEST(ParseYamlDocument, NamesAQuoteThatIsNeverClosed) {
   for (const std::string text : {"name: \"demo\ntraining:\n  stage: 3\n", "a: 1\nb: 'x\nc: 2\n",
                                  "a: 1\nlist:\n  - ok\n  - \"x\\\"\n", "'key: 1\n",

@@ -21,8 +21,8 @@ TEST(CouldBeThisMachine, TellsThisMachinesAddressesFromAnothers) {
   EXPECT_TRUE(CouldBeThisMachine("no-such-host.invalid"));
 }
 
-// Every rank refuses a MASTER_ADDR that names no machine at once; it waited --timeout
-// and ended in c10d's "client socket has timed out". (A name with a space is refused by
+// Every rank refuses a MASTER_ADDR that names no machine at once, rather than waiting
+// out --timeout in c10d's "client socket has timed out". (A name with a space is refused by
 // the resolver itself, without asking DNS, so this holds offline.)
 TEST(UnresolvableHostProblem, SaysWhenAHostNamesNoMachine) {
   EXPECT_EQ(UnresolvableHostProblem("127.0.0.1"), "");

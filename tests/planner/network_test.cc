@@ -66,7 +66,7 @@ TEST(FitCollectiveLine, NeverGivesANegativeFixedCost) {
 
 // On a busy host the larger sizes may time faster than the smaller: no size dependence
 // is measurable. The line stays within the file's range, so that the file `poplar
-// network` writes reads back (it once held 1e+291 Gb/s, refused by its own reader).
+// network` writes reads back.
 TEST(FitCollectiveLine, TimesThatFallWithSizeGiveALineTheFileCanHold) {
   std::vector<CollectivePoint> points;
   for (Collective collective : kCollectives) {
@@ -142,7 +142,7 @@ TEST(NetworkFile, RejectsBadValuesNamingTheKey) {
 }
 
 // Lines beyond any network are refused, with the cluster file's bounds for a link
-// (1e308 Gb/s was infinitely fast; 1e300 us made every step take 1e294 s).
+// (1e308 Gb/s is infinitely fast; 1e300 us would make every step endless).
 TEST(NetworkFile, RejectsLinesBeyondAnyNetwork) {
   const auto fitted = NetworkToJson(FitNetwork(ThreeLines(), ThreeRanks(), "gloo", Precision::kMixed, "net.json"));
   const std::pair<const char*, double> cases[] = {{"fixed_us", 1e300}, {"payload_gbps", 1e308}, {"payload_gbps", 1e-9}};
@@ -179,8 +179,8 @@ TEST(MeasurementLine, IsWhatTheWorkerWrites) {
                InputError);
 }
 
-// Bytes are whole and bounded: 1.5, 1e-320 and 2^64 were read as sizes; 4096.0, as
-// network files written before 2026-11-26 have it, still reads.
+// Bytes are whole and bounded: 1.5, 1e-320 and 2^64 are refused; 4096.0, a whole number
+// written as a float, reads.
 TEST(MeasurementLine, TakesWholeBytesOnly) {
   const auto line = [](const std::string& bytes) {
     return R"({"collective":"all_reduce","bytes":)" + bytes + R"(,"seconds":0.001,"world_size":2,"backend":"gloo"})";

@@ -355,7 +355,7 @@ TEST(ProfileFile, RejectsZeroMemory) {
   ExpectRejected([](Json& j) { j["memory_bytes"] = 0; }, "memory_bytes", "must be a positive number of bytes");
 }
 
-// Byte counts are integers: a float was cast to int64 unchecked, and 1e300 has no value.
+// Byte counts are integers: a float such as 1e300 has no int64 value.
 TEST(ProfileFile, RejectsByteCountsThatAreNotIntegers) {
   ExpectRejected([](Json& j) { j["memory_bytes"] = 1e300; }, "memory_bytes", "is too large for an integer");
   ExpectRejected([](Json& j) { j["memory_bytes"] = 8.5e9; }, "memory_bytes", "must be an integer");
@@ -399,7 +399,7 @@ TEST(ProfileFile, RejectsMissingModel) {
 
 TEST(ProfileFile, RejectsMissingOrEmptyStages) {
   ExpectRejected([](Json& j) { j.erase("stages"); }, "stages", "is required");
-  // A misspelt list is named where its absence is (it once said only "must be a list").
+  // A misspelt list is named where its absence is.
   ExpectRejected(
       [](Json& j) {
         j["stagse"] = j["stages"];
@@ -422,7 +422,7 @@ TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
   ExpectRejected([](Json& j) { j["stages"][1]["world_size"] = 0; }, "stages[1].world_size",
                  "must be a number of ranks from 1 to 1000000");
   ExpectRejected([](Json& j) { j["stages"][1]["world_size"] = std::int64_t{1} << 40; }, "stages[1].world_size",
-                 "from 1 to 1000000");  // once cast to int unchecked
+                 "from 1 to 1000000");  // not cast to int unchecked
 }
 
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
@@ -613,8 +613,8 @@ TEST_F(ProfileFiles, RejectsMissingFile) {
   }
 }
 
-// A pipe (or a folder) where a profile should be is named; opening the pipe to see if
-// it was there once waited for a writer forever.
+// A pipe (or a folder) where a profile should be is named, without opening the pipe,
+// which would wait for a writer forever.
 TEST_F(ProfileFiles, APipeWhereAProfileShouldBeIsRefusedNotOpened) {
   WriteProfile(SampleProfile("A100-80GB"));
   ASSERT_EQ(::mkfifo((dir_ + "/T4-16GB.json").c_str(), 0600), 0);
@@ -786,8 +786,8 @@ TEST_F(ProfileFiles, ReportsInvalidProfileByItsOwnPath) {
 }
 
 // The shipped profiles are of configs/models/gpt2-medium.json, whole: a cluster whose
-// job trains that model plans from them (they once counted GPT-2's own vocabulary of
-// 50257, and such a cluster was refused).
+// job trains that model plans from them (the model's vocabulary is nanoGPT's 50304, not
+// GPT-2's own 50257).
 TEST(ProfileExamples, ShippedExampleProfilesLoadForTheirClusters) {
   const GptConfig gpt2_medium = LoadModelConfig(std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt2-medium.json");
   for (const std::string name : {"a100-80-and-40", "a800-and-v100s", "v100-and-t4"}) {

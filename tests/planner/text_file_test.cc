@@ -97,7 +97,7 @@ TEST(ReadTextFile, RefusesDevices) {
   }
 }
 
-// A named pipe that no program writes to reads as empty, at once: open() once waited
+// A named pipe that no program writes to reads as empty, at once: open() does not wait
 // for a writer for ever, beyond any --timeout. (A pipe with a writer, as <(...) gives,
 // is read to its end: poplar plan <(cat cluster.yaml) works.)
 TEST(ReadTextFile, ANamedPipeWithoutAWriterReadsAsEmptyAtOnce) {

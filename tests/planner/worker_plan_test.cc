@@ -61,8 +61,7 @@ TEST(WorkerPlan, ReadsOnlyItsOwnFormat) {
   }
 }
 
-// A misspelt key of a hand-written plan is named where the key it stands for is missing
-// (it once said only "micro_batches: must be a list of sizes").
+// A misspelt key of a hand-written plan is named where the key it stands for is missing.
 TEST(WorkerPlan, AMisspeltListIsNamed) {
   try {
     ParseWorkerPlan(R"({"stage": 0, "global_batch": 4, "ranks": [{"rank": 0, "micro_batchs": [4]}]})", "p.json");

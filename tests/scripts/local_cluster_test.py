@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/local_cluster.py: the built-in demo's text (scripts/demo, the README's first
 command) comes from the repository's own docs where ../shared has no WikiText-2, as on
-a fresh machine, whatever else docs/ holds (docs/results once broke it: a folder)."""
+a fresh machine, whatever else docs/ holds (folders such as docs/results among it)."""
 import os
 import shutil
 import sys

@@ -15,7 +15,7 @@ KERNELS = {
     "(pytorch_flash::Flash_fwd_params)": "attention",
     "fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<"
     "cutlass::arch::Sm80, cutlass::bfloat16_t, true, false, true, 64, 64, 64, false>::Params)": "attention",
-    # cuDNN's attention on the H200, forward and backward with its helpers (third H200 run).
+    # cuDNN's attention on an H200, forward and backward with its helpers.
     "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0":
         "attention",
     "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*, void*, "

@@ -67,8 +67,8 @@ TEST(Interruption, ASecondCtrlCEndsTheProcessAtOnce) {
       ::testing::KilledBySignal(SIGINT), "press Ctrl-C again to end at once");
 }
 
-// Under nohup SIGHUP is ignored, and must stay so: a job started under nohup once
-// stopped when its terminal closed.
+// Under nohup SIGHUP is ignored, and must stay so: a job started under nohup does not
+// stop when its terminal closes.
 TEST(Interruption, LeavesAnIgnoredSignalIgnored) {
   std::signal(SIGHUP, SIG_IGN);
   {

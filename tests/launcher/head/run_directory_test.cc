@@ -60,7 +60,7 @@ TEST(RunDirectory, RefusesADirectoryHoldingARunUnlessResuming) {
 }
 
 // The folder `poplar plan` wrote (plan.json, profiles/ beside it) is no run directory:
-// given as --run-dir, a launch would write over the plan and a resume once moved both
+// given as --run-dir, a launch would write over the plan and a resume would move both
 // into attempts/1. Refused either way, untouched.
 TEST(RunDirectory, RefusesAFolderThatPoplarPlanWrote) {
   ScratchDir scratch("run-dir");
@@ -161,8 +161,8 @@ TEST(RunDirectory, ALaunchRefusedInAFolderThatExistedRemovesOnlyWhatItWrote) {
 }
 
 // The job id is on the disk before the launch writes anything there (profiles, the plan,
-// the workers' logs): a head killed then (a second Ctrl-C) once left a directory that
-// another job could resume into. A launch refused after Record (every agent refused)
+// the workers' logs), so that a head killed then (a second Ctrl-C) leaves no directory
+// that another job could resume into. A launch refused after Record (every agent refused)
 // still removes it.
 TEST(RunDirectory, RecordsTheJobBeforeTheLaunchWritesInIt) {
   ScratchDir scratch("run-dir");
