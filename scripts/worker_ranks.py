@@ -31,23 +31,24 @@ def write_plan(path, stage, ranks, global_batch=None):
     return path
 
 
-def start_ranks(commands, logs=None, omp_threads=None, quiet=False):
+def start_ranks(commands, logs=None, omp_threads=None, quiet=False, env=None):
     """Starts one process per entry of `commands` (an argv each) as ranks 0.. of one job on
     a free loopback port. Each one's stdout and stderr go to logs[rank] (a path) when
     `logs` is given, else to this process's, stdout discarded when `quiet` (a script
     printing a table of its own). `omp_threads` sets OMP_NUM_THREADS (libtorch's CPU
-    threads) where the ranks share few cores. Returns the processes."""
+    threads) where the ranks share few cores; `env` adds other variables. Returns the
+    processes."""
     port, procs = free_port(), []
     for rank, command in enumerate(commands):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(len(commands)), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        variables = dict(os.environ, **(env or {}), RANK=str(rank), WORLD_SIZE=str(len(commands)),
+                         LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         if omp_threads is not None:
-            env["OMP_NUM_THREADS"] = str(omp_threads)
+            variables["OMP_NUM_THREADS"] = str(omp_threads)
         if logs is None:
-            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL if quiet else None))
+            procs.append(subprocess.Popen(command, env=variables, stdout=subprocess.DEVNULL if quiet else None))
         else:
             with open(logs[rank], "w") as log:
-                procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+                procs.append(subprocess.Popen(command, env=variables, stdout=log, stderr=subprocess.STDOUT))
     return procs
 
 

@@ -136,7 +136,7 @@ void AgentClient::CheckLaunch(const v1::LaunchRequest& request) {
   SetDeadline(context, std::chrono::seconds(30));  // it lists the node's devices (NVML)
   v1::CheckLaunchResponse response;
   const grpc::Status status = stub_->CheckLaunch(&context, request, &response);
-  if (!status.ok() && status.error_code() != grpc::StatusCode::UNIMPLEMENTED) throw Failure(status, "the launch");
+  if (!status.ok()) throw Failure(status, "the launch");
 }
 
 std::string AgentClient::Profile(const v1::ProfileRequest& request,

@@ -82,8 +82,7 @@ class AgentClient {
   // `launch_id` (optional): stop the job only if that launch started it.
   bool Stop(const std::string& job_id, const std::string& reason, const std::string& launch_id = "");
   // The agent's checks of a launch, with nothing started. Throws AgentError with the
-  // agent's refusal; an agent too old to check (UNIMPLEMENTED) passes, and checks when
-  // the launch comes.
+  // agent's refusal.
   void CheckLaunch(const v1::LaunchRequest& request);
   // Streams progress to `on_progress`; returns the profile file's text. `canceller`
   // (optional) ends it early: the agent stops the measurement and this throws.

@@ -56,7 +56,8 @@ void RunStatus(const StatusOptions& options) {
   const ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kNetworkElsewhere);
   ClusterAgents agents = ClientsFor(cluster);
   TextTable table({"node", "agent", "state", "devices", "jobs"}, {false, false, false, false, false});
-  std::vector<std::string> reasons;  // why each DOWN node is down, under the table
+  std::vector<std::string> reasons;   // why each DOWN node is down, under the table
+  std::vector<std::string> versions;  // each node on another version, under the table
   for (auto& client : agents.clients) {
     try {
       const auto description = DescribeAgent(*client, std::chrono::seconds(5));
@@ -72,8 +73,15 @@ void RunStatus(const StatusOptions& options) {
         return job.job_id() + " (" + std::to_string(job.ranks_size()) + (job.ranks_size() == 1 ? " rank" : " ranks") +
                " on " + (held.empty() ? "-" : held) + ", step " + std::to_string(job.step()) + ")";
       });
+      std::string state = "up";
+      try {
+        CheckVersion(client->node(), description);
+      } catch (const CommandFailed& other) {
+        versions.push_back(other.what());
+        state = "up, OTHER VERSION";
+      }
       table.AddRow(
-          {client->node(), client->address(), "up", devices.empty() ? "none" : devices, jobs.empty() ? "-" : jobs});
+          {client->node(), client->address(), state, devices.empty() ? "none" : devices, jobs.empty() ? "-" : jobs});
     } catch (const AgentError& error) {
       reasons.push_back(error.what());
       table.AddRow({client->node(), client->address(), "DOWN", "-", "-"});
@@ -81,9 +89,14 @@ void RunStatus(const StatusOptions& options) {
   }
   std::cout << table.Render();
   for (const std::string& reason : reasons) std::cout << reason << "\n";
+  for (const std::string& version : versions) std::cout << version << "\n";
   if (!reasons.empty()) {
     throw CommandFailed(std::to_string(reasons.size()) + " of " + std::to_string(agents.clients.size()) +
                         " agents did not answer (why: above)");
+  }
+  if (!versions.empty()) {
+    throw CommandFailed(std::to_string(versions.size()) + " of " + std::to_string(agents.clients.size()) +
+                        " nodes run another version of poplar (why: above)");
   }
 }
 

@@ -9,10 +9,10 @@
 #include <deque>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include "agent/rpc/keepalive.h"
 #include "launcher/head/interruption.h"
+#include "launcher/head/node_calls.h"
 #include "planner/base/run_app.h"
 
 namespace poplar {
@@ -72,6 +72,109 @@ std::string LaunchId() {
   return text;
 }
 
+// A stall shorter than the keepalive's timeout cannot have dropped a connection; a
+// failure that comes later than kStallEffect after one has another cause.
+constexpr auto kStall = kKeepaliveTimeout;
+constexpr auto kStallEffect = std::chrono::seconds(30);
+
+// The head's own stalls, seen from its event loop, which turns at least every 200 ms: a
+// longer gap means the head was not running (suspended, its machine paused).
+class StallWatch {
+ public:
+  // Once per turn of the loop, after its wait, so that the event that ends a stall sees it.
+  void Turn() {
+    const auto turn = AwakeClock::now();
+    if (turn - last_turn_ > kStall) {
+      stall_s_ = std::chrono::duration<double>(turn - last_turn_).count();
+      stall_end_ = turn;
+    }
+    last_turn_ = turn;
+  }
+  // The latest stall's seconds if it ended within kStallEffect, else 0.
+  double Recent() const { return stall_s_ > 0 && AwakeClock::now() - stall_end_ < kStallEffect ? stall_s_ : 0; }
+
+ private:
+  AwakeClock::time_point last_turn_ = AwakeClock::now();
+  double stall_s_ = 0;  // the latest stall, 0 while none
+  AwakeClock::time_point stall_end_;
+};
+
+// Stops the job on every node of the launch, once; then, after the stop's wait, ends the
+// streams still open (the agents stop the job when their stream breaks).
+class JobStop {
+ public:
+  JobStop(ClusterAgents& agents, const std::string& job_id, const std::string& launch_id,
+          const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests, CallCanceller& streams)
+      : agents_(agents), job_id_(job_id), launch_id_(launch_id), requests_(requests), streams_(streams) {
+    // 15 s longer than the job's stop grace (in it a rank 0 may be finishing a
+    // checkpoint; agent/job.h), and 30 s at least.
+    int stop_grace_s = kDefaultStopGraceSeconds;
+    for (const auto& [node, request] : requests) stop_grace_s = std::max(stop_grace_s, request.stop_grace_s());
+    wait_ = std::chrono::seconds(stop_grace_s + 15);
+  }
+
+  bool stopping() const { return stopping_; }
+  void Everywhere(const std::string& reason) {
+    if (stopping_) return;
+    stopping_ = true;
+    for (const auto& request : requests_) {
+      try {
+        agents_.clients[request.first]->Stop(job_id_, reason, launch_id_);
+      } catch (const AgentError&) {
+        // That node's stream reports its own failure; its agent stops the job when the
+        // stream breaks.
+      }
+    }
+    deadline_ = std::chrono::steady_clock::now() + wait_;
+  }
+  // Once per turn: the streams end when the stop's wait is over.
+  void CancelStreamsWhenDue() {
+    if (std::chrono::steady_clock::now() <= deadline_) return;
+    streams_.Cancel();
+    deadline_ = std::chrono::steady_clock::time_point::max();
+  }
+
+ private:
+  ClusterAgents& agents_;
+  const std::string& job_id_;
+  const std::string& launch_id_;
+  const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests_;
+  CallCanceller& streams_;
+  std::chrono::seconds wait_{0};
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+};
+
+// What one event of node `node_name`'s stream tells the monitor.
+void Dispatch(const v1::LaunchEvent& event, const std::string& node_name, LaunchMonitor& monitor,
+              AgentJobOutcome& outcome, const std::function<void(int, const std::string&)>& on_metrics) {
+  switch (event.kind()) {
+    case v1::LaunchEvent::STARTED:
+      outcome.any_started = true;
+      monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
+      break;
+    case v1::LaunchEvent::OUTPUT:
+      monitor.Output(event.rank(), event.text());
+      break;
+    case v1::LaunchEvent::METRICS:
+      monitor.Metrics(event.rank(), event.text());
+      if (on_metrics) on_metrics(event.rank(), event.text());
+      break;
+    case v1::LaunchEvent::EXITED:
+      monitor.Output(event.rank(), "[poplar] " + event.text());
+      // Every rank that failed is a candidate cause, not only the first one its agent
+      // saw: on one node, rank 0 failing to host the rendezvous may exit after rank 1,
+      // which lost it.
+      if (event.exit_code() != 0) monitor.Failure(node_name, event.text(), event.exit_code());
+      break;
+    case v1::LaunchEvent::JOB_FAILED:
+      monitor.Failure(node_name, event.text());
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
 std::string DefaultJobId(const std::string& cluster_name, const std::string& what) {
@@ -91,8 +194,7 @@ void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std:
                    const std::vector<std::pair<std::size_t, v1::LaunchRequest>>& requests) {
   // Every node at once; each answers in about the time of listing its devices.
   std::vector<std::string> refusals(requests.size());
-  std::vector<std::thread> checks;
-  auto check = [&](std::size_t i) {
+  NodeCalls(requests.size(), [&](std::size_t i) {
     try {
       agents.clients[requests[i].first]->CheckLaunch(requests[i].second);
     } catch (const AgentError& error) {
@@ -100,14 +202,7 @@ void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std:
     } catch (const std::exception& error) {
       refusals[i] = "node '" + cluster.nodes[requests[i].first].name + "': " + error.what();
     }
-  };
-  try {
-    for (std::size_t i = 0; i < requests.size(); ++i) checks.emplace_back(check, i);
-  } catch (...) {  // no thread to be had
-    for (auto& thread : checks) thread.join();
-    throw;
-  }
-  for (auto& thread : checks) thread.join();
+  }).Join();
   std::string reasons;
   for (const std::string& refusal : refusals) {
     if (!refusal.empty()) reasons += (reasons.empty() ? "" : "; ") + refusal;
@@ -123,15 +218,15 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
                             const std::function<void(int rank, const std::string& line)>& on_metrics) {
   EventQueue queue;
   CallCanceller streams_canceller;  // ends every Launch stream at once (agents then stop the job)
-  std::vector<std::thread> streams;
   // Names this launch on every agent, so that stopping it cannot stop another launch's
   // job of the same id (which the agents refused this one for).
   const std::string launch_id = LaunchId();
-  try {
-    for (const auto& [node, node_request] : requests) {
-      v1::LaunchRequest request = node_request;
-      request.set_launch_id(launch_id);
-      streams.emplace_back([&queue, &agents, &streams_canceller, node = node, request = std::move(request)] {
+  NodeCalls streams(
+      requests.size(),
+      [&](std::size_t i) {
+        const std::size_t node = requests[i].first;
+        v1::LaunchRequest request = requests[i].second;
+        request.set_launch_id(launch_id);
         NodeEvent end{node, true, "", {}};
         try {
           agents.clients[node]->Launch(
@@ -145,132 +240,56 @@ AgentJobOutcome RunAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, c
           end.lost_agent = error.kind() == AgentError::Kind::kLostAgent;
         }
         queue.Push(end);
-      });
-    }
-  } catch (...) {  // no thread to be had: end the streams already open
-    streams_canceller.Cancel();
-    for (auto& stream : streams) stream.join();
-    throw;
-  }
+      },
+      [&] { streams_canceller.Cancel(); });
 
   // Ctrl-C, SIGTERM (a scheduler, `timeout`) and SIGHUP (the terminal closed) stop the
   // job everywhere in order. (SIGPIPE is ignored from main: lost output ends nothing.)
   const Interruption interruption;
   AgentJobOutcome outcome;
-  bool stopping = false;
-  auto stop_everywhere = [&](const std::string& reason) {
-    if (stopping) return;
-    stopping = true;
-    for (const auto& request : requests) {
-      try {
-        agents.clients[request.first]->Stop(job_id, reason, launch_id);
-      } catch (const AgentError&) {
-        // That node's stream reports its own failure; its agent stops the job when the
-        // stream breaks.
-      }
-    }
-  };
+  JobStop stop(agents, job_id, launch_id, requests, streams_canceller);
+  StallWatch stalls;
   // Whatever happens in the loop (a monitor that cannot write, a callback that throws),
   // the job is stopped everywhere and the stream threads are joined before leaving.
-  auto cleanup = [&] {
-    for (auto& stream : streams) stream.join();
-  };
   try {
-    std::size_t open_streams = streams.size();
-    auto stop_deadline = std::chrono::steady_clock::time_point::max();
-    // A stall shorter than the keepalive's timeout cannot have dropped a connection; a
-    // failure that comes later than kStallEffect after one has another cause.
-    constexpr auto kStall = kKeepaliveTimeout;
-    constexpr auto kStallEffect = std::chrono::seconds(30);
-    // How long the head waits for the nodes' final events once it has stopped the job:
-    // 15 s longer than the job's stop grace or 30 s (what agents older than the grace
-    // give), whichever is longer (agent/job.h): in the grace a rank 0 may be
-    // finishing a checkpoint; then it cancels the streams (the agents stop the job when
-    // they break).
-    int stop_grace_s = kDefaultStopGraceSeconds;
-    for (const auto& [node, request] : requests) {
-      if (request.stop_grace_s() > 0) stop_grace_s = std::max(stop_grace_s, request.stop_grace_s());
-    }
-    const auto stop_wait = std::chrono::seconds(stop_grace_s + 15);
-    auto last_turn = AwakeClock::now();
-    double stall_s = 0;  // the latest stall, 0 while none
-    AwakeClock::time_point stall_end;
-    while (open_streams > 0) {
-      if (interruption.signal() != 0 && !stopping) {
+    for (std::size_t open_streams = requests.size(); open_streams > 0;) {
+      if (interruption.signal() != 0 && !stop.stopping()) {
         const std::string how = InterruptionName(interruption.signal());
         out << "stopping job " << job_id << " everywhere (" << how << ")" << std::endl;
         monitor.UserStopped(how);
-        stop_everywhere("stopped by the user (" + how + " on the head node)");
-        stop_deadline = std::chrono::steady_clock::now() + stop_wait;
+        stop.Everywhere("stopped by the user (" + how + " on the head node)");
       }
-      if (std::chrono::steady_clock::now() > stop_deadline) {
-        streams_canceller.Cancel();
-        stop_deadline = std::chrono::steady_clock::time_point::max();
-      }
+      stop.CancelStreamsWhenDue();
       NodeEvent item;
       const bool popped = queue.Pop(&item, std::chrono::milliseconds(200));
-      // This loop turns at least every 200 ms; a long gap means the head was not running.
-      // Measured after the wait, so that the event that ends a stall sees it.
-      const auto turn = AwakeClock::now();
-      if (turn - last_turn > kStall) {
-        stall_s = std::chrono::duration<double>(turn - last_turn).count();
-        stall_end = turn;
-      }
-      last_turn = turn;
+      stalls.Turn();
       if (!popped) continue;
       const std::string& node_name = cluster.nodes[item.node].name;
-      if (item.stream_ended) {
-        --open_streams;
-        if (!item.stream_error.empty()) {
-          // A lost agent is a cause whenever it is noticed (its peers' resets may have
-          // started the stop first); any other broken or cancelled stream is a stop.
-          if (item.lost_agent)
-            monitor.AgentLost(node_name, item.stream_error);
-          else
-            monitor.Stopped(node_name, item.stream_error);
-        }
+      if (!item.stream_ended) {
+        Dispatch(item.event, node_name, monitor, outcome, on_metrics);
       } else {
-        const v1::LaunchEvent& event = item.event;
-        switch (event.kind()) {
-          case v1::LaunchEvent::STARTED:
-            outcome.any_started = true;
-            monitor.Output(event.rank(), "[poplar] started on node " + node_name + ": " + event.text());
-            break;
-          case v1::LaunchEvent::OUTPUT:
-            monitor.Output(event.rank(), event.text());
-            break;
-          case v1::LaunchEvent::METRICS:
-            monitor.Metrics(event.rank(), event.text());
-            if (on_metrics) on_metrics(event.rank(), event.text());
-            break;
-          case v1::LaunchEvent::EXITED:
-            monitor.Output(event.rank(), "[poplar] " + event.text());
-            // Every rank that failed is a candidate cause, not only the first one its
-            // agent saw: on one node, rank 0 failing to host the rendezvous may exit
-            // after rank 1, which lost it.
-            if (event.exit_code() != 0) monitor.Failure(node_name, event.text(), event.exit_code());
-            break;
-          case v1::LaunchEvent::JOB_FAILED:
-            monitor.Failure(node_name, event.text());
-            break;
-          default:
-            break;
+        --open_streams;
+        // A lost agent is a cause whenever it is noticed (its peers' resets may have
+        // started the stop first); any other broken or cancelled stream is a stop.
+        if (!item.stream_error.empty() && item.lost_agent) {
+          monitor.AgentLost(node_name, item.stream_error);
+        } else if (!item.stream_error.empty()) {
+          monitor.Stopped(node_name, item.stream_error);
         }
       }
-      if (monitor.failed() && !stopping) {
+      if (monitor.failed() && !stop.stopping()) {
         // The first failure, and not the user's stop: a stall just before is its cause.
-        if (stall_s > 0 && AwakeClock::now() - stall_end < kStallEffect) monitor.HeadStalled(stall_s);
-        stop_everywhere("the job failed elsewhere: " + monitor.RootCause());
-        stop_deadline = std::chrono::steady_clock::now() + stop_wait;
+        if (const double stall_s = stalls.Recent(); stall_s > 0) monitor.HeadStalled(stall_s);
+        stop.Everywhere("the job failed elsewhere: " + monitor.RootCause());
       }
     }
   } catch (...) {
-    stop_everywhere("the head node failed");
-    streams_canceller.Cancel();
-    cleanup();
+    stop.Everywhere("the head node failed");
+    streams.Cancel();
+    streams.Join();
     throw;
   }
-  cleanup();
+  streams.Join();
   outcome.signal = interruption.signal();
   return outcome;
 }

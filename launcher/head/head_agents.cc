@@ -2,20 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <filesystem>
 #include <functional>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "agent/rpc/grpc_log.h"
 #include "agent/rpc/tls.h"
 #include "launcher/head/interruption.h"
+#include "launcher/head/node_calls.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
 #include "planner/base/run_app.h"
@@ -62,6 +61,21 @@ v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds dea
   }
 }
 
+void CheckVersion(const std::string& node, const v1::DescribeResponse& description) {
+  const std::string agent = "poplar-agent " POPLAR_VERSION;
+  const std::string worker = "poplar-worker " POPLAR_VERSION " ";  // then "(libtorch ...)"
+  const bool same =
+      description.agent_version() == agent && description.worker_version().compare(0, worker.size(), worker) == 0;
+  if (!same) {
+    const auto said = [](const std::string& version) {
+      return version.empty() ? std::string("(no version given)") : "'" + Printable(version) + "'";
+    };
+    throw CommandFailed("node '" + node + "': its agent reports " + said(description.agent_version()) + " and worker " +
+                        said(description.worker_version()) + ", this head is poplar " POPLAR_VERSION +
+                        ": install poplar " POPLAR_VERSION " (poplar-agent and poplar-worker) on that node");
+  }
+}
+
 ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
   ClusterAgents agents = ClientsFor(cluster);
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
@@ -72,6 +86,7 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
     } catch (const AgentError& error) {
       throw CommandFailed(error.what());
     }
+    CheckVersion(node.name, description);
     agents.descriptions.push_back(description);
     for (const auto& group : node.devices) {
       int have = 0;
@@ -153,13 +168,11 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
   // failure cancels the others and is the one reported; so does Ctrl-C (or SIGTERM,
   // SIGHUP), after which the agents stop measuring and nothing is written.
   const Interruption interruption;
-  std::mutex mutex;  // guards stderr, `failure` and `finished`
-  std::condition_variable done;
-  std::size_t finished = 0;
+  std::mutex mutex;  // guards stderr and `failure`
   std::exception_ptr failure;
   CallCanceller canceller;
-  std::vector<std::thread> threads;
-  auto fetch_one = [&](ProfileFetch& fetch) {
+  auto fetch_one = [&](std::size_t i) {
+    ProfileFetch& fetch = fetches[i];
     try {
       fetch.text = fetch.agent->Profile(
           fetch.request,
@@ -174,29 +187,8 @@ std::map<std::string, DeviceProfile> FetchProfiles(const ClusterSpec& cluster, C
       if (!failure) failure = std::current_exception();  // the others' errors follow from it
       canceller.Cancel();
     }
-    std::lock_guard<std::mutex> lock(mutex);  // every way out of the try ends here
-    ++finished;
-    done.notify_all();
   };
-  try {
-    for (ProfileFetch& fetch : fetches) threads.emplace_back(fetch_one, std::ref(fetch));
-  } catch (...) {  // no thread to be had: stop those started
-    canceller.Cancel();
-    for (std::thread& thread : threads) thread.join();
-    throw;
-  }
-  int interrupted = 0;
-  {
-    std::unique_lock<std::mutex> lock(mutex);
-    while (finished < threads.size()) {
-      done.wait_for(lock, std::chrono::milliseconds(200));
-      if (interrupted == 0 && interruption.signal() != 0) {
-        interrupted = interruption.signal();
-        canceller.Cancel();
-      }
-    }
-  }
-  for (std::thread& thread : threads) thread.join();
+  int interrupted = NodeCalls(fetches.size(), fetch_one, [&] { canceller.Cancel(); }).JoinUnless(interruption);
   const bool measuring_stopped = interrupted != 0;
   // A signal after the last fetch ended (every profile cached) still stops here.
   if (interrupted == 0) interrupted = interruption.signal();

@@ -27,8 +27,14 @@ ClusterAgents ClientsFor(const ClusterSpec& cluster);
 // the AgentError already quotes it (every other line is written out as usual).
 v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds deadline = std::chrono::seconds(10));
 
-// Connects to every agent and checks each node has at least the devices the cluster
-// file lists for it. Throws CommandFailed naming the node and the reason.
+// Throws CommandFailed naming `node` unless its agent and the worker beside it are of
+// this poplar's version: the head, agents and workers speak one protocol and one job
+// contract, so a node on another version is refused before anything starts there.
+void CheckVersion(const std::string& node, const v1::DescribeResponse& description);
+
+// Connects to every agent and checks each node runs this poplar's version
+// (CheckVersion) and has at least the devices the cluster file lists for it. Throws
+// CommandFailed naming the node and the reason.
 ClusterAgents ConnectAgents(const ClusterSpec& cluster);
 
 // The rendezvous port of a job whose rank 0 runs on node `rank0_node`: `requested` if

@@ -5,6 +5,7 @@
 // Run directory (default runs/<job id>; run_directory.h): job_id, plan.json, profiles/
 // (when it planned), logs/rank-N.log, metrics/rank-N.jsonl, summary.json, and after a
 // resume attempts/N/ with the earlier attempts' plan, profiles and summary.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -148,12 +149,8 @@ void StopIfInterrupted(const Interruption& interruption, const std::string& job_
   }
 }
 
-void RunLaunch(const LaunchOptions& options) {
-  // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
-  // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
-  const Interruption interruption;
-  const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
-  const std::string model = ModelConfigText(cluster, "by poplar launch");
+// The cluster file's job, with --steps applied.
+JobSpec JobOf(const LaunchOptions& options, const ClusterSpec& cluster) {
   JobSpec job = *cluster.job;
   if (options.steps > 0) {
     job.steps = options.steps;
@@ -161,104 +158,86 @@ void RunLaunch(const LaunchOptions& options) {
     // --steps: the worker that reads the checkpoint then warns, with the rates it changes.
     ScheduleOf(job, cluster.file, "--steps");
   }
+  return job;
+}
+
+// --job-id, checked, or a new id from the cluster's name and the time.
+std::string JobIdOf(const LaunchOptions& options, const ClusterSpec& cluster) {
   const std::string job_id = options.job_id.empty() ? DefaultJobId(cluster.name) : options.job_id;
   try {
     CheckJobId(job_id);
   } catch (const InputError& error) {
     throw InputError("--job-id", "", error.reason());
   }
-  const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
-  RunDirectory directory(run_dir, job_id, options.resume);
-  std::optional<PreparedPlan> given;
-  if (!options.plan_file.empty()) given = PlanFromFile(options, cluster);
-  if (given) {
-    std::cout << "following " << options.plan_file << " (" << given->plan.policy.value_or("from file") << ", stage "
-              << given->plan.stage << "); "
-              << (given->checked_against.empty()
-                      ? std::string("no profiles to check its micro-batches against (no 'profiles' in the cluster "
-                                    "file, no profiles/ beside the plan)")
-                      : "its micro-batches fit the profiles in " + given->checked_against)
-              << std::endl;
-  }
+  return job_id;
+}
 
-  ClusterAgents agents = ConnectAgents(cluster);
-  if (given) RequireDevicesAsProfiled(cluster, agents, *given);
-  StopIfInterrupted(interruption, job_id);
-  const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
-  directory.Record();
-  const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
-  StopIfInterrupted(interruption, job_id);
-  const std::string& plan_text = prepared.text;
-  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), plan_text);
+void SayWhichPlanIsFollowed(const LaunchOptions& options, const PreparedPlan& given) {
+  std::cout << "following " << options.plan_file << " (" << given.plan.policy.value_or("from file") << ", stage "
+            << given.plan.stage << "); "
+            << (given.checked_against.empty()
+                    ? std::string("no profiles to check its micro-batches against (no 'profiles' in the cluster "
+                                  "file, no profiles/ beside the plan)")
+                    : "its micro-batches fit the profiles in " + given.checked_against)
+            << std::endl;
+}
 
-  std::vector<RankInfo> ranks;
-  for (const RankPlacement& placement : prepared.plan.placement)
-    ranks.push_back({placement.node, placement.device_type});
-  const std::string master_addr = prepared.plan.placement.at(0).host;
-  std::vector<std::size_t> nodes_in_job;
+// The cluster's nodes that run ranks of `ranks`, in cluster order.
+std::vector<std::size_t> NodesInJob(const ClusterSpec& cluster, const std::vector<RankInfo>& ranks) {
+  std::vector<std::size_t> nodes;
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
-    for (const auto& rank : ranks) {
-      if (rank.node == cluster.nodes[i].name) {
-        nodes_in_job.push_back(i);
-        break;
-      }
-    }
+    const auto runs_here = [&](const RankInfo& rank) { return rank.node == cluster.nodes[i].name; };
+    if (std::any_of(ranks.begin(), ranks.end(), runs_here)) nodes.push_back(i);
   }
+  return nodes;
+}
 
-  const int master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
-  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
-  for (std::size_t node : nodes_in_job) {
-    v1::LaunchRequest request;
-    request.set_job_id(job_id);
-    request.set_node(cluster.nodes[node].name);
-    request.set_plan_json(plan_text);
-    request.set_model_config_json(model);
-    request.set_data_path(job.data);
-    request.set_master_addr(master_addr);
-    request.set_master_port(master_port);
-    request.set_steps(job.steps);
-    request.set_precision(WorkerPrecisionName(cluster.precision));
-    if (job.lr) request.set_lr(*job.lr);
-    if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
-    if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
-    const LrScheduleSettings& schedule = job.schedule;
-    request.set_warmup_steps(schedule.warmup_steps);
-    if (schedule.decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(schedule.decay));
-    if (schedule.decay_steps) request.set_decay_steps(*schedule.decay_steps);
-    if (schedule.min_lr) request.set_min_lr(*schedule.min_lr);
-    request.set_checkpoint_every(job.checkpoint_every);
-    request.set_keep_checkpoints(job.keep_checkpoints);
-    request.set_stop_grace_s(job.stop_grace_s);
-    request.set_eval_data_path(job.eval_data);
-    request.set_eval_every(job.eval_every);
-    request.set_eval_samples(job.eval_samples);
-    request.set_trace_step(options.trace_step);
-    request.set_timeout_s(options.timeout_s);
-    request.set_resume(options.resume);
-    requests.emplace_back(node, std::move(request));
-  }
-  CheckAgentJob(cluster, agents, job_id, requests);
-  StopIfInterrupted(interruption, job_id);
-  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
-            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous " << master_addr
-            << ":" << master_port << "; run directory " << run_dir << std::endl;
-  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
-  if (options.resume) monitor.ExpectResume(job_id);
-  if (job.schedule.warmup_steps > 0 || job.schedule.decay != LrDecay::kConstant) {
-    monitor.ExpectLearningRates([schedule = ScheduleOf(job), lr = job.lr.value_or(kDefaultLearningRate)](
-                                    std::int64_t step) { return LearningRateAt(schedule, lr, step); });
-  }
-  if (!job.eval_data.empty()) monitor.ExpectEvaluation(job.eval_every);
-  const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
-  // A launch every agent refused leaves the run directory as it was (RunDirectory).
-  if (!outcome.any_started && monitor.failed()) {
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started",
-                        outcome.signal != 0 ? 128 + outcome.signal : 1);
-  }
-  directory.Keep();
-  if (!previous_attempt.empty())
-    std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
+// Where a job runs and meets: its id, its plan and model, rank 0's address.
+struct JobPlace {
+  std::string job_id;
+  std::string plan_text;
+  std::string model;
+  std::string master_addr;
+  int master_port = 0;
+};
 
+// The Launch request of one node: the job's settings, the same on every node.
+v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& place, const JobSpec& job,
+                                   const ClusterSpec& cluster, const LaunchOptions& options) {
+  v1::LaunchRequest request;
+  request.set_job_id(place.job_id);
+  request.set_node(node);
+  request.set_plan_json(place.plan_text);
+  request.set_model_config_json(place.model);
+  request.set_data_path(job.data);
+  request.set_master_addr(place.master_addr);
+  request.set_master_port(place.master_port);
+  request.set_steps(job.steps);
+  request.set_precision(WorkerPrecisionName(cluster.precision));
+  if (job.lr) request.set_lr(*job.lr);
+  if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
+  if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
+  const LrScheduleSettings& schedule = job.schedule;
+  request.set_warmup_steps(schedule.warmup_steps);
+  if (schedule.decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(schedule.decay));
+  if (schedule.decay_steps) request.set_decay_steps(*schedule.decay_steps);
+  if (schedule.min_lr) request.set_min_lr(*schedule.min_lr);
+  request.set_checkpoint_every(job.checkpoint_every);
+  request.set_keep_checkpoints(job.keep_checkpoints);
+  request.set_stop_grace_s(job.stop_grace_s);
+  request.set_eval_data_path(job.eval_data);
+  request.set_eval_every(job.eval_every);
+  request.set_eval_samples(job.eval_samples);
+  request.set_trace_step(options.trace_step);
+  request.set_timeout_s(options.timeout_s);
+  request.set_resume(options.resume);
+  return request;
+}
+
+// run_dir/summary.json: the plan's policy and stage, what the monitor measured, and the
+// failure, if any.
+nlohmann::ordered_json WriteSummary(const std::string& run_dir, const std::string& job_id, const PreparedPlan& prepared,
+                                    const LaunchMonitor& monitor) {
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
   summary["policy"] = prepared.plan.policy.value_or("from file");
@@ -268,22 +247,12 @@ void RunLaunch(const LaunchOptions& options) {
   for (const auto& [key, value] : measured.items()) summary[key] = value;
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
-  if (monitor.failed()) {
-    // The user's own stop is not a failure of the job's (unless one came first).
-    const std::string user_stop = monitor.UserStop();
-    const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
-    throw CommandFailed(
-        "job " + job_id + " " + what + "; every worker was stopped; " +
-            monitor.CheckpointsKept(job.checkpoint_every, "the agents' work directories under jobs/" + job_id +
-                                                              "/checkpoints (rank 0's node writes them)") +
-            "; logs in " + run_dir + "/logs",
-        outcome.signal != 0 ? 128 + outcome.signal : 1);
-  }
-  if (!summary.contains("first_loss")) {
-    std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir
-              << "\n";
-    return;
-  }
+  return summary;
+}
+
+// The last lines of a run that trained: the loss, the measured and predicted step.
+void SayWhatWasTrained(const nlohmann::ordered_json& summary, const PreparedPlan& prepared,
+                       const std::string& run_dir) {
   const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
   const std::int64_t last_step = summary["steps"].get<std::int64_t>();
   std::cout << "trained "
@@ -297,6 +266,82 @@ void RunLaunch(const LaunchOptions& options) {
                                                : "(the plan predicts none); ")
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
             << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
+}
+
+void RunLaunch(const LaunchOptions& options) {
+  // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
+  // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
+  const Interruption interruption;
+  const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
+  JobPlace place;
+  place.model = ModelConfigText(cluster, "by poplar launch");
+  const JobSpec job = JobOf(options, cluster);
+  place.job_id = JobIdOf(options, cluster);
+  const std::string& job_id = place.job_id;
+  const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
+  RunDirectory directory(run_dir, job_id, options.resume);
+  std::optional<PreparedPlan> given;
+  if (!options.plan_file.empty()) {
+    given = PlanFromFile(options, cluster);
+    SayWhichPlanIsFollowed(options, *given);
+  }
+
+  ClusterAgents agents = ConnectAgents(cluster);
+  if (given) RequireDevicesAsProfiled(cluster, agents, *given);
+  StopIfInterrupted(interruption, job_id);
+  const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
+  directory.Record();
+  const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
+  StopIfInterrupted(interruption, job_id);
+  place.plan_text = prepared.text;
+  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), place.plan_text);
+
+  std::vector<RankInfo> ranks;
+  for (const RankPlacement& placement : prepared.plan.placement) {
+    ranks.push_back({placement.node, placement.device_type});
+  }
+  const std::vector<std::size_t> nodes_in_job = NodesInJob(cluster, ranks);
+  place.master_addr = prepared.plan.placement.at(0).host;
+  place.master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
+  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
+  for (std::size_t node : nodes_in_job) {
+    requests.emplace_back(node, LaunchRequestFor(cluster.nodes[node].name, place, job, cluster, options));
+  }
+  CheckAgentJob(cluster, agents, job_id, requests);
+  StopIfInterrupted(interruption, job_id);
+  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
+            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous "
+            << place.master_addr << ":" << place.master_port << "; run directory " << run_dir << std::endl;
+  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
+  if (options.resume) monitor.ExpectResume(job_id);
+  const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
+  const int exit_status = outcome.signal != 0 ? 128 + outcome.signal : 1;
+  // A launch every agent refused leaves the run directory as it was (RunDirectory).
+  if (!outcome.any_started && monitor.failed()) {
+    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started", exit_status);
+  }
+  directory.Keep();
+  if (!previous_attempt.empty()) {
+    std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
+  }
+  const nlohmann::ordered_json summary = WriteSummary(run_dir, job_id, prepared, monitor);
+  if (monitor.failed()) {
+    // The user's own stop is not a failure of the job's (unless one came first).
+    const std::string user_stop = monitor.UserStop();
+    const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
+    throw CommandFailed(
+        "job " + job_id + " " + what + "; every worker was stopped; " +
+            monitor.CheckpointsKept(job.checkpoint_every, "the agents' work directories under jobs/" + job_id +
+                                                              "/checkpoints (rank 0's node writes them)") +
+            "; logs in " + run_dir + "/logs",
+        exit_status);
+  }
+  if (!summary.contains("first_loss")) {
+    std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir
+              << "\n";
+    return;
+  }
+  SayWhatWasTrained(summary, prepared, run_dir);
 }
 
 }  // namespace

@@ -16,41 +16,6 @@
 namespace poplar {
 namespace {
 
-// How likely a failure is the root cause, most likely first.
-constexpr int kKilled = 0;    // a rank killed by a signal it did not get from poplar
-constexpr int kCause = 1;     // a rank failing on its own, or a node losing its agent
-constexpr int kLostPeer = 2;  // a rank failing because a peer went away
-constexpr int kStopped = 3;   // poplar stopping the job, and what that stop led to
-
-// A reason without an exit status (a node's final reason, a stop), or from a worker
-// before kPeerFailureExitStatus: by its words.
-int SeverityOfText(const std::string& reason) {
-  auto has = [&](const char* text) { return reason.find(text) != std::string::npos; };
-  // "failed elsewhere": the head's own stop, echoed back by a node it stopped; "the
-  // stop's grace over": the agent's SIGKILL of a rank slow to stop (agent/job.cc).
-  if (has("stopped by") || has("head node went away") || has("signal 15") || has("failed elsewhere") ||
-      has("the stop's grace over")) {
-    return kStopped;
-  }
-  // "(its error says why)": a worker pointing at another rank's failure (launcher/worker/resume.cc).
-  if (has("onnection") || has("peer") || has("Timed out") || has("timed out") || has("Timeout") ||
-      has("within --timeout") || has("Broken pipe") || has("(its error says why)")) {
-    return kLostPeer;
-  }
-  if (has("killed by signal")) return kKilled;
-  return kCause;
-}
-
-// A rank's exit, by its status.
-int SeverityOfExit(int status, const std::string& reason) {
-  // SIGTERM is poplar's stop; SIGKILL after it, the agent's end of the stop's grace
-  // (agent/job.cc says so in the reason).
-  if (status == 128 + SIGTERM || reason.find("the stop's grace over") != std::string::npos) return kStopped;
-  if (status > 128) return kKilled;
-  if (status == kPeerFailureExitStatus) return kLostPeer;
-  return kCause;
-}
-
 constexpr double kNoNumber = std::numeric_limits<double>::quiet_NaN();
 
 // A record's number at `key`, or `otherwise` where it has none (absent; null, as a
@@ -107,9 +72,7 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   auto record = nlohmann::json::parse(json_line, nullptr, false);
   if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return;
   latest_[rank] = record;
-  CheckLearningRate(rank, record);
   if (rank != 0) return;
-  CheckEvaluation(record);
   const bool first = rank0_steps_.empty();
   rank0_steps_.push_back(record);
   const std::int64_t step = record["step"].get<std::int64_t>();
@@ -121,36 +84,6 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   if (progress_every_ > 0 && (DueAfterStep(step, progress_every_, steps_) || first || HeldOutLoss(record))) {
     out_ << ProgressLine(step) << std::endl;
   }
-}
-
-void LaunchMonitor::CheckLearningRate(int rank, const nlohmann::json& record) {
-  if (!expected_rate_ || !rates_checked_.insert(rank).second) return;
-  const std::string node = NodeOf(rank);
-  const std::int64_t step = record["step"].get<std::int64_t>();
-  const double expected = expected_rate_(step);
-  const double reported = NumberOf(record, "lr", kNoNumber);
-  if (std::isnan(reported)) {
-    Failure(node, "rank " + std::to_string(rank) + " reports no learning rate: its poplar-worker predates the " +
-                      "learning-rate schedule the cluster file asks for; update poplar-worker on this node");
-  } else if (std::abs(reported - expected) > 1e-9 * expected) {
-    char text[96];
-    std::snprintf(text, sizeof text, "step %lld at learning rate %.4g, not the %.4g", static_cast<long long>(step),
-                  reported, expected);
-    Failure(node, "rank " + std::to_string(rank) + " trained " + text + " of the cluster file's schedule: its " +
-                      "poplar-agent left the schedule out (it predates job.warmup_steps and job.lr_decay); " +
-                      "update poplar-agent on this node");
-  }
-}
-
-void LaunchMonitor::CheckEvaluation(const nlohmann::json& record) {
-  if (!eval_every_) return;
-  const std::int64_t every = *std::exchange(eval_every_, std::nullopt);  // the first record tells
-  if (record.contains("eval_every")) return;
-  Failure(NodeOf(0), "rank 0 trains without a held-out evaluation (its step " + record["step"].dump() + " reports no " +
-                         "eval_every) where the cluster file's job.eval_data asks for one every " +
-                         std::to_string(every) +
-                         " steps: its poplar-agent left the evaluation out (it predates job.eval_data); update " +
-                         "poplar-agent on this node");
 }
 
 std::map<std::string, double> LaunchMonitor::BusyShares() const {
@@ -185,66 +118,7 @@ std::string LaunchMonitor::ProgressLine(std::int64_t step) const {
 }
 
 void LaunchMonitor::Failure(const std::string& node, const std::string& reason, std::optional<int> exit_status) {
-  int severity = exit_status ? SeverityOfExit(*exit_status, reason) : SeverityOfText(reason);
-  if (!exit_status) {
-    // A node's final reason repeats the exit of its first failed rank.
-    for (const Failed& failed : failures_) {
-      if (failed.node == node && failed.reason == reason) severity = failed.severity;
-    }
-  }
-  failures_.push_back({severity, node, reason});
-}
-
-void LaunchMonitor::Stopped(const std::string& node, const std::string& reason) {
-  failures_.push_back({kStopped, node, reason, Failed::Kind::kConnection});
-}
-
-void LaunchMonitor::UserStopped(const std::string& how) {
-  failures_.push_back({kStopped, "head", "stopped by the user (" + how + ")", Failed::Kind::kUser});
-}
-
-void LaunchMonitor::AgentLost(const std::string& node, const std::string& reason) {
-  failures_.push_back({kCause, node, reason, Failed::Kind::kConnection});
-}
-
-void LaunchMonitor::HeadStalled(double seconds) { head_stalled_s_ = std::max(head_stalled_s_, seconds); }
-
-std::string LaunchMonitor::RootCause() const {
-  if (failures_.empty()) return "";
-  const std::string seconds = Fixed(head_stalled_s_, 0) + " s";
-  // A stall long enough for the agents to give up on the head explains the failures
-  // that followed when the first of them is a dropped connection, or when, whatever
-  // order they arrived in (a stopped rank's exit may come before its node's stream is
-  // seen to drop), none is the job's own: a rank failing or killed by itself stays the
-  // cause.
-  const bool failed_on_its_own = std::any_of(failures_.begin(), failures_.end(), [](const Failed& failure) {
-    return failure.kind == Failed::Kind::kJob && failure.severity <= kCause;
-  });
-  if (head_stalled_s_ > 0 && (failures_.front().kind == Failed::Kind::kConnection || !failed_on_its_own)) {
-    return "the head (this poplar launch) was stalled for " + seconds +
-           " (suspended with Ctrl-Z or SIGSTOP, its machine paused, or its output blocked), long enough for "
-           "the agents to give up on it (they wait 10 to 20 s for a silent peer), so the job was stopped; run it "
-           "under tmux, nohup or systemd-run, and resume with --resume";
-  }
-  const Failed& best = MostTelling();
-  const std::string cause = "node '" + best.node + "': " + best.reason;
-  return head_stalled_s_ > 0
-             ? cause + "; the head (this poplar launch) had been stalled for " + seconds + " just before"
-             : cause;
-}
-
-const LaunchMonitor::Failed& LaunchMonitor::MostTelling() const {
-  const Failed* best = &failures_.front();
-  for (const auto& failure : failures_) {
-    if (failure.severity < best->severity) best = &failure;
-  }
-  return *best;
-}
-
-std::string LaunchMonitor::UserStop() const {
-  if (failures_.empty() || head_stalled_s_ > 0) return "";
-  const Failed& best = MostTelling();
-  return best.kind == Failed::Kind::kUser ? best.reason : "";
+  causes_.Failure(node, reason, exit_status);
 }
 
 std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {

@@ -104,7 +104,7 @@ fs::path StepFolder(const std::string& path) {
 // What a step folder's meta.json records besides the model, which must be `config`.
 struct Meta {
   std::int64_t step = 0;
-  std::optional<TrainingRecipe> training;
+  TrainingRecipe training;
   CheckpointLine line;
 };
 
@@ -125,11 +125,8 @@ Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
   if (model != nlohmann::json(ModelConfigObject(config))) {
     fields.Fail("model", "was trained with " + model.dump() + ", not the --model-config " + ModelConfigJson(config));
   }
-  std::optional<TrainingRecipe> training;
-  if (fields.Has("training")) {
-    JsonFields recipe = fields.Map("training");
-    training = ReadRecipe(recipe);
-  }
+  JsonFields recipe = fields.Map("training");
+  TrainingRecipe training = ReadRecipe(recipe);
   CheckpointLine line = ReadLineKeys(fields);
   if (!line.ancestors.empty() && line.ancestors.back().step > step) {
     fields.Fail("line", "goes on from step " + std::to_string(line.ancestors.back().step) +
@@ -179,7 +176,7 @@ void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::
 }
 
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
-                     const std::optional<TrainingRecipe>& training, const CheckpointLine& line) {
+                     const TrainingRecipe& training, const CheckpointLine& line) {
   // A state to go on from: one whose update overflowed (a finite loss computed before
   // it, then inf or nan in the parameters or moments) would only diverge again on resume.
   const std::string not_written = "its checkpoint was not written (the newest written one stays the last good state)";
@@ -200,7 +197,7 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
     WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
     nlohmann::ordered_json meta = {
         {"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
-    if (training) meta["training"] = RecipeObject(*training);
+    meta["training"] = RecipeObject(training);
     AddLineKeys(line, meta);
     WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
     // On the disk before any name leads to it, so that a power loss cannot leave `latest`

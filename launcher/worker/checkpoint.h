@@ -5,8 +5,7 @@
 // the newest complete step folder. model.pt is a torch.save-compatible state dict with
 // nanoGPT names; optimizer.pt holds exp_avg.<name> and exp_avg_sq.<name>; meta.json the
 // step count, the model configuration, the training recipe (training_recipe.h) and the
-// line of training (checkpoint_line.h); checkpoints of poplar before 2026-11-26 have
-// neither of the last two. A step folder is written under a temporary
+// line of training (checkpoint_line.h). A step folder is written under a temporary
 // name and renamed when complete, then `latest` is replaced atomically: a crash at any
 // moment leaves the previous checkpoint intact and `latest` pointing at a complete one.
 // DIR/.poplar.lock is the writing run's lock (LockCheckpointFolder).
@@ -37,10 +36,10 @@ struct Checkpoint {
 // whole (in a temporary folder, flushed to the disk) before it takes its name, and
 // dir/latest is replaced only then, so `latest` always names a complete step folder,
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
-// meta.json records `config`, `training` (when given: the run's recipe) and `line` (the
+// meta.json records `config`, `training` (the run's recipe) and `line` (the
 // writing run's, checkpoint_line.h; nothing for a line of run 0).
 void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
-                     const std::optional<TrainingRecipe>& training, const CheckpointLine& line);
+                     const TrainingRecipe& training, const CheckpointLine& line);
 
 // Throws "training diverged at step N: <name> holds inf or nan after its update, so
 // <not_written>. ..." when a floating-point tensor of `tensors` is not finite: the
@@ -78,8 +77,8 @@ std::optional<FolderLock> LockCheckpointFolder(const std::string& dir, const std
 struct RestoredCheckpoint {
   std::int64_t step = 0;
   std::map<std::string, AdamMoments> moments;
-  std::optional<TrainingRecipe> training;  // none in a checkpoint that predates recipes
-  CheckpointLine line;                     // of the run that wrote it; run 0 in one that predates lines
+  TrainingRecipe training;  // of the run that wrote it
+  CheckpointLine line;      // of the run that wrote it; run 0 when it recorded none
 };
 // `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
 // against `config` and reads its training recipe, loads model.pt into `model` (LoadModelState's checks, naming

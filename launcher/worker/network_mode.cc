@@ -121,7 +121,7 @@ NetworkSetup SetUpLocally(const NetworkOptions& options, const DistributedEnv& e
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
-  const GlooReduceScatter reduce_scatter = ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
+  const GlooReduceScatter reduce_scatter = GlooReduceScatterOfEnvironment();
   const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
   // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
   MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank);
@@ -139,20 +139,21 @@ void MeasureNetwork(const NetworkOptions& options) {
   }
   // A rank that stops before the rendezvous tells the others why, as in training: they
   // waited out --timeout for it.
-  NetworkSetup setup = Communicator::BeforeRendezvous(env, std::chrono::seconds(options.timeout_s),
-                                                      [&] { return SetUpLocally(options, env); });
+  NetworkSetup setup =
+      Rendezvous::Before(env, std::chrono::seconds(options.timeout_s), [&] { return SetUpLocally(options, env); });
   const torch::Device device = setup.device;
   const torch::ScalarType type = setup.type;
   MetricsWriter& lines = setup.lines;
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, setup.backend, setup.reduce_scatter);
   // By flag, so that a difference is named: "'--repeats' is 2 here but 1 on rank 0".
-  communicator.RequireAgreement("network settings",
-                                nlohmann::json{{"--precision", options.precision},
-                                               {"--max-bytes", options.max_bytes},
-                                               {"--repeats", options.repeats},
-                                               {"--backend", options.backend},
-                                               {"--gloo-reduce-scatter", options.gloo_reduce_scatter}}
-                                    .dump());
+  communicator.RequireAgreement(
+      "network settings",
+      nlohmann::json{{"--precision", options.precision},
+                     {"--max-bytes", options.max_bytes},
+                     {"--repeats", options.repeats},
+                     {"--backend", options.backend},
+                     {"POPLAR_GLOO_REDUCE_SCATTER", GlooReduceScatterName(GlooReduceScatterOfEnvironment())}}
+          .dump());
   // A payload, its shard, the chunks a Gloo reduce-scatter receives and those of the
   // previous run, which Gloo's threads may not have released yet, must fit every rank's
   // emulated memory (an eighth each leaves room): the largest payload is the smallest

@@ -24,12 +24,11 @@
 namespace poplar {
 
 struct NetworkOptions {
-  DeviceFlags device;                            // memory_bytes: payloads stay below an eighth of it;
-                                                 // slowdown: unused (nothing is computed)
-  std::string backend = "auto";                  // as `train --backend`
-  std::string gloo_reduce_scatter = "alltoall";  // as `train --gloo-reduce-scatter`
-  std::string precision = "fp32";                // payload type: fp32, or bf16
-  std::string metrics;                           // rank 0's lines ({rank} allowed, as for train)
+  DeviceFlags device;              // memory_bytes: payloads stay below an eighth of it;
+                                   // slowdown: unused (nothing is computed)
+  std::string backend = "auto";    // as `train --backend`
+  std::string precision = "fp32";  // payload type: fp32, or bf16
+  std::string metrics;             // rank 0's lines ({rank} allowed, as for train)
   std::int64_t max_bytes = 64 << 20;
   int repeats = 5;
   int timeout_s = 120;

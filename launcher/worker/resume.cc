@@ -18,13 +18,7 @@ namespace {
 // shows worker warnings (LaunchMonitor::Output).
 void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRecipe& recipe, const std::string& path,
                          int rank) {
-  if (!checkpoint.training) {
-    std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": the checkpoint of step "
-              << checkpoint.step << " records no training recipe (poplar before 2026-11-26), so whether this run "
-              << "goes on with the --lr, schedule, batch and data that wrote it cannot be checked" << std::endl;
-    return;
-  }
-  const std::vector<std::string> changes = RecipeChanges(*checkpoint.training, recipe, checkpoint.step);
+  const std::vector<std::string> changes = RecipeChanges(checkpoint.training, recipe, checkpoint.step);
   if (changes.empty()) return;
   std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": this run goes on from step "
             << checkpoint.step << " otherwise than the run that wrote it: " << Join(changes, "; ") << std::endl;

@@ -175,7 +175,7 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   settings["checkpoint_every"] = options.checkpoint_every;
   settings["device"] = options.device.kind;
   settings["backend"] = options.backend;
-  settings["gloo_reduce_scatter"] = options.gloo_reduce_scatter;
+  settings["gloo_reduce_scatter"] = GlooReduceScatterName(GlooReduceScatterOfEnvironment());
   // The same evaluation everywhere: its rounds are collective at stage 3, and its loss a sum.
   settings["eval"] = nullptr;
   if (evaluation) {
@@ -217,8 +217,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
-  const GlooReduceScatter gloo_reduce_scatter =
-      ParseGlooReduceScatter(options.gloo_reduce_scatter, "--gloo-reduce-scatter");
+  const GlooReduceScatter gloo_reduce_scatter = GlooReduceScatterOfEnvironment();
   const AdamWOptions adamw = OptimizerOptions(options);
   WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
@@ -247,228 +246,326 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   }
 }
 
+// An out-of-memory error while the model's states are made, said in the plan's terms.
+InputError StatesOutOfMemory(const WorkerPlan& plan, int world_size, const c10::OutOfMemoryError& error) {
+  return OutOfMemory(plan.file, "stage",
+                     "the model's states at ZeRO stage " + std::to_string(plan.stage) +
+                         " (its parameters, gradients and optimizer moments, before any micro-batch)",
+                     error,
+                     plan.stage < 3 && world_size > 1
+                         ? "a higher stage shards more of them over the ranks (poplar plan chooses one that fits)"
+                         : "they need a device with more memory, or more ranks to shard them over");
+}
+
+// What one step measured, for its metrics record.
+struct StepFigures {
+  double mean_loss = 0;  // over every token of the global batch
+  double grad_norm = 0;
+  double step_s = 0;
+  double compute_s = 0;    // the rank's micro-batches, less their waits in collectives
+  double optimizer_s = 0;  // the optimizer step, less its waits in collectives
+  double communication_s = 0;
+  Communicator::Volume volume;
+  std::int64_t peak_bytes = 0;   // the step's peak device memory above the baseline
+  std::int64_t state_bytes = 0;  // what the rank carries from step to step
+};
+
+// The held-out loss after a step, when one is due.
+struct HeldOut {
+  double loss = 0;
+  double seconds = 0;
+};
+
+// One rank's training run: everything before the first step is done by the
+// constructor (the rendezvous, the agreement on the job's settings, the resume, the
+// engine); then each Step trains one global batch, evaluates, writes metrics and
+// checkpoints as due; Finish writes --save. Every rank makes the same calls in the same
+// order, so the collectives inside them match.
+class TrainingRun {
+ public:
+  explicit TrainingRun(const TrainOptions& options);
+
+  std::int64_t first_step() const { return first_step_; }
+  // Trains step `step` + 1 (0-based `step` counts the steps done).
+  void Step(std::int64_t step);
+  // After the last step: the final state dict (--save), once every rank is done.
+  void Finish();
+
+ private:
+  // A stop that came while a checkpoint was in flight (stop_signals.h): no further step,
+  // and no newer checkpoint to take its place; the writer ends the process once it is on
+  // the disk.
+  void StopIfAsked();
+  // The engine for the plan's stage, once the ranks agree on where training starts.
+  std::unique_ptr<TrainingEngine> MakeAgreedEngine();
+  // The resumed Adam moments into the engine's shards; this run's line of training.
+  CheckpointLine GoOnFromCheckpoint(std::optional<Resumed>& resumed);
+  // The rank's micro-batches of step `step`, the optimizer step and the loss.
+  StepFigures TrainStep(std::int64_t step);
+  // The rank's micro-batches: the loss summed over their tokens, and their compute time.
+  std::pair<double, double> MicroBatches(std::int64_t step);
+  std::optional<HeldOut> EvaluateAfter(std::int64_t step);
+  void Report(std::int64_t step, const StepFigures& figures, const std::optional<HeldOut>& held_out);
+  void CheckpointAfter(std::int64_t step);
+
+  const TrainOptions& options_;
+  const DistributedEnv env_;
+  LocalSetup local_;
+  Communicator communicator_;
+  const TrainingRecipe recipe_;
+  std::int64_t first_step_ = 0;
+  std::unique_ptr<TrainingEngine> engine_;
+  std::optional<CheckpointWriter> writer_;  // rank 0's, with --checkpoint-dir
+  std::optional<StepTrace> trace_;
+  double tokens_per_step_ = 0;
+  std::size_t last_computing_entry_ = 0;  // of the rank's micro-batches (the size of the list: none)
+};
+
+TrainingRun::TrainingRun(const TrainOptions& options)
+    : options_(options),
+      env_(DistributedEnv::FromEnvironment()),
+      // A rank that stops here tells the others why (they would wait out --timeout for it).
+      local_(Rendezvous::Before(env_, std::chrono::seconds(options.timeout_s),
+                                [&] { return SetUpLocally(options, env_); })),
+      communicator_(env_, std::chrono::seconds(options.timeout_s), local_.device, local_.backend,
+                    local_.gloo_reduce_scatter),
+      recipe_(RecipeOf(options, local_.adamw, local_.plan, local_.data)) {
+  const WorkerPlan& plan = local_.plan;
+  communicator_.RequireAgreement("job settings", JobSettings(options, recipe_, plan, local_.config, local_.evaluation));
+  std::optional<Resumed> resumed = ResumeFromNewestCheckpoint(communicator_, local_.model, options.resume,
+                                                              options.steps, local_.config, recipe_, local_.device);
+  first_step_ = resumed ? resumed->step : 0;
+  local_.metrics.Start(/*append=*/resumed.has_value());
+  engine_ = MakeAgreedEngine();
+  const CheckpointLine line = GoOnFromCheckpoint(resumed);
+  if (env_.rank == 0 && !options.checkpoint_dir.empty()) {
+    writer_.emplace(options.checkpoint_dir, local_.config, recipe_, options.keep_checkpoints, line);
+  }
+  const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
+  last_computing_entry_ = micro_batches.size();
+  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+    if (micro_batches[entry] > 0) last_computing_entry_ = entry;
+  }
+  tokens_per_step_ = static_cast<double>(plan.global_batch) * local_.config.block_size;
+  // After the resume: the graphs then capture the parameters' and gradients' final buffers.
+  const bool graphs = engine_->ReplayFromGraphs(options.device.cuda_graphs);
+  if (env_.rank == 0 && options.log_every > 0) {
+    std::cerr << "poplar-worker[rank 0]: " << Count(env_.world_size, "rank") << ", ZeRO stage " << plan.stage
+              << ", global batch " << plan.global_batch << ", " << local_.config.ParameterCount()
+              << " parameters, steps " << first_step_ << ".." << options.steps << ", on " << local_.device.str()
+              << ", collectives " << communicator_.backend_name()
+              << (graphs ? ", micro-batches replayed from CUDA graphs" : "") << "\n";
+  }
+  trace_.emplace(MetricsWriter::PathFor(options.trace, env_.rank), options.trace_step, first_step_, options.steps,
+                 local_.device, env_.rank);
+}
+
+std::unique_ptr<TrainingEngine> TrainingRun::MakeAgreedEngine() {
+  const WorkerPlan& plan = local_.plan;
+  try {
+    // (The checksum's float64 copy of a parameter is a state's size, too.)
+    communicator_.RequireAgreement("starting point", StartingPoint(local_.model, first_step_));
+    return MakeEngine(plan.stage, local_.model, communicator_, local_.adamw,
+                      BucketElements(options_.bucket_mb, local_.device),
+                      WorkingType(ParseWorkerPrecision(options_.precision, "--precision")));
+  } catch (const c10::OutOfMemoryError& error) {
+    throw StatesOutOfMemory(plan, env_.world_size, error);
+  }
+}
+
+CheckpointLine TrainingRun::GoOnFromCheckpoint(std::optional<Resumed>& resumed) {
+  // This run's line of training: on from the checkpoint's, or a line of its own. Only
+  // rank 0 writes checkpoints, so only it draws an id.
+  const std::uint64_t run = env_.rank == 0 ? NewRunId() : 0;
+  if (!resumed) return CheckpointLine{run, {}};
+  const CheckpointLine line = resumed->line.ContinuedBy(run, first_step_);
+  try {
+    SendResumedMoments(communicator_, *engine_, *resumed, local_.device);
+  } catch (const c10::OutOfMemoryError& error) {
+    throw OutOfMemory(local_.plan.file, "stage",
+                      "resuming the Adam moments at ZeRO stage " + std::to_string(local_.plan.stage) +
+                          " (one parameter's two fp32 moments beyond the model's states, before any micro-batch)",
+                      error, "they need a device with more memory, or more ranks to shard the states over");
+  }
+  resumed.reset();
+  return line;
+}
+
+void TrainingRun::StopIfAsked() {
+  if (StopRequested() == 0) return;
+  writer_.reset();  // finishes what is in flight
+  EndByStopSignal();
+}
+
+void TrainingRun::Step(std::int64_t step) {
+  StopIfAsked();
+  trace_->BeforeStep(step + 1);
+  const StepFigures figures = TrainStep(step);
+  trace_->AfterStep(step + 1, figures.step_s);
+  // The held-out loss, after the step and outside its figures (step_s, communication,
+  // peak memory: what profiles and predictions are about).
+  const std::optional<HeldOut> held_out = EvaluateAfter(step);
+  Report(step, figures, held_out);
+  CheckpointAfter(step);
+  if (writer_) writer_->Check();
+}
+
+StepFigures TrainingRun::TrainStep(std::int64_t step) {
+  const torch::Device device = local_.device;
+  StepFigures figures;
+  const auto step_start = Clock::now();
+  const double communication_before = communicator_.communication_seconds();
+  const Communicator::Volume volume_before = communicator_.volume();
+  // What the rank carries from step to step: its model states. Measured here, when no
+  // collective is in flight (a finished one's buffers may linger on Gloo's threads).
+  figures.state_bytes = MemoryInUse(device) - local_.baseline_bytes;
+  ResetMemoryPeak(device);
+  const auto [loss_sum, compute_s] = MicroBatches(step);
+  figures.compute_s = compute_s;
+  // The optimizer step's own time: Step() less its waits in collectives (scaling,
+  // norm, clipping, AdamW), what a profile's optimizer_step_s times at world size 1,
+  // and stretched alike on an emulated device. (The stretch comes after the step's
+  // all-gather rather than before; the loss's all-reduce below makes every rank wait
+  // for it the same.)
+  const OwnTime step_phase(communicator_);
+  figures.grad_norm = engine_->Step(tokens_per_step_);
+  figures.optimizer_s = StretchCompute(step_phase.Seconds(), options_.device.slowdown);
+  // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
+  // computes the norm of its own all-reduced copy, which may round to inf on one alone.
+  auto loss = torch::tensor({loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0}, torch::kFloat64).to(device);
+  communicator_.AllReduceSum(loss);
+  const auto totals = loss.cpu();  // waits for the device
+  figures.mean_loss = totals[0].item<double>() / tokens_per_step_;
+  // A step whose loss or gradient norm is not finite stops the run before anything of
+  // it is written.
+  if (const double ranks_not_finite = totals[1].item<double>();
+      !std::isfinite(figures.mean_loss) || ranks_not_finite > 0) {
+    const std::string norm = ranks_not_finite > 0
+                                 ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
+                                 : std::to_string(figures.grad_norm);
+    throw Diverged(step + 1, "the loss is " + std::to_string(figures.mean_loss) + " and the gradient norm " + norm);
+  }
+  figures.step_s = SecondsSince(step_start);
+  figures.volume = communicator_.volume().Since(volume_before);
+  figures.communication_s = communicator_.communication_seconds() - communication_before;
+  figures.peak_bytes = MemoryPeak(device) - local_.baseline_bytes;
+  return figures;
+}
+
+std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
+  const WorkerPlan& plan = local_.plan;
+  const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
+  double loss_sum = 0, compute_s = 0;
+  std::int64_t first = step * plan.global_batch + plan.RankOffset(env_.rank);
+  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+    const int size = micro_batches[entry];
+    if (size > 0) {
+      MicroBatchResult result;
+      try {
+        result = RunMicroBatch(*engine_, communicator_, local_.data, first, size, entry == last_computing_entry_,
+                               options_.device.slowdown, local_.device);
+      } catch (const c10::OutOfMemoryError& error) {
+        throw OutOfMemory(plan.file, plan.RankKey(env_.rank) + ".micro_batches[" + std::to_string(entry) + "]",
+                          "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
+                          "the plan asks more of this device than it holds (poplar plan sizes micro-batches "
+                          "from the device's profile: profile it again, as another process may share it, and "
+                          "plan again; or give this rank smaller micro-batches)");
+      }
+      loss_sum += result.loss_sum;
+      compute_s += result.seconds;
+      first += size;
+    }
+    engine_->EndRound(size > 0);
+  }
+  return {loss_sum, compute_s};
+}
+
+std::optional<HeldOut> TrainingRun::EvaluateAfter(std::int64_t step) {
+  if (!local_.evaluation || !DueAfterStep(step + 1, options_.eval_every, options_.steps)) return std::nullopt;
+  const auto eval_start = Clock::now();
+  const double loss = Evaluate(*engine_, communicator_, *local_.evaluation, local_.config.block_size,
+                               options_.device.slowdown, local_.device);
+  // An update that overflowed after a finite loss shows here first.
+  if (!std::isfinite(loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(loss));
+  return HeldOut{loss, SecondsSince(eval_start)};
+}
+
+void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const std::optional<HeldOut>& held_out) {
+  const WorkerPlan& plan = local_.plan;
+  const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
+  nlohmann::json record = {{"step", step + 1},
+                           {"rank", env_.rank},
+                           {"world_size", env_.world_size},
+                           {"stage", plan.stage},
+                           {"loss", figures.mean_loss},
+                           {"grad_norm", figures.grad_norm},
+                           {"lr", engine_->learning_rate()},  // the rate the update took
+                           {"step_s", figures.step_s},
+                           {"compute_s", figures.compute_s},
+                           {"communication_s", figures.communication_s},
+                           {"all_reduced_bytes", figures.volume.all_reduced},
+                           {"reduce_scattered_bytes", figures.volume.reduce_scattered},
+                           {"all_gathered_bytes", figures.volume.all_gathered},
+                           {"optimizer_s", figures.optimizer_s},
+                           {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
+                           {"samples_per_s", plan.global_batch / figures.step_s},
+                           {"tokens_per_s", tokens_per_step_ / figures.step_s},
+                           {"peak_bytes", figures.peak_bytes},
+                           {"state_bytes", figures.state_bytes}};
+  if (local_.evaluation) record["eval_every"] = options_.eval_every;
+  if (held_out) {
+    record["val_loss"] = held_out->loss;
+    record["eval_s"] = held_out->seconds;
+  }
+  local_.metrics.Write(record);
+  if (env_.rank == 0 && options_.log_every > 0 &&
+      (DueAfterStep(step + 1, options_.log_every, options_.steps) || held_out)) {
+    char val_text[32] = "";
+    if (held_out) std::snprintf(val_text, sizeof val_text, " val loss %.4f", held_out->loss);
+    std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s%s\n",
+                 static_cast<long long>(step + 1), figures.mean_loss, figures.grad_norm,
+                 plan.global_batch / figures.step_s, val_text);
+  }
+}
+
+void TrainingRun::CheckpointAfter(std::int64_t step) {
+  if (options_.checkpoint_dir.empty() || !DueAfterStep(step + 1, options_.checkpoint_every, options_.steps)) return;
+  // Gathered by every rank (collectives), written by rank 0 in the background. One
+  // still waiting to be written gives way to it first, so that memory holds at most
+  // two (if this gather then fails, a peer gone, the waiting one is lost with it).
+  StopIfAsked();
+  const bool rank0 = env_.rank == 0;
+  const std::optional<std::int64_t> replaced = writer_ ? writer_->DropWaiting() : std::nullopt;
+  Checkpoint checkpoint{step + 1, engine_->FullState(rank0), engine_->GatherMoments(rank0)};
+  if (writer_) writer_->Start(std::move(checkpoint));
+  if (replaced) {
+    std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced
+              << " was not written: the one of step " << step + 1
+              << " came while an earlier one was still being written (a disk slower than --checkpoint-every)\n";
+  }
+}
+
+void TrainingRun::Finish() {
+  StopIfAsked();  // no --save after a stop
+  const bool rank0 = env_.rank == 0;
+  const StateDict saved = options_.save.empty() ? StateDict{} : engine_->FullState(rank0);  // collective at stage 3
+  // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
+  // waits for the disk in a collective.
+  communicator_.Barrier();
+  if (rank0 && !options_.save.empty()) {
+    RequireFiniteState(saved, options_.steps, "--save was not written");
+    WriteStateDict(options_.save, saved);
+  }
+  if (writer_) writer_->Finish();
+}
+
 }  // namespace
 
 void Train(const TrainOptions& options) {
   InstallStopHandlers();
-  const DistributedEnv env = DistributedEnv::FromEnvironment();
-  // A rank that stops here tells the others why (they would wait out --timeout for it).
-  LocalSetup local = Communicator::BeforeRendezvous(env, std::chrono::seconds(options.timeout_s),
-                                                    [&] { return SetUpLocally(options, env); });
-  const torch::Device device = local.device;
-  const WorkerPlan& plan = local.plan;
-  const GptConfig& config = local.config;
-  const TokenData& data = local.data;
-  const std::int64_t baseline_bytes = local.baseline_bytes;
-  Gpt& model = local.model;
-  const CollectiveBackend backend = local.backend;
-
-  Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, backend, local.gloo_reduce_scatter);
-  const AdamWOptions& adamw = local.adamw;
-  const TrainingRecipe recipe = RecipeOf(options, adamw, plan, data);
-  communicator.RequireAgreement("job settings", JobSettings(options, recipe, plan, config, local.evaluation));
-  std::optional<Resumed> resumed =
-      ResumeFromNewestCheckpoint(communicator, model, options.resume, options.steps, config, recipe, device);
-  const std::int64_t first_step = resumed ? resumed->step : 0;
-  MetricsWriter& metrics = local.metrics;
-  metrics.Start(/*append=*/resumed.has_value());
-  const std::unique_ptr<TrainingEngine> engine_owner = [&] {
-    try {
-      // (The checksum's float64 copy of a parameter is a state's size, too.)
-      communicator.RequireAgreement("starting point", StartingPoint(model, first_step));
-      return MakeEngine(plan.stage, model, communicator, adamw, BucketElements(options.bucket_mb, device),
-                        WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
-    } catch (const c10::OutOfMemoryError& error) {
-      throw OutOfMemory(plan.file, "stage",
-                        "the model's states at ZeRO stage " + std::to_string(plan.stage) +
-                            " (its parameters, "
-                            "gradients and optimizer moments, before any micro-batch)",
-                        error,
-                        plan.stage < 3 && env.world_size > 1
-                            ? "a higher stage shards more of them over the ranks (poplar plan chooses one that fits)"
-                            : "they need a device with more memory, or more ranks to shard them over");
-    }
-  }();
-  TrainingEngine& engine = *engine_owner;
-  // This run's line of training: on from the checkpoint's, or a line of its own. Only
-  // rank 0 writes checkpoints, so only it draws an id.
-  const std::uint64_t run = env.rank == 0 ? NewRunId() : 0;
-  const CheckpointLine training_line = resumed ? resumed->line.ContinuedBy(run, first_step) : CheckpointLine{run, {}};
-  if (resumed) {
-    try {
-      SendResumedMoments(communicator, engine, *resumed, device);
-    } catch (const c10::OutOfMemoryError& error) {
-      throw OutOfMemory(plan.file, "stage",
-                        "resuming the Adam moments at ZeRO stage " + std::to_string(plan.stage) +
-                            " (one parameter's two fp32 moments beyond the model's states, before any micro-batch)",
-                        error, "they need a device with more memory, or more ranks to shard the states over");
-    }
-    resumed.reset();
-  }
-
-  const int rank = env.rank;
-  std::optional<CheckpointWriter> writer;  // rank 0's, with --checkpoint-dir
-  if (rank == 0 && !options.checkpoint_dir.empty()) {
-    writer.emplace(options.checkpoint_dir, config, recipe, options.keep_checkpoints, training_line);
-  }
-  const std::vector<int>& micro_batches = plan.micro_batches[rank];
-  const std::int64_t offset = plan.RankOffset(rank);
-  std::size_t last_computing_entry = micro_batches.size();
-  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
-    if (micro_batches[entry] > 0) last_computing_entry = entry;
-  }
-  const double tokens_per_step = static_cast<double>(plan.global_batch) * config.block_size;
-  // After the resume: the graphs then capture the parameters' and gradients' final buffers.
-  const bool graphs = engine.ReplayFromGraphs(options.device.cuda_graphs);
-  if (rank == 0 && options.log_every > 0) {
-    std::cerr << "poplar-worker[rank 0]: " << Count(env.world_size, "rank") << ", ZeRO stage " << plan.stage
-              << ", global batch " << plan.global_batch << ", " << config.ParameterCount() << " parameters, steps "
-              << first_step << ".." << options.steps << ", on " << device.str() << ", collectives "
-              << communicator.backend_name() << (graphs ? ", micro-batches replayed from CUDA graphs" : "") << "\n";
-  }
-
-  // A stop that came while a checkpoint was in flight (stop_signals.h): no further step,
-  // and no newer checkpoint to take its place; the writer ends the process once it is on
-  // the disk.
-  const auto stop_if_asked = [&writer] {
-    if (StopRequested() == 0) return;
-    writer.reset();  // finishes what is in flight
-    EndByStopSignal();
-  };
-  StepTrace trace(MetricsWriter::PathFor(options.trace, rank), options.trace_step, first_step, options.steps, device,
-                  rank);
-  for (std::int64_t step = first_step; step < options.steps; ++step) {
-    stop_if_asked();
-    trace.BeforeStep(step + 1);
-    const auto step_start = Clock::now();
-    const double communication_before = communicator.communication_seconds();
-    const Communicator::Volume volume_before = communicator.volume();
-    // What the rank carries from step to step: its model states. Measured here, when no
-    // collective is in flight (a finished one's buffers may linger on Gloo's threads).
-    const std::int64_t state_bytes = MemoryInUse(device) - baseline_bytes;
-    ResetMemoryPeak(device);
-    double loss_sum = 0;
-    double compute_s = 0;
-    std::int64_t first = step * plan.global_batch + offset;
-    for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
-      const int size = micro_batches[entry];
-      if (size > 0) {
-        MicroBatchResult result;
-        try {
-          result = RunMicroBatch(engine, communicator, data, first, size, entry == last_computing_entry,
-                                 options.device.slowdown, device);
-        } catch (const c10::OutOfMemoryError& error) {
-          throw OutOfMemory(plan.file, plan.RankKey(rank) + ".micro_batches[" + std::to_string(entry) + "]",
-                            "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1),
-                            error,
-                            "the plan asks more of this device than it holds (poplar plan sizes micro-batches "
-                            "from the device's profile: profile it again, as another process may share it, and "
-                            "plan again; or give this rank smaller micro-batches)");
-        }
-        loss_sum += result.loss_sum;
-        compute_s += result.seconds;
-        first += size;
-      }
-      engine.EndRound(size > 0);
-    }
-    // The optimizer step's own time: Step() less its waits in collectives (scaling,
-    // norm, clipping, AdamW), what a profile's optimizer_step_s times at world size 1,
-    // and stretched alike on an emulated device. (The stretch comes after the step's
-    // all-gather rather than before; the loss's all-reduce below makes every rank wait
-    // for it the same.)
-    const OwnTime step_phase(communicator);
-    const double grad_norm = engine.Step(tokens_per_step);
-    const double optimizer_s = StretchCompute(step_phase.Seconds(), options.device.slowdown);
-    // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
-    // computes the norm of its own all-reduced copy, which may round to inf on one alone.
-    auto loss = torch::tensor({loss_sum, std::isfinite(grad_norm) ? 0.0 : 1.0}, torch::kFloat64).to(device);
-    communicator.AllReduceSum(loss);
-    const auto totals = loss.cpu();  // waits for the device
-    const double mean_loss = totals[0].item<double>() / tokens_per_step;
-    // (A nan run once trained on to the end, wrote nan checkpoints and exited 0.)
-    if (const double ranks_not_finite = totals[1].item<double>(); !std::isfinite(mean_loss) || ranks_not_finite > 0) {
-      const std::string norm = ranks_not_finite > 0
-                                   ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
-                                   : std::to_string(grad_norm);
-      throw Diverged(step + 1, "the loss is " + std::to_string(mean_loss) + " and the gradient norm " + norm);
-    }
-    const double step_s = SecondsSince(step_start);
-    trace.AfterStep(step + 1, step_s);
-    const Communicator::Volume volume = communicator.volume().Since(volume_before);
-    const double communication_s = communicator.communication_seconds() - communication_before;
-    const std::int64_t peak_bytes = MemoryPeak(device) - baseline_bytes;
-
-    // The held-out loss, after the step and outside its figures (step_s, communication,
-    // peak memory: what profiles and predictions are about).
-    std::optional<double> val_loss;
-    double eval_s = 0;
-    if (local.evaluation && DueAfterStep(step + 1, options.eval_every, options.steps)) {
-      const auto eval_start = Clock::now();
-      val_loss = Evaluate(engine, communicator, *local.evaluation, config.block_size, options.device.slowdown, device);
-      eval_s = SecondsSince(eval_start);
-      // An update that overflowed after a finite loss shows here first.
-      if (!std::isfinite(*val_loss))
-        throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(*val_loss));
-    }
-
-    nlohmann::json record = {{"step", step + 1},
-                             {"rank", rank},
-                             {"world_size", env.world_size},
-                             {"stage", plan.stage},
-                             {"loss", mean_loss},
-                             {"grad_norm", grad_norm},
-                             {"lr", engine.learning_rate()},  // the rate the update took
-                             {"step_s", step_s},
-                             {"compute_s", compute_s},
-                             {"communication_s", communication_s},
-                             {"all_reduced_bytes", volume.all_reduced},
-                             {"reduce_scattered_bytes", volume.reduce_scattered},
-                             {"all_gathered_bytes", volume.all_gathered},
-                             {"optimizer_s", optimizer_s},
-                             {"samples", std::accumulate(micro_batches.begin(), micro_batches.end(), 0)},
-                             {"samples_per_s", plan.global_batch / step_s},
-                             {"tokens_per_s", tokens_per_step / step_s},
-                             {"peak_bytes", peak_bytes},
-                             {"state_bytes", state_bytes}};
-    if (local.evaluation) record["eval_every"] = options.eval_every;  // the head checks it is there
-    if (val_loss) {
-      record["val_loss"] = *val_loss;
-      record["eval_s"] = eval_s;
-    }
-    metrics.Write(record);
-    if (rank == 0 && options.log_every > 0 && (DueAfterStep(step + 1, options.log_every, options.steps) || val_loss)) {
-      char val_text[32] = "";
-      if (val_loss) std::snprintf(val_text, sizeof val_text, " val loss %.4f", *val_loss);
-      std::fprintf(stderr, "poplar-worker[rank 0]: step %lld loss %.4f grad norm %.3f %.1f samples/s%s\n",
-                   static_cast<long long>(step + 1), mean_loss, grad_norm, plan.global_batch / step_s, val_text);
-    }
-    if (!options.checkpoint_dir.empty() && DueAfterStep(step + 1, options.checkpoint_every, options.steps)) {
-      // Gathered by every rank (collectives), written by rank 0 in the background. One
-      // still waiting to be written gives way to it first, so that memory holds at most
-      // two (if this gather then fails, a peer gone, the waiting one is lost with it).
-      stop_if_asked();
-      const std::optional<std::int64_t> replaced = writer ? writer->DropWaiting() : std::nullopt;
-      Checkpoint checkpoint{step + 1, engine.FullState(rank == 0), engine.GatherMoments(rank == 0)};
-      if (writer) writer->Start(std::move(checkpoint));
-      if (replaced) {
-        std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced
-                  << " was not written: the one of "
-                  << "step " << step + 1 << " came while an earlier one was still being written (a disk slower "
-                  << "than --checkpoint-every)\n";
-      }
-    }
-    if (writer) writer->Check();
-  }
-  stop_if_asked();                                                                           // no --save after a stop
-  const StateDict saved = options.save.empty() ? StateDict{} : engine.FullState(rank == 0);  // collective at stage 3
-  // Every rank's part is done; rank 0's writes come after the barrier, so that no rank
-  // waits for the disk in a collective.
-  communicator.Barrier();
-  if (rank == 0 && !options.save.empty()) {
-    RequireFiniteState(saved, options.steps, "--save was not written");
-    WriteStateDict(options.save, saved);
-  }
-  if (writer) writer->Finish();
+  TrainingRun run(options);
+  for (std::int64_t step = run.first_step(); step < options.steps; ++step) run.Step(step);
+  run.Finish();
 }
 
 }  // namespace poplar

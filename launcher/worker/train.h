@@ -1,5 +1,5 @@
 // `poplar-worker train`: one rank of a ZeRO data-parallel training job that follows its
-// plan's micro-batch schedule (DESIGN.md 4.4 and 5).
+// plan's micro-batch schedule (docs/worker.md: its flags and training semantics).
 #pragma once
 
 #include <cstdint>
@@ -12,8 +12,8 @@
 namespace poplar {
 
 struct TrainOptions {
-  std::string plan;                   // plan file (DESIGN.md 4.2)
-  std::string model_config;           // model configuration (DESIGN.md 4.4)
+  std::string plan;                   // plan file (docs/formats.md)
+  std::string model_config;           // model configuration (docs/formats.md)
   std::string data;                   // uint16 token file
   std::int64_t steps = 1;             // train until this many optimizer steps are done
   std::string init;                   // optional initial state dict (torch.save(dict))
@@ -22,25 +22,24 @@ struct TrainOptions {
   LrScheduleSettings schedule;        // --warmup-steps, --decay-steps, --min-lr
   std::string lr_decay = "constant";  // --lr-decay: constant, cosine or linear
   DeviceFlags device;
-  std::string backend = "auto";                  // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
-  std::string gloo_reduce_scatter = "alltoall";  // or allreduce (GlooReduceScatter)
-  std::string precision = "fp32";                // fp32, or bf16: bf16 compute and communication,
-                                                 // fp32 master weights and Adam state
-  std::string metrics;                           // JSONL; "{rank}" is replaced by the rank, else rank 0 only
-  std::string checkpoint_dir;                    // periodic checkpoints go here
-  std::int64_t checkpoint_every = 0;             // steps; 0: only at the end when checkpoint_dir is set
-  std::int64_t keep_checkpoints = 0;             // the newest N stay in checkpoint_dir; 0: every one
-  std::string resume;                            // checkpoint (step folder or checkpoint folder) to start from
-  std::string eval_data;                         // held-out token file: its loss is evaluated (val_loss)
-  std::int64_t eval_every = 0;                   // steps; 0: only after the last step (with eval_data)
-  std::int64_t eval_samples = 0;                 // the first N samples of eval_data; 0: every one
-  std::uint64_t seed = 1337;                     // model initialisation when there is no --init
-  int timeout_s = 120;                           // rendezvous and every collective
-  double bucket_mb = 0;                          // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),
-                                                 // 25 MiB on CUDA (NCCL), where big buckets pay off
-  std::int64_t log_every = 1;                    // progress line every N steps (rank 0); 0: none
-  std::string trace;            // one step's profile (launcher/worker/step_trace.h); "{rank}" as --metrics
-  std::int64_t trace_step = 3;  // the run's N-th step is traced (its last if it takes fewer)
+  std::string backend = "auto";       // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
+  std::string precision = "fp32";     // fp32, or bf16: bf16 compute and communication,
+                                      // fp32 master weights and Adam state
+  std::string metrics;                // JSONL; "{rank}" is replaced by the rank, else rank 0 only
+  std::string checkpoint_dir;         // periodic checkpoints go here
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set
+  std::int64_t keep_checkpoints = 0;  // the newest N stay in checkpoint_dir; 0: every one
+  std::string resume;                 // checkpoint (step folder or checkpoint folder) to start from
+  std::string eval_data;              // held-out token file: its loss is evaluated (val_loss)
+  std::int64_t eval_every = 0;        // steps; 0: only after the last step (with eval_data)
+  std::int64_t eval_samples = 0;      // the first N samples of eval_data; 0: every one
+  std::uint64_t seed = 1337;          // model initialisation when there is no --init
+  int timeout_s = 120;                // rendezvous and every collective
+  double bucket_mb = 0;               // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),
+                                      // 25 MiB on CUDA (NCCL), where big buckets pay off
+  std::int64_t log_every = 1;         // progress line every N steps (rank 0); 0: none
+  std::string trace;                  // one step's profile (launcher/worker/step_trace.h); "{rank}" as --metrics
+  std::int64_t trace_step = 3;        // the run's N-th step is traced (its last if it takes fewer)
 };
 
 // Runs the rank; throws InputError for bad input and c10::Error/std::exception for

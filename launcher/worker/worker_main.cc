@@ -56,9 +56,8 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
       ->check(poplar::WholeNumberIn(0, 1024));
   command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")
       ->check(kSlowdown);
-  // --memory-limit: the name before `profile`'s --memory-bytes became the one name.
   command
-      ->add_option("--memory-bytes,--memory-limit", flags.memory_bytes,
+      ->add_option("--memory-bytes", flags.memory_bytes,
                    "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")
       ->check(kBytes);
   command
@@ -113,12 +112,6 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
                    "Collectives: auto (nccl on cuda, gloo on cpu; none for 1 rank), gloo (also for CUDA tensors, "
                    "through host memory: several ranks on one GPU) or nccl; named explicitly, used even by 1 rank")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
-      ->capture_default_str();
-  train
-      ->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter,
-                   "How Gloo reduce-scatters: alltoall (a reduce-scatter's bytes) or allreduce (the former emulation, "
-                   "twice the bytes; for comparison)")
-      ->check(CLI::IsMember({"alltoall", "allreduce"}))
       ->capture_default_str();
   train
       ->add_option("--precision", o.precision,
@@ -225,9 +218,6 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   network->add_option("--backend", o.backend, "Collectives, as for train: auto, gloo or nccl")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
-  network->add_option("--gloo-reduce-scatter", o.gloo_reduce_scatter, "As for train: alltoall or allreduce")
-      ->check(CLI::IsMember({"alltoall", "allreduce"}))
-      ->capture_default_str();
   network->add_option("--precision", o.precision, "Payload type, as training sends it: fp32, or bf16")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
@@ -254,7 +244,7 @@ void TellTheOthersOfAUsageError(const std::string& command, const std::string& m
   if (command != "train" && command != "network") return;
   try {
     const poplar::DistributedEnv env = poplar::DistributedEnv::FromEnvironment();
-    poplar::Communicator::TellTheOthersThisRankStopped(env, message, std::chrono::seconds(30));
+    poplar::Rendezvous::TellTheOthersThisRankStopped(env, message, std::chrono::seconds(30));
   } catch (const std::exception&) {
     // An environment that cannot be read: the others' rendezvous names this rank.
   }

@@ -1,6 +1,5 @@
 // The head's client of an agent against agents served in this process on loopback: how
-// each way a call can fail reads, and that an agent older than the launch check
-// (CheckLaunch unimplemented) lets a launch go on to be checked when it comes.
+// each way a call can fail reads.
 #include "agent/client/agent_client.h"
 
 #include <gmock/gmock.h>
@@ -17,9 +16,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// An agent of a version before CheckLaunch and FreePort: it answers Describe alone, and
-// gRPC answers every other call with UNIMPLEMENTED.
-class OldAgent : public v1::Agent::Service {
+// An agent that answers Describe alone: gRPC answers every other call with UNIMPLEMENTED.
+class DescribeOnlyAgent : public v1::Agent::Service {
  public:
   grpc::Status Describe(grpc::ServerContext*, const v1::DescribeRequest*, v1::DescribeResponse* response) override {
     response->set_node("b");
@@ -72,16 +70,15 @@ std::string AgentErrorOf(Call call) {
   return "";
 }
 
-TEST(AgentClientTest, AnAgentWithoutTheLaunchCheckLetsTheLaunchGoOnToBeCheckedWhenItComes) {
-  OldAgent service;
+TEST(AgentClientTest, ACallTheAgentLacksIsAnErrorNamingItsNode) {
+  DescribeOnlyAgent service;
   ServedAgent agent(&service);
   AgentClient client = ClientOf(agent.address());
   EXPECT_EQ(client.Describe().node(), "b");
-  EXPECT_NO_THROW(client.CheckLaunch(v1::LaunchRequest()));
-  // Only the check is optional: another call the agent lacks is an error that says so.
   const std::string error = AgentErrorOf([&] { client.FreePort(); });
   EXPECT_THAT(error, HasSubstr("node 'b'"));
   EXPECT_THAT(error, HasSubstr("the agent at " + agent.address() + " refused FreePort"));
+  EXPECT_THAT(AgentErrorOf([&] { client.CheckLaunch(v1::LaunchRequest()); }), HasSubstr("node 'b'"));
 }
 
 TEST(AgentClientTest, AnAgentsRefusalOfALaunchIsTheErrorWithItsNodeAndReason) {
@@ -104,7 +101,7 @@ TEST(AgentClientTest, AnAgentThatDoesNotAnswerInTimeIsNamed) {
 TEST(AgentClientTest, AnAgentNotRunningIsUnreachableWithItsAddress) {
   std::string address;
   {
-    OldAgent service;
+    DescribeOnlyAgent service;
     ServedAgent agent(&service);
     address = agent.address();  // a port free again once the agent is gone
   }

@@ -1,9 +1,11 @@
-// The property that matters most (DESIGN.md 5): for every ZeRO stage and every valid
-// plan, training with uneven per-rank micro-batch schedules gives the parameters that
-// one device gets training the same global batches. Real processes on loopback.
+// The property that matters most (docs/worker.md, training semantics): for every ZeRO
+// stage and every valid plan, training with uneven per-rank micro-batch schedules gives
+// the parameters that one device gets training the same global batches. Real processes
+// on loopback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "worker_harness.h"
@@ -26,8 +28,7 @@ class Equivalence : public ::testing::TestWithParam<Schedule> {};
 constexpr int kSteps = 3;
 
 std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string& plan, const std::string& save,
-                                   const std::string& metrics, const std::string& bucket_mb = "0",
-                                   const std::string& gloo_reduce_scatter = "alltoall") {
+                                   const std::string& metrics, const std::string& bucket_mb = "0") {
   return {"train",
           "--plan",
           plan,
@@ -48,9 +49,7 @@ std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string&
           "--timeout",
           "60",
           "--bucket-mb",
-          bucket_mb,
-          "--gloo-reduce-scatter",
-          gloo_reduce_scatter};
+          bucket_mb};
 }
 
 // Replaces the value that follows `flag` in `args`.
@@ -73,9 +72,11 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
 
   const std::string plan = WritePlan(scratch, "plan.json", schedule.stage, schedule.ranks);
   const int world = static_cast<int>(schedule.ranks.size());
+  // The workers inherit the test's environment: Gloo's reduce-scatter as the case says.
+  setenv("POPLAR_GLOO_REDUCE_SCATTER", schedule.gloo_reduce_scatter.c_str(), 1);
   const JobOutcome job =
-      RunJob(scratch, world,
-             TrainArgs(scratch, plan, "ranks.pt", "ranks.jsonl", schedule.bucket_mb, schedule.gloo_reduce_scatter));
+      RunJob(scratch, world, TrainArgs(scratch, plan, "ranks.pt", "ranks.jsonl", schedule.bucket_mb));
+  unsetenv("POPLAR_GLOO_REDUCE_SCATTER");
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
   const double difference =
@@ -140,8 +141,8 @@ INSTANTIATE_TEST_SUITE_P(
         Schedule{"Stage0ManyBuckets", 0, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
         Schedule{"Stage1ManyBuckets", 1, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008"},
         Schedule{"Stage2ManyBuckets", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008"},
-        // Gloo's reduce-scatter as an all-reduce of a copy (the former
-        // emulation, kept for comparison) must stay exact too.
+        // Gloo's reduce-scatter as an all-reduce of a copy (kept for comparison) must
+        // stay exact too.
         Schedule{"Stage2ThreeRanksAllReduce", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008", "allreduce"}),
     [](const ::testing::TestParamInfo<Schedule>& info) { return info.param.name; });
 

@@ -1,5 +1,5 @@
 // Checkpoints resume on another plan and another number of ranks with the same result
-// as the uninterrupted run (DESIGN.md 4.4).
+// as the uninterrupted run (docs/worker.md, checkpoints).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -79,8 +79,8 @@ TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
 
 // A checkpoint records how it was trained (meta.json "training"), and a resume that goes
 // on otherwise says so on the rank that read it, naming each setting and the next
-// step's rates; one that goes on the same way says nothing, and one from a checkpoint
-// written before recipes were recorded says that it cannot check.
+// step's rates; one that goes on the same way says nothing, and a checkpoint that
+// records no recipe is refused.
 TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -112,17 +112,13 @@ TEST_F(Resume, AResumeThatChangesTheTrainingSaysWhat) {
       << changed.errors[0];
   EXPECT_FALSE(Contains(changed.errors[1], "warning")) << changed.errors[1];
 
-  nlohmann::json older = meta;
-  older.erase("training");
-  scratch.Write("checkpoints/step-00000002/meta.json", older.dump(2));
-  const JobOutcome unrecorded = RunJob(scratch, 2, lower);
-  ASSERT_TRUE(unrecorded.AllSucceeded()) << unrecorded.Describe();
-  EXPECT_TRUE(ContainsAll(unrecorded.errors[0], {"warning: --resume " + checkpoints,
-                                                 "of step 2 records no training "
-                                                 "recipe",
-                                                 "cannot be checked"}))
-      << unrecorded.errors[0];
-  EXPECT_FALSE(Contains(unrecorded.errors[0], "then,")) << unrecorded.errors[0];
+  // A meta.json without the recipe is no checkpoint poplar writes: named, not resumed.
+  nlohmann::json unrecorded = meta;
+  unrecorded.erase("training");
+  scratch.Write("checkpoints/step-00000002/meta.json", unrecorded.dump(2));
+  const JobOutcome refused = RunJob(scratch, 2, lower);
+  EXPECT_FALSE(refused.AllSucceeded());
+  EXPECT_TRUE(ContainsAll(refused.errors[0], {"step-00000002/meta.json", "training"})) << refused.errors[0];
 }
 
 // As across nodes that share no file system: only rank 0 is given the checkpoint, and
@@ -248,7 +244,7 @@ TEST_F(Resume, RefusesALatestThatLeavesTheFolderAndAStepThatDisagreesWithItsFold
   EXPECT_TRUE(ContainsAll(renamed.Describe(), {"step-00000005/meta.json: step: is 2", "named for step 5"}))
       << renamed.Describe();
 
-  // A meta.json whose format is not a string (once a raw JSON type error, naming no file).
+  // A meta.json whose format is not a string is named with its file and key.
   scratch.Write("checkpoints/step-00000005/meta.json", R"({"format": 1, "step": 5, "model": {}})");
   const JobOutcome format = RunJob(scratch, 1, Args(scratch, one, 6, {"--resume", checkpoints}));
   EXPECT_TRUE(ContainsAll(format.Describe(), {"step-00000005/meta.json: format: must be a string"}))
@@ -310,8 +306,7 @@ TEST_F(Resume, FromStageThreeOnOneRank) {
 // The rank that reads the checkpoint sends the Adam moments one parameter at a time, each
 // straight into the ranks' shards: no rank holds the whole moments (8 bytes a parameter),
 // which at stage 3 over 4 ranks are twice its share of all the states. Ranks capped where
-// the uninterrupted run fits (80 MB; its step peaks at 68) once ran out of memory on
-// resuming, which then needed about 110 MB.
+// the uninterrupted run fits (80 MB; its step peaks at 68) resume within the cap too.
 TEST_F(Resume, FitsWhereTheRunFitsForTheMomentsComeOneParameterAtATime) {
   WriteModelConfig(scratch, 256, 16, 8);
   const std::string four = WritePlan(scratch, "four.json", 3, {{1}, {1}, {1}, {1}});
@@ -333,9 +328,9 @@ TEST_F(Resume, FitsWhereTheRunFitsForTheMomentsComeOneParameterAtATime) {
 }
 
 // Each file of a checkpoint is checked against the model and blamed by name: another
-// model's model.pt was once blamed on optimizer.pt, extra optimizer keys passed, a pipe
-// as `latest` blocked the worker past --timeout, and a folder in the way of `latest`
-// was found only when the first checkpoint was written.
+// model's model.pt is named, not optimizer.pt; extra optimizer keys are refused; a pipe
+// as `latest` is refused without blocking; a folder in the way of `latest` is found
+// before the first checkpoint is written.
 TEST_F(Resume, EachCheckpointFileIsCheckedAndBlamedByName) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -365,8 +360,8 @@ TEST_F(Resume, EachCheckpointFileIsCheckedAndBlamedByName) {
   WriteStateDict(step + "/optimizer.pt", optimizer);
   expect_resume_to_say("exit 0");
 
-  // meta.json is read as strictly as every other file (it once took any extra key, a
-  // key given twice, and said only "not a checkpoint description" for a bad step).
+  // meta.json is read as strictly as every other file: no extra key, no key given twice,
+  // and a bad step named as such.
   const std::string meta = ReadWholeFile(step + "/meta.json");
   std::string noted = meta;
   noted.insert(noted.find('{') + 1, "\"note\": 1, ");
@@ -445,8 +440,7 @@ TEST_F(Resume, ASecondRunOnOneCheckpointFolderIsRefused) {
 
 // A disk slower than --timeout does not end the job: rank 0 writes its checkpoints in
 // the background, so no rank waits for the disk in a collective, and a checkpoint due
-// while another is written replaces the waiting one. (The barrier after each
-// checkpoint once timed out on rank 1, blaming a stuck rank.) Every fsync sleeps 700 ms
+// while another is written replaces the waiting one. Every fsync sleeps 700 ms
 // here: a checkpoint flushes 7 times, 4.9 s against a --timeout of 3.
 TEST_F(Resume, CheckpointsSlowerThanTheTimeoutDoNotStopTheJob) {
   const std::string two = WritePlan(scratch, "two.json", 1, {{4}, {4}});
@@ -484,8 +478,8 @@ std::int64_t StepBeingWritten(const std::string& dir) {
 
 // A stop (SIGTERM, as from the agent or a scheduler's preemption) that comes while
 // rank 0 writes a checkpoint lets the checkpoint finish, trains no further step, and
-// then ends the rank by SIGTERM. (The rank once died at once, and the checkpoint being
-// written was lost.) Every fsync sleeps 300 ms here: a checkpoint takes about 2 s.
+// then ends the rank by SIGTERM. Every fsync sleeps 300 ms here: a checkpoint takes
+// about 2 s.
 TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -541,8 +535,8 @@ TEST_F(Resume, ASecondStopEndsTheRankAtOnce) {
       << "the second stop waited for the checkpoint";
 }
 
-// --keep-checkpoints N keeps the N newest step folders (a GPT-2 medium checkpoint is
-// 4.3 GB; every one was once kept), `latest` naming the newest; the job resumes from it.
+// --keep-checkpoints N keeps the N newest step folders, `latest` naming the newest; the
+// job resumes from it.
 TEST_F(Resume, KeepsTheNewestCheckpointsOnly) {
   const std::string one = WritePlan(scratch, "one.json", 1, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
@@ -564,7 +558,7 @@ TEST_F(Resume, KeepsTheNewestCheckpointsOnly) {
 
 // Resumed from an earlier step into the same folder, a run prunes among its own
 // checkpoints (up to `latest`) and leaves the abandoned run's later ones, which it
-// replaces as it reaches their steps. (Counting those, --keep-checkpoints 2 once left
+// replaces as it reaches their steps. (Counting those, --keep-checkpoints 2 would leave
 // the new run only its newest.)
 TEST_F(Resume, PrunesItsOwnCheckpointsNotThoseOfARunItWentBackFrom) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
@@ -616,7 +610,7 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
     SCOPED_TRACE("abandoned run " + std::to_string(abandoned));
     const std::string checkpoints = scratch.path() + "/checkpoints" + std::to_string(abandoned);
     const auto write = [&](std::int64_t step, const CheckpointLine& line) {
-      WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, std::nullopt, line);
+      WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, TrainingRecipe{}, line);
     };
     const CheckpointLine first{abandoned, {}};
     for (std::int64_t step : {2, 4, 6, 8, 10}) write(step, first);  // the abandoned run, every 2 steps
@@ -641,12 +635,12 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
 // on count. Run A wrote 2, 4, 6, 8; B went on from A's 4 and wrote 7 and 10; C goes on
 // from B's 7 and writes 8 and 9, keeping 4: its line is 9, 8, 7 and A's 4, so A's 2
 // goes and A's 6 and B's 10, newer than the oldest kept, stay. (Counting every folder up
-// to the resume step, as before runs were recorded, kept A's 6 and removed A's 4.)
+// to the resume step would keep A's 6 and remove A's 4.)
 TEST_F(Resume, PruningAfterTwoResumesFollowsTheLineThroughEveryRun) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const GptConfig config{2, 2, 32, 256, 16};
   const auto write = [&](std::int64_t step, const CheckpointLine& line) {
-    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, std::nullopt, line);
+    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, TrainingRecipe{}, line);
   };
   const CheckpointLine a{0xa, {}};
   for (std::int64_t step : {2, 4, 6, 8}) write(step, a);
@@ -753,14 +747,14 @@ TEST_F(Resume, ACheckpointHoldingInfOrNanIsNotWritten) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const GptConfig config{2, 2, 32, 256, 16};
   Checkpoint good{1, {{"w", torch::ones({3})}}, {}};
-  WriteCheckpoint(checkpoints, good, config, std::nullopt, {});
+  WriteCheckpoint(checkpoints, good, config, TrainingRecipe{}, {});
   for (const bool in_moments : {false, true}) {
     torch::Tensor bad = torch::ones({3});
     bad[1] = std::numeric_limits<float>::infinity();
     Checkpoint checkpoint{2, {{"w", in_moments ? torch::ones({3}) : bad}}, {}};
     if (in_moments) checkpoint.moments["w"] = {torch::zeros({3}), bad};
     try {
-      WriteCheckpoint(checkpoints, checkpoint, config, std::nullopt, {});
+      WriteCheckpoint(checkpoints, checkpoint, config, TrainingRecipe{}, {});
       ADD_FAILURE() << "a checkpoint with inf was written";
     } catch (const std::runtime_error& error) {
       EXPECT_TRUE(Contains(error.what(), "training diverged at step 2")) << error.what();

@@ -145,39 +145,9 @@ TEST_F(LaunchMonitorTest, ProgressShowsTheLearningRateWhenReported) {
   EXPECT_TRUE(ContainsAll(out_.str(), {"step 1/10  loss 5.5000  lr 3.00e-04  120.0 samples/s"})) << out_.str();
 }
 
-// A job with a schedule: a node whose agent left the schedule's flags out (an agent
-// older than it) trains at the constant rate, and one whose worker is older reports no
-// rate: the job fails naming the node, instead of training the wrong schedule silently.
-TEST_F(LaunchMonitorTest, ARankNotTakingTheSchedulesRateFailsTheJobNamingItsNode) {
-  const auto half_then_full = [](std::int64_t step) { return step == 1 ? 1.5e-3 : 3e-3; };
-  LaunchMonitor right = Monitor();
-  right.ExpectLearningRates(half_then_full);
-  right.Metrics(0, R"({"step": 1, "rank": 0, "loss": 5.5, "lr": 0.0015})");
-  right.Metrics(1, R"({"step": 1, "rank": 1, "loss": 5.5, "lr": 0.0015})");
-  EXPECT_FALSE(right.failed()) << right.RootCause();
-
-  LaunchMonitor old_agent = Monitor();
-  old_agent.ExpectLearningRates(half_then_full);
-  old_agent.Metrics(0, R"({"step": 1, "rank": 0, "loss": 5.5, "lr": 0.0015})");
-  old_agent.Metrics(1, R"({"step": 1, "rank": 1, "loss": 5.5, "lr": 0.003})");
-  ASSERT_TRUE(old_agent.failed());
-  EXPECT_EQ(old_agent.RootCause(),
-            "node 'b': rank 1 trained step 1 at learning rate 0.003, not the 0.0015 of the "
-            "cluster file's schedule: its poplar-agent left the schedule out (it predates "
-            "job.warmup_steps and job.lr_decay); update poplar-agent on this node");
-
-  LaunchMonitor old_worker = Monitor();
-  old_worker.ExpectLearningRates(half_then_full);
-  old_worker.Metrics(0, R"({"step": 4, "rank": 0, "loss": 5.5})");  // a resumed run's first step
-  ASSERT_TRUE(old_worker.failed());
-  EXPECT_TRUE(
-      ContainsAll(old_worker.RootCause(), {"node 'a': rank 0 reports no learning rate", "update poplar-worker"}))
-      << old_worker.RootCause();
-}
-
 // A worker writes a nan loss as null, and records come from other nodes: an odd one is
 // kept in the run directory and shown as it is, and never stops the head (a null loss
-// once threw out of the progress line).
+// in the progress line among them).
 TEST_F(LaunchMonitorTest, RecordsWithNullsOrOddTypesDoNotStopTheHead) {
   LaunchMonitor monitor = Monitor(/*progress_every=*/1);
   monitor.Metrics(0, R"({"step": 1, "rank": 0, "loss": null, "step_s": 0.5, "compute_s": "x", "samples_per_s": 48})");
@@ -212,12 +182,9 @@ TEST_F(LaunchMonitorTest, AResumeSaysAtItsFirstStepWhereItWentOnFrom) {
 }
 
 // A step with a held-out loss gets a progress line showing it, and the summary keeps the
-// latest. A job that asked for one fails at rank 0's first record, naming its node, when
-// that record does not say it evaluates (an agent that left the evaluation out): with
-// eval_every 0 it would otherwise train to the last step first.
-TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndTheirAbsenceFailsTheJob) {
+// latest.
+TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndSummarised) {
   LaunchMonitor monitor = Monitor(/*progress_every=*/5);
-  monitor.ExpectEvaluation(3);
   const auto evaluating = [](std::int64_t step) {
     auto record = nlohmann::json::parse(Record(step, 0, 5.0 - 0.1 * step, 0.2, 0.1));
     record["eval_every"] = 3;
@@ -232,20 +199,6 @@ TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndTheirAbsenceFailsTheJob) {
   EXPECT_FALSE(monitor.failed());
   EXPECT_EQ(monitor.Summary(0.2)["val_loss"], 4.25);
   EXPECT_EQ(monitor.Summary(0.2)["val_step"], 3);
-
-  for (const int every : {3, 0}) {
-    LaunchMonitor dropped = Monitor(5);
-    dropped.ExpectEvaluation(every);
-    dropped.Metrics(1, Record(1, 1, 5.0, 0.2, 0.1));  // rank 1's records are not asked
-    EXPECT_FALSE(dropped.failed());
-    dropped.Metrics(0, Record(1, 0, 5.0, 0.2, 0.1));  // no eval_every: fails at step 1
-    ASSERT_TRUE(dropped.failed()) << "eval_every " << every;
-    EXPECT_TRUE(
-        ContainsAll(dropped.RootCause(),
-                    {"node 'a'", "rank 0 trains without a held-out evaluation", "its step 1 reports no eval_every",
-                     "job.eval_data asks for one every " + std::to_string(every) + " steps", "update poplar-agent"}))
-        << dropped.RootCause();
-  }
 
   LaunchMonitor plain = Monitor(5);  // no evaluation asked for: none expected
   plain.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));
@@ -283,8 +236,8 @@ TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseOfTheFailureThatFollows) {
 }
 
 // Which consequence of the stall arrives first does not matter: a rank the agent stopped
-// may exit before its node's stream is seen to drop (seen once under load: the launch
-// then blamed node 'a' for losing its agent).
+// may exit before its node's stream is seen to drop (as under load), and node 'a' is
+// still not blamed for losing its agent.
 TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseWhateverItsConsequencesOrder) {
   LaunchMonitor monitor = Monitor();
   monitor.HeadStalled(19.0);
@@ -296,7 +249,7 @@ TEST_F(LaunchMonitorTest, AStalledHeadIsTheCauseWhateverItsConsequencesOrder) {
 
 // A failure of the job's own that came after a stall (a rank out of memory while the
 // head's output was blocked: no connection dropped) stays the cause; the stall is said
-// after it. It once hid the failure behind "the head was stalled".
+// after it, never hiding the failure behind "the head was stalled".
 TEST_F(LaunchMonitorTest, AStallIsNotBlamedForAFailureOfTheJobsOwn) {
   LaunchMonitor monitor = Monitor();
   monitor.HeadStalled(61.0);
@@ -326,7 +279,7 @@ TEST_F(LaunchMonitorTest, SaysWhenTheUsersStopIsTheCause) {
 }
 
 // A failed job's message says where its checkpoints are only when one was due (or it
-// resumed from one): it once said "checkpoints stay in ..." after a failure at step 2.
+// resumed from one), not "checkpoints stay in ..." after a failure at step 2.
 TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
   LaunchMonitor early = Monitor();
   const std::string none = "no checkpoint was due by step 0, the last the head heard of (the first is due at step 5)";
@@ -342,8 +295,8 @@ TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
   LaunchMonitor resumed = Monitor();
   resumed.Metrics(0, Record(8, 0, 4.0, 0.2, 0.1));  // went on from step 7's checkpoint
   EXPECT_EQ(resumed.CheckpointsKept(0, "D"), "the checkpoints rank 0's node completed stay in D");
-  // A resume that failed before its first step still had the checkpoints it meant to
-  // go on from (it once said none was written).
+  // A resume that failed before its first step still has the checkpoints it meant to
+  // go on from.
   LaunchMonitor failed_resume = Monitor();
   failed_resume.ExpectResume("rr");
   EXPECT_EQ(failed_resume.CheckpointsKept(5, "D"), "the checkpoints rank 0's node completed (every 5 steps) stay in D");
