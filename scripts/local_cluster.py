@@ -20,8 +20,16 @@ POPLAR = os.path.join(BUILD, "planner", "poplar")
 AGENT = os.path.join(BUILD, "agent", "poplar-agent")
 
 
+PROGRAMS = ("poplar", "poplar-agent", "poplar-worker")
+
+
 def run(args, **kwargs):
     return subprocess.run(args, check=True, **kwargs)
+
+
+def build(targets=PROGRAMS, quiet=True):
+    """Builds only `targets` (scripts/build); with quiet=False, Ninja's progress shows."""
+    run([os.path.join(ROOT, "scripts", "build"), *targets], stdout=subprocess.DEVNULL if quiet else None)
 
 
 def poplar(args, caller):
