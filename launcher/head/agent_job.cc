@@ -11,6 +11,7 @@
 #include <random>
 
 #include "agent/rpc/keepalive.h"
+#include "launcher/head/head_commands.h"
 #include "launcher/head/interruption.h"
 #include "launcher/head/node_calls.h"
 #include "planner/base/run_app.h"
@@ -188,6 +189,15 @@ std::string DefaultJobId(const std::string& cluster_name, const std::string& wha
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '-';
   }
   return id.substr(0, 64);
+}
+
+void AddRendezvousOptions(CLI::App* command, int& master_port, int& timeout_s) {
+  command
+      ->add_option("--master-port", master_port, "Rendezvous port on rank 0's host (default: one its agent finds free)")
+      ->check(WholeNumberIn(1, 65535));
+  command
+      ->add_option("--timeout", timeout_s, "Seconds before the rendezvous or a collective gives up (0: worker default)")
+      ->check(WholeNumberIn(0, 86400));
 }
 
 void CheckAgentJob(const ClusterSpec& cluster, ClusterAgents& agents, const std::string& job_id,

@@ -13,4 +13,8 @@ void RegisterLaunchCommand(CLI::App& app);
 void RegisterStatusCommand(CLI::App& app);
 void RegisterNetworkCommand(CLI::App& app);
 
+// --master-port and --timeout, the rendezvous flags of every command that runs a job
+// through the agents (launch, network).
+void AddRendezvousOptions(CLI::App* command, int& master_port, int& timeout_s);
+
 }  // namespace poplar

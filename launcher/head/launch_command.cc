@@ -380,14 +380,7 @@ void RegisterLaunchCommand(CLI::App& app) {
                 }
               },
               "JOB_ID"));
-  command
-      ->add_option("--master-port", options->master_port,
-                   "Rendezvous port on rank 0's host (default: one its agent finds free)")
-      ->check(WholeNumberIn(1, 65535));
-  command
-      ->add_option("--timeout", options->timeout_s,
-                   "Seconds before a rendezvous or collective gives up (0: worker default)")
-      ->check(WholeNumberIn(0, 86400));
+  AddRendezvousOptions(command, options->master_port, options->timeout_s);
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
       ->check(WholeNumberIn(0, 1 << 30))
       ->capture_default_str();

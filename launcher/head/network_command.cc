@@ -174,14 +174,7 @@ void RegisterNetworkCommand(CLI::App& app) {
                    "Largest payload in MiB (default 64; emulated devices: an eighth of their memory)")
       ->check(NumberWhere([](double v) { return v >= 0.0078125 && v <= 1048576; },
                           "a number of MiB from 1/128 to 1048576"));
-  command
-      ->add_option("--master-port", options->master_port,
-                   "Rendezvous port on rank 0's host (default: one its agent finds free)")
-      ->check(WholeNumberIn(1, 65535));
-  command
-      ->add_option("--timeout", options->timeout_s,
-                   "Seconds before the rendezvous or a collective gives up (0: worker default)")
-      ->check(WholeNumberIn(0, 86400));
+  AddRendezvousOptions(command, options->master_port, options->timeout_s);
   command->add_flag("--json", options->json, "Print the network file on stdout and nothing else there");
   command->callback([options] { RunNetwork(*options); });
 }

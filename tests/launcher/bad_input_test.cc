@@ -37,21 +37,8 @@ class WorkerBadInput : public ::testing::Test {
   static constexpr std::chrono::seconds kAtOnce{60};
 
   std::vector<std::string> Args(const std::string& plan, std::vector<std::string> extra = {}, int steps = 2) {
-    std::vector<std::string> args = {"train",
-                                     "--plan",
-                                     plan,
-                                     "--model-config",
-                                     scratch_.path() + "/model.json",
-                                     "--data",
-                                     scratch_.path() + "/tokens.bin",
-                                     "--steps",
-                                     std::to_string(steps),
-                                     "--log-every",
-                                     "0",
-                                     "--timeout",
-                                     std::to_string(kTimeoutSeconds)};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    extra.insert(extra.begin(), {"--timeout", std::to_string(kTimeoutSeconds)});
+    return TrainCommand(scratch_, plan, steps, extra);
   }
   // Every rank ended (none killed at the deadline) with exit 1 and `words` in stderr.
   void ExpectRejected(const JobOutcome& job, std::initializer_list<std::string> words) {

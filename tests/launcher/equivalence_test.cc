@@ -29,27 +29,9 @@ constexpr int kSteps = 3;
 
 std::vector<std::string> TrainArgs(const ScratchDir& scratch, const std::string& plan, const std::string& save,
                                    const std::string& metrics, const std::string& bucket_mb = "0") {
-  return {"train",
-          "--plan",
-          plan,
-          "--model-config",
-          scratch.path() + "/model.json",
-          "--data",
-          scratch.path() + "/tokens.bin",
-          "--steps",
-          std::to_string(kSteps),
-          "--save",
-          save,
-          "--metrics",
-          metrics,
-          "--lr",
-          "1e-3",
-          "--log-every",
-          "0",
-          "--timeout",
-          "60",
-          "--bucket-mb",
-          bucket_mb};
+  return TrainCommand(
+      scratch, plan, kSteps,
+      {"--save", save, "--metrics", metrics, "--lr", "1e-3", "--timeout", "60", "--bucket-mb", bucket_mb});
 }
 
 // Replaces the value that follows `flag` in `args`.

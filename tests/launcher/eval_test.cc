@@ -21,27 +21,9 @@ class Eval : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::string& plan, const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train",
-                                     "--plan",
-                                     plan,
-                                     "--model-config",
-                                     scratch.path() + "/model.json",
-                                     "--data",
-                                     scratch.path() + "/tokens.bin",
-                                     "--steps",
-                                     "3",
-                                     "--lr",
-                                     "1e-3",
-                                     "--log-every",
-                                     "0",
-                                     "--timeout",
-                                     "60",
-                                     "--save",
-                                     name + ".pt",
-                                     "--metrics",
-                                     name + ".jsonl"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    extra.insert(extra.begin(),
+                 {"--lr", "1e-3", "--timeout", "60", "--save", name + ".pt", "--metrics", name + ".jsonl"});
+    return TrainCommand(scratch, plan, 3, extra);
   }
 
   // Rank 0's metrics records of run `name`.

@@ -20,21 +20,8 @@ class Schedule : public ::testing::Test {
     WriteTokens(scratch, 6000);
   }
   std::vector<std::string> Args(const std::string& plan, int steps, std::vector<std::string> extra) const {
-    std::vector<std::string> args = {"train",
-                                     "--plan",
-                                     plan,
-                                     "--model-config",
-                                     scratch.path() + "/model.json",
-                                     "--data",
-                                     scratch.path() + "/tokens.bin",
-                                     "--steps",
-                                     std::to_string(steps),
-                                     "--log-every",
-                                     "0",
-                                     "--timeout",
-                                     "60"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    extra.insert(extra.begin(), {"--timeout", "60"});
+    return TrainCommand(scratch, plan, steps, extra);
   }
   StateDict Saved(const std::string& name) const { return ReadStateDict(scratch.path() + "/" + name); }
   // The "lr" of each metrics record in `name`, in step order.

@@ -13,27 +13,9 @@ namespace {
 class MixedPrecision : public ::testing::TestWithParam<int> {};
 
 std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps, const std::string& name) {
-  return {"train",
-          "--plan",
-          plan,
-          "--model-config",
-          scratch.path() + "/model.json",
-          "--data",
-          scratch.path() + "/tokens.bin",
-          "--steps",
-          std::to_string(steps),
-          "--precision",
-          "bf16",
-          "--lr",
-          "3e-3",
-          "--save",
-          name + ".pt",
-          "--metrics",
-          scratch.path() + "/" + name + ".jsonl",
-          "--log-every",
-          "0",
-          "--timeout",
-          "60"};
+  return TrainCommand(scratch, plan, steps,
+                      {"--precision", "bf16", "--lr", "3e-3", "--save", name + ".pt", "--metrics",
+                       scratch.path() + "/" + name + ".jsonl", "--timeout", "60"});
 }
 
 TEST_P(MixedPrecision, TrainsAndTracksTheSingleRankRun) {

@@ -20,23 +20,8 @@ class StepTraceRun : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::string& plan, int steps, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train",
-                                     "--plan",
-                                     plan,
-                                     "--model-config",
-                                     scratch.path() + "/model.json",
-                                     "--data",
-                                     scratch.path() + "/tokens.bin",
-                                     "--steps",
-                                     std::to_string(steps),
-                                     "--log-every",
-                                     "0",
-                                     "--timeout",
-                                     "60",
-                                     "--metrics",
-                                     "metrics.jsonl"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
+    extra.insert(extra.begin(), {"--timeout", "60", "--metrics", "metrics.jsonl"});
+    return TrainCommand(scratch, plan, steps, extra);
   }
 
   nlohmann::json Read(const std::string& file) {
