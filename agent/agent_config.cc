@@ -66,7 +66,8 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
       fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());
   config.cache_dir = AbsoluteFolder(fields, "cache_dir", cache, base);
   config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
-  if (!fs::is_regular_file(config.worker) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK
+  std::error_code error;  // a path too long is no worker either
+  if (!fs::is_regular_file(config.worker, error) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK
     fields.Fail("worker", "'" + config.worker + "' is not an executable poplar-worker");
   }
   const std::string gpus = fields.OptionalString("gpus").value_or("auto");

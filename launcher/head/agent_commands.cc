@@ -11,6 +11,7 @@
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
 #include "planner/base/run_app.h"
+#include "planner/base/text_file.h"
 #include "planner/base/text_table.h"
 
 namespace poplar {
@@ -28,7 +29,9 @@ void RunProfile(const ProfileOptions& options) {
                           : !cluster.profiles_dir.empty() ? cluster.profiles_dir
                                                           : "profiles";
   // Checked before measuring, which takes minutes: a file where the folder should be.
-  if (std::filesystem::exists(dir) && !std::filesystem::is_directory(dir)) {
+  RequirePathFits(dir, options.output.empty() ? cluster.file + ": profiles" : "--output");
+  std::error_code error;
+  if (std::filesystem::exists(dir, error) && !std::filesystem::is_directory(dir, error)) {
     throw InputError(options.output.empty() ? cluster.file : "--output", options.output.empty() ? "profiles" : "",
                      dir + " is a file, not a folder for the profiles");
   }

@@ -279,6 +279,7 @@ void RunLaunch(const LaunchOptions& options) {
   place.job_id = JobIdOf(options, cluster);
   const std::string& job_id = place.job_id;
   const std::string run_dir = options.run_dir.empty() ? (fs::path("runs") / job_id).string() : options.run_dir;
+  RequirePathFits(run_dir, "--run-dir");
   RunDirectory directory(run_dir, job_id, options.resume);
   std::optional<PreparedPlan> given;
   if (!options.plan_file.empty()) {

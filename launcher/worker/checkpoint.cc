@@ -307,9 +307,10 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep, const Checkpoin
 }
 
 void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
-  std::error_code error;
+  RequirePathFits(dir, flag);
+  std::error_code error, ignored;
   fs::create_directories(dir, error);
-  if (error || !fs::is_directory(dir)) {
+  if (error || !fs::is_directory(dir, ignored)) {
     throw InputError(flag, "",
                      "cannot create folder " + dir + ": " + (error ? error.message() : "a file is in the way"));
   }

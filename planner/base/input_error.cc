@@ -34,7 +34,9 @@ std::string Escaped(const std::string& text, bool bytes_above_ascii = false) {
 std::string Compose(const std::string& file, const std::string& key, const std::string& reason) {
   std::string message = file;
   if (!key.empty()) message += ": " + key;
-  return Escaped(message + ": " + reason);
+  // Bytes beyond ASCII too: a value or key from a file may hold U+0085 or U+2028, line
+  // breaks to a reader that honours Unicode's, or bytes that are not UTF-8.
+  return Escaped(message + ": " + reason, /*bytes_above_ascii=*/true);
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ class InputError : public std::runtime_error {
  public:
   // `file` is a path or a flag name ("--params"); `key` is a dotted path inside the
   // file ("training.global_batch", "stages[2].points[0].compute_s"), empty when the
-  // reason concerns the whole file. what() joins them with ": ", control characters
-  // escaped (every message is one line).
+  // reason concerns the whole file. what() joins them with ": ", control characters and
+  // bytes beyond ASCII escaped as AsciiText does (every message is one line of ASCII).
   InputError(std::string file, std::string key, std::string reason);
 
   const std::string& file() const { return file_; }

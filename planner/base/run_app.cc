@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "planner/base/input_error.h"
+#include "planner/base/join.h"
 #include "planner/base/spelling.h"
 #include "planner/base/text_file.h"
 
@@ -161,6 +162,17 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program, con
       const std::string suggestion = DidYouMean(extras.front(), names);
       what = "unknown command '" + extras.front() + "'" +
              (suggestion.empty() ? "; the commands are " + commands : suggestion);
+    }
+    // CLI11 lists the arguments it did not expect bare, so an empty one ('') reads as
+    // nothing: each is quoted.
+    if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr && what.find("unknown command") != 0) {
+      const std::vector<std::string> unexpected = chosen.empty() ? extras : chosen.front()->remaining();
+      if (!unexpected.empty()) {
+        what = std::string(unexpected.size() == 1 ? "unexpected argument " : "unexpected arguments ") +
+               Join(unexpected, ", ", [](const std::string& argument) {
+                 return "'" + Printable(argument) + "'" + (argument.empty() ? " (an empty argument)" : "");
+               });
+      }
     }
     // CLI11 says "--output: At Most 1 required but received 2" of a flag given twice.
     const std::string at_most_once = ": At Most 1 required but received ";

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +37,10 @@ std::string WriteTarget(const std::string& path) {
   }
   return link ? fs::canonical(path, error).string() : path;
 }
+
+// "<file_name>.tmp.": the start of the temporary names of `file_name`, the name cut to
+// 240 bytes so that a pid of up to 10 digits keeps the whole within a name's 255 bytes.
+std::string TemporaryPrefix(const std::string& file_name) { return file_name.substr(0, 240) + ".tmp."; }
 
 }  // namespace
 
@@ -125,7 +130,9 @@ std::string WriteAll(int fd, std::string_view data) {
 
 void WriteFileAtomically(const std::string& named, std::string_view contents) {
   const std::string path = WriteTarget(named);
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const std::filesystem::path target(path);
+  const std::string temporary =
+      (target.parent_path() / (TemporaryPrefix(target.filename().string()) + std::to_string(::getpid()))).string();
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
   // The system's reason stays with the failure: "No space left on device", "File too large".
@@ -148,7 +155,7 @@ void WriteFileAtomically(const std::string& named, std::string_view contents) {
 }
 
 long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_name) {
-  const std::string prefix = file_name + ".tmp.";  // as WriteFileAtomically names it
+  const std::string prefix = TemporaryPrefix(file_name);  // as WriteFileAtomically names it
   const bool digits = name.size() > prefix.size() && name.size() <= prefix.size() + 9 &&
                       name.compare(0, prefix.size(), prefix) == 0 &&
                       name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
@@ -180,7 +187,22 @@ int OwnDescriptorOf(const std::string& path) {
   return -1;
 }
 
+void RequirePathFits(const std::string& path, const std::string& flag) {
+  std::string longest;
+  for (const auto& name : std::filesystem::path(path)) {
+    if (name.string().size() > longest.size()) longest = name.string();
+  }
+  if (path.size() < PATH_MAX && longest.size() <= NAME_MAX) return;
+  throw InputError(
+      flag, "",
+      "'" + Printable(path) + "' is too long: a path has at most " + std::to_string(PATH_MAX - 1) +
+          " bytes and each of its names " + std::to_string(NAME_MAX) +
+          (path.size() >= PATH_MAX ? ""
+                                   : " ('" + Printable(longest) + "' has " + std::to_string(longest.size()) + ")"));
+}
+
 void RequireFolderFor(const std::string& path, const std::string& flag) {
+  RequirePathFits(path, flag);
   // What the write would refuse (a folder, a device, a dangling link), refused now.
   std::string target;
   try {
@@ -189,9 +211,9 @@ void RequireFolderFor(const std::string& path, const std::string& flag) {
     throw InputError(flag, "", error.what());
   }
   const std::filesystem::path folder = std::filesystem::path(target).parent_path();
-  if (!folder.empty() && !std::filesystem::is_directory(folder)) {
+  std::error_code error;
+  if (!folder.empty() && !std::filesystem::is_directory(folder, error)) {
     // `-o plan.json/` or `-o plan.json/x/p.json` names a folder under plan.json, a file.
-    std::error_code error;
     for (std::filesystem::path up = folder; !up.empty() && up != up.parent_path(); up = up.parent_path()) {
       if (std::filesystem::exists(up, error) && !std::filesystem::is_directory(up, error)) {
         throw InputError(flag, "", up.string() + " is not a folder, so " + path + " cannot be written");
@@ -203,13 +225,15 @@ void RequireFolderFor(const std::string& path, const std::string& flag) {
 }
 
 void RequireWritableFolder(const std::string& folder, const std::string& flag) {
+  RequirePathFits(folder, flag);
   // Permissions alone do not say it (root ignores them; a read-only mount, /proc): a
   // file is made and removed again.
   const std::string probe = folder + "/.poplar-write-check." + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 && errno != EEXIST) {
     // /proc answers "No such file or directory" of a folder that is there.
-    const std::string reason = errno == ENOENT && std::filesystem::is_directory(folder)
+    std::error_code error;
+    const std::string reason = errno == ENOENT && std::filesystem::is_directory(folder, error)
                                    ? "its file system takes no new files"
                                    : std::strerror(errno);
     throw InputError(flag, "", "cannot write in folder " + folder + ": " + reason);
@@ -222,8 +246,10 @@ namespace {
 
 // Absolute, with the links of the part that exists resolved; "folder/" as "folder".
 std::filesystem::path NormalPath(const std::string& path) {
-  std::error_code ignored;
-  std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ignored);
+  std::error_code error;
+  std::filesystem::path full = std::filesystem::weakly_canonical(std::filesystem::absolute(path), error);
+  // A path the system refuses (one too long) is compared as written, not as nothing.
+  if (error) full = std::filesystem::absolute(path).lexically_normal();
   if (full.filename().empty()) full = full.parent_path();
   return full;
 }
@@ -264,6 +290,7 @@ void RequireOutputApart(const std::string& output, const std::vector<InputFile>&
 
 void RequireStreamOutputApart(const std::string& output, const std::vector<InputFile>& inputs,
                               const std::string& flag) {
+  RequirePathFits(output, flag);
   std::error_code error;
   const std::filesystem::file_status status = std::filesystem::status(output, error);  // through links
   if (OwnDescriptorOf(output) >= 0) {
@@ -279,14 +306,13 @@ void RequireStreamOutputApart(const std::string& output, const std::vector<Input
 }
 
 void MakeOutputFolder(const std::string& path, const std::string& flag) {
-  std::error_code error;
+  RequirePathFits(path, flag);
+  std::error_code error, ignored;
   std::filesystem::create_directories(path, error);
-  if (error || !std::filesystem::is_directory(path)) {
+  if (error || !std::filesystem::is_directory(path, ignored)) {
+    const bool file_in_way = std::filesystem::exists(path, ignored) && !std::filesystem::is_directory(path, ignored);
     throw InputError(
-        flag, "",
-        "cannot make the folder " + path + ": " +
-            (std::filesystem::exists(path) && !std::filesystem::is_directory(path) ? std::string("a file is in the way")
-                                                                                   : error.message()));
+        flag, "", "cannot make the folder " + path + ": " + (file_in_way ? "a file is in the way" : error.message()));
   }
 }
 

@@ -26,7 +26,8 @@ void RequireRegularFile(const std::string& path);
 // before the name is, so that not even a power loss leaves the name on half a file.
 void WriteFileAtomically(const std::string& path, std::string_view contents);
 // The process that wrote `name`, when `name` is the temporary WriteFileAtomically makes
-// for `file_name` in the same folder ("summary.json.tmp.4242" for summary.json: 4242);
+// for `file_name` in the same folder ("summary.json.tmp.4242" for summary.json: 4242;
+// the file name cut to its first 240 bytes, so that every temporary name fits in 255);
 // 0 for any other name. A writer that died before its rename left it behind.
 long AtomicWriteTemporaryOwner(const std::string& name, const std::string& file_name);
 // Whether the process `pid` no longer exists (kill(pid, 0) says ESRCH): its temporaries
@@ -52,6 +53,11 @@ bool IsPlainFileName(const std::string& name);
 // refuses (a folder, a device, a pipe). So a mistyped or unwritable output path fails
 // before the work, not after it.
 void RequireFolderFor(const std::string& path, const std::string& flag);
+// Throws InputError naming `flag` when `path` is longer than the system takes (PATH_MAX
+// bytes in all, NAME_MAX in one name), which every file call would refuse with a
+// filesystem error quoting the whole path. The Require* and MakeOutputFolder calls here
+// check it first.
+void RequirePathFits(const std::string& path, const std::string& flag);
 // Throws InputError naming `flag` unless a file can be made in `folder` (one is made and
 // removed: a read-only mount or /proc refuses what permissions would allow root).
 void RequireWritableFolder(const std::string& folder, const std::string& flag);

@@ -1,6 +1,7 @@
 #include "planner/base/yaml_fields.h"
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <cmath>
 #include <iomanip>
@@ -122,12 +123,47 @@ std::string Written(double value) {
   return text.str();
 }
 
+// Where each document of a text starts, read without building it.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  YAML::Mark start = YAML::Mark::null_mark();
+};
+
+// yaml-cpp's LoadAll never returns on some malformed text (a ',' outside any [] or {}):
+// its parser yields an empty document at the same place again and again, each kept in
+// memory. Walks the documents first and throws where one starts at the place the one
+// before it started.
+void RequireDocumentsAdvance(const std::string& text) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  DocumentStarts starts;
+  int previous = -1;
+  while (parser.HandleNextDocument(starts)) {
+    if (starts.start.pos == previous) {
+      throw YAML::ParserException(starts.start,
+                                  "nothing can be read from column " + std::to_string(starts.start.column + 1) + " on");
+    }
+    previous = starts.start.pos;
+  }
+}
+
 }  // namespace
 
 YAML::Node ParseYamlDocument(const std::string& text, const std::string& file) {
   RequireNoNulByte(text, file);
   std::vector<YAML::Node> documents;
   try {
+    RequireDocumentsAdvance(text);
     documents = YAML::LoadAll(text);
   } catch (const YAML::DeepRecursion& error) {
     // yaml-cpp's own words for it are "bad file".

@@ -1,5 +1,6 @@
 // `poplar estimate-memory`: ZeRO model-state bytes per GPU for each stage.
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -50,7 +51,9 @@ std::optional<std::int64_t> ParseCount(const std::string& text) {
       scale = 1e12;
       break;
   }
-  const double count = std::stod(match[1].str()) * scale;
+  // strtod, not stod: a number beyond a double's range (1e400) or below its normal range
+  // (5e-324) is out of range here, as any other count beyond 1e15 or below 1.
+  const double count = std::strtod(match[1].str().c_str(), nullptr) * scale;
   // A count is whole: 2.5 parameters is a typing mistake, not 3 (0.3M is 300000 only up
   // to the last bit of a double, hence the tolerance).
   if (!(count >= 1) || count > 1e15 || std::abs(count - std::round(count)) > 0.01) return std::nullopt;

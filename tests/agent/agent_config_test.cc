@@ -89,6 +89,10 @@ TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   // the first profile.
   ExpectRejected("work_dir: work", "work_dir: work\ncache_dir: /proc", "cache_dir",
                  {"cannot write in folder /proc", "takes no new files", "(line 4)"});
+  // A path longer than the system takes: named by the key, not in the file system's words.
+  ExpectRejected("work_dir: work", "work_dir: " + std::string(300, 'w'), "work_dir", {"is too long", "(line 3)"});
+  ExpectRejected("work_dir: work", "work_dir: work\ncache_dir: " + std::string(300, 'c'), "cache_dir", {"is too long"});
+  ExpectRejected("worker: worker.sh", "worker: " + std::string(300, 'x'), "worker", {"not an executable"});
 }
 
 }  // namespace

@@ -270,6 +270,17 @@ TEST_F(Cli, UsageErrorsSayWhatIsWrongInWords) {
   }
 }
 
+// An argument no command takes is quoted, so that an empty one ('') is seen.
+TEST_F(Cli, NamesAnUnexpectedArgumentEvenAnEmptyOne) {
+  const Outcome empty = Poplar({"plan", ExampleCluster("v100-and-t4"), ""});
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(empty.err)) << empty.err;
+  EXPECT_TRUE(Contains(empty.err, "poplar plan: unexpected argument '' (an empty argument)")) << empty.err;
+  const Outcome two = Poplar({"plan", ExampleCluster("v100-and-t4"), "extra", "more"});
+  EXPECT_TRUE(Contains(two.err, "poplar plan: unexpected arguments 'extra', 'more'")) << two.err;
+  EXPECT_FALSE(Exists(work_ + "/plan.json"));
+}
+
 TEST_F(Cli, RejectsUnknownTopLevelFlagByName) {
   const Outcome run = Poplar({"--bogus-flag"});
   EXPECT_EQ(run.exit_code, 2);
@@ -882,7 +893,9 @@ TEST_F(Cli, EstimateMemoryPrintsATable) {
 
 TEST_F(Cli, EstimateMemoryRejectsParamsThatAreNotACount) {
   // A flag value out of its range is a usage error (exit 2), as --gpus 0 is.
-  for (const std::string params : {"abc", "-5", "0", "12Q", "2.5", "1.0000005M", "0x10", "+5", " 355M", "355M "}) {
+  // Numbers beyond a double's range or below its normal range are out of range too.
+  for (const std::string params : {"abc", "-5", "0", "12Q", "2.5", "1.0000005M", "0x10", "+5", " 355M", "355M ",
+                                   "1e400", "5e-324", "1e-320", "1e400T"}) {
     SCOPED_TRACE(params);
     const Outcome run = Poplar({"estimate-memory", "--params", params, "--gpus", "4", "--json"});
     EXPECT_EQ(run.exit_code, 2);
@@ -931,6 +944,28 @@ TEST_F(Cli, PrepareDataWritesOneLittleEndianTokenPerByte) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(Contains(run.out, "wrote 3 tokens"));
   EXPECT_EQ(ReadFile(work_ + "/tokens.bin"), std::string("A\0b\0\xff\0", 6));
+}
+
+// An output path longer than the system takes is named by its flag in one line; a name
+// of up to 255 bytes is written (its temporary name fits as well).
+TEST_F(Cli, AnOutputPathTooLongIsNamedByItsFlagAndALongNameIsWritten) {
+  const std::string text = Write("text.txt", "some text");
+  const std::string long_name(300, 'x'), long_path = std::string(4100, 'd');
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"prepare-data", text, "-o", long_name},
+        std::vector<std::string>{"prepare-data", text, "-o", long_path + "/t.bin"},
+        std::vector<std::string>{"plan", ExampleCluster("v100-and-t4"), "-o", long_name}}) {
+    SCOPED_TRACE(command[0] + " " + command.back().substr(0, 20));
+    const Outcome run = Poplar(command);
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_TRUE(IsOneLine(run.err)) << run.err;
+    EXPECT_TRUE(ContainsAll(run.err, {"--output: '", "is too long"})) << run.err;
+    EXPECT_FALSE(Contains(run.err, "internal error")) << run.err;
+  }
+  const std::string longest_name(255, 'y');
+  const Outcome run = Poplar({"prepare-data", text, "-o", longest_name});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(ReadFile(work_ + "/" + longest_name).size(), 18u);
 }
 
 TEST_F(Cli, PrepareDataRefusesToWriteOverItsOwnText) {

@@ -239,6 +239,11 @@ TEST_F(WorkerBadInput, OutputsThatCannotBeWrittenOrAreInputsAreRefusedBeforeTrai
       {{"--save", "/proc/model.pt"}, {"--save", "cannot write in folder /proc: its file system takes no new files"}},
       {{"--checkpoint-dir", "/proc"}, {"--checkpoint-dir", "cannot write in folder /proc"}},
       {{"--save", "out/"}, {"--save", "is a folder; name a file in it"}},
+      // A path longer than the system takes, named by its flag.
+      {{"--save", std::string(300, 's')}, {"--save: '", "is too long"}},
+      {{"--metrics", std::string(300, 'm')}, {"--metrics: '", "is too long"}},
+      {{"--trace", std::string(300, 't')}, {"--trace: '", "is too long"}},
+      {{"--checkpoint-dir", std::string(300, 'c')}, {"--checkpoint-dir: '", "is too long"}},
       {{"--save", plan}, {"--save", "is the plan (--plan), which this command reads"}},
       {{"--metrics", tokens}, {"--metrics", "is the token file (--data)"}},
       {{"--metrics", "out/"}, {"--metrics", "is a folder; name a file in it"}},

@@ -41,6 +41,27 @@ TEST(ParseJsonObject, QuotesNoRawBytes) {
   for (const unsigned char c : error) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int{c} << " in " << error;
 }
 
+// A key or value beyond ASCII (U+0085 and U+2028 break lines for readers that honour
+// Unicode's breaks; bytes that are not UTF-8) is quoted escaped: one line of ASCII.
+TEST(InputError, EscapesBytesBeyondAscii) {
+  const std::string error =
+      ErrorOf([] { ParseJsonObject("{\"na\xc2\x85me\": 1, \"na\xc2\x85me\": \"\xc3\xa9\"}", "f.json"); });
+  const std::string unknown = [] {
+    try {
+      JsonFields fields(nlohmann::json::parse("{\"st\xc2\x85ge\": 1}"), "f.json", "");
+      fields.Finish();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_TRUE(Contains(error, "f.json: na\\xc2\\x85me: is given more than once")) << error;
+  EXPECT_TRUE(Contains(unknown, "f.json: st\\xc2\\x85ge: unknown key")) << unknown;
+  for (const std::string& text : {error, unknown, std::string(InputError("p\xe2\x80\xa8.yaml", "k", "\xff").what())}) {
+    for (const unsigned char c : text) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int{c} << " in " << text;
+  }
+}
+
 // A NUL byte is no JSON's or YAML's (a UTF-16 file has one in every other byte), and
 // `{...}\0garbage` is not read as its first part.
 TEST(ParseJsonObject, ANulByteIsRefusedWhereverItIs) {
@@ -50,6 +71,18 @@ TEST(ParseJsonObject, ANulByteIsRefusedWhereverItIs) {
   EXPECT_EQ(trailing, "f.json: holds a NUL byte (at byte 8): not a text file");
   EXPECT_EQ(ErrorOf([] { ParseYamlDocument(std::string("a: 1\n\0b: 2\n", 12), "c.yaml"); }),
             "c.yaml: holds a NUL byte (at byte 5): not a text file");
+}
+
+// A ',' outside any [] or {} makes yaml-cpp's LoadAll yield empty documents forever
+// (found by tests/fuzz/cluster_yaml_fuzzer): refused at once, with its line.
+TEST(ParseYamlDocument, AStrayCommaIsRefusedNotParsedForever) {
+  for (const std::string text : {" ,a: 6", ",", "job:\n  steps: 60\n ,eval_samples: 64\n"}) {
+    SCOPED_TRACE(text);
+    const std::string error = ErrorOf([&] { ParseYamlDocument(text, "c.yaml"); });
+    EXPECT_TRUE(Contains(error, "c.yaml: not valid YAML")) << error;
+  }
+  EXPECT_TRUE(Contains(ErrorOf([] { ParseYamlDocument(" ,a: 6", "c.yaml"); }),
+                       "nothing can be read from column 2 on (line 1)"));
 }
 
 TEST(JsonFields, AnIntegerBeyondSixtyFourBitsIsSaidToBeTooLarge) {

@@ -52,6 +52,36 @@ TEST(WriteFileAtomically, RefusesWhatIsNotARegularFileAndLeavesItAlone) {
       << "no temporary file is left";
 }
 
+// A name of up to 255 bytes, the most a name may have, is written: its temporary name
+// ("<name cut to 240 bytes>.tmp.<pid>") fits too, and is known as its temporary.
+TEST(WriteFileAtomically, WritesNamesOfUpTo255BytesThroughATemporaryThatFits) {
+  ScratchDir dir("text-file");
+  for (const std::size_t length : {std::size_t{200}, std::size_t{247}, std::size_t{255}}) {
+    const std::string name(length, 'n');
+    WriteFileAtomically(dir.path() + "/" + name, "text");
+    EXPECT_EQ(ReadTextFile(dir.path() + "/" + name), "text");
+  }
+  EXPECT_EQ(AtomicWriteTemporaryOwner(std::string(240, 'n') + ".tmp.4242", std::string(255, 'n')), 4242);
+  EXPECT_EQ(AtomicWriteTemporaryOwner("summary.json.tmp.4242", "summary.json"), 4242);
+  EXPECT_EQ(AtomicWriteTemporaryOwner("summary.json.tmp.x", "summary.json"), 0);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 3)
+      << "no temporary file is left";
+}
+
+TEST(RequirePathFits, NamesTheFlagOfAPathOrNameTooLong) {
+  EXPECT_NO_THROW(RequirePathFits("/tmp/" + std::string(255, 'n'), "--save"));
+  for (const std::string& path : {"/tmp/" + std::string(256, 'n'), std::string(4096, 'p')}) {
+    try {
+      RequirePathFits(path, "--save");
+      ADD_FAILURE() << "a path of " << path.size() << " bytes passed";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.file(), "--save");
+      EXPECT_TRUE(Contains(error.what(), "is too long: a path has at most 4095 bytes and each of its names 255"))
+          << error.what();
+    }
+  }
+}
+
 // --metrics is appended to, never replaced: a device or a pipe is a fine target
 // (/dev/stdout, `>(jq ...)`), unlike for a replaced output. A read-only file (checked
 // before the work, not after the rendezvous), a folder, a missing folder or an input are
