@@ -40,35 +40,17 @@ std::string LaunchMonitor::NodeOf(int rank) const {
 
 LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
                              std::ostream& out)
-    : run_dir_(std::move(run_dir)),
-      ranks_(std::move(ranks)),
-      steps_(steps),
-      progress_every_(progress_every),
-      out_(out) {
-  if (run_dir_.empty()) return;
-  std::filesystem::create_directories(std::filesystem::path(run_dir_) / "logs");
-  std::filesystem::create_directories(std::filesystem::path(run_dir_) / "metrics");
-}
-
-std::ofstream& LaunchMonitor::RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder,
-                                       const char* suffix, int rank) {
-  auto& file = files[rank];
-  if (!file) {
-    file = std::make_unique<std::ofstream>(
-        std::filesystem::path(run_dir_) / folder / ("rank-" + std::to_string(rank) + suffix), std::ios::app);
-  }
-  return *file;
-}
+    : files_(std::move(run_dir)), ranks_(std::move(ranks)), steps_(steps), progress_every_(progress_every), out_(out) {}
 
 void LaunchMonitor::Output(int rank, const std::string& line) {
-  if (!run_dir_.empty()) RankFile(logs_, "logs", ".log", rank) << line << std::endl;
+  files_.Log(rank, line);
   if (line.rfind("poplar-worker", 0) == 0 && line.find(": warning: ") != std::string::npos) {
     out_ << "node '" << NodeOf(rank) << "': " << line << std::endl;
   }
 }
 
 void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
-  if (!run_dir_.empty()) RankFile(metrics_files_, "metrics", ".jsonl", rank) << json_line << std::endl;
+  files_.Metrics(rank, json_line);
   auto record = nlohmann::json::parse(json_line, nullptr, false);
   if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return;
   latest_[rank] = record;

@@ -1,15 +1,14 @@
-// LaunchMonitor: what `poplar launch` makes of the events its agents stream back.
-// It writes the run directory's per-rank logs and metrics, prints a progress line every
-// few steps (step, loss, samples per second, busy share per device type: compute time
-// over step time), keeps the job's failures for the reason to report (FailureCauses),
-// and summarises the run. No gRPC here: events arrive as plain values, so the logic is testable alone.
+// LaunchMonitor: what `poplar launch` makes of the events its agents stream back. It
+// keeps the run directory's per-rank logs and metrics (RankFiles), prints a progress
+// line every few steps (step, loss, samples per second, busy share per device type:
+// compute time over step time), keeps the job's failures for the reason to report
+// (FailureCauses), and summarises the run. No gRPC here: events arrive as plain
+// values, so the logic is testable alone.
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "launcher/head/failure_causes.h"
+#include "launcher/head/rank_files.h"
 
 namespace poplar {
 
@@ -70,19 +70,15 @@ class LaunchMonitor {
  private:
   // The node rank `rank` runs on, or "?" for a rank the plan does not have.
   std::string NodeOf(int rank) const;
-  // run_dir/<folder>/rank-<rank><suffix>, opened for appending on first use.
-  std::ofstream& RankFile(std::map<int, std::unique_ptr<std::ofstream>>& files, const char* folder, const char* suffix,
-                          int rank);
   std::string ProgressLine(std::int64_t step) const;
   // Device type -> mean over its ranks of compute_s / step_s in their latest record.
   std::map<std::string, double> BusyShares() const;
 
-  std::string run_dir_;
+  RankFiles files_;
   std::vector<RankInfo> ranks_;
   std::int64_t steps_;
   int progress_every_;
   std::ostream& out_;
-  std::map<int, std::unique_ptr<std::ofstream>> logs_, metrics_files_;
   std::map<int, nlohmann::json> latest_;     // rank -> last metrics record
   std::vector<nlohmann::json> rank0_steps_;  // rank 0's records in order
   std::string resume_job_;                   // ExpectResume's job, or empty
