@@ -28,8 +28,10 @@ std::string Hex64Text(std::uint64_t value);
 
 class JsonFields {
  public:
-  // Throws InputError unless `node` is an object. `node` must outlive this.
+  // Throws InputError unless `node` is an object. `node` must outlive this, so a
+  // temporary is refused at compile time.
   JsonFields(const nlohmann::json& node, std::string file, std::string path);
+  JsonFields(nlohmann::json&& node, std::string file, std::string path) = delete;
 
   bool Has(const std::string& key) const;  // present and not null
   // Marks the key used; a null value when absent.

@@ -48,7 +48,8 @@ TEST(InputError, EscapesBytesBeyondAscii) {
       ErrorOf([] { ParseJsonObject("{\"na\xc2\x85me\": 1, \"na\xc2\x85me\": \"\xc3\xa9\"}", "f.json"); });
   const std::string unknown = [] {
     try {
-      JsonFields fields(nlohmann::json::parse("{\"st\xc2\x85ge\": 1}"), "f.json", "");
+      const nlohmann::json node = nlohmann::json::parse("{\"st\xc2\x85ge\": 1}");
+      JsonFields fields(node, "f.json", "");
       fields.Finish();
     } catch (const InputError& e) {
       return std::string(e.what());
