@@ -307,14 +307,9 @@ void PruneCheckpoints(const std::string& dir, std::int64_t keep, const Checkpoin
 }
 
 void PrepareCheckpointFolder(const std::string& dir, const std::string& flag) {
-  RequirePathFits(dir, flag);
-  std::error_code error, ignored;
-  fs::create_directories(dir, error);
-  if (error || !fs::is_directory(dir, ignored)) {
-    throw InputError(flag, "",
-                     "cannot create folder " + dir + ": " + (error ? error.message() : "a file is in the way"));
-  }
+  MakeOutputFolder(dir, flag);
   RequireWritableFolder(dir, flag);
+  std::error_code error;
   const fs::path latest = fs::path(dir) / "latest";
   const fs::file_status status = fs::symlink_status(latest, error);
   if (fs::exists(status) && !fs::is_regular_file(fs::status(latest, error))) {

@@ -147,13 +147,12 @@ void MeasureNetwork(const NetworkOptions& options) {
   Communicator communicator(env, std::chrono::seconds(options.timeout_s), device, setup.backend, setup.reduce_scatter);
   // By flag, so that a difference is named: "'--repeats' is 2 here but 1 on rank 0".
   communicator.RequireAgreement(
-      "network settings",
-      nlohmann::json{{"--precision", options.precision},
-                     {"--max-bytes", options.max_bytes},
-                     {"--repeats", options.repeats},
-                     {"--backend", options.backend},
-                     {"POPLAR_GLOO_REDUCE_SCATTER", GlooReduceScatterName(GlooReduceScatterOfEnvironment())}}
-          .dump());
+      "network settings", nlohmann::json{{"--precision", options.precision},
+                                         {"--max-bytes", options.max_bytes},
+                                         {"--repeats", options.repeats},
+                                         {"--backend", options.backend},
+                                         {"POPLAR_GLOO_REDUCE_SCATTER", GlooReduceScatterName(setup.reduce_scatter)}}
+                              .dump());
   // A payload, its shard, the chunks a Gloo reduce-scatter receives and those of the
   // previous run, which Gloo's threads may not have released yet, must fit every rank's
   // emulated memory (an eighth each leaves room): the largest payload is the smallest

@@ -163,7 +163,8 @@ TrainingRecipe RecipeOf(const TrainOptions& options, const AdamWOptions& adamw, 
 // what is trained. Keys in the order a mismatch is most likely explained by: the model,
 // the recipe's keys one by one ("'lr' is 0.1 here but 0.2 on rank 1"), then the rest.
 std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recipe, const WorkerPlan& plan,
-                        const GptConfig& config, const std::optional<Evaluation>& evaluation) {
+                        const GptConfig& config, const std::optional<Evaluation>& evaluation,
+                        GlooReduceScatter gloo_reduce_scatter) {
   nlohmann::ordered_json settings = {{"model", ModelConfigObject(config)}};
   const nlohmann::ordered_json recipe_object = RecipeObject(recipe);
   for (const auto& [key, value] : recipe_object.items()) settings[key] = value;
@@ -175,7 +176,7 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   settings["checkpoint_every"] = options.checkpoint_every;
   settings["device"] = options.device.kind;
   settings["backend"] = options.backend;
-  settings["gloo_reduce_scatter"] = GlooReduceScatterName(GlooReduceScatterOfEnvironment());
+  settings["gloo_reduce_scatter"] = GlooReduceScatterName(gloo_reduce_scatter);
   // The same evaluation everywhere: its rounds are collective at stage 3, and its loss a sum.
   settings["eval"] = nullptr;
   if (evaluation) {
@@ -331,7 +332,8 @@ TrainingRun::TrainingRun(const TrainOptions& options)
                     local_.gloo_reduce_scatter),
       recipe_(RecipeOf(options, local_.adamw, local_.plan, local_.data)) {
   const WorkerPlan& plan = local_.plan;
-  communicator_.RequireAgreement("job settings", JobSettings(options, recipe_, plan, local_.config, local_.evaluation));
+  communicator_.RequireAgreement("job settings", JobSettings(options, recipe_, plan, local_.config, local_.evaluation,
+                                                             local_.gloo_reduce_scatter));
   std::optional<Resumed> resumed = ResumeFromNewestCheckpoint(communicator_, local_.model, options.resume,
                                                               options.steps, local_.config, recipe_, local_.device);
   first_step_ = resumed ? resumed->step : 0;

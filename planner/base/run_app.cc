@@ -162,10 +162,9 @@ int RunApp(CLI::App& app, int argc, char** argv, const std::string& program, con
       const std::string suggestion = DidYouMean(extras.front(), names);
       what = "unknown command '" + extras.front() + "'" +
              (suggestion.empty() ? "; the commands are " + commands : suggestion);
-    }
-    // CLI11 lists the arguments it did not expect bare, so an empty one ('') reads as
-    // nothing: each is quoted.
-    if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr && what.find("unknown command") != 0) {
+    } else if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+      // CLI11 lists the arguments it did not expect bare, so an empty one ('') reads as
+      // nothing: each is quoted.
       const std::vector<std::string> unexpected = chosen.empty() ? extras : chosen.front()->remaining();
       if (!unexpected.empty()) {
         what = std::string(unexpected.size() == 1 ? "unexpected argument " : "unexpected arguments ") +
