@@ -1,6 +1,5 @@
 #include "agent/node_job.h"
 
-#include <charconv>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -9,11 +8,11 @@
 #include "agent/work_dir.h"
 #include "agent/worker_settings.h"
 #include "planner/base/input_error.h"
+#include "planner/base/number_text.h"
 #include "planner/base/text_file.h"
 #include "planner/formats/job_id.h"
-#include "planner/formats/lr_schedule.h"
+#include "planner/formats/job_settings.h"
 #include "planner/formats/precision.h"
-#include "planner/formats/stop_grace.h"
 #include "planner/formats/training_limits.h"
 #include "planner/formats/worker_plan.h"
 
@@ -56,51 +55,24 @@ void CheckSettings(const LaunchSettings& s) {
   if (s.master_port <= 0 || s.master_port > 65535) throw InputError("master_port", "", "must be 1 to 65535");
   ParseWorkerPrecision(s.precision, "precision");
   if (s.timeout_s < 0 || s.timeout_s > 86400) throw InputError("timeout_s", "", "must be 0 to 86400");
-  if (s.stop_grace_s < 0 || s.stop_grace_s > kMostStopGraceSeconds) {
-    throw InputError("stop_grace_s", "",
-                     "must be 0 (the default, " + std::to_string(kDefaultStopGraceSeconds) + " s) to " +
-                         std::to_string(kMostStopGraceSeconds) + " seconds");
+  if (s.trace_step < 0 || s.trace_step > kMostJobSteps) {
+    throw InputError("trace_step", "", "must be 0 (none) or a step from 1 to " + std::to_string(kMostJobSteps));
   }
   if (s.kind == LaunchSettings::Kind::kNetwork) {
     if (s.resume) throw InputError("resume", "", "a network job measures afresh; it does not resume");
+    if (!s.job_settings.empty()) throw InputError("settings", "", "a network job takes none");
     if (s.network_max_bytes != 0 && (s.network_max_bytes < 8192 || s.network_max_bytes > (std::int64_t{1} << 40))) {
       throw InputError("network_max_bytes", "", "must be 0 (the default) or 8192 to 2^40 bytes");
     }
     return;
   }
-  if (s.steps <= 0) throw InputError("steps", "", "must be a positive number of steps");
-  if (s.lr && !(*s.lr > 0)) throw InputError("lr", "", "must be positive");
-  if (s.weight_decay && !(*s.weight_decay >= 0)) throw InputError("weight_decay", "", "must be zero or positive");
-  if (s.grad_clip && !(*s.grad_clip >= 0)) throw InputError("grad_clip", "", "must be zero or positive");
-  if (s.warmup_steps < 0) throw InputError("warmup_steps", "", "must be zero or positive");
-  if (!s.lr_decay.empty() && !LrDecayNamed(s.lr_decay)) {
-    throw InputError("lr_decay", "", "must be constant, cosine or linear, got '" + s.lr_decay + "'");
-  }
-  if (s.decay_steps < 0) throw InputError("decay_steps", "", "must be zero or positive");
-  if (s.min_lr && !(*s.min_lr >= 0)) throw InputError("min_lr", "", "must be zero or positive");
-  if (s.checkpoint_every < 0) throw InputError("checkpoint_every", "", "must be zero or positive");
-  if (s.keep_checkpoints < 0) throw InputError("keep_checkpoints", "", "must be zero or positive");
-  if (s.eval_every < 0) throw InputError("eval_every", "", "must be zero or positive");
-  if (s.eval_samples < 0) throw InputError("eval_samples", "", "must be zero or positive");
-  if (s.eval_data_path.empty() && (s.eval_every != 0 || s.eval_samples != 0)) {
-    throw InputError(s.eval_every != 0 ? "eval_every" : "eval_samples", "", "is for an evaluation: set eval_data_path");
-  }
-  if (s.trace_step < 0 || s.trace_step > kMostJobSteps) {
-    throw InputError("trace_step", "", "must be 0 (none) or a step from 1 to " + std::to_string(kMostJobSteps));
-  }
   RequireModelConfig(s.model_config_json);
 }
 
-// The shortest text that reads back as exactly `value`.
-std::string Number(double value) {
-  char text[32];
-  const auto result = std::to_chars(text, text + sizeof(text), value);
-  return std::string(text, result.ptr);
-}
-
-// A token file the request names (`field`: data_path or eval_data_path), as a path
-// inside the work directory; it must be a file there.
-std::string TokenFile(const AgentConfig& config, const std::string& path, const std::string& field) {
+// A token file a setting names (`key`: data or eval_data), as a path inside the work
+// directory; it must be a file there.
+std::string TokenFile(const AgentConfig& config, const std::string& path, const std::string& key) {
+  const std::string field = "settings." + key;
   const std::string resolved = ResolveInside(config.work_dir, path, field);
   if (!fs::is_regular_file(resolved)) {
     throw InputError(field, "", "'" + path + "' is not a file in the agent's work directory");
@@ -108,44 +80,25 @@ std::string TokenFile(const AgentConfig& config, const std::string& path, const 
   return resolved;
 }
 
-// `poplar-worker train` for a rank of this job (without the device's flags); `data` and
-// `eval_data` (empty: none) resolved (TokenFile).
-std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir, const std::string& data,
-                                   const std::string& eval_data, bool has_checkpoint) {
+// `poplar-worker train` for a rank of this job (without the device's flags); `flags`:
+// those of the job's settings (WorkerFlags).
+std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir,
+                                   const std::vector<std::string>& flags, bool has_checkpoint) {
   const fs::path checkpoints = job_dir / "checkpoints";
   std::vector<std::string> args = {"train",
                                    "--plan",
                                    (job_dir / "plan.json").string(),
                                    "--model-config",
                                    (job_dir / "model.json").string(),
-                                   "--data",
-                                   data,
-                                   "--steps",
-                                   std::to_string(settings.steps),
                                    "--precision",
                                    settings.precision,
                                    "--metrics",
                                    (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
                                    "--checkpoint-dir",
                                    checkpoints.string(),
-                                   "--checkpoint-every",
-                                   std::to_string(settings.checkpoint_every),
-                                   "--keep-checkpoints",
-                                   std::to_string(settings.keep_checkpoints),
                                    "--save",
                                    (job_dir / "model.pt").string()};
-  if (settings.lr) args.insert(args.end(), {"--lr", Number(*settings.lr)});
-  if (settings.weight_decay) args.insert(args.end(), {"--weight-decay", Number(*settings.weight_decay)});
-  if (settings.grad_clip) args.insert(args.end(), {"--grad-clip", Number(*settings.grad_clip)});
-  // The schedule's flags only when set, so that a job without one runs on older workers.
-  if (settings.warmup_steps > 0) args.insert(args.end(), {"--warmup-steps", std::to_string(settings.warmup_steps)});
-  if (!settings.lr_decay.empty()) args.insert(args.end(), {"--lr-decay", settings.lr_decay});
-  if (settings.decay_steps > 0) args.insert(args.end(), {"--decay-steps", std::to_string(settings.decay_steps)});
-  if (settings.min_lr) args.insert(args.end(), {"--min-lr", Number(*settings.min_lr)});
-  if (!eval_data.empty()) {
-    args.insert(args.end(), {"--eval-data", eval_data, "--eval-every", std::to_string(settings.eval_every),
-                             "--eval-samples", std::to_string(settings.eval_samples)});
-  }
+  args.insert(args.end(), flags.begin(), flags.end());
   if (settings.trace_step > 0) {
     args.insert(args.end(), {"--trace", (job_dir / "traces" / "rank-{rank}.json").string(), "--trace-step",
                              std::to_string(settings.trace_step)});
@@ -168,7 +121,7 @@ std::vector<std::string> NetworkArgs(const LaunchSettings& settings, const fs::p
 
 void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env) {
   if (device.emulated) {
-    args.insert(args.end(), {"--threads", std::to_string(device.threads), "--slowdown", Number(device.slowdown),
+    args.insert(args.end(), {"--threads", std::to_string(device.threads), "--slowdown", ShortestText(device.slowdown),
                              "--memory-bytes", std::to_string(device.memory_bytes)});
     env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
   } else {
@@ -182,10 +135,12 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
                                       const LaunchSettings& settings, const DeviceHolders& busy) {
   CheckSettings(settings);
   const bool train = settings.kind == LaunchSettings::Kind::kTrain;
-  std::string data, eval_data;
+  std::vector<std::string> setting_flags;
   if (train) {
-    data = TokenFile(config, settings.data_path, "data_path");
-    if (!settings.eval_data_path.empty()) eval_data = TokenFile(config, settings.eval_data_path, "eval_data_path");
+    const JobSettings job = ParseJobSettings(settings.job_settings, "settings");
+    RequireJobSettings(job, "settings");
+    setting_flags =
+        WorkerFlags(job, [&](const std::string& key, const std::string& path) { return TokenFile(config, path, key); });
   }
   const WorkerPlan plan = ParseWorkerPlan(settings.plan_json, "plan_json");  // full validation
   const std::vector<NodeRank> node_ranks = RanksOfNode(plan, settings.node);
@@ -230,7 +185,7 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     SpawnSpec& spec = process.spec;
     spec.program = config.worker;
     spec.cwd = job_dir.string();
-    spec.args = train ? TrainArgs(settings, job_dir, data, eval_data, has_checkpoint) : NetworkArgs(settings, job_dir);
+    spec.args = train ? TrainArgs(settings, job_dir, setting_flags, has_checkpoint) : NetworkArgs(settings, job_dir);
     spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
     spec.env = InheritedEnvironment();
@@ -265,7 +220,7 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
 }
 
 std::chrono::seconds StopGrace(const LaunchSettings& settings) {
-  return std::chrono::seconds(settings.stop_grace_s > 0 ? settings.stop_grace_s : kDefaultStopGraceSeconds);
+  return std::chrono::seconds(StopGraceSeconds(ParseJobSettings(settings.job_settings, "settings")));
 }
 
 void RemoveJobFolder(const AgentConfig& config, const std::string& job_id) {

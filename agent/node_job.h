@@ -8,7 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,22 +26,12 @@ struct LaunchSettings {
   std::string node;
   std::string plan_json;
   std::string model_config_json;
-  std::string data_path;
   std::string master_addr;
   int master_port = 0;
-  std::int64_t steps = 0;
   std::string precision = "fp32";
-  std::optional<double> lr, weight_decay, grad_clip;  // unset: the worker's default
-  std::int64_t warmup_steps = 0;                      // 0: none
-  std::string lr_decay;                               // empty: the worker's default (constant)
-  std::int64_t decay_steps = 0;                       // 0: the worker's default (steps)
-  std::optional<double> min_lr;                       // unset: the worker's default (lr / 10)
-  std::int64_t checkpoint_every = 0;
-  std::int64_t keep_checkpoints = 0;  // 0: every one
-  int stop_grace_s = 0;               // 0: kDefaultStopGraceSeconds
-  std::string eval_data_path;         // empty: no evaluation
-  std::int64_t eval_every = 0;
-  std::int64_t eval_samples = 0;
+  // The job's settings (LaunchRequest.settings: planner/formats/job_settings.h), as
+  // sent: CheckNodeJob checks them.
+  std::map<std::string, std::string> job_settings;
   std::int64_t trace_step = 0;  // 0: no step traced
   int timeout_s = 0;
   bool resume = false;

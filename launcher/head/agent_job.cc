@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 
@@ -15,6 +16,8 @@
 #include "launcher/head/interruption.h"
 #include "launcher/head/node_calls.h"
 #include "planner/base/run_app.h"
+#include "planner/formats/job_settings.h"
+#include "planner/formats/stop_grace.h"
 
 namespace poplar {
 namespace {
@@ -110,7 +113,10 @@ class JobStop {
     // 15 s longer than the job's stop grace (in it a rank 0 may be finishing a
     // checkpoint; agent/job.h), and 30 s at least.
     int stop_grace_s = kDefaultStopGraceSeconds;
-    for (const auto& [node, request] : requests) stop_grace_s = std::max(stop_grace_s, request.stop_grace_s());
+    for (const auto& [node, request] : requests) {
+      const std::map<std::string, std::string> texts(request.settings().begin(), request.settings().end());
+      stop_grace_s = std::max(stop_grace_s, StopGraceSeconds(ParseJobSettings(texts, "settings")));
+    }
     wait_ = std::chrono::seconds(stop_grace_s + 15);
   }
 

@@ -153,7 +153,7 @@ void StopIfInterrupted(const Interruption& interruption, const std::string& job_
 JobSpec JobOf(const LaunchOptions& options, const ClusterSpec& cluster) {
   JobSpec job = *cluster.job;
   if (options.steps > 0) {
-    job.steps = options.steps;
+    job.settings.steps = options.steps;
     // A decay over the job's steps may have none left. One that ends at them moves with
     // --steps: the worker that reads the checkpoint then warns, with the rates it changes.
     ScheduleOf(job, cluster.file, "--steps");
@@ -209,25 +209,10 @@ v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& plac
   request.set_node(node);
   request.set_plan_json(place.plan_text);
   request.set_model_config_json(place.model);
-  request.set_data_path(job.data);
   request.set_master_addr(place.master_addr);
   request.set_master_port(place.master_port);
-  request.set_steps(job.steps);
   request.set_precision(WorkerPrecisionName(cluster.precision));
-  if (job.lr) request.set_lr(*job.lr);
-  if (job.weight_decay) request.set_weight_decay(*job.weight_decay);
-  if (job.grad_clip) request.set_grad_clip(*job.grad_clip);
-  const LrScheduleSettings& schedule = job.schedule;
-  request.set_warmup_steps(schedule.warmup_steps);
-  if (schedule.decay != LrDecay::kConstant) request.set_lr_decay(LrDecayName(schedule.decay));
-  if (schedule.decay_steps) request.set_decay_steps(*schedule.decay_steps);
-  if (schedule.min_lr) request.set_min_lr(*schedule.min_lr);
-  request.set_checkpoint_every(job.checkpoint_every);
-  request.set_keep_checkpoints(job.keep_checkpoints);
-  request.set_stop_grace_s(job.stop_grace_s);
-  request.set_eval_data_path(job.eval_data);
-  request.set_eval_every(job.eval_every);
-  request.set_eval_samples(job.eval_samples);
+  for (const auto& [key, text] : JobSettingTexts(job.settings)) (*request.mutable_settings())[key] = text;
   request.set_trace_step(options.trace_step);
   request.set_timeout_s(options.timeout_s);
   request.set_resume(options.resume);
@@ -311,9 +296,9 @@ void RunLaunch(const LaunchOptions& options) {
   CheckAgentJob(cluster, agents, job_id, requests);
   StopIfInterrupted(interruption, job_id);
   std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
-            << Count(nodes_in_job.size(), "node") << ", " << Count(job.steps, "step") << "; rendezvous "
+            << Count(nodes_in_job.size(), "node") << ", " << Count(*job.settings.steps, "step") << "; rendezvous "
             << place.master_addr << ":" << place.master_port << "; run directory " << run_dir << std::endl;
-  LaunchMonitor monitor(run_dir, ranks, job.steps, options.progress_every, std::cout);
+  LaunchMonitor monitor(run_dir, ranks, *job.settings.steps, options.progress_every, std::cout);
   if (options.resume) monitor.ExpectResume(job_id);
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
   const int exit_status = outcome.signal != 0 ? 128 + outcome.signal : 1;
@@ -330,16 +315,16 @@ void RunLaunch(const LaunchOptions& options) {
     // The user's own stop is not a failure of the job's (unless one came first).
     const std::string user_stop = monitor.UserStop();
     const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
-    throw CommandFailed(
-        "job " + job_id + " " + what + "; every worker was stopped; " +
-            monitor.CheckpointsKept(job.checkpoint_every, "the agents' work directories under jobs/" + job_id +
-                                                              "/checkpoints (rank 0's node writes them)") +
-            "; logs in " + run_dir + "/logs",
-        exit_status);
+    throw CommandFailed("job " + job_id + " " + what + "; every worker was stopped; " +
+                            monitor.CheckpointsKept(job.settings.checkpoint_every.value_or(0),
+                                                    "the agents' work directories under jobs/" + job_id +
+                                                        "/checkpoints (rank 0's node writes them)") +
+                            "; logs in " + run_dir + "/logs",
+                        exit_status);
   }
   if (!summary.contains("first_loss")) {
-    std::cout << "no step was trained (the job was already at step " << job.steps << "); run directory: " << run_dir
-              << "\n";
+    std::cout << "no step was trained (the job was already at step " << *job.settings.steps
+              << "); run directory: " << run_dir << "\n";
     return;
   }
   SayWhatWasTrained(summary, prepared, run_dir);

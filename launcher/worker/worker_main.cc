@@ -7,12 +7,16 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
@@ -20,6 +24,7 @@
 #include "launcher/worker/profile_mode.h"
 #include "launcher/worker/train.h"
 #include "planner/base/run_app.h"
+#include "planner/formats/job_settings.h"
 #include "planner/formats/training_limits.h"
 
 namespace {
@@ -38,9 +43,8 @@ using poplar::NumberWhere;
 // Adam's betas, like PyTorch's: 0 <= beta < 1.
 const CLI::Validator kBelowOne = NumberWhere([](double v) { return v >= 0 && v < 1; }, "a number in [0, 1)");
 const CLI::Validator kPositive = NumberWhere([](double v) { return v > 0; }, "a positive number");
-const CLI::Validator kZeroOrMore = NumberWhere([](double v) { return v >= 0; }, "zero or a positive number");
-// Counts of steps or samples, --steps among them, as the cluster file's (2^40): a larger
-// number once became INT64_MAX silently ("9223372036854775807 is more than the 548 samples").
+// Counts of steps, bounded as the job settings' (2^40): a larger one is refused, never
+// saturated to INT64_MAX.
 const CLI::Validator kCount = poplar::WholeNumberIn(0, poplar::kMostJobSteps);
 const CLI::Validator kBytes = poplar::WholeNumberIn(0, std::int64_t{1} << 50);  // up to a pebibyte
 const CLI::Validator kSlowdown = NumberWhere([](double v) { return v >= 1 && v <= 1000; }, "a factor from 1 to 1000");
@@ -67,45 +71,64 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
       ->default_str("on");
 }
 
+template <typename T>
+constexpr bool kIsOptional = false;
+template <typename T>
+constexpr bool kIsOptional<std::optional<T>> = true;
+
+// What the worker takes for a job setting's value (planner/formats/job_settings.h).
+CLI::Validator SettingCheck(const poplar::JobSetting& setting) {
+  return std::visit(
+      [](const auto& kind) -> CLI::Validator {
+        using Kind = std::decay_t<decltype(kind)>;
+        if constexpr (std::is_same_v<Kind, poplar::CountSetting>) {
+          return poplar::WholeNumberIn(kind.low, kind.high);
+        } else if constexpr (std::is_same_v<Kind, poplar::NumberSetting>) {
+          const std::string what = kind.zero_allowed ? "zero or a positive number" : "a positive number";
+          return NumberWhere([kind](double v) { return (v > 0 || (kind.zero_allowed && v == 0)) && v <= kind.most; },
+                             std::isinf(kind.most) ? what : what + ", " + kind.most_reason);
+        } else if constexpr (std::is_same_v<Kind, poplar::ChoiceSetting>) {
+          return CLI::IsMember(kind.choices);
+        } else {
+          return CLI::ExistingFile;
+        }
+      },
+      setting.kind);
+}
+
+// The flag of the job setting `key`, bound to `target`: its name, help, check and the
+// setting it needs come from the setting's row (planner/formats/job_settings.h). A
+// setting a job must set may still have a default here (--steps: 1).
+template <typename T>
+CLI::Option* AddSettingFlag(CLI::App* command, const std::string& key, T& target) {
+  const poplar::JobSetting& setting = poplar::JobSettingNamed(key);
+  CLI::Option* option = command->add_option(setting.flag, target, setting.help)->check(SettingCheck(setting));
+  if constexpr (!kIsOptional<T>) option->capture_default_str();
+  if (!setting.needs.empty()) option->needs(command->get_option(poplar::JobSettingNamed(setting.needs).flag));
+  return option;
+}
+
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
   train->add_option("--model-config", o.model_config, "Model configuration (JSON)")
       ->required()
       ->check(CLI::ExistingFile);
-  train->add_option("--data", o.data, "Token file (uint16, poplar prepare-data)")->required()->check(CLI::ExistingFile);
-  train->add_option("--steps", o.steps, "Train until this many optimizer steps are done")
-      ->check(kCount)
-      ->capture_default_str();
+  AddSettingFlag(train, "data", o.data)->required();
+  AddSettingFlag(train, "steps", o.steps);
   train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")
       ->check(CLI::ExistingFile);
   train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
-  train->add_option("--lr", o.adamw.lr, "AdamW learning rate, at most 1e6")
-      ->check(NumberWhere([](double v) { return v > 0 && v <= poplar::kMostLearningRate; },
-                          "a positive number, at most 1e6"))
-      ->capture_default_str();
-  train
-      ->add_option("--warmup-steps", o.schedule.warmup_steps,
-                   "Raise the learning rate linearly to --lr over these steps")
-      ->check(kCount)
-      ->capture_default_str();
-  train->add_option("--lr-decay", o.lr_decay, "After the warm-up: constant, or decay to --min-lr by a cosine or a line")
-      ->check(CLI::IsMember({"constant", "cosine", "linear"}))
-      ->capture_default_str();
-  train
-      ->add_option("--decay-steps", o.schedule.decay_steps,
-                   "The decay reaches --min-lr after this step (default: --steps)")
-      ->check(poplar::WholeNumberIn(1, poplar::kMostJobSteps));
-  train->add_option("--min-lr", o.schedule.min_lr, "The decay's floor (default: --lr / 10)")->check(kZeroOrMore);
+  AddSettingFlag(train, "lr", o.adamw.lr);
+  AddSettingFlag(train, "warmup_steps", o.schedule.warmup_steps);
+  AddSettingFlag(train, "lr_decay", o.lr_decay);
+  AddSettingFlag(train, "decay_steps", o.schedule.decay_steps);
+  AddSettingFlag(train, "min_lr", o.schedule.min_lr);
   train->add_option("--beta1", o.adamw.beta1, "AdamW beta1, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--beta2", o.adamw.beta2, "AdamW beta2, in [0, 1)")->check(kBelowOne)->capture_default_str();
   train->add_option("--eps", o.adamw.eps, "AdamW epsilon")->check(kPositive)->capture_default_str();
-  train->add_option("--weight-decay", o.adamw.weight_decay, "Decoupled weight decay (2+-dimensional parameters)")
-      ->check(kZeroOrMore)
-      ->capture_default_str();
-  train->add_option("--grad-clip", o.adamw.grad_clip, "Clip the global gradient norm to this (0: off)")
-      ->check(kZeroOrMore)
-      ->capture_default_str();
+  AddSettingFlag(train, "weight_decay", o.adamw.weight_decay);
+  AddSettingFlag(train, "grad_clip", o.adamw.grad_clip);
   AddDeviceFlags(train, o.device, "GPU LOCAL_RANK of those visible");
   train
       ->add_option("--backend", o.backend,
@@ -124,26 +147,11 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       train->add_option("--checkpoint-dir", o.checkpoint_dir, "Write checkpoints here (and at the end)")
           ->check(poplar::NotEmpty());
   // Without a folder to write in they would do nothing, silently.
-  train->add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps")
-      ->check(kCount)
-      ->needs(checkpoint_dir);
-  train
-      ->add_option("--keep-checkpoints", o.keep_checkpoints,
-                   "Keep the N newest checkpoints, removing older ones (0: every one)")
-      ->check(kCount)
-      ->capture_default_str()
-      ->needs(checkpoint_dir);
-  CLI::Option* eval_data =
-      train->add_option("--eval-data", o.eval_data, "Held-out token file: its mean loss is evaluated (val_loss)")
-          ->check(CLI::ExistingFile);
-  train->add_option("--eval-every", o.eval_every, "Evaluate every N steps (0: only after the last step)")
-      ->check(kCount)
-      ->capture_default_str()
-      ->needs(eval_data);
-  train->add_option("--eval-samples", o.eval_samples, "Evaluate the first N samples of --eval-data (0: every one)")
-      ->check(kCount)
-      ->capture_default_str()
-      ->needs(eval_data);
+  AddSettingFlag(train, "checkpoint_every", o.checkpoint_every)->needs(checkpoint_dir);
+  AddSettingFlag(train, "keep_checkpoints", o.keep_checkpoints)->needs(checkpoint_dir);
+  AddSettingFlag(train, "eval_data", o.eval_data);
+  AddSettingFlag(train, "eval_every", o.eval_every);
+  AddSettingFlag(train, "eval_samples", o.eval_samples);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")
       ->check(CLI::ExistingDirectory);
   // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 initialised as 1 did.

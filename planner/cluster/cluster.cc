@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <type_traits>
+#include <variant>
 
 #include "planner/base/host_port.h"
 #include "planner/base/input_error.h"
@@ -71,88 +73,50 @@ NodeSpec ParseNode(YamlFields fields) {
   return node;
 }
 
-// A token file's path in each agent's work directory (the agents share no file system
-// with the head; each resolves it in its work_dir and refuses anything outside). Refused
-// here, before any profiling, when no agent could take it.
-std::string WorkDirFile(YamlFields& fields, const std::string& key) {
-  const std::string path = fields.String(key);
-  if (std::filesystem::path(path).is_absolute()) {
-    fields.Fail(key, "must be relative to each agent's work_dir (where the agent looks for it), got '" + path + "'");
-  }
-  const std::filesystem::path normal = std::filesystem::path(path).lexically_normal();
-  if (normal.empty() || normal == "." || *normal.begin() == "..") {
-    fields.Fail(key, "must name a file inside each agent's work_dir, got '" + path + "'");
-  }
-  return path;
-}
-
-std::optional<double> OptionalPositive(YamlFields& fields, const std::string& key, bool zero_allowed) {
-  if (!fields.Has(key)) return std::nullopt;
-  const double value = fields.Number(key);
-  if (!(value > 0 || (zero_allowed && value == 0))) {
-    fields.Fail(key, std::string(zero_allowed ? "must be zero or more" : "must be a positive number") + ", got " +
-                         fields.Child(key).Scalar());
-  }
-  return value;
-}
-
 // The job's schedule, resolved as the workers will; a refusal names the setting by its
 // key in the job section, and the job's steps by `steps` (what set them).
-LrSchedule ResolveJobSchedule(const JobSpec& job, const std::string& steps) {
-  return ResolveLrSchedule(job.schedule, job.lr.value_or(kDefaultLearningRate), job.steps,
+LrSchedule ResolveJobSchedule(const JobSettings& job, const std::string& steps) {
+  return ResolveLrSchedule(ScheduleSettingsOf(job), job.lr.value_or(kDefaultLearningRate), job.steps.value_or(0),
                            {"warmup_steps", "decay_steps", "min_lr", steps, "add lr_decay: cosine or linear"});
+}
+
+// The job section's settings (planner/formats/job_settings.h), each by its row: a value
+// of the wrong type or out of range, a missing required one or one whose `needs` is
+// absent is refused, naming its key.
+JobSettings ReadJobSettings(YamlFields& fields) {
+  JobSettings settings;
+  for (const JobSetting& setting : JobSettingTable()) {
+    const std::string& key = setting.key;
+    if (!setting.required && !fields.Has(key)) continue;
+    std::visit(
+        [&](const auto& kind) {
+          using Kind = std::decay_t<decltype(kind)>;
+          if constexpr (std::is_same_v<Kind, CountSetting>) {
+            settings.*kind.member = fields.IntegerIn(key, kind.low, kind.high, setting.what);
+          } else if constexpr (std::is_same_v<Kind, NumberSetting>) {
+            const double value = fields.Number(key);
+            if (const auto refused = Refusal(kind, value))
+              fields.Fail(key, *refused + ", got " + fields.Child(key).Scalar());
+            settings.*kind.member = value;
+          } else {
+            const std::string value = fields.String(key);
+            if (const auto refused = Refusal(kind, value)) fields.Fail(key, *refused + ", got '" + value + "'");
+            settings.*kind.member = value;
+          }
+        },
+        setting.kind);
+  }
+  if (const auto unmet = UnmetNeed(settings)) fields.Fail(unmet->first, unmet->second);
+  return settings;
 }
 
 JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
   JobSpec job;
   job.model_config = ResolveAgainst(base_folder, fields.String("model"));
-  job.data = WorkDirFile(fields, "data");
-  job.steps = fields.IntegerIn("steps", 1, kMostJobSteps, "a number of optimizer steps");
-  job.lr = OptionalPositive(fields, "lr", false);
-  if (job.lr && *job.lr > kMostLearningRate) {
-    fields.Fail("lr", "must be at most 1e6 (a larger rate only diverges), got " + fields.Child("lr").Scalar());
-  }
-  job.weight_decay = OptionalPositive(fields, "weight_decay", true);
-  job.grad_clip = OptionalPositive(fields, "grad_clip", true);
-  LrScheduleSettings& schedule = job.schedule;
-  if (fields.Has("warmup_steps")) {
-    schedule.warmup_steps = fields.IntegerIn("warmup_steps", 0, kMostJobSteps, "a number of steps");
-  }
-  if (fields.Has("lr_decay")) {
-    const std::string name = fields.String("lr_decay");
-    const std::optional<LrDecay> decay = LrDecayNamed(name);
-    if (!decay) fields.Fail("lr_decay", "must be constant, cosine or linear, got '" + name + "'");
-    schedule.decay = *decay;
-  }
-  if (fields.Has("decay_steps")) {
-    schedule.decay_steps = fields.IntegerIn("decay_steps", 1, kMostJobSteps, "a number of steps");
-  }
-  schedule.min_lr = OptionalPositive(fields, "min_lr", true);
-  if (fields.Has("checkpoint_every")) {
-    job.checkpoint_every =
-        fields.IntegerIn("checkpoint_every", 0, kMostJobSteps, "a number of steps (0: only at the end)");
-  }
-  if (fields.Has("keep_checkpoints")) {
-    job.keep_checkpoints = fields.IntegerIn("keep_checkpoints", 0, 1'000'000, "a number of checkpoints (0: every one)");
-  }
-  if (fields.Has("stop_grace_s")) {
-    job.stop_grace_s = static_cast<int>(fields.IntegerIn("stop_grace_s", 1, kMostStopGraceSeconds,
-                                                         "a number of seconds a stopped rank may take to end"));
-  }
-  if (fields.Has("eval_data")) job.eval_data = WorkDirFile(fields, "eval_data");
-  // Without a file to evaluate they would do nothing, silently.
-  for (const char* key : {"eval_every", "eval_samples"}) {
-    if (fields.Has(key) && job.eval_data.empty()) fields.Fail(key, "is for an evaluation: add eval_data");
-  }
-  if (fields.Has("eval_every")) {
-    job.eval_every = fields.IntegerIn("eval_every", 0, kMostJobSteps, "a number of steps (0: after the last only)");
-  }
-  if (fields.Has("eval_samples")) {
-    job.eval_samples = fields.IntegerIn("eval_samples", 0, std::int64_t{1} << 40, "a number of samples (0: every one)");
-  }
+  job.settings = ReadJobSettings(fields);
   fields.Finish();
   try {
-    ResolveJobSchedule(job, "steps");
+    ResolveJobSchedule(job.settings, "steps");
   } catch (const InputError& refusal) {
     fields.Fail(refusal.file(), refusal.reason());  // the key refusal names, with its line
   }
@@ -163,7 +127,7 @@ JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
 
 LrSchedule ScheduleOf(const JobSpec& job, const std::string& file, const std::string& steps_flag) {
   try {
-    return ResolveJobSchedule(job, steps_flag.empty() ? "steps" : steps_flag);
+    return ResolveJobSchedule(job.settings, steps_flag.empty() ? "steps" : steps_flag);
   } catch (const InputError& refusal) {
     if (refusal.file() == steps_flag) throw;
     throw InputError(file, "job." + refusal.file(), refusal.reason());

@@ -37,12 +37,11 @@
 
 #include "planner/base/text_file.h"
 #include "planner/cluster/credentials.h"
+#include "planner/formats/job_settings.h"
 #include "planner/formats/lr_schedule.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/network.h"
 #include "planner/formats/precision.h"
-#include "planner/formats/stop_grace.h"
-#include "planner/formats/training_limits.h"
 #include "planner/formats/worker_plan.h"
 
 namespace poplar {
@@ -62,23 +61,11 @@ struct NodeSpec {
   std::vector<DeviceGroupSpec> devices;
 };
 
-// The training job `poplar launch` runs; absent fields take the worker's defaults.
+// The training job `poplar launch` runs: its model and its settings
+// (planner/formats/job_settings.h); unset settings take the worker's defaults.
 struct JobSpec {
   std::string model_config;  // path, resolved against the cluster file's folder
-  std::string data;          // relative to each agent's work directory
-  std::int64_t steps = 0;    // 1..kMostJobSteps
-  std::optional<double> lr, weight_decay, grad_clip;
-  LrScheduleSettings schedule;        // the learning rate's (planner/formats/lr_schedule.h); see ScheduleOf
-  std::int64_t checkpoint_every = 0;  // 0: only at the end
-  std::int64_t keep_checkpoints = 0;  // the newest N stay; 0: every one
-  // How long a stopped rank may take to end before its agent SIGKILLs it (stop_grace.h):
-  // rank 0 first finishes a checkpoint in flight, which for a large model takes a while.
-  int stop_grace_s = kDefaultStopGraceSeconds;
-  // A held-out evaluation (the worker's --eval-data, --eval-every, --eval-samples):
-  // eval_data relative to each agent's work directory, as data; empty: none.
-  std::string eval_data;
-  std::int64_t eval_every = 0;    // 0: after the last step only
-  std::int64_t eval_samples = 0;  // 0: every sample of eval_data
+  JobSettings settings;      // data and steps are set
 };
 
 // The schedule the workers will follow (ResolveLrSchedule, as the worker resolves it).

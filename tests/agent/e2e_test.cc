@@ -951,7 +951,7 @@ TEST_F(TwoAgents, OneNodesRefusalStartsNoWorkerOnAnyNode) {
   const auto refused = Poplar(
       {"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "refused", "--job-id", "refused", "--steps", "2"});
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_TRUE(ContainsAll(refused.err, {"job refused was not started: node 'b'", "refused the launch", "data_path",
+  EXPECT_TRUE(ContainsAll(refused.err, {"job refused was not started: node 'b'", "refused the launch", "settings.data",
                                         "no worker was started on any node"}))
       << refused.err;
   EXPECT_FALSE(Contains(refused.err, "node 'a'")) << refused.err;
@@ -977,10 +977,10 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
     request.set_node("a");
     request.set_plan_json(ReadTextFile(WritePlan()));
     request.set_model_config_json(ReadTextFile(POPLAR_SOURCE_DIR "/configs/models/gpt-tiny.json"));
-    request.set_data_path(data);
     request.set_master_addr("127.0.0.1");
     request.set_master_port(poplar::FindFreePort());
-    request.set_steps(1);
+    (*request.mutable_settings())["data"] = data;
+    (*request.mutable_settings())["steps"] = "1";
     return request;
   };
   auto launch = [&](const std::string& job_id, const std::string& data) {
@@ -997,7 +997,7 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   for (const std::string data : {"../../creds/token", "/etc/passwd", "etc-link/passwd"}) {
     const auto status = launch("escape", data);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << data;
-    EXPECT_TRUE(Contains(status.error_message(), "data_path")) << status.error_message();
+    EXPECT_TRUE(Contains(status.error_message(), "settings.data")) << status.error_message();
   }
   const auto bad_id = launch("../../outside", "tokens.bin");
   EXPECT_EQ(bad_id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -1013,7 +1013,7 @@ TEST_F(TwoAgents, RequestsNamingPathsOutsideTheWorkDirectoryAreRefused) {
   v1::CheckLaunchResponse response;
   const auto escaping = check("/etc/passwd", &response);
   EXPECT_EQ(escaping.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_TRUE(Contains(escaping.error_message(), "data_path")) << escaping.error_message();
+  EXPECT_TRUE(Contains(escaping.error_message(), "settings.data")) << escaping.error_message();
   const auto fine = check("tokens.bin", &response);
   ASSERT_TRUE(fine.ok()) << fine.error_message();
   ASSERT_EQ(response.devices_size(), 1);

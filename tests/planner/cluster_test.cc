@@ -264,8 +264,8 @@ TEST(ClusterFile, RejectsAnAgentWithoutAPort) {
 TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   const ClusterSpec cluster = ParseClusterYaml(std::string(kValidCluster) + kJob, kFile);
   ASSERT_TRUE(cluster.job.has_value());
-  EXPECT_EQ(cluster.job->steps, 10);
-  EXPECT_FALSE(cluster.job->lr.has_value());
+  EXPECT_EQ(cluster.job->settings.steps, 10);
+  EXPECT_FALSE(cluster.job->settings.lr.has_value());
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 0"), "job.steps",
                  "optimizer steps from 1 to 1099511627776, got 0 (line");
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, lr: -1"), "job.lr",
@@ -282,7 +282,7 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
                  "unknown key");
   EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, keep_checkpoints: 3"),
                              kFile)
-                .job->keep_checkpoints,
+                .job->settings.keep_checkpoints,
             3);
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, keep_checkpoints: -1"),
                  "job.keep_checkpoints", "a number of checkpoints (0: every one) from 0 to 1000000, got -1");
@@ -304,7 +304,7 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   ExpectRejected(with_job("lr_decay: linear, min_lr: 1e-3"), "job.min_lr",
                  "must be from 0 to the peak learning rate (0.0006), got 0.001");
   JobSpec overridden = scheduled;
-  overridden.steps = 2;  // `poplar launch --steps 2`
+  overridden.settings.steps = 2;  // `poplar launch --steps 2`
   try {
     ScheduleOf(overridden, "cluster.yaml", "--steps");
     ADD_FAILURE() << "no error";
@@ -312,10 +312,10 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
     EXPECT_TRUE(Contains(error.what(), "--steps: is 2, not more than the 2 warm-up steps")) << error.what();
   }
   // The stop grace: 30 s unless given, a whole number of seconds from 1 to an hour.
-  EXPECT_EQ(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->stop_grace_s, 30);
+  EXPECT_EQ(StopGraceSeconds(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->settings), 30);
   EXPECT_EQ(
       ParseClusterYaml(std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: 120"), kFile)
-          .job->stop_grace_s,
+          .job->settings.stop_grace_s,
       120);
   const auto with_grace = [](const std::string& grace) {
     return std::string(kValidCluster) + Replaced(kJob, "steps: 10", "steps: 10, stop_grace_s: " + grace);
@@ -327,10 +327,10 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   // The held-out evaluation: its counts need its file.
   const JobSpec evaluated =
       *ParseClusterYaml(with_job("eval_data: valid.bin, eval_every: 100, eval_samples: 64"), kFile).job;
-  EXPECT_EQ(evaluated.eval_data, "valid.bin");  // relative to each agent's work directory
-  EXPECT_EQ(evaluated.eval_every, 100);
-  EXPECT_EQ(evaluated.eval_samples, 64);
-  EXPECT_TRUE(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->eval_data.empty());
+  EXPECT_EQ(evaluated.settings.eval_data, "valid.bin");  // relative to each agent's work directory
+  EXPECT_EQ(evaluated.settings.eval_every, 100);
+  EXPECT_EQ(evaluated.settings.eval_samples, 64);
+  EXPECT_FALSE(ParseClusterYaml(std::string(kValidCluster) + kJob, kFile).job->settings.eval_data.has_value());
   ExpectRejected(with_job("eval_every: 100"), "job.eval_every", "is for an evaluation: add eval_data");
   ExpectRejected(with_job("eval_samples: 64"), "job.eval_samples", "is for an evaluation: add eval_data");
   ExpectRejected(with_job("eval_data: valid.bin, eval_every: -1"), "job.eval_every", "got -1");
@@ -341,7 +341,8 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "data: tokens.bin", "data: ../tokens.bin"), "job.data",
                  "must name a file inside each agent's work_dir, got '../tokens.bin'");
   ExpectRejected(with_job("eval_data: sub/../../valid.bin"), "job.eval_data", "must name a file inside");
-  EXPECT_EQ(ParseClusterYaml(with_job("eval_data: sub/../valid.bin"), kFile).job->eval_data, "sub/../valid.bin");
+  EXPECT_EQ(ParseClusterYaml(with_job("eval_data: sub/../valid.bin"), kFile).job->settings.eval_data,
+            "sub/../valid.bin");
 }
 
 TEST(ClusterFile, RejectsMalformedYaml) {

@@ -1,0 +1,69 @@
+// Every job setting reaches the worker: the flags the agent passes for a job that sets
+// them all (planner/formats/job_settings.h) are flags `poplar-worker train` takes, and
+// each does what its setting says. A real process.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "planner/formats/job_settings.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
+  ScratchDir scratch{"poplar_job_setting_flags"};
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  WriteTokens(scratch, 1000, "eval.bin", "a stitch in time saves nine, said one of them");
+  const std::map<std::string, std::string> texts = {{"data", "tokens.bin"},    {"steps", "4"},
+                                                    {"lr", "0.002"},           {"weight_decay", "0"},
+                                                    {"grad_clip", "0.5"},      {"warmup_steps", "2"},
+                                                    {"lr_decay", "linear"},    {"decay_steps", "4"},
+                                                    {"min_lr", "0.0002"},      {"checkpoint_every", "1"},
+                                                    {"keep_checkpoints", "2"}, {"stop_grace_s", "60"},
+                                                    {"eval_data", "eval.bin"}, {"eval_every", "2"},
+                                                    {"eval_samples", "8"}};
+  ASSERT_EQ(texts.size(), JobSettingTable().size()) << "a setting this test does not set";
+  const std::vector<std::string> flags =
+      WorkerFlags(ParseJobSettings(texts, "settings"),
+                  [&](const std::string&, const std::string& path) { return scratch.path() + "/" + path; });
+  std::vector<std::string> args = {"train",
+                                   "--plan",
+                                   WritePlan(scratch, "plan.json", 1, {{4}}),
+                                   "--model-config",
+                                   scratch.path() + "/model.json",
+                                   "--log-every",
+                                   "0",
+                                   "--timeout",
+                                   "60",
+                                   "--metrics",
+                                   "metrics.jsonl",
+                                   "--checkpoint-dir",
+                                   scratch.path() + "/checkpoints"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const JobOutcome job = RunJob(scratch, 1, args);
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+
+  std::vector<nlohmann::json> records;
+  for (const std::string& line : ReadLines(scratch.path() + "/metrics.jsonl")) {
+    records.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(records.size(), 4u);  // steps
+  // warmup_steps 2 to lr 0.002, then a line to min_lr 0.0002 at step decay_steps + 1.
+  EXPECT_DOUBLE_EQ(records[0]["lr"].get<double>(), 0.001);
+  EXPECT_DOUBLE_EQ(records[1]["lr"].get<double>(), 0.002);
+  EXPECT_DOUBLE_EQ(records[3]["lr"].get<double>(), 0.0011);
+  EXPECT_FALSE(records[0].contains("val_loss"));  // eval_every 2 over eval_data
+  EXPECT_TRUE(records[1].contains("val_loss")) << records[1];
+  EXPECT_TRUE(records[3].contains("val_loss")) << records[3];
+  int kept = 0;  // checkpoint_every 1, keep_checkpoints 2
+  for (const auto& entry : std::filesystem::directory_iterator(scratch.path() + "/checkpoints")) {
+    kept += entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0;
+  }
+  EXPECT_EQ(kept, 2);
+}
+
+}  // namespace
+}  // namespace poplar::testing
