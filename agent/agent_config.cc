@@ -60,7 +60,7 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
   config.file = path;
   config.listen = fields.String("listen");
   if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
-  config.credentials = ParseCredentials(fields.Map("credentials"), base);
+  config.credentials = ParseCredentials(fields.Map("credentials"), base, CredentialsOf::kAgent);
   config.work_dir = AbsoluteFolder(fields, "work_dir", fields.String("work_dir"), base);
   const std::string cache =
       fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());

@@ -2,7 +2,7 @@
 // the cluster, where it works, and which devices it offers (docs/formats.md):
 //
 //   listen: 127.0.0.1:7150          # host:port to bind; the agent binds nowhere else
-//   credentials: {ca: ca.pem, cert: agent.pem, key: agent.key, token: token}
+//   credentials: {ca: ca.pem, cert: nodes/a.pem, key: nodes/a.key, token: token, crl: crl}
 //   work_dir: /var/lib/poplar/work  # jobs/<id>/ and the token files requests name
 //   cache_dir: /var/lib/poplar/cache  # optional; default <work_dir>/../cache
 //   worker: /usr/local/bin/poplar-worker  # optional; default: next to poplar-agent

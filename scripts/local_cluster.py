@@ -74,7 +74,8 @@ def prepare(fresh=True):
     os.makedirs(OUT, exist_ok=True)
     credentials = os.path.join(OUT, "credentials")
     if not os.path.exists(os.path.join(credentials, "token")):
-        run([os.path.join(ROOT, "scripts", "make-cluster-credentials"), credentials], stdout=subprocess.DEVNULL)
+        nodes = [arg for name, (host, _) in AGENTS.items() for arg in ("--node", f"{name}={host}")]
+        run([os.path.join(ROOT, "scripts", "make-cluster-credentials"), credentials] + nodes, stdout=subprocess.DEVNULL)
     files = ("tokens.bin", "eval.bin")  # the cluster file's job.data and job.eval_data
     if not all(os.path.exists(os.path.join(OUT, name)) for name in files):
         for text, name in zip(corpora(), files):

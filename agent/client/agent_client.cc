@@ -59,6 +59,19 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
                               message.substr(handshake),
                           AgentError::Kind::kTlsHandshake);
       }
+      // Its certificate is the CA's but names other hosts: another node's certificate
+      // (each node's names the hosts it is dialled at), or an agent posing as this node.
+      const auto peer_name = lower.find("is not in peer certificate");
+      if (peer_name != std::string::npos) {
+        const std::string host = address_.substr(0, address_.rfind(':'));
+        return AgentError(node_,
+                          "the agent at " + address_ + " serves a certificate that does not name " + host +
+                              ": is it node '" + node_ +
+                              "'s (its nodes/NAME.pem from scripts/make-cluster-credentials names the hosts it is "
+                              "dialled at)? gRPC: " +
+                              message,
+                          AgentError::Kind::kTlsHandshake);
+      }
       // The connection was made and then closed before any call (under TLS 1.3 an agent
       // checks the head's certificate after the head has finished its side): the agent
       // refused our certificate. Not "unreachable": something listens there.

@@ -7,6 +7,7 @@
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
 
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -73,6 +74,17 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
 
   std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
   for (const Certificate& authority : authorities) X509_STORE_add_cert(store.get(), authority.get());
+  if (!paths.crl.empty()) {  // the list the agent's TLS checks callers against; its own certificate too
+    if (!std::filesystem::is_directory(paths.crl)) {
+      throw InputError(source, "credentials.crl",
+                       paths.crl + " is not a folder (scripts/make-cluster-credentials writes crl/)");
+    }
+    X509_LOOKUP* lookup = X509_STORE_add_lookup(store.get(), X509_LOOKUP_hash_dir());
+    if (lookup == nullptr || X509_LOOKUP_add_dir(lookup, paths.crl.c_str(), X509_FILETYPE_PEM) != 1) {
+      throw std::runtime_error("OpenSSL could not read the folder " + paths.crl);
+    }
+    X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK);
+  }
   struct StackFree {  // the stack only: the certificates stay `own`'s
     void operator()(STACK_OF(X509) * stack) const { sk_X509_free(stack); }
   };
@@ -91,6 +103,19 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
     const int error = X509_STORE_CTX_get_error(context.get());
     const int depth = X509_STORE_CTX_get_error_depth(context.get());  // 0: the leaf; above: a CA
     ERR_clear_error();
+    if (error == X509_V_ERR_UNABLE_TO_GET_CRL || error == X509_V_ERR_CRL_HAS_EXPIRED ||
+        error == X509_V_ERR_CRL_SIGNATURE_FAILURE || error == X509_V_ERR_CRL_NOT_YET_VALID) {
+      throw InputError(source, "credentials.crl",
+                       paths.crl + " holds no valid revocation list of the CA in credentials.ca (OpenSSL: " +
+                           X509_verify_cert_error_string(error) +
+                           "); copy the cluster's crl/ folder, which scripts/make-cluster-credentials writes");
+    }
+    if (error == X509_V_ERR_CERT_REVOKED) {
+      throw InputError(source, "credentials.cert",
+                       paths.cert +
+                           " is revoked (the list in credentials.crl says so): this node needs a new "
+                           "certificate (scripts/make-cluster-credentials DIR --add-node NAME)");
+    }
     if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
       throw InputError(source, "credentials.ca",
                        paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
@@ -103,11 +128,12 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
                            " certificates (its extended key usage)" + renew);
     }
     if (error == X509_V_ERR_INVALID_PURPOSE) {
-      throw InputError(source, "credentials.cert",
-                       paths.cert + " is not meant for " +
-                           (role == CertificateRole::kAgent ? "an agent (it lacks serverAuth; agent.pem has it)"
-                                                            : "the head (it lacks clientAuth; head.pem has it)") +
-                           ": the other side would refuse it");
+      throw InputError(
+          source, "credentials.cert",
+          paths.cert + " is not meant for " +
+              (role == CertificateRole::kAgent ? "an agent (it lacks serverAuth; a node's nodes/NAME.pem has it)"
+                                               : "the head (it lacks clientAuth; head.pem has it)") +
+              ": the other side would refuse it");
     }
     const bool unsigned_by_ca =
         error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||

@@ -2,9 +2,13 @@
 
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_builder.h>
 
 #include <iostream>
+#include <vector>
 
 #include "agent/rpc/certificate_check.h"
 #include "agent/rpc/grpc_log.h"
@@ -81,6 +85,23 @@ class TokenPlugin : public grpc::MetadataCredentialsPlugin {
   const std::string value_;
 };
 
+// The agent's TLS: its certificate, callers' certificates signed by the CA, with the
+// client purpose, and not on the CA's revocation list when there is one (paths.crl).
+std::shared_ptr<grpc::ServerCredentials> AgentTls(const CredentialPaths& paths, const std::string& source) {
+  namespace tls = grpc::experimental;
+  auto provider = std::make_shared<tls::StaticDataCertificateProvider>(
+      ReadCredential(paths.ca, source, "ca"),
+      std::vector<tls::IdentityKeyCertPair>{
+          {ReadCredential(paths.key, source, "key"), ReadCredential(paths.cert, source, "cert")}});
+  tls::TlsServerCredentialsOptions options(provider);
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  if (!paths.crl.empty()) options.set_crl_directory(paths.crl);
+  return tls::TlsServerCredentials(options);
+}
+
+// A server's TLS from the three files, for checking that they serve (CheckTlsFilesServe).
 std::shared_ptr<grpc::ServerCredentials> ServerTls(const CredentialPaths& paths, const std::string& source) {
   grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
@@ -124,8 +145,8 @@ void CheckOwnFiles(const std::shared_ptr<grpc::ServerCredentials>& tls, const Cr
 
 std::shared_ptr<grpc::ServerCredentials> AgentServerCredentials(const CredentialPaths& paths, const std::string& source,
                                                                 const std::string& speaker) {
-  auto credentials = ServerTls(paths, source);
-  CheckOwnFiles(credentials, paths, source, speaker, CertificateRole::kAgent);
+  CheckOwnFiles(ServerTls(paths, source), paths, source, speaker, CertificateRole::kAgent);
+  auto credentials = AgentTls(paths, source);
   credentials->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(Token(paths, source)));
   return credentials;
 }

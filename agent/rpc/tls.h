@@ -1,9 +1,11 @@
 // gRPC credentials from a cluster's credential files (planner/cluster/credentials.h).
 //
 // Server (agent): TLS with the agent's certificate; the caller must present a client
-// certificate signed by the cluster's CA, and every call must carry the header
+// certificate (clientAuth) signed by the cluster's CA and not on its revocation list
+// (credentials.crl, when given), and every call must carry the header
 // `authorization: Bearer <token>`, checked in constant time before any handler runs.
-// Client (head node): TLS trusting only the cluster's CA, presenting the head's
+// Client (head node): TLS trusting only the cluster's CA and an agent certificate that
+// names the host dialled (each node's names its own), presenting the head's
 // certificate, and adding the token to every call.
 #pragma once
 

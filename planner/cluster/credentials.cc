@@ -6,12 +6,15 @@
 
 namespace poplar {
 
-CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder) {
+CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder, CredentialsOf whose) {
   CredentialPaths paths;
   paths.ca = ResolveAgainst(base_folder, fields.String("ca"));
   paths.cert = ResolveAgainst(base_folder, fields.String("cert"));
   paths.key = ResolveAgainst(base_folder, fields.String("key"));
   paths.token = ResolveAgainst(base_folder, fields.String("token"));
+  if (whose == CredentialsOf::kAgent && fields.Has("crl")) {
+    paths.crl = ResolveAgainst(base_folder, fields.String("crl"));
+  }
   fields.Finish();
   return paths;
 }

@@ -46,13 +46,13 @@ def write_files(folder, setup, worker, port, train_data, held_out):
     shutil.copyfile(train_data, os.path.join(work, "train.bin"))
     shutil.copyfile(held_out, os.path.join(work, "eval.bin"))
     credentials = {name: os.path.join(CREDENTIALS, name) for name in
-                   ("ca.pem", "agent.pem", "agent.key", "head.pem", "head.key", "token")}
+                   ("ca.pem", "nodes/gpu.pem", "nodes/gpu.key", "head.pem", "head.key", "token", "crl")}
     devices = ("gpus: none\nemulated:\n  - {type: " + setup.device_type +
                ", count: 1, threads: 2, slowdown: 1.0, memory_mib: 256}\n") if setup.dry_run else "gpus: auto\n"
     with open(os.path.join(folder, "agent.yaml"), "w") as f:
         f.write(f"listen: 127.0.0.1:{port}\n"
-                f"credentials: {{ca: {credentials['ca.pem']}, cert: {credentials['agent.pem']}, "
-                f"key: {credentials['agent.key']}, token: {credentials['token']}}}\n"
+                f"credentials: {{ca: {credentials['ca.pem']}, cert: {credentials['nodes/gpu.pem']}, "
+                f"key: {credentials['nodes/gpu.key']}, token: {credentials['token']}, crl: {credentials['crl']}}}\n"
                 f"work_dir: {work}\ncache_dir: {os.path.join(folder, 'cache')}\nworker: {worker}\n" + devices)
     model = os.path.join(ROOT, "configs", "models", "gpt-tiny.json" if setup.dry_run else "gpt2-small.json")
     cluster = os.path.join(folder, "cluster.yaml")

@@ -63,8 +63,9 @@ class TwoAgents : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string& root = dir_.path();
-    const auto made =
-        RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root);
+    const auto made = RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds",
+                                          "--node", "a=127.0.0.1", "--node", "b=127.0.0.1"}),
+                                 root);
     ASSERT_EQ(made.exit_code, 0) << made.err;
     // A repeated sentence: the tiny GPT learns it quickly, so the loss visibly falls.
     std::string text;
@@ -75,20 +76,21 @@ class TwoAgents : public ::testing::Test {
       std::ofstream tokens(work + "/tokens.bin", std::ios::binary);
       for (unsigned char c : text) tokens.put(static_cast<char>(c)).put(0);
       tokens.close();
-      const std::string config = dir_.Write(
-          spec.node + ".yaml",
-          "listen: 127.0.0.1:0\n"
-          "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
-          "work_dir: " +
-              spec.node +
-              "/work\n"
-              "worker: " +
-              worker_ +
-              "\n"
-              "gpus: none\n"
-              "emulated:\n  - {type: " +
-              spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
-              ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
+      const std::string config = dir_.Write(spec.node + ".yaml",
+                                            "listen: 127.0.0.1:0\n"
+                                            "credentials: {ca: creds/ca.pem, cert: creds/nodes/" +
+                                                spec.node + ".pem, key: creds/nodes/" + spec.node +
+                                                ".key, token: creds/token, crl: creds/crl}\n"
+                                                "work_dir: " +
+                                                spec.node +
+                                                "/work\n"
+                                                "worker: " +
+                                                worker_ +
+                                                "\n"
+                                                "gpus: none\n"
+                                                "emulated:\n  - {type: " +
+                                                spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
+                                                ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
       ChildOptions options;
       options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/" + spec.node + ".port"};
       options.stderr_path = root + "/" + spec.node + ".log";
@@ -892,7 +894,7 @@ TEST_F(TwoAgents, CallersWithoutTheTokenOrTheCertificateAreRefused) {
   // A head key that is not its certificate's is named as such, not as "agent
   // unreachable ... empty address list".
   std::string yaml = ReadTextFile(WriteCluster("cluster.yaml", "creds/token", ""));
-  yaml.replace(yaml.find("creds/head.key"), 14, "creds/agent.key");
+  yaml.replace(yaml.find("creds/head.key"), 14, "creds/nodes/a.key");
   const auto wrong_key = Poplar({"status", dir_.Write("wrong-key.yaml", yaml)});
   EXPECT_EQ(wrong_key.exit_code, 1);
   EXPECT_TRUE(ContainsAll(
@@ -1029,15 +1031,18 @@ class FakeGpuAgent {
  public:
   FakeGpuAgent(const std::string& name, std::map<std::string, std::string> env) : dir_(name) {
     const std::string& root = dir_.path();
-    EXPECT_EQ(
-        RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root).exit_code,
-        0);
+    EXPECT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds", "--node",
+                                  "gpu=127.0.0.1"}),
+                         root)
+                  .exit_code,
+              0);
     fs::create_directories(root + "/work");
     dir_.Write("work/tokens.bin", std::string(4000, 'a'));
     const std::string config =
         dir_.Write("agent.yaml",
                    "listen: 127.0.0.1:0\n"
-                   "credentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: creds/agent.key, token: creds/token}\n"
+                   "credentials: {ca: creds/ca.pem, cert: creds/nodes/gpu.pem, key: creds/nodes/gpu.key, token: "
+                   "creds/token}\n"
                    "work_dir: work\nworker: " POPLAR_WORKER_BINARY
                    "\ngpus: auto\n"
                    "nvml_library: " FAKE_NVML_LIBRARY "\n");
@@ -1115,13 +1120,16 @@ TEST(GpuNode, TheAgentOffersItsGpusAndRefusesOnesInUseOutsidePoplar) {
 TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedOf) {
   ScratchDir dir("certificates");
   const std::string& root = dir.path();
-  ASSERT_EQ(
-      RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds"}), root).exit_code, 0);
+  ASSERT_EQ(RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", root + "/creds", "--node",
+                                "a=127.0.0.1"}),
+                       root)
+                .exit_code,
+            0);
   // Certificates for the agent's key, signed by the cluster's CA, valid for `days`
   // (-1: it expired yesterday).
   auto sign = [&](const std::string& name, const std::string& days) {
     const std::string c = root + "/creds/";
-    const auto request = RunProcess(Command({"/usr/bin/openssl", "req", "-new", "-key", c + "agent.key", "-subj",
+    const auto request = RunProcess(Command({"/usr/bin/openssl", "req", "-new", "-key", c + "nodes/a.key", "-subj",
                                              "/CN=poplar-agent", "-out", root + "/" + name + ".csr"}),
                                     root);
     ASSERT_EQ(request.exit_code, 0) << request.err;
@@ -1154,7 +1162,7 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
   auto agent_file = [&](const std::string& cert) {
     return dir.Write("agent.yaml",
                      "listen: 127.0.0.1:0\ncredentials: {ca: creds/ca.pem, cert: creds/" + cert +
-                         ", key: creds/agent.key, token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
+                         ", key: creds/nodes/a.key, token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
                          "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, "
                          "memory_mib: 16}\n");
   };
@@ -1171,7 +1179,7 @@ TEST(Credentials, ExpiredCertificatesAreRefusedAtStartAndSoonExpiringOnesWarnedO
       dir.Write("cluster.yaml",
                 "name: c\ntraining: {global_batch: 8, precision: fp32}\n"
                 "network:\n  inter_node: {bandwidth_gbps: 20, latency_us: 30}\n"
-                "credentials: {ca: creds/ca.pem, cert: creds/soon.pem, key: creds/agent.key, token: creds/token}\n"
+                "credentials: {ca: creds/ca.pem, cert: creds/soon.pem, key: creds/nodes/a.key, token: creds/token}\n"
                 "nodes:\n  - {name: a, host: 127.0.0.1, agent: \"127.0.0.1:" +
                     std::to_string(poplar::FindFreePort()) + "\", devices: [{type: emu, count: 1}]}\n");
   const auto soon = RunProcess(Command({POPLAR_BINARY, "status", cluster}), root, std::chrono::seconds(60));
@@ -1280,18 +1288,102 @@ TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
   EXPECT_FALSE(Contains(ReadWholeFile(root + "/launch.out"), "launching job")) << ReadWholeFile(root + "/launch.out");
 }
 
+// One certificate per node (scripts/make-cluster-credentials --node): a node's key lets
+// it serve as that node only. With node a's certificate and the token, no other agent
+// can be called (the certificate is a server's, not a client's); the head refuses an
+// agent whose certificate names another host than the one it dials; an agent refuses
+// the head's certificate once the CA's revocation list has it.
+TEST(Credentials, ANodesCertificateServesAsThatNodeOnly) {
+  ScratchDir dir("per-node");
+  const std::string& root = dir.path();
+  const std::string make = POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials";
+  const auto made = RunProcess(Command({make, root + "/creds", "--node", "a=127.0.0.1", "--node", "b=127.0.0.1",
+                                        "--node", "elsewhere=10.9.9.9"}),
+                               root);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  auto start = [&](const std::string& node) {
+    fs::create_directories(root + "/" + node);
+    const std::string config = dir.Write(
+        node + ".yaml",
+        "listen: 127.0.0.1:0\ncredentials: {ca: creds/ca.pem, cert: creds/nodes/" + node + ".pem, key: creds/nodes/" +
+            node + ".key, token: creds/token, crl: creds/crl}\nwork_dir: " + node +
+            "\nworker: " POPLAR_WORKER_BINARY "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, memory_mib: 16}\n");
+    const std::string port_file = root + "/" + node + ".port";
+    fs::remove(port_file);
+    ChildOptions options;
+    options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", port_file};
+    options.stderr_path = root + "/" + node + ".log";
+    agents.push_back(std::make_unique<ChildProcess>(options));
+    for (int i = 0; i < 300 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(fs::exists(port_file)) << ReadWholeFile(root + "/" + node + ".log");
+    return fs::exists(port_file) ? std::stoi(ReadTextFile(port_file)) : 0;
+  };
+  auto status = [&](int port, const std::string& head) {
+    const std::string cluster = dir.Write("cluster.yaml",
+                                          "name: c\ntraining: {global_batch: 8, precision: fp32}\n"
+                                          "credentials: {ca: creds/ca.pem, cert: " +
+                                              head + ".pem, key: " + head +
+                                              ".key, token: creds/token}\n"
+                                              "nodes:\n  - {name: n, host: 127.0.0.1, agent: \"127.0.0.1:" +
+                                              std::to_string(port) + "\", devices: [{type: emu, count: 1}]}\n");
+    return RunProcess(Command({POPLAR_BINARY, "status", cluster}), root, std::chrono::seconds(60));
+  };
+  const std::string c = root + "/creds/";
+  const std::string token = ReadToken(c + "token");
+  const int a = start("a");
+  const int b = start("b");
+  EXPECT_TRUE(Describe(*Stub(b, c + "ca.pem", c + "head.key", c + "head.pem", token)).ok());
+  const auto as_node_a = Describe(*Stub(b, c + "ca.pem", c + "nodes/a.key", c + "nodes/a.pem", token));
+  EXPECT_FALSE(as_node_a.ok()) << "agent b obeyed node a's certificate";
+  EXPECT_EQ(status(a, "creds/head").exit_code, 0);
+
+  // An agent serving node elsewhere's certificate at 127.0.0.1, where the head dials node n.
+  const auto impostor = status(start("elsewhere"), "creds/head");
+  EXPECT_EQ(impostor.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(impostor.out, {"DOWN", "does not name 127.0.0.1"})) << impostor.out;
+
+  // The head's certificate revoked: agents started with the new list refuse it, and take
+  // the head's new one.
+  fs::copy_file(c + "head.pem", root + "/old-head.pem");
+  fs::copy_file(c + "head.key", root + "/old-head.key");
+  const auto revoked = RunProcess(Command({make, root + "/creds", "--revoke", "head"}), root);
+  ASSERT_EQ(revoked.exit_code, 0) << revoked.err;
+  ASSERT_EQ(RunProcess(Command({make, root + "/creds", "--new-head"}), root).exit_code, 0);
+  for (auto& agent : agents) agent->Signal(SIGTERM);
+  for (auto& agent : agents) agent->Wait(std::chrono::seconds(30));
+  const int restarted = start("a");
+  const auto old_head = status(restarted, "old-head");
+  EXPECT_EQ(old_head.exit_code, 1);
+  EXPECT_TRUE(Contains(old_head.out, "DOWN")) << old_head.out;
+  const auto new_head = status(restarted, "creds/head");
+  EXPECT_EQ(new_head.exit_code, 0) << new_head.out << new_head.err;
+
+  // An agent's list must be its CA's: a folder without one is named when it starts.
+  fs::create_directories(root + "/empty-crl");
+  std::string config = ReadTextFile(root + "/a.yaml");
+  config.replace(config.find("crl: creds/crl"), 14, "crl: empty-crl");
+  config.replace(config.find("work_dir: a"), 11, "work_dir: b");  // a's is held by the agent above
+  const auto no_list = RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("no-list.yaml", config)}), root,
+                                  std::chrono::seconds(60));
+  EXPECT_EQ(no_list.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(no_list.err, {"no-list.yaml: credentials.crl", "holds no valid revocation list"}))
+      << no_list.err;
+}
+
 // An agent that cannot serve says which key of its file is at fault: a port out of range
 // (gRPC would listen on it modulo 65536), or credentials whose key is not the
 // certificate's (not `listen`).
 TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   ScratchDir dir("agent-start");
-  const auto made =
-      RunProcess(Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir.path() + "/creds"}), dir.path());
+  const auto made = RunProcess(
+      Command({POPLAR_SOURCE_DIR "/scripts/make-cluster-credentials", dir.path() + "/creds", "--node", "a=127.0.0.1"}),
+      dir.path());
   ASSERT_EQ(made.exit_code, 0) << made.err;
   fs::create_directories(dir.path() + "/work");
   auto write = [&](const std::string& listen, const std::string& key) {
     return dir.Write("agent.yaml", "listen: " + listen +
-                                       "\ncredentials: {ca: creds/ca.pem, cert: creds/agent.pem, key: " + key +
+                                       "\ncredentials: {ca: creds/ca.pem, cert: creds/nodes/a.pem, key: " + key +
                                        ", token: creds/token}\nwork_dir: work\nworker: " POPLAR_WORKER_BINARY
                                        "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, memory_mib: 16}\n");
   };
@@ -1299,7 +1391,7 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
     const std::string config = write(listen, key);
     return RunProcess(Command({POPLAR_AGENT_BINARY, "--config", config}), dir.path(), std::chrono::seconds(60));
   };
-  const auto port = start("127.0.0.1:99999", "creds/agent.key");
+  const auto port = start("127.0.0.1:99999", "creds/nodes/a.key");
   EXPECT_EQ(port.exit_code, 1);
   EXPECT_TRUE(ContainsAll(port.err, {"agent.yaml", "listen", "port must be a number from 0", "'99999'"})) << port.err;
   const auto key = start("127.0.0.1:0", "creds/head.key");  // another certificate's key
@@ -1311,14 +1403,14 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   // gRPC's reason is in the one line, not in log lines before it.
   EXPECT_TRUE(poplar::testing::IsOneLine(key.err)) << key.err;
   // An emulated type the cluster files refuse could never be used: refused here too.
-  std::string dots = ReadTextFile(write("127.0.0.1:0", "creds/agent.key"));
+  std::string dots = ReadTextFile(write("127.0.0.1:0", "creds/nodes/a.key"));
   dots.replace(dots.find("type: emu"), 9, "type: ..");
   const auto bad_type =
       RunProcess(Command({POPLAR_AGENT_BINARY, "--config", dir.Write("dots.yaml", dots)}), dir.path());
   EXPECT_EQ(bad_type.exit_code, 1);
   EXPECT_TRUE(ContainsAll(bad_type.err, {"emulated[0].type", "must be a plain name", "got '..'"})) << bad_type.err;
   // A worker that is not poplar-worker is refused (coreutils' true answers --version too).
-  std::string config = ReadTextFile(write("127.0.0.1:0", "creds/agent.key"));
+  std::string config = ReadTextFile(write("127.0.0.1:0", "creds/nodes/a.key"));
   config.replace(config.find("worker: "), config.find('\n', config.find("worker: ")) - config.find("worker: "),
                  "worker: /bin/true");
   const auto not_worker =
@@ -1333,7 +1425,7 @@ TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   EXPECT_TRUE(Contains(flag.err, "--bogus")) << flag.err;
   // --port-file never replaces what the agent reads (its own agent file, the cluster's
   // token), and is refused before it listens.
-  const std::string agent_file = write("127.0.0.1:0", "creds/agent.key");
+  const std::string agent_file = write("127.0.0.1:0", "creds/nodes/a.key");
   const std::string agent_text = ReadTextFile(agent_file);
   const std::string token_text = ReadTextFile(dir.path() + "/creds/token");
   for (const auto& [target, what] : std::vector<std::pair<std::string, std::string>>{
