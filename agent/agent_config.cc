@@ -16,16 +16,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string AbsoluteFolder(YamlFields& fields, const std::string& key, const std::string& value,
-                           const std::string& base) {
-  const fs::path path = fs::absolute(ResolveAgainst(base, value)).lexically_normal();
-  // Made, and able to take files: /proc or a read-only mount is refused here, naming this
-  // file and the key, not at the first profile or job.
+// `key`'s folder, made and able to take files: /proc or a read-only mount is refused
+// here, naming the agent file and the key, not at the first profile or job. Returns
+// its canonical path.
+std::string PreparedFolder(const std::string& file, const std::string& key, const std::string& path) {
   try {
-    MakeOutputFolder(path.string(), key);
-    RequireWritableFolder(path.string(), key);
+    MakeOutputFolder(path, key);
+    RequireWritableFolder(path, key);
   } catch (const InputError& refusal) {
-    fields.Fail(key, refusal.reason());
+    throw InputError(file, key, refusal.reason());
   }
   return fs::canonical(path).string();
 }
@@ -51,8 +50,8 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
 
 }  // namespace
 
-AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker) {
-  const YAML::Node root = ParseYamlDocument(ReadTextFile(path), path);
+AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, const std::string& default_worker) {
+  const YAML::Node root = ParseYamlDocument(text, path);
   YamlFields fields(root, path, "");
   const std::string base = ParentFolder(path);
 
@@ -61,10 +60,10 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
   config.listen = fields.String("listen");
   if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
   config.credentials = ParseCredentials(fields.Map("credentials"), base, CredentialsOf::kAgent);
-  config.work_dir = AbsoluteFolder(fields, "work_dir", fields.String("work_dir"), base);
+  config.work_dir = fs::absolute(ResolveAgainst(base, fields.String("work_dir"))).lexically_normal().string();
   const std::string cache =
       fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());
-  config.cache_dir = AbsoluteFolder(fields, "cache_dir", cache, base);
+  config.cache_dir = fs::absolute(ResolveAgainst(base, cache)).lexically_normal().string();
   config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
   std::error_code error;  // a path too long is no worker either
   if (!fs::is_regular_file(config.worker, error) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK
@@ -92,6 +91,13 @@ AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_
     }
   }
   fields.Finish();
+  return config;
+}
+
+AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker) {
+  AgentConfig config = ParseAgentConfig(ReadTextFile(path), path, default_worker);
+  config.work_dir = PreparedFolder(path, "work_dir", config.work_dir);
+  config.cache_dir = PreparedFolder(path, "cache_dir", config.cache_dir);
   return config;
 }
 

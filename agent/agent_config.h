@@ -34,8 +34,8 @@ struct AgentConfig {
   std::string file;
   std::string listen;
   CredentialPaths credentials;
-  std::string work_dir;   // absolute, created if missing
-  std::string cache_dir;  // absolute, created if missing
+  std::string work_dir;   // absolute; LoadAgentConfig makes it and gives its canonical path
+  std::string cache_dir;  // the same
   std::string worker;     // path of poplar-worker
   bool discover_gpus = true;
   // What dlopen is given: a file name the loader looks up, or an absolute path.
@@ -43,8 +43,14 @@ struct AgentConfig {
   std::vector<EmulatedDeviceSpec> emulated;
 };
 
-// Reads and validates the agent file; throws InputError naming the file and key.
-// `default_worker` is used when the file has no `worker` key.
+// Reads and validates the agent file, and makes its folders (work_dir and cache_dir,
+// which must take files); throws InputError naming the file and key. `default_worker`
+// is used when the file has no `worker` key.
 AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker);
+
+// The agent file's `text` (read from `path`, which names it in errors), validated as
+// LoadAgentConfig does, without making or looking at its folders: work_dir and
+// cache_dir are absolute, not yet canonical.
+AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, const std::string& default_worker);
 
 }  // namespace poplar

@@ -19,13 +19,12 @@
 #include "planner/base/input_error.h"
 #include "planner/base/json_fields.h"
 #include "planner/base/text_file.h"
+#include "planner/formats/checkpoint_meta.h"
 
 namespace poplar {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr const char* kFormat = "poplar-checkpoint/1";
 
 // Swaps the folders `a` and `b` in one step (renameat2's RENAME_EXCHANGE: Linux 3.15, and
 // file systems that support it); false, with nothing changed, where it is not supported.
@@ -101,47 +100,24 @@ fs::path StepFolder(const std::string& path) {
   return folder;
 }
 
-// What a step folder's meta.json records besides the model, which must be `config`.
-struct Meta {
-  std::int64_t step = 0;
-  TrainingRecipe training;
-  CheckpointLine line;
-};
-
 // `folder`'s meta.json, checked against `config` and the folder's name.
-Meta ReadMeta(const fs::path& folder, const GptConfig& config) {
-  // Read as strictly as every other file poplar reads (json_fields.h): a key given twice,
-  // an unknown key, or a value of the wrong type is named.
+CheckpointMeta ReadMeta(const fs::path& folder, const GptConfig& config) {
   const std::string meta_path = (folder / "meta.json").string();
-  const nlohmann::json meta = ParseJsonObject(ReadCheckpointText(meta_path), meta_path);
-  JsonFields fields(meta, meta_path, "");
-  if (const std::string format = fields.String("format"); format != kFormat) {
-    fields.Fail("format", std::string("must be \"") + kFormat + "\", got \"" + format + "\"");
+  CheckpointMeta meta = ParseCheckpointMeta(ReadCheckpointText(meta_path), meta_path);
+  if (meta.model != nlohmann::json(ModelConfigObject(config))) {
+    throw InputError(meta_path, "model",
+                     "was trained with " + meta.model.dump() + ", not the --model-config " + ModelConfigJson(config));
   }
-  const std::int64_t step = fields.Integer("step");
-  if (step < 0) fields.Fail("step", "must be zero or more, got " + std::to_string(step));
-  const nlohmann::json& model = fields.Child("model");
-  if (model.is_null()) fields.Fail("model", "is required: the model configuration the checkpoint was trained with");
-  if (model != nlohmann::json(ModelConfigObject(config))) {
-    fields.Fail("model", "was trained with " + model.dump() + ", not the --model-config " + ModelConfigJson(config));
-  }
-  JsonFields recipe = fields.Map("training");
-  TrainingRecipe training = ReadRecipe(recipe);
-  CheckpointLine line = ReadLineKeys(fields);
-  if (!line.ancestors.empty() && line.ancestors.back().step > step) {
-    fields.Fail("line", "goes on from step " + std::to_string(line.ancestors.back().step) +
-                            ", after this checkpoint's step " + std::to_string(step));
-  }
-  fields.Finish();
   // A step folder's name and its meta.json agree (a copied or edited folder may not).
   fs::path named = folder.lexically_normal();
   if (named.filename().empty()) named = named.parent_path();  // "step-00000002/"
   const auto named_step = StepOfFolderName(named.filename().string());
-  if (named_step && *named_step != step) {
-    throw InputError(meta_path, "step",
-                     "is " + std::to_string(step) + " but its folder is named for step " + std::to_string(*named_step));
+  if (named_step && *named_step != meta.step) {
+    throw InputError(
+        meta_path, "step",
+        "is " + std::to_string(meta.step) + " but its folder is named for step " + std::to_string(*named_step));
   }
-  return {step, std::move(training), std::move(line)};
+  return meta;
 }
 
 // The run that wrote the step folder `folder` (0: one that records none), from its
@@ -196,7 +172,7 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
     WriteStateDict((temporary / "model.pt").string(), checkpoint.model);
     WriteStateDict((temporary / "optimizer.pt").string(), optimizer);
     nlohmann::ordered_json meta = {
-        {"format", kFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
+        {"format", kCheckpointFormat}, {"step", checkpoint.step}, {"model", nlohmann::json(ModelConfigObject(config))}};
     meta["training"] = RecipeObject(training);
     AddLineKeys(line, meta);
     WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
@@ -238,7 +214,7 @@ std::int64_t CheckpointStep(const std::string& path, const GptConfig& config) {
 RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& config, Gpt& model) {
   const fs::path folder = StepFolder(path);
   RestoredCheckpoint restored;
-  Meta meta = ReadMeta(folder, config);
+  CheckpointMeta meta = ReadMeta(folder, config);
   restored.step = meta.step;
   restored.training = std::move(meta.training);
   restored.line = std::move(meta.line);

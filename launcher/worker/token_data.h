@@ -15,8 +15,8 @@ namespace poplar {
 
 class TokenData {
  public:
-  // Reads the whole file. Throws InputError for an unreadable file, an odd byte count,
-  // fewer than block_size + 1 tokens, or a token id >= vocab_size (naming its position).
+  // Reads the whole file (ParseTokenFile). Throws InputError for an unreadable file or
+  // one ParseTokenFile refuses.
   TokenData(const std::string& path, int block_size, int vocab_size);
 
   std::int64_t samples() const { return samples_; }

@@ -1,0 +1,31 @@
+#include "planner/formats/checkpoint_meta.h"
+
+#include "planner/base/json_fields.h"
+
+namespace poplar {
+
+CheckpointMeta ParseCheckpointMeta(const std::string& text, const std::string& path) {
+  const nlohmann::json meta = ParseJsonObject(text, path);
+  JsonFields fields(meta, path, "");
+  if (const std::string format = fields.String("format"); format != kCheckpointFormat) {
+    fields.Fail("format", std::string("must be \"") + kCheckpointFormat + "\", got \"" + format + "\"");
+  }
+  CheckpointMeta parsed;
+  parsed.step = fields.Integer("step");
+  if (parsed.step < 0) fields.Fail("step", "must be zero or more, got " + std::to_string(parsed.step));
+  parsed.model = fields.Child("model");
+  if (parsed.model.is_null()) {
+    fields.Fail("model", "is required: the model configuration the checkpoint was trained with");
+  }
+  JsonFields recipe = fields.Map("training");
+  parsed.training = ReadRecipe(recipe);
+  parsed.line = ReadLineKeys(fields);
+  if (!parsed.line.ancestors.empty() && parsed.line.ancestors.back().step > parsed.step) {
+    fields.Fail("line", "goes on from step " + std::to_string(parsed.line.ancestors.back().step) +
+                            ", after this checkpoint's step " + std::to_string(parsed.step));
+  }
+  fields.Finish();
+  return parsed;
+}
+
+}  // namespace poplar
