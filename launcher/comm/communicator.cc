@@ -25,6 +25,7 @@
 #include "planner/base/host_port.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/local_address.h"
 #include "planner/base/text_file.h"
 
 namespace poplar {
@@ -168,14 +169,15 @@ std::string Communicator::backend_name() const { return group_ ? group_->getBack
 
 #ifdef POPLAR_WITH_GLOO
 std::shared_ptr<::gloo::transport::Device> Communicator::GlooDevice(const std::string& master_addr) {
-  // The interface Gloo listens on: GLOO_SOCKET_IFNAME when set (as torchrun), loopback
-  // when the whole job is on this machine, else the one the host name resolves to.
-  // (The master's address is not a local address on other nodes.)
+  // The address Gloo listens on and gives its peers: GLOO_SOCKET_IFNAME's when set (as
+  // torchrun), else the one this machine reaches rank 0 from, which the other ranks
+  // reach it at too (loopback when the whole job is on this machine). Not the address
+  // the host name resolves to: Debian maps it to 127.0.1.1, which no other node reaches.
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
   }
-  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0) {
-    return c10d::ProcessGroupGloo::createDeviceForHostname(master_addr);
+  if (const std::string local = LocalAddressToward(master_addr); !local.empty()) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname(local);
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
