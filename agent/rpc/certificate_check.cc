@@ -52,6 +52,83 @@ std::string TimeText(const ASN1_TIME* time) {
   return std::string(data, static_cast<std::size_t>(size));
 }
 
+constexpr char kRenew[] =
+    "; make new credentials with scripts/make-cluster-credentials (every node then needs the new ca.pem)";
+
+// Why `context`'s check of `paths.cert` failed, as the InputError that names the file at
+// fault: the CA, the revocation list or the certificate.
+[[noreturn]] void ThrowVerifyFailure(X509_STORE_CTX* context, const CredentialPaths& paths, const std::string& source,
+                                     CertificateRole role) {
+  const int error = X509_STORE_CTX_get_error(context);
+  const int depth = X509_STORE_CTX_get_error_depth(context);  // 0: the leaf; above: a CA
+  ERR_clear_error();
+  if (error == X509_V_ERR_UNABLE_TO_GET_CRL || error == X509_V_ERR_CRL_HAS_EXPIRED ||
+      error == X509_V_ERR_CRL_SIGNATURE_FAILURE || error == X509_V_ERR_CRL_NOT_YET_VALID) {
+    throw InputError(source, "credentials.crl",
+                     paths.crl + " holds no valid revocation list of the CA in credentials.ca (OpenSSL: " +
+                         X509_verify_cert_error_string(error) +
+                         "); copy the cluster's crl/ folder, which scripts/make-cluster-credentials writes");
+  }
+  if (error == X509_V_ERR_CERT_REVOKED) {
+    throw InputError(source, "credentials.cert",
+                     paths.cert +
+                         " is revoked (the list in credentials.crl says so): this node needs a new "
+                         "certificate (scripts/make-cluster-credentials DIR --add-node NAME)");
+  }
+  if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
+    throw InputError(source, "credentials.ca",
+                     paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
+                         X509_verify_cert_error_string(error) + kRenew);
+  }
+  if (error == X509_V_ERR_INVALID_PURPOSE && depth > 0) {
+    throw InputError(source, "credentials.ca",
+                     paths.ca + ": the CA certificate that signs " + paths.cert + " is not meant to sign " +
+                         (role == CertificateRole::kAgent ? "agents'" : "the head's") +
+                         " certificates (its extended key usage)" + kRenew);
+  }
+  if (error == X509_V_ERR_INVALID_PURPOSE) {
+    throw InputError(
+        source, "credentials.cert",
+        paths.cert + " is not meant for " +
+            (role == CertificateRole::kAgent ? "an agent (it lacks serverAuth; a node's nodes/NAME.pem has it)"
+                                             : "the head (it lacks clientAuth; head.pem has it)") +
+            ": the other side would refuse it");
+  }
+  const bool unsigned_by_ca =
+      error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||
+      error == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE || error == X509_V_ERR_CERT_SIGNATURE_FAILURE;
+  throw InputError(source, "credentials.cert",
+                   paths.cert + (unsigned_by_ca ? " is not signed by" : " does not verify against") +
+                       " the cluster's CA in credentials.ca (" + paths.ca +
+                       "): are both from one scripts/make-cluster-credentials run? (OpenSSL: " +
+                       X509_verify_cert_error_string(error) + ")");
+}
+
+// A warning for the certificate, or a CA above it in `context`'s verified chain, that
+// expires first, within kWarnDays; "" if none does. `made` says how to renew the
+// certificate.
+std::string ExpiryWarning(X509_STORE_CTX* context, const CredentialPaths& paths, const std::string& source,
+                          const std::string& made) {
+  STACK_OF(X509)* verified = X509_STORE_CTX_get0_chain(context);
+  int soonest = -1, soonest_days = kWarnDays;
+  for (int i = 0; i < sk_X509_num(verified); ++i) {
+    int days = 0, seconds = 0;
+    if (ASN1_TIME_diff(&days, &seconds, nullptr, X509_get0_notAfter(sk_X509_value(verified, i))) == 1 &&
+        days < soonest_days) {
+      soonest = i;
+      soonest_days = days;
+    }
+  }
+  if (soonest < 0) return "";
+  const ASN1_TIME* end = X509_get0_notAfter(sk_X509_value(verified, soonest));
+  const std::string in = soonest_days == 0
+                             ? ", within a day"
+                             : ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
+  if (soonest == 0) return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(end) + in + made;
+  return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert + " expires on " +
+         TimeText(end) + in + kRenew;
+}
+
 }  // namespace
 
 std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string& source, CertificateRole role) {
@@ -96,74 +173,8 @@ std::string CheckOwnCertificate(const CredentialPaths& paths, const std::string&
           context.get(), role == CertificateRole::kAgent ? X509_PURPOSE_SSL_SERVER : X509_PURPOSE_SSL_CLIENT) != 1) {
     throw std::runtime_error("OpenSSL could not set up a certificate check");
   }
-  const std::string renew =
-      "; make new credentials with scripts/make-cluster-credentials (every node then needs "
-      "the new ca.pem)";
-  if (X509_verify_cert(context.get()) != 1) {
-    const int error = X509_STORE_CTX_get_error(context.get());
-    const int depth = X509_STORE_CTX_get_error_depth(context.get());  // 0: the leaf; above: a CA
-    ERR_clear_error();
-    if (error == X509_V_ERR_UNABLE_TO_GET_CRL || error == X509_V_ERR_CRL_HAS_EXPIRED ||
-        error == X509_V_ERR_CRL_SIGNATURE_FAILURE || error == X509_V_ERR_CRL_NOT_YET_VALID) {
-      throw InputError(source, "credentials.crl",
-                       paths.crl + " holds no valid revocation list of the CA in credentials.ca (OpenSSL: " +
-                           X509_verify_cert_error_string(error) +
-                           "); copy the cluster's crl/ folder, which scripts/make-cluster-credentials writes");
-    }
-    if (error == X509_V_ERR_CERT_REVOKED) {
-      throw InputError(source, "credentials.cert",
-                       paths.cert +
-                           " is revoked (the list in credentials.crl says so): this node needs a new "
-                           "certificate (scripts/make-cluster-credentials DIR --add-node NAME)");
-    }
-    if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
-      throw InputError(source, "credentials.ca",
-                       paths.ca + ": the CA certificate that signs " + paths.cert + ": " +
-                           X509_verify_cert_error_string(error) + renew);
-    }
-    if (error == X509_V_ERR_INVALID_PURPOSE && depth > 0) {
-      throw InputError(source, "credentials.ca",
-                       paths.ca + ": the CA certificate that signs " + paths.cert + " is not meant to sign " +
-                           (role == CertificateRole::kAgent ? "agents'" : "the head's") +
-                           " certificates (its extended key usage)" + renew);
-    }
-    if (error == X509_V_ERR_INVALID_PURPOSE) {
-      throw InputError(
-          source, "credentials.cert",
-          paths.cert + " is not meant for " +
-              (role == CertificateRole::kAgent ? "an agent (it lacks serverAuth; a node's nodes/NAME.pem has it)"
-                                               : "the head (it lacks clientAuth; head.pem has it)") +
-              ": the other side would refuse it");
-    }
-    const bool unsigned_by_ca =
-        error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY || error == X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT ||
-        error == X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE || error == X509_V_ERR_CERT_SIGNATURE_FAILURE;
-    throw InputError(source, "credentials.cert",
-                     paths.cert + (unsigned_by_ca ? " is not signed by" : " does not verify against") +
-                         " the cluster's CA in credentials.ca (" + paths.ca +
-                         "): are both from one scripts/make-cluster-credentials run? (OpenSSL: " +
-                         X509_verify_cert_error_string(error) + ")");
-  }
-
-  // The certificate, or a CA above it, that expires first.
-  STACK_OF(X509)* verified = X509_STORE_CTX_get0_chain(context.get());
-  int soonest = -1, soonest_days = kWarnDays;
-  for (int i = 0; i < sk_X509_num(verified); ++i) {
-    int days = 0, seconds = 0;
-    if (ASN1_TIME_diff(&days, &seconds, nullptr, X509_get0_notAfter(sk_X509_value(verified, i))) == 1 &&
-        days < soonest_days) {
-      soonest = i;
-      soonest_days = days;
-    }
-  }
-  if (soonest < 0) return "";
-  const ASN1_TIME* end = X509_get0_notAfter(sk_X509_value(verified, soonest));
-  const std::string in = soonest_days == 0
-                             ? ", within a day"
-                             : ", in " + std::to_string(soonest_days) + (soonest_days == 1 ? " day" : " days");
-  if (soonest == 0) return source + ": credentials.cert: " + paths.cert + " expires on " + TimeText(end) + in + made;
-  return source + ": credentials.ca: " + paths.ca + ": the CA certificate that signs " + paths.cert + " expires on " +
-         TimeText(end) + in + renew;
+  if (X509_verify_cert(context.get()) != 1) ThrowVerifyFailure(context.get(), paths, source, role);
+  return ExpiryWarning(context.get(), paths, source, made);
 }
 
 }  // namespace poplar
