@@ -16,15 +16,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// `key`'s folder, made and able to take files: /proc or a read-only mount is refused
-// here, naming the agent file and the key, not at the first profile or job. Returns
-// its canonical path.
-std::string PreparedFolder(const std::string& file, const std::string& key, const std::string& path) {
+// `key`'s folder (`value`, relative to `base`) as an absolute path; with kMake, made
+// and able to take files (/proc or a read-only mount is refused here, naming this file
+// and the key, not at the first profile or job), and canonical.
+std::string Folder(YamlFields& fields, const std::string& key, const std::string& value, const std::string& base,
+                   AgentFolders folders) {
+  const fs::path path = fs::absolute(ResolveAgainst(base, value)).lexically_normal();
+  if (folders == AgentFolders::kLeave) return path.string();
   try {
-    MakeOutputFolder(path, key);
-    RequireWritableFolder(path, key);
+    MakeOutputFolder(path.string(), key);
+    RequireWritableFolder(path.string(), key);
   } catch (const InputError& refusal) {
-    throw InputError(file, key, refusal.reason());
+    fields.Fail(key, refusal.reason());
   }
   return fs::canonical(path).string();
 }
@@ -50,7 +53,8 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
 
 }  // namespace
 
-AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, const std::string& default_worker) {
+AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, const std::string& default_worker,
+                             AgentFolders folders) {
   const YAML::Node root = ParseYamlDocument(text, path);
   YamlFields fields(root, path, "");
   const std::string base = ParentFolder(path);
@@ -60,10 +64,10 @@ AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, c
   config.listen = fields.String("listen");
   if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
   config.credentials = ParseCredentials(fields.Map("credentials"), base, CredentialsOf::kAgent);
-  config.work_dir = fs::absolute(ResolveAgainst(base, fields.String("work_dir"))).lexically_normal().string();
+  config.work_dir = Folder(fields, "work_dir", fields.String("work_dir"), base, folders);
   const std::string cache =
       fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());
-  config.cache_dir = fs::absolute(ResolveAgainst(base, cache)).lexically_normal().string();
+  config.cache_dir = Folder(fields, "cache_dir", cache, base, folders);
   config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
   std::error_code error;  // a path too long is no worker either
   if (!fs::is_regular_file(config.worker, error) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK
@@ -95,10 +99,7 @@ AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, c
 }
 
 AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker) {
-  AgentConfig config = ParseAgentConfig(ReadTextFile(path), path, default_worker);
-  config.work_dir = PreparedFolder(path, "work_dir", config.work_dir);
-  config.cache_dir = PreparedFolder(path, "cache_dir", config.cache_dir);
-  return config;
+  return ParseAgentConfig(ReadTextFile(path), path, default_worker, AgentFolders::kMake);
 }
 
 }  // namespace poplar

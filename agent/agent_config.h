@@ -34,7 +34,7 @@ struct AgentConfig {
   std::string file;
   std::string listen;
   CredentialPaths credentials;
-  std::string work_dir;   // absolute; LoadAgentConfig makes it and gives its canonical path
+  std::string work_dir;   // absolute; made, and canonical, by LoadAgentConfig
   std::string cache_dir;  // the same
   std::string worker;     // path of poplar-worker
   bool discover_gpus = true;
@@ -43,14 +43,18 @@ struct AgentConfig {
   std::vector<EmulatedDeviceSpec> emulated;
 };
 
-// Reads and validates the agent file, and makes its folders (work_dir and cache_dir,
-// which must take files); throws InputError naming the file and key. `default_worker`
-// is used when the file has no `worker` key.
+// Whether reading an agent file makes its folders (work_dir and cache_dir, which must
+// take files) or leaves the file system alone (work_dir and cache_dir absolute, not
+// canonical: for checking a file's text alone).
+enum class AgentFolders { kMake, kLeave };
+
+// Reads and validates the agent file and makes its folders; throws InputError naming
+// the file and key. `default_worker` is used when the file has no `worker` key.
 AgentConfig LoadAgentConfig(const std::string& path, const std::string& default_worker);
 
-// The agent file's `text` (read from `path`, which names it in errors), validated as
-// LoadAgentConfig does, without making or looking at its folders: work_dir and
-// cache_dir are absolute, not yet canonical.
-AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, const std::string& default_worker);
+// The agent file's `text` (read from `path`, which names it in errors), as
+// LoadAgentConfig reads it, its folders made or left as `folders` says.
+AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, const std::string& default_worker,
+                             AgentFolders folders);
 
 }  // namespace poplar
