@@ -19,18 +19,10 @@
 #include "planner/formats/checkpoint_meta.h"
 #include "test_support.h"
 
-namespace poplar {
+namespace poplar::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using poplar::testing::ChildOptions;
-using poplar::testing::ChildProcess;
-using poplar::testing::Command;
-using poplar::testing::Contains;
-using poplar::testing::ContainsAll;
-using poplar::testing::ReadWholeFile;
-using poplar::testing::RunProcess;
-using poplar::testing::ScratchDir;
 
 // A bridge in this namespace and one namespace per node behind it, on 10.77.N.0/24
 // (the head is .1, node i is .(2 + i)); all removed when it goes.
@@ -227,4 +219,4 @@ TEST(Partition, NodesCutFromEachOtherEndTheJobAtTheCollectivesTimeOut) {
 }
 
 }  // namespace
-}  // namespace poplar
+}  // namespace poplar::testing

@@ -2,16 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 namespace poplar {
 namespace {
 
 // Loopback toward loopback; nothing toward a name that does not resolve. (Toward another
 // machine: Partition.ANodeCutOffMidTrainingEndsTheJobWithItsCause, across namespaces.)
 TEST(LocalAddressToward, IsTheSourceAddressOfTheRoute) {
-  EXPECT_EQ(LocalAddressToward("127.0.0.1"), "127.0.0.1");
-  EXPECT_EQ(LocalAddressToward("127.0.0.5"), "127.0.0.1");
-  EXPECT_EQ(LocalAddressToward("no-such-host.invalid"), "");
-  EXPECT_EQ(LocalAddressToward(""), "");
+  const std::pair<std::string, std::string> expected[] = {
+      {"127.0.0.1", "127.0.0.1"}, {"127.0.0.5", "127.0.0.1"}, {"no-such-host.invalid", ""}, {"", ""}};
+  for (const auto& [host, address] : expected) EXPECT_EQ(LocalAddressToward(host), address) << host;
 }
 
 }  // namespace
