@@ -63,7 +63,7 @@ AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, c
   config.file = path;
   config.listen = fields.String("listen");
   if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
-  config.credentials = ParseCredentials(fields.Map("credentials"), base, CredentialsOf::kAgent);
+  config.credentials = ParseCredentials(fields.Map("credentials"), base);
   config.work_dir = Folder(fields, "work_dir", fields.String("work_dir"), base, folders);
   const std::string cache =
       fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());

@@ -61,8 +61,8 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
       }
       // Its certificate is the CA's but names other hosts: another node's certificate
       // (each node's names the hosts it is dialled at), or an agent posing as this node.
-      const auto peer_name = lower.find("is not in peer certificate");
-      if (peer_name != std::string::npos) {
+      if (lower.find("hostname verification check failed") != std::string::npos ||
+          lower.find("is not in peer certificate") != std::string::npos) {
         const std::string host = address_.substr(0, address_.rfind(':'));
         return AgentError(node_,
                           "the agent at " + address_ + " serves a certificate that does not name " + host +

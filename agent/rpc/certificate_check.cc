@@ -71,9 +71,11 @@ constexpr char kRenew[] =
   }
   if (error == X509_V_ERR_CERT_REVOKED) {
     throw InputError(source, "credentials.cert",
-                     paths.cert +
-                         " is revoked (the list in credentials.crl says so): this node needs a new "
-                         "certificate (scripts/make-cluster-credentials DIR --add-node NAME)");
+                     paths.cert + " is revoked (the list in credentials.crl says so): " +
+                         (role == CertificateRole::kAgent
+                              ? "this node needs a new certificate (scripts/make-cluster-credentials DIR --add-node "
+                                "NAME)"
+                              : "the head needs a new certificate (scripts/make-cluster-credentials DIR --new-head)"));
   }
   if (error == X509_V_ERR_CERT_HAS_EXPIRED || error == X509_V_ERR_CERT_NOT_YET_VALID) {
     throw InputError(source, "credentials.ca",

@@ -4,6 +4,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_builder.h>
 
@@ -156,12 +157,19 @@ std::shared_ptr<grpc::ChannelCredentials> HeadChannelCredentials(const Credentia
                                                                  const std::string& speaker) {
   // The head's certificate serves too: same CA, same checks.
   CheckOwnFiles(ServerTls(paths, source), paths, source, speaker, CertificateRole::kHead);
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = ReadCredential(paths.ca, source, "ca");
-  options.pem_private_key = ReadCredential(paths.key, source, "key");
-  options.pem_cert_chain = ReadCredential(paths.cert, source, "cert");
+  namespace tls = grpc::experimental;
+  tls::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(std::make_shared<tls::StaticDataCertificateProvider>(
+      ReadCredential(paths.ca, source, "ca"),
+      std::vector<tls::IdentityKeyCertPair>{
+          {ReadCredential(paths.key, source, "key"), ReadCredential(paths.cert, source, "cert")}}));
+  options.watch_root_certs();
+  options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  options.set_certificate_verifier(std::make_shared<tls::HostNameCertificateVerifier>());
+  if (!paths.crl.empty()) options.set_crl_directory(paths.crl);
   return grpc::CompositeChannelCredentials(
-      grpc::SslCredentials(options),
+      tls::TlsCredentials(options),
       grpc::MetadataCredentialsFromPlugin(std::make_unique<TokenPlugin>(Token(paths, source))));
 }
 

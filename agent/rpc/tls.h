@@ -5,8 +5,9 @@
 // (credentials.crl, when given), and every call must carry the header
 // `authorization: Bearer <token>`, checked in constant time before any handler runs.
 // Client (head node): TLS trusting only the cluster's CA and an agent certificate that
-// names the host dialled (each node's names its own), presenting the head's
-// certificate, and adding the token to every call.
+// names the host dialled (each node's names its own) and is not on the CA's revocation
+// list (credentials.crl, when given), presenting the head's certificate, and adding the
+// token to every call.
 #pragma once
 
 #include <grpcpp/security/credentials.h>

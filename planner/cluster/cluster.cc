@@ -306,7 +306,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   }
 
   if (fields.Has("credentials")) {
-    cluster.credentials = ParseCredentials(fields.Map("credentials"), ParentFolder(file), CredentialsOf::kHead);
+    cluster.credentials = ParseCredentials(fields.Map("credentials"), ParentFolder(file));
   }
   if (fields.Has("job")) cluster.job = ParseJob(fields.Map("job"), ParentFolder(file));
 

@@ -6,13 +6,13 @@
 
 namespace poplar {
 
-CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder, CredentialsOf whose) {
+CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder) {
   CredentialPaths paths;
   paths.ca = ResolveAgainst(base_folder, fields.String("ca"));
   paths.cert = ResolveAgainst(base_folder, fields.String("cert"));
   paths.key = ResolveAgainst(base_folder, fields.String("key"));
   paths.token = ResolveAgainst(base_folder, fields.String("token"));
-  if (whose == CredentialsOf::kAgent && fields.Has("crl")) {
+  if (fields.Has("crl")) {
     paths.crl = ResolveAgainst(base_folder, fields.String("crl"));
   }
   fields.Finish();

@@ -8,7 +8,7 @@
 //     cert: credentials/head.pem    # this side's certificate (nodes/NAME.pem on agents)
 //     key: credentials/head.key     # its private key
 //     token: credentials/token      # the shared token (one line)
-//     crl: credentials/crl          # agents only, optional: the CA's revocation list
+//     crl: credentials/crl          # optional: the CA's revocation list (crl/)
 //
 // Paths are relative to the file that names them. This is plain data: the gRPC code
 // that turns it into credentials lives in agent/.
@@ -25,16 +25,14 @@ struct CredentialPaths {
   std::string cert;
   std::string key;
   std::string token;
-  // A folder of revocation lists named as OpenSSL looks them up (<hash of the CA>.r0);
-  // an agent refuses callers whose certificate is on its CA's list. Empty: none.
+  // A folder of revocation lists named as OpenSSL looks them up (<hash of the CA>.r0):
+  // an agent refuses callers, the head agents, whose certificate is on its CA's list.
+  // Empty: none.
   std::string crl;
 };
 
-// Whose credentials a file holds: an agent's may name a revocation list (crl).
-enum class CredentialsOf { kHead, kAgent };
-
 // Reads the keys of a `credentials` mapping, resolving paths against `base_folder`.
-CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder, CredentialsOf whose);
+CredentialPaths ParseCredentials(YamlFields fields, const std::string& base_folder);
 
 // The token file's first line, without surrounding whitespace. Throws InputError if the
 // file cannot be read or the token is shorter than 16 characters.

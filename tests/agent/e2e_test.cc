@@ -1291,8 +1291,9 @@ TEST(SlowNode, CtrlCBeforeAnyWorkerStartsLeavesTheRunDirectoryAsItWas) {
 // One certificate per node (scripts/make-cluster-credentials --node): a node's key lets
 // it serve as that node only. With node a's certificate and the token, no other agent
 // can be called (the certificate is a server's, not a client's); the head refuses an
-// agent whose certificate names another host than the one it dials; an agent refuses
-// the head's certificate once the CA's revocation list has it.
+// agent whose certificate names another host than the one it dials, and, reading the
+// CA's revocation list, one whose certificate is on it; an agent refuses the head's
+// certificate once the list has it.
 TEST(Credentials, ANodesCertificateServesAsThatNodeOnly) {
   ScratchDir dir("per-node");
   const std::string& root = dir.path();
@@ -1302,12 +1303,15 @@ TEST(Credentials, ANodesCertificateServesAsThatNodeOnly) {
                                root);
   ASSERT_EQ(made.exit_code, 0) << made.err;
   std::vector<std::unique_ptr<ChildProcess>> agents;
-  auto start = [&](const std::string& node) {
+  // An agent serving `certificate`.pem (default: the node's), reading the list unless
+  // `with_list` is false.
+  auto start = [&](const std::string& node, std::string certificate = "", bool with_list = true) {
+    if (certificate.empty()) certificate = "creds/nodes/" + node;
     fs::create_directories(root + "/" + node);
     const std::string config = dir.Write(
         node + ".yaml",
-        "listen: 127.0.0.1:0\ncredentials: {ca: creds/ca.pem, cert: creds/nodes/" + node + ".pem, key: creds/nodes/" +
-            node + ".key, token: creds/token, crl: creds/crl}\nwork_dir: " + node +
+        "listen: 127.0.0.1:0\ncredentials: {ca: creds/ca.pem, cert: " + certificate + ".pem, key: " + certificate +
+            ".key, token: creds/token" + (with_list ? ", crl: creds/crl" : "") + "}\nwork_dir: " + node +
             "\nworker: " POPLAR_WORKER_BINARY "\ngpus: none\nemulated:\n  - {type: emu, threads: 1, memory_mib: 16}\n");
     const std::string port_file = root + "/" + node + ".port";
     fs::remove(port_file);
@@ -1319,14 +1323,17 @@ TEST(Credentials, ANodesCertificateServesAsThatNodeOnly) {
     EXPECT_TRUE(fs::exists(port_file)) << ReadWholeFile(root + "/" + node + ".log");
     return fs::exists(port_file) ? std::stoi(ReadTextFile(port_file)) : 0;
   };
-  auto status = [&](int port, const std::string& head) {
-    const std::string cluster = dir.Write("cluster.yaml",
-                                          "name: c\ntraining: {global_batch: 8, precision: fp32}\n"
-                                          "credentials: {ca: creds/ca.pem, cert: " +
-                                              head + ".pem, key: " + head +
-                                              ".key, token: creds/token}\n"
-                                              "nodes:\n  - {name: n, host: 127.0.0.1, agent: \"127.0.0.1:" +
-                                              std::to_string(port) + "\", devices: [{type: emu, count: 1}]}\n");
+  // `poplar status` of the agent at `port` with the head's `head`.pem, reading the list
+  // when `with_list`.
+  auto status = [&](int port, const std::string& head, bool with_list = false) {
+    const std::string cluster =
+        dir.Write("cluster.yaml",
+                  "name: c\ntraining: {global_batch: 8, precision: fp32}\n"
+                  "credentials: {ca: creds/ca.pem, cert: " +
+                      head + ".pem, key: " + head + ".key, token: creds/token" + (with_list ? ", crl: creds/crl" : "") +
+                      "}\n"
+                      "nodes:\n  - {name: n, host: 127.0.0.1, agent: \"127.0.0.1:" +
+                      std::to_string(port) + "\", devices: [{type: emu, count: 1}]}\n");
     return RunProcess(Command({POPLAR_BINARY, "status", cluster}), root, std::chrono::seconds(60));
   };
   const std::string c = root + "/creds/";
@@ -1342,6 +1349,18 @@ TEST(Credentials, ANodesCertificateServesAsThatNodeOnly) {
   const auto impostor = status(start("elsewhere"), "creds/head");
   EXPECT_EQ(impostor.exit_code, 1);
   EXPECT_TRUE(ContainsAll(impostor.out, {"DOWN", "does not name 127.0.0.1"})) << impostor.out;
+
+  // Node b's certificate revoked: a head that reads the list refuses an agent serving it
+  // (one that does not read it takes it).
+  fs::copy_file(c + "nodes/b.pem", root + "/old-b.pem");
+  fs::copy_file(c + "nodes/b.key", root + "/old-b.key");
+  ASSERT_EQ(RunProcess(Command({make, root + "/creds", "--revoke", "b"}), root).exit_code, 0);
+  const int revoked_b = start("revoked-b", "old-b", false);
+  const auto to_revoked = status(revoked_b, "creds/head", true);
+  EXPECT_EQ(to_revoked.exit_code, 1);
+  EXPECT_TRUE(Contains(to_revoked.out, "DOWN")) << to_revoked.out;
+  EXPECT_EQ(status(revoked_b, "creds/head").exit_code, 0);
+  EXPECT_EQ(status(a, "creds/head", true).exit_code, 0) << "the list refused a node it does not hold";
 
   // The head's certificate revoked: agents started with the new list refuse it, and take
   // the head's new one.
