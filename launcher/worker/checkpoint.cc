@@ -121,7 +121,9 @@ CheckpointMeta ReadMeta(const fs::path& folder, const GptConfig& config) {
 }
 
 // The run that wrote the step folder `folder` (0: one that records none), from its
-// meta.json; nullopt when that cannot be read.
+// meta.json; nullopt when that cannot be read. Only the line's keys are read, not the
+// whole file (ParseCheckpointMeta): pruning must place a folder on the line even when
+// the rest of its meta.json would be refused.
 std::optional<std::uint64_t> RunThatWrote(const fs::path& folder) {
   try {
     const std::string meta_path = (folder / "meta.json").string();

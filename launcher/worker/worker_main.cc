@@ -85,7 +85,7 @@ CLI::Validator SettingCheck(const poplar::JobSetting& setting) {
           return poplar::WholeNumberIn(kind.low, kind.high);
         } else if constexpr (std::is_same_v<Kind, poplar::NumberSetting>) {
           const std::string what = kind.zero_allowed ? "zero or a positive number" : "a positive number";
-          return NumberWhere([kind](double v) { return (v > 0 || (kind.zero_allowed && v == 0)) && v <= kind.most; },
+          return NumberWhere([kind](double v) { return !poplar::Refusal(kind, v); },
                              std::isinf(kind.most) ? what : what + ", " + kind.most_reason);
         } else if constexpr (std::is_same_v<Kind, poplar::ChoiceSetting>) {
           return CLI::IsMember(kind.choices);

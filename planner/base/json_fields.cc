@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "planner/base/input_error.h"
+#include "planner/base/range_text.h"
 #include "planner/base/spelling.h"
 #include "planner/base/text_file.h"
 
@@ -155,8 +156,7 @@ std::int64_t JsonFields::IntegerIn(const std::string& key, std::int64_t low, std
                                    const std::string& what) {
   const std::int64_t value = Integer(key);
   if (value < low || value > high) {
-    Fail(key, "must be " + what + " from " + std::to_string(low) + " to " + std::to_string(high) + ", got " +
-                  std::to_string(value));
+    Fail(key, WholeNumberRangeReason(what, low, high) + ", got " + std::to_string(value));
   }
   return value;
 }

@@ -9,6 +9,7 @@
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
 #include "planner/base/number_text.h"
+#include "planner/base/range_text.h"
 #include "planner/formats/stop_grace.h"
 #include "planner/formats/training_limits.h"
 
@@ -164,8 +165,7 @@ JobSettings ParseJobSettings(const std::map<std::string, std::string>& texts, co
             std::int64_t value = 0;
             const auto [stop, error] = std::from_chars(text.data(), end, value);
             if (text.empty() || error != std::errc() || stop != end || value < kind.low || value > kind.high) {
-              refuse("must be " + setting.what + " from " + std::to_string(kind.low) + " to " +
-                     std::to_string(kind.high));
+              refuse(WholeNumberRangeReason(setting.what, kind.low, kind.high));
             }
             settings.*kind.member = value;
           } else if constexpr (std::is_same_v<Kind, NumberSetting>) {
