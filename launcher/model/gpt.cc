@@ -49,7 +49,7 @@ struct SkippedBlockOutput : public torch::autograd::Function<SkippedBlockOutput>
 
 }  // namespace
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& config) : n_head_(config.n_head) {
   c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
 #if TORCH_VERSION_MAJOR < 2
@@ -83,7 +83,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return Affine(c_proj, y);
 }
 
-MlpImpl::MlpImpl(const GptConfig& config) {
+MlpImpl::MlpImpl(const ModelConfig& config) {
   c_fc = register_module("c_fc", torch::nn::Linear(config.n_embd, 4 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
 }
@@ -92,7 +92,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return Affine(c_proj, H
 
 torch::Tensor MlpImpl::Hidden(const torch::Tensor& x) { return torch::gelu(Affine(c_fc, x)); }
 
-BlockImpl::BlockImpl(const GptConfig& config) {
+BlockImpl::BlockImpl(const ModelConfig& config) {
   ln_1 = register_module("ln_1", MakeLayerNorm(config.n_embd));
   attn = register_module("attn", CausalSelfAttention(config));
   ln_2 = register_module("ln_2", MakeLayerNorm(config.n_embd));
@@ -117,7 +117,7 @@ void BlockImpl::RecomputeBackward(const torch::Tensor& x, const torch::Tensor& o
   torch::autograd::backward({output}, {output_gradient});
 }
 
-GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+GptImpl::GptImpl(const ModelConfig& config) : config_(config) {
   transformer_ = register_module("transformer", std::make_shared<torch::nn::Module>());
   wte = transformer_->register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
   wpe = transformer_->register_module("wpe", torch::nn::Embedding(config.block_size, config.n_embd));

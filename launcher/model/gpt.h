@@ -17,7 +17,7 @@ namespace poplar {
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit CausalSelfAttentionImpl(const GptConfig& config);
+  explicit CausalSelfAttentionImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
@@ -30,7 +30,7 @@ TORCH_MODULE(CausalSelfAttention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const GptConfig& config);
+  explicit MlpImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);  // c_proj(Hidden(x))
   torch::Tensor Hidden(const torch::Tensor& x);   // gelu(c_fc(x)): c_proj's input
 
@@ -40,7 +40,7 @@ TORCH_MODULE(Mlp);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const GptConfig& config);
+  explicit BlockImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x);
 
   // ZeRO-3's backward of the block, its forward recomputed from the input x: the same
@@ -61,7 +61,7 @@ class GptImpl : public torch::nn::Module {
  public:
   // Parameters initialised as nanoGPT does (normal 0.02, residual projections scaled by
   // 1/sqrt(2 n_layer), zero biases), from the current torch random state.
-  explicit GptImpl(const GptConfig& config);
+  explicit GptImpl(const ModelConfig& config);
 
   // Sum (not mean) of the cross-entropy over every token of the micro-batch; idx and
   // targets: [B, T] int64 token ids, T <= block_size.
@@ -75,13 +75,13 @@ class GptImpl : public torch::nn::Module {
   // Unique trainable parameters with their nanoGPT names, in a fixed order.
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
 
-  const GptConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
 
  private:
-  GptConfig config_;
+  ModelConfig config_;
   std::shared_ptr<torch::nn::Module> transformer_;
 };
 TORCH_MODULE(Gpt);

@@ -101,7 +101,7 @@ fs::path StepFolder(const std::string& path) {
 }
 
 // `folder`'s meta.json, checked against `config` and the folder's name.
-CheckpointMeta ReadMeta(const fs::path& folder, const GptConfig& config) {
+CheckpointMeta ReadMeta(const fs::path& folder, const ModelConfig& config) {
   const std::string meta_path = (folder / "meta.json").string();
   CheckpointMeta meta = ParseCheckpointMeta(ReadCheckpointText(meta_path), meta_path);
   if (meta.model != nlohmann::json(ModelConfigObject(config))) {
@@ -153,7 +153,7 @@ void RequireFiniteState(const StateDict& tensors, std::int64_t step, const std::
   }
 }
 
-void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
+void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const ModelConfig& config,
                      const TrainingRecipe& training, const CheckpointLine& line) {
   // A state to go on from: one whose update overflowed (a finite loss computed before
   // it, then inf or nan in the parameters or moments) would only diverge again on resume.
@@ -209,11 +209,11 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
   SyncToDisk(dir);
 }
 
-std::int64_t CheckpointStep(const std::string& path, const GptConfig& config) {
+std::int64_t CheckpointStep(const std::string& path, const ModelConfig& config) {
   return ReadMeta(StepFolder(path), config).step;
 }
 
-RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& config, Gpt& model) {
+RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig& config, Gpt& model) {
   const fs::path folder = StepFolder(path);
   RestoredCheckpoint restored;
   CheckpointMeta meta = ReadMeta(folder, config);

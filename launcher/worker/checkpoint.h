@@ -38,7 +38,7 @@ struct Checkpoint {
 // even across a SIGKILL or a power loss (a step written again swaps in atomically).
 // meta.json records `config`, `training` (the run's recipe) and `line` (the
 // writing run's, checkpoint_line.h; nothing for a line of run 0).
-void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const GptConfig& config,
+void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const ModelConfig& config,
                      const TrainingRecipe& training, const CheckpointLine& line);
 
 // Throws "training diverged at step N: <name> holds inf or nan after its update, so
@@ -85,9 +85,9 @@ struct RestoredCheckpoint {
 // model.pt), and requires optimizer.pt to hold both moments of every parameter with its
 // shape and nothing else. Throws InputError naming the file, key and reason; every file
 // must be a regular file (a pipe would block past --timeout).
-RestoredCheckpoint RestoreCheckpoint(const std::string& path, const GptConfig& config, Gpt& model);
+RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig& config, Gpt& model);
 // The step of the checkpoint RestoreCheckpoint would read, from its meta.json alone (the
 // same checks, none of the tensors).
-std::int64_t CheckpointStep(const std::string& path, const GptConfig& config);
+std::int64_t CheckpointStep(const std::string& path, const ModelConfig& config);
 
 }  // namespace poplar

@@ -7,7 +7,7 @@
 
 namespace poplar {
 
-CheckpointWriter::CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep,
+CheckpointWriter::CheckpointWriter(std::string dir, ModelConfig config, TrainingRecipe training, std::int64_t keep,
                                    CheckpointLine line)
     : dir_(std::move(dir)),
       config_(config),

@@ -36,7 +36,8 @@ class CheckpointWriter {
   // Keeps the `keep` newest checkpoints in `dir` of the run's `line` of training
   // (PruneCheckpoints; 0: every one). Each meta.json records `config`, `training` and
   // `line`.
-  CheckpointWriter(std::string dir, GptConfig config, TrainingRecipe training, std::int64_t keep, CheckpointLine line);
+  CheckpointWriter(std::string dir, ModelConfig config, TrainingRecipe training, std::int64_t keep,
+                   CheckpointLine line);
   ~CheckpointWriter();
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
@@ -63,7 +64,7 @@ class CheckpointWriter {
   static void SayError(const std::exception_ptr& error);
 
   const std::string dir_;
-  const GptConfig config_;
+  const ModelConfig config_;
   const TrainingRecipe training_;
   const std::int64_t keep_;
   const CheckpointLine line_;

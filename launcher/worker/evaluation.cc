@@ -9,7 +9,7 @@
 namespace poplar {
 
 std::optional<Evaluation> LoadEvaluation(const std::string& path, std::int64_t samples_asked, const WorkerPlan& plan,
-                                         const GptConfig& config, int rank) {
+                                         const ModelConfig& config, int rank) {
   if (path.empty()) return std::nullopt;
   TokenData data(path, config.block_size, config.vocab_size);
   const std::int64_t samples = samples_asked == 0 ? data.samples() : samples_asked;

@@ -28,7 +28,7 @@ struct Evaluation {
 // --eval-data and --eval-samples, checked against the model's vocabulary and block size
 // before the rendezvous; nullopt without --eval-data.
 std::optional<Evaluation> LoadEvaluation(const std::string& path, std::int64_t samples_asked, const WorkerPlan& plan,
-                                         const GptConfig& config, int rank);
+                                         const ModelConfig& config, int rank);
 
 // The mean loss over every token of the evaluation's samples, the same on every rank
 // (all-reduced), with the parameters after the latest step. Collective: every rank runs

@@ -40,7 +40,7 @@ constexpr int kMostRunsPerPoint = 5;
 // One stage's model and engine, alive for one pass over that stage.
 class StageProfiler {
  public:
-  StageProfiler(const GptConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
+  StageProfiler(const ModelConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
                 torch::Device device)
       : config_(config), options_(options), device_(device), model_(nullptr) {
     torch::manual_seed(options.seed);
@@ -163,7 +163,7 @@ class StageProfiler {
     return Sample{seconds, MemoryPeak(device_)};
   }
 
-  const GptConfig& config_;
+  const ModelConfig& config_;
   const ProfileOptions& options_;
   torch::Device device_;
   Gpt model_;
@@ -212,7 +212,7 @@ void TimeReplays(StageProfiler& profiler, StageSamples& samples, bool first_pass
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
 // search between the last that did and the first that did not), each after a warm-up
 // run of its own, and the optimizer step.
-StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
+StageSamples FitStage(const ModelConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
                       torch::Device device) {
   StageSamples result;
   result.stage = stage;
@@ -252,7 +252,7 @@ StageSamples FitStage(const GptConfig& config, int stage, const ProfileOptions& 
 // then every size that fit timed again (as point_seconds says), and the optimizer step.
 // A size that does not fit this time (fragmentation at the edge of memory) keeps its
 // earlier samples.
-void RemeasureStage(StageSamples& samples, int pass, const GptConfig& config, const ProfileOptions& options,
+void RemeasureStage(StageSamples& samples, int pass, const ModelConfig& config, const ProfileOptions& options,
                     Communicator& communicator, torch::Device device) {
   StageProfiler profiler(config, samples.stage, options, communicator, device);
   profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
@@ -297,7 +297,7 @@ void Profile(const ProfileOptions& options) {
   if (const std::string problem = DeviceTypeProblem(options.device_type); !problem.empty()) {
     throw InputError("--device-type", "", problem);
   }
-  const GptConfig config = LoadModelConfig(options.model_config);
+  const ModelConfig config = LoadModelConfig(options.model_config);
   const torch::Device device = SetUpDevice(options.device, 0);
   std::int64_t capacity = MemoryCapacity(device);
   if (capacity == 0) capacity = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);

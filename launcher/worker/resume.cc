@@ -54,7 +54,7 @@ CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& l
 }  // namespace
 
 std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const std::string& resume,
-                                                  std::int64_t steps, const GptConfig& config,
+                                                  std::int64_t steps, const ModelConfig& config,
                                                   const TrainingRecipe& recipe, torch::Device device) {
   const int world_size = communicator.world_size();
   constexpr std::int64_t kNoCheckpoint = -1;

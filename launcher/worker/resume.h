@@ -44,7 +44,7 @@ struct Resumed {
 // parameters are sent here, before the engine takes them over; the moments later, by
 // SendResumedMoments.
 std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const std::string& resume,
-                                                  std::int64_t steps, const GptConfig& config,
+                                                  std::int64_t steps, const ModelConfig& config,
                                                   const TrainingRecipe& recipe, torch::Device device);
 
 // Sends the resumed Adam moments from the source to every rank's engine, one parameter at

@@ -163,7 +163,7 @@ TrainingRecipe RecipeOf(const TrainOptions& options, const AdamWOptions& adamw, 
 // what is trained. Keys in the order a mismatch is most likely explained by: the model,
 // the recipe's keys one by one ("'lr' is 0.1 here but 0.2 on rank 1"), then the rest.
 std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recipe, const WorkerPlan& plan,
-                        const GptConfig& config, const std::optional<Evaluation>& evaluation,
+                        const ModelConfig& config, const std::optional<Evaluation>& evaluation,
                         GlooReduceScatter gloo_reduce_scatter) {
   nlohmann::ordered_json settings = {{"model", ModelConfigObject(config)}};
   const nlohmann::ordered_json recipe_object = RecipeObject(recipe);
@@ -205,7 +205,7 @@ struct LocalSetup {
   GlooReduceScatter gloo_reduce_scatter;
   AdamWOptions adamw;
   WorkerPlan plan;
-  GptConfig config;
+  ModelConfig config;
   TokenData data;
   std::optional<Evaluation> evaluation;       // with --eval-data
   std::int64_t baseline_bytes;                // device memory in use before the model
@@ -222,7 +222,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const AdamWOptions adamw = OptimizerOptions(options);
   WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
-  const GptConfig config = LoadModelConfig(options.model_config);
+  const ModelConfig config = LoadModelConfig(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
   std::optional<Evaluation> evaluation =
       LoadEvaluation(options.eval_data, options.eval_samples, plan, config, env.rank);

@@ -208,8 +208,8 @@ JobModel LoadJobModel(const ClusterSpec& cluster) {
   return model;
 }
 
-void RequireJobModel(const ClusterSpec& cluster, const GptConfig& job_model, const std::string& file,
-                     std::optional<std::int64_t> params, const std::optional<GptConfig>& config,
+void RequireJobModel(const ClusterSpec& cluster, const ModelConfig& job_model, const std::string& file,
+                     std::optional<std::int64_t> params, const std::optional<ModelConfig>& config,
                      const std::string& remedy) {
   const std::string job = "the cluster's job.model (" + cluster.job.value().model_config + ")";
   if (params && *params != job_model.ParameterCount()) {

@@ -149,15 +149,15 @@ ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::s
 // file and its key when it is not a valid model.
 struct JobModel {
   std::string text;
-  GptConfig config;
+  ModelConfig config;
 };
 JobModel LoadJobModel(const ClusterSpec& cluster);
 // Holds the model a file records (a profile's or a plan's `model`: its parameter count,
 // and its configuration where it gives one) to `job_model`, the cluster's job.model.
 // Throws InputError naming `file` and model.params or model.config, ending with `remedy`
 // ("plan for that model (poplar plan)").
-void RequireJobModel(const ClusterSpec& cluster, const GptConfig& job_model, const std::string& file,
-                     std::optional<std::int64_t> params, const std::optional<GptConfig>& config,
+void RequireJobModel(const ClusterSpec& cluster, const ModelConfig& job_model, const std::string& file,
+                     std::optional<std::int64_t> params, const std::optional<ModelConfig>& config,
                      const std::string& remedy);
 
 }  // namespace poplar

@@ -102,7 +102,7 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
   // A profile that records its model's configuration (poplar-worker profile does) must
   // have measured that very model.
   if (first && cluster.job) {
-    const GptConfig job_model = LoadJobModel(cluster).config;
+    const ModelConfig job_model = LoadJobModel(cluster).config;
     for (const auto& [type, profile] : profiles) {
       RequireJobModel(cluster, job_model, profile.file, profile.model.params, profile.model.config,
                       "profile the devices with that model (poplar profile)");

@@ -87,7 +87,7 @@ struct ModelInfo {
   // The model configuration measured (poplar-worker profile writes it; optional, absent
   // in hand-made and derived profiles): two models of one parameter count may differ
   // in activation memory (n_head, block_size).
-  std::optional<GptConfig> config;
+  std::optional<ModelConfig> config;
 };
 
 struct DeviceProfile {

@@ -46,7 +46,7 @@ struct WorkerPlan {
   // memory may not fit.
   std::optional<std::int64_t> model_params;
   std::optional<std::string> model_precision;
-  std::optional<GptConfig> model_config;  // `model.config`: the model itself, when the profiles knew it
+  std::optional<ModelConfig> model_config;  // `model.config`: the model itself, when the profiles knew it
   // What `poplar plan` says of its plan, for the head's reports: `predicted.step_s` and
   // `policy`, read only where they have the types it writes (a positive number, a
   // string), absent otherwise: a hand-written plan with other types is not an error.

@@ -13,8 +13,8 @@
 namespace poplar {
 namespace {
 
-GptConfig SmallConfig() {
-  return GptConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/16, /*vocab_size=*/32, /*block_size=*/8};
+ModelConfig SmallConfig() {
+  return ModelConfig{/*n_layer=*/1, /*n_head=*/2, /*n_embd=*/16, /*vocab_size=*/32, /*block_size=*/8};
 }
 
 struct Gradients {
@@ -51,7 +51,7 @@ void ExpectSameGradients(const Gradients& expected, const Gradients& actual, dou
 // earlier micro-batch's) and compares every gradient.
 void CheckAgainstAutograd(const torch::Tensor& earlier, torch::ScalarType dtype = torch::kFloat32) {
   torch::manual_seed(7);
-  const GptConfig config = SmallConfig();
+  const ModelConfig config = SmallConfig();
   Block block(config);
   block->to(dtype);  // bf16: as poplar's mixed precision computes, parameters and all
   const auto x = torch::randn({3, config.block_size, config.n_embd}).to(dtype);
@@ -92,7 +92,7 @@ std::int64_t PeakOf(Block& block, const torch::Tensor& x0, Backward backward) {
 TEST(BlockRecomputeBackward, HoldsLessThanAutogradsBackwardOfTheWholeForward) {
   CountingAllocator::Install();
   torch::manual_seed(7);
-  GptConfig config = SmallConfig();
+  ModelConfig config = SmallConfig();
   config.n_embd = 64;
   config.block_size = 32;
   Block block(config);

@@ -14,7 +14,7 @@ namespace poplar::testing {
 namespace {
 
 TEST(ModelConfig, ParameterCountMatchesTheModel) {
-  GptConfig config{3, 4, 48, 256, 24};
+  ModelConfig config{3, 4, 48, 256, 24};
   Gpt model(config);
   std::int64_t total = 0;
   for (const auto& [name, parameter] : model->NamedParameters()) total += parameter.numel();
@@ -35,7 +35,7 @@ TEST_P(StateMemory, AgreesWithTheZeroAccounting) {
       TrainCommand(scratch, plan, 4, {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", precision}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
-  const GptConfig config{2, 2, 128, 256, 16};
+  const ModelConfig config{2, 2, 128, 256, 16};
   const std::int64_t expected =
       ModelStatesPerRank(config.ParameterCount(), stage, 2, precision == "bf16" ? Precision::kMixed : Precision::kFp32)
           .Total();
@@ -105,7 +105,7 @@ TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
              TrainCommand(scratch, plan, 3,
                           {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", "bf16", "--bucket-mb", "1"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
-  const std::int64_t params = GptConfig{8, 2, 256, 256, 16}.ParameterCount();
+  const std::int64_t params = ModelConfig{8, 2, 256, 256, 16}.ParameterCount();
   std::int64_t above_states = 0;
   for (const auto& line : ReadLines(scratch.path() + "/m0.jsonl")) {
     const auto metrics = nlohmann::json::parse(line);

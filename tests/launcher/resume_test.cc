@@ -605,7 +605,7 @@ std::vector<std::string> StepFolders(const std::string& dir) {
 // checkpoint of its own where it asked for two.) The same for folders that record no
 // run (written before checkpoints recorded lines): those up to the resume step count.
 TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
-  const GptConfig config{2, 2, 32, 256, 16};
+  const ModelConfig config{2, 2, 32, 256, 16};
   for (const std::uint64_t abandoned : {std::uint64_t{0x11}, std::uint64_t{0}}) {  // 0: records no run
     SCOPED_TRACE("abandoned run " + std::to_string(abandoned));
     const std::string checkpoints = scratch.path() + "/checkpoints" + std::to_string(abandoned);
@@ -638,7 +638,7 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
 // to the resume step would keep A's 6 and remove A's 4.)
 TEST_F(Resume, PruningAfterTwoResumesFollowsTheLineThroughEveryRun) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  const GptConfig config{2, 2, 32, 256, 16};
+  const ModelConfig config{2, 2, 32, 256, 16};
   const auto write = [&](std::int64_t step, const CheckpointLine& line) {
     WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}}, config, TrainingRecipe{}, line);
   };
@@ -745,7 +745,7 @@ TEST_F(Resume, AnOutputInsideTheCheckpointItResumesFromIsRefused) {
 // the disk, not even its temporary folder; `latest` stays on the last good one.
 TEST_F(Resume, ACheckpointHoldingInfOrNanIsNotWritten) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
-  const GptConfig config{2, 2, 32, 256, 16};
+  const ModelConfig config{2, 2, 32, 256, 16};
   Checkpoint good{1, {{"w", torch::ones({3})}}, {}};
   WriteCheckpoint(checkpoints, good, config, TrainingRecipe{}, {});
   for (const bool in_moments : {false, true}) {

@@ -28,7 +28,7 @@ InputError ParseError(const std::string& text) {
 }
 
 TEST(ModelConfig, ParsesEveryField) {
-  const GptConfig config = ParseModelConfig(
+  const ModelConfig config = ParseModelConfig(
       R"({"arch": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "block_size": 32})", kFile);
   EXPECT_EQ(config.n_layer, 2);
   EXPECT_EQ(config.n_head, 4);
@@ -39,7 +39,7 @@ TEST(ModelConfig, ParsesEveryField) {
 
 TEST(ModelConfig, CountsGpt2SmallAsPublished) {
   // GPT-2 small, lm_head tied to wte: 124,439,808 parameters with position embeddings.
-  const GptConfig config = ParseModelConfig(
+  const ModelConfig config = ParseModelConfig(
       R"({"arch": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 1024})", kFile);
   EXPECT_EQ(config.ParameterCount(), 124439808);
 }
@@ -72,18 +72,54 @@ TEST(ModelConfig, RejectsOutOfRangeAndWrongTypes) {
       ParseError(R"({"arch": "gpt", "n_layer": 0, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
           .key(),
       "n_layer");
-  EXPECT_EQ(
-      ParseError(R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 70000, "block_size": 32})")
-          .key(),
-      "vocab_size");
+  EXPECT_EQ(ParseError(
+                R"({"arch": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 20000000, "block_size": 32})")
+                .key(),
+            "vocab_size");
   EXPECT_EQ(
       ParseError(R"({"arch": "gpt", "n_layer": "2", "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
           .key(),
       "n_layer");
   EXPECT_EQ(
-      ParseError(R"({"arch": "llama", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
+      ParseError(R"({"arch": "mamba", "n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256, "block_size": 32})")
           .key(),
       "arch");
+}
+
+TEST(ModelConfig, ReadsALlamaWithHuggingFacesDefaults) {
+  const ModelConfig config = ParseModelConfig(
+      R"({"arch": "llama", "n_layer": 2, "n_head": 4, "n_embd": 96, "vocab_size": 300, "block_size": 32})", kFile);
+  EXPECT_EQ(config.arch, Architecture::kLlama);
+  EXPECT_EQ(config.n_kv_head, 4);
+  EXPECT_EQ(config.intermediate_size, 256);  // 8/3 * 96 = 256
+  EXPECT_EQ(config.rope_theta, 10000.0);
+  EXPECT_EQ(config.norm_eps, 1e-6);
+  EXPECT_FALSE(config.tie_embeddings);
+  // Embedding and head, per layer q o (2 c^2), k v (2 c kv), 3 c i, two norms; the final norm.
+  EXPECT_EQ(config.ParameterCount(), 2 * 300 * 96 + 2 * (2 * 96 * 96 + 2 * 96 * 96 + 3 * 96 * 256 + 2 * 96) + 96);
+  // Written with every key resolved, and read back the same.
+  EXPECT_EQ(ParseModelConfig(ModelConfigJson(config), kFile), config);
+  EXPECT_NE(ModelConfigJson(config).find("\"n_kv_head\":4"), std::string::npos);
+}
+
+TEST(ModelConfig, ChecksTheLlamaKeys) {
+  const std::string base = R"({"arch": "llama", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, )"
+                           R"("block_size": 32, )";
+  EXPECT_EQ(ParseError(base + R"("n_kv_head": 3})").key(), "n_kv_head");
+  EXPECT_EQ(ParseError(base + R"("rope_theta": 0})").key(), "rope_theta");
+  EXPECT_EQ(ParseError(base + R"("norm_eps": -1})").key(), "norm_eps");
+  EXPECT_EQ(ParseError(base + R"("tie_embeddings": 1})").key(), "tie_embeddings");
+  EXPECT_EQ(ParseError(base + R"("intermediate_size": 0})").key(), "intermediate_size");
+  // A GPT has none of them.
+  EXPECT_EQ(ParseError(R"({"arch": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, )"
+                       R"("block_size": 32, "n_kv_head": 2})")
+                .key(),
+            "n_kv_head");
+  // Odd heads cannot rotate.
+  EXPECT_EQ(ParseError(R"({"arch": "llama", "n_layer": 2, "n_head": 4, "n_embd": 36, "vocab_size": 256, )"
+                       R"("block_size": 32})")
+                .key(),
+            "n_embd");
 }
 
 TEST(ModelConfig, RejectsTextThatIsNotUtf8JsonAsAWholeFileError) {

@@ -701,13 +701,13 @@ TEST_F(ProfileFiles, RejectsProfilesOfDifferentModels) {
 // Without a job to compare with, profiles that record their models must still agree on
 // them: a parameter count alone does not fix the model's shape.
 TEST_F(ProfileFiles, RejectsProfilesOfModelsOfOneSizeButOtherShapes) {
-  GptConfig sixteen_heads;
+  ModelConfig sixteen_heads;
   sixteen_heads.n_layer = 24;
   sixteen_heads.n_head = 16;
   sixteen_heads.n_embd = 1024;
   sixteen_heads.vocab_size = 50257;
   sixteen_heads.block_size = 1024;
-  GptConfig eight_heads = sixteen_heads;
+  ModelConfig eight_heads = sixteen_heads;
   eight_heads.n_head = 8;
   DeviceProfile a100 = SampleProfile("A100-80GB");
   a100.model.config = sixteen_heads;
@@ -744,7 +744,7 @@ TEST_F(ProfileFiles, RejectsProfilesOfAnotherModelThanTheJobs) {
 // Profiles that record their model's configuration must have measured the job's very
 // model: one of the same size with other heads has other activation memory.
 TEST_F(ProfileFiles, RejectsAProfileOfAnotherModelOfTheSameSize) {
-  GptConfig measured;
+  ModelConfig measured;
   measured.n_layer = 24;
   measured.n_head = 8;  // the job's has 16: the same parameters
   measured.n_embd = 1024;
@@ -789,7 +789,7 @@ TEST_F(ProfileFiles, ReportsInvalidProfileByItsOwnPath) {
 // job trains that model plans from them (the model's vocabulary is nanoGPT's 50304, not
 // GPT-2's own 50257).
 TEST(ProfileExamples, ShippedExampleProfilesLoadForTheirClusters) {
-  const GptConfig gpt2_medium = LoadModelConfig(std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt2-medium.json");
+  const ModelConfig gpt2_medium = LoadModelConfig(std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt2-medium.json");
   for (const std::string name : {"a100-80-and-40", "a800-and-v100s", "v100-and-t4"}) {
     SCOPED_TRACE(name);
     const ClusterSpec cluster = LoadClusterFile(std::string(POPLAR_SOURCE_DIR) + "/configs/" + name + ".yaml");
