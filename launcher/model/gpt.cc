@@ -1,7 +1,5 @@
 #include "launcher/model/gpt.h"
 
-#include <torch/version.h>
-
 #include <cmath>
 
 #include "launcher/model/head_loss.h"
@@ -22,41 +20,11 @@ torch::nn::LayerNorm MakeLayerNorm(int n_embd) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd}).eps(1e-5));
 }
 
-// A block's output y + hidden · Wᵀ + b in a graph that never reads it, only
-// back-propagates through it: forward returns zeros of the output's shape (a broadcast
-// scalar: no memory, no matrix product), backward gives the true gradients: the
-// output's to y, and the linear map's to hidden, W and b (b is an input for that alone;
-// y too, so that the graph, not the caller, holds it). Autograd accumulates them and
-// frees hidden once used, as for torch::nn::Linear.
-struct SkippedBlockOutput : public torch::autograd::Function<SkippedBlockOutput> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& y,
-                               const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& /*bias*/) {
-    context->save_for_backward({hidden, weight});
-    return torch::zeros({}, y.options()).expand(y.sizes());
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
-                                                 torch::autograd::variable_list gradients) {
-    const auto saved = context->get_saved_variables();
-    const auto& hidden = saved[0];
-    const auto& weight = saved[1];
-    const auto& output = gradients[0];
-    const auto rows = output.reshape({-1, output.size(-1)});
-    return {output, output.matmul(weight), rows.t().mm(hidden.reshape({-1, hidden.size(-1)})), rows.sum(0)};
-  }
-};
-
 }  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& config) : n_head_(config.n_head) {
   c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
-#if TORCH_VERSION_MAJOR < 2
-  // A buffer, not a parameter: it moves with the model and stays out of state dicts.
-  causal_mask_ =
-      register_buffer("causal_mask", torch::ones({config.block_size, config.block_size}, torch::kBool).tril());
-#endif
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -65,21 +33,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto qkv = Affine(c_attn, x).split(channels, 2);
   auto heads = [&](const torch::Tensor& t) { return t.view({batch, time, n_head_, head_size}).transpose(1, 2); };
   const torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-#if TORCH_VERSION_MAJOR >= 2
-  // Fused attention (flash or memory-efficient kernels on a GPU): the same function,
-  // without the [T, T] score matrix in memory.
-  auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                            /*is_causal=*/true)
-               .transpose(1, 2)
-               .contiguous()
-               .view({batch, time, channels});
-#else
-  auto attention = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_size)));
-  const auto mask = causal_mask_.narrow(0, 0, time).narrow(1, 0, time);
-  attention = attention.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
-  attention = torch::softmax(attention, -1);
-  auto y = torch::matmul(attention, v).transpose(1, 2).contiguous().view({batch, time, channels});
-#endif
+  auto y = CausalAttention(q, k, v).transpose(1, 2).contiguous().view({batch, time, channels});
   return Affine(c_proj, y);
 }
 
@@ -105,19 +59,19 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 }
 
 void BlockImpl::RecomputeBackward(const torch::Tensor& x, const torch::Tensor& output_gradient) {
-  // forward(x) = y + c_proj(hidden), y = x + attn(ln_1(x)): SkippedBlockOutput stands in
+  // forward(x) = y + c_proj(hidden), y = x + attn(ln_1(x)): SkippedLinearOutput stands in
   // for it without computing c_proj. Only the graph holds the activations during
   // backward, each freed once used, as in autograd's backward of forward(x).
   torch::Tensor output;
   {
     auto y = x + attn(ln_1(x));
     auto hidden = mlp->Hidden(ln_2(y));
-    output = SkippedBlockOutput::apply(y, hidden, mlp->c_proj->weight, mlp->c_proj->bias);
+    output = SkippedLinearOutput(y, hidden, mlp->c_proj->weight, mlp->c_proj->bias);
   }
   torch::autograd::backward({output}, {output_gradient});
 }
 
-GptImpl::GptImpl(const ModelConfig& config) : config_(config) {
+GptImpl::GptImpl(const ModelConfig& config) : DecoderImpl(config) {
   transformer_ = register_module("transformer", std::make_shared<torch::nn::Module>());
   wte = transformer_->register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
   wpe = transformer_->register_module("wpe", torch::nn::Embedding(config.block_size, config.n_embd));
@@ -145,7 +99,7 @@ GptImpl::GptImpl(const ModelConfig& config) : config_(config) {
 
 torch::Tensor GptImpl::Embed(const torch::Tensor& idx) {
   const auto time = idx.size(1);
-  TORCH_CHECK(time <= config_.block_size, "sequence of ", time, " tokens exceeds block_size ", config_.block_size);
+  TORCH_CHECK(time <= config().block_size, "sequence of ", time, " tokens exceeds block_size ", config().block_size);
   const auto positions = torch::arange(time, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   return wte(idx) + wpe(positions);
 }
@@ -155,16 +109,16 @@ torch::Tensor GptImpl::HeadLoss(const torch::Tensor& x, const torch::Tensor& tar
   return HeadCrossEntropySum(ln_f(x), wte->weight, targets);
 }
 
-torch::Tensor GptImpl::LossSum(const torch::Tensor& idx, const torch::Tensor& targets) {
-  auto x = Embed(idx);
-  for (const auto& block : *h) x = block->as<Block>()->forward(x);
-  return HeadLoss(x, targets);
+torch::Tensor GptImpl::Layer(int index, const torch::Tensor& x) { return h[index]->as<Block>()->forward(x); }
+
+void GptImpl::LayerRecomputeBackward(int index, const torch::Tensor& x, const torch::Tensor& output_gradient) {
+  h[index]->as<Block>()->RecomputeBackward(x, output_gradient);
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> GptImpl::NamedParameters() const {
-  std::vector<std::pair<std::string, torch::Tensor>> result;
-  for (const auto& item : named_parameters()) result.emplace_back(item.key(), item.value());
-  return result;
+int GptImpl::UnitOf(const std::string& name) const {
+  if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0) return 0;
+  if (name.rfind("transformer.h.", 0) == 0) return 1 + std::stoi(name.substr(14, name.find('.', 14) - 14));
+  return units() - 1;  // transformer.ln_f.*
 }
 
 }  // namespace poplar

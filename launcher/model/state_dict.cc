@@ -186,19 +186,19 @@ void WriteStateDict(const std::string& path, const StateDict& tensors) {
   WriteFileAtomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 
-StateDict ModelStateDict(const Gpt& model) {
+StateDict ModelStateDict(const DecoderImpl& model) {
   StateDict tensors;
-  for (const auto& [name, parameter] : model->NamedParameters()) {
+  for (const auto& [name, parameter] : model.NamedParameters()) {
     tensors[name] = parameter.detach().cpu().clone();
   }
-  tensors[kTiedHeadName] = tensors.at(kTokenEmbeddingName);
+  AddTiedHead(model.tied_head(), tensors);
   return tensors;
 }
 
-void LoadModelState(Gpt& model, const StateDict& tensors, const std::string& file) {
+void LoadModelState(DecoderImpl& model, const StateDict& tensors, const std::string& file) {
   torch::NoGradGuard no_grad;
   std::set<std::string> expected;
-  for (auto& [name, parameter] : model->NamedParameters()) {
+  for (auto& [name, parameter] : model.NamedParameters()) {
     expected.insert(name);
     auto found = tensors.find(name);
     if (found == tensors.end()) throw InputError(file, name, "is missing");
@@ -208,11 +208,11 @@ void LoadModelState(Gpt& model, const StateDict& tensors, const std::string& fil
     }
     parameter.copy_(found->second.to(torch::kFloat32));
   }
+  const std::optional<TiedHead> tied = model.tied_head();
   for (const auto& [name, tensor] : tensors) {
-    if (name == kTiedHeadName) {
-      if (!tensor.to(torch::kFloat32).equal(tensors.at(kTokenEmbeddingName).to(torch::kFloat32))) {
-        throw InputError(file, name,
-                         "differs from " + std::string(kTokenEmbeddingName) + " but the head is tied to the embedding");
+    if (tied && name == tied->head) {
+      if (!tensor.to(torch::kFloat32).equal(tensors.at(tied->embedding).to(torch::kFloat32))) {
+        throw InputError(file, name, "differs from " + tied->embedding + " but the head is tied to the embedding");
       }
     } else if (!expected.count(name)) {
       throw InputError(file, name, "is not a parameter of this model");

@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 
 namespace poplar {
 
@@ -23,12 +23,12 @@ StateDict ReadStateDict(const std::string& path);
 // Atomic write (temporary name, then rename).
 void WriteStateDict(const std::string& path, const StateDict& tensors);
 
-// The model's full state dict with nanoGPT names, the tied head included as
-// lm_head.weight. Tensors are copies.
-StateDict ModelStateDict(const Gpt& model);
+// The model's full state dict with its checkpoint names, a tied head under both names.
+// Tensors are copies.
+StateDict ModelStateDict(const DecoderImpl& model);
 // Copies `tensors` into the model's parameters. Every parameter must be present with
-// its shape; lm_head.weight, if present, must equal transformer.wte.weight; unknown
+// its shape; a tied head's second name, if present, must equal the embedding; unknown
 // keys are errors. `file` names the source in errors.
-void LoadModelState(Gpt& model, const StateDict& tensors, const std::string& file);
+void LoadModelState(DecoderImpl& model, const StateDict& tensors, const std::string& file);
 
 }  // namespace poplar

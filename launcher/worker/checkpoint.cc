@@ -213,7 +213,7 @@ std::int64_t CheckpointStep(const std::string& path, const ModelConfig& config) 
   return ReadMeta(StepFolder(path), config).step;
 }
 
-RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig& config, Gpt& model) {
+RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig& config, Decoder& model) {
   const fs::path folder = StepFolder(path);
   RestoredCheckpoint restored;
   CheckpointMeta meta = ReadMeta(folder, config);
@@ -221,7 +221,7 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig&
   restored.training = std::move(meta.training);
   restored.line = std::move(meta.line);
   const std::string model_path = (folder / "model.pt").string();
-  LoadModelState(model, ReadCheckpointTensors(model_path), model_path);
+  LoadModelState(*model, ReadCheckpointTensors(model_path), model_path);
 
   const std::string optimizer_path = (folder / "optimizer.pt").string();
   StateDict optimizer = ReadCheckpointTensors(optimizer_path);

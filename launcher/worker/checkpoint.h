@@ -85,7 +85,7 @@ struct RestoredCheckpoint {
 // model.pt), and requires optimizer.pt to hold both moments of every parameter with its
 // shape and nothing else. Throws InputError naming the file, key and reason; every file
 // must be a regular file (a pipe would block past --timeout).
-RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig& config, Gpt& model);
+RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig& config, Decoder& model);
 // The step of the checkpoint RestoreCheckpoint would read, from its meta.json alone (the
 // same checks, none of the tensors).
 std::int64_t CheckpointStep(const std::string& path, const ModelConfig& config);

@@ -12,7 +12,7 @@
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
 #include "launcher/device/emulated_slowdown.h"
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 #include "launcher/worker/stopwatch.h"
 #include "launcher/zero/training_engine.h"
 #include "planner/base/input_error.h"
@@ -44,7 +44,7 @@ class StageProfiler {
                 torch::Device device)
       : config_(config), options_(options), device_(device), model_(nullptr) {
     torch::manual_seed(options.seed);
-    model_ = Gpt(config);
+    model_ = MakeDecoder(config);
     model_->to(device);
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
                          WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
@@ -166,7 +166,7 @@ class StageProfiler {
   const ModelConfig& config_;
   const ProfileOptions& options_;
   torch::Device device_;
-  Gpt model_;
+  Decoder model_{nullptr};
   std::unique_ptr<TrainingEngine> engine_;
 };
 

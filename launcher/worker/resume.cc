@@ -53,7 +53,7 @@ CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& l
 
 }  // namespace
 
-std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const std::string& resume,
+std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Decoder& model, const std::string& resume,
                                                   std::int64_t steps, const ModelConfig& config,
                                                   const TrainingRecipe& recipe, torch::Device device) {
   const int world_size = communicator.world_size();

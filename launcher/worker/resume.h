@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "launcher/comm/communicator.h"
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 #include "launcher/zero/training_engine.h"
 #include "planner/formats/checkpoint_line.h"
 #include "planner/formats/model_config.h"
@@ -43,7 +43,7 @@ struct Resumed {
 // `resume` is this rank's --resume ("" for none), `steps` the run's --steps. The model's
 // parameters are sent here, before the engine takes them over; the moments later, by
 // SendResumedMoments.
-std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Gpt& model, const std::string& resume,
+std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Decoder& model, const std::string& resume,
                                                   std::int64_t steps, const ModelConfig& config,
                                                   const TrainingRecipe& recipe, torch::Device device);
 

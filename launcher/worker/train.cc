@@ -16,7 +16,7 @@
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
 #include "launcher/device/emulated_slowdown.h"
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 #include "launcher/model/state_dict.h"
 #include "launcher/worker/checkpoint.h"
 #include "launcher/worker/checkpoint_writer.h"
@@ -190,7 +190,7 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
 
 // Where training starts, agreed once the resume is done: the step, and a checksum of the
 // parameters (the same --init and --seed, or the state every rank received).
-std::string StartingPoint(const Gpt& model, std::int64_t first_step) {
+std::string StartingPoint(const Decoder& model, std::int64_t first_step) {
   double checksum = 0;
   for (const auto& [name, parameter] : model->NamedParameters()) {
     checksum += parameter.detach().to(torch::kFloat64).sum().item<double>();
@@ -209,7 +209,7 @@ struct LocalSetup {
   TokenData data;
   std::optional<Evaluation> evaluation;       // with --eval-data
   std::int64_t baseline_bytes;                // device memory in use before the model
-  Gpt model;                                  // from --seed or --init; a --resume replaces it later
+  Decoder model{nullptr};                     // from --seed or --init; a --resume replaces it later
   MetricsWriter metrics;                      // opened, not yet started (a resume appends)
   std::optional<FolderLock> checkpoint_lock;  // rank 0's, of --checkpoint-dir
 };
@@ -230,8 +230,8 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const std::int64_t baseline_bytes = MemoryInUse(device);
   torch::manual_seed(options.seed);
   try {
-    Gpt model(config);
-    if (!options.init.empty()) LoadModelState(model, ReadStateDict(options.init), options.init);
+    Decoder model = MakeDecoder(config);
+    if (!options.init.empty()) LoadModelState(*model, ReadStateDict(options.init), options.init);
     MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
     model->to(device);
     return {device,          backend, gloo_reduce_scatter, adamw,

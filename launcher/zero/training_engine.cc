@@ -8,7 +8,7 @@
 
 namespace poplar {
 
-std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
+std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
                                            torch::ScalarType working) {
   if (stage == 3) return std::make_unique<Zero3Engine>(std::move(model), communicator, options, working);
@@ -16,8 +16,13 @@ std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& c
 }
 
 ShardedAdamW::ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
-                           torch::Device device, torch::ScalarType working)
-    : layout_(std::move(layout)), communicator_(communicator), options_(options), device_(device), working_(working) {
+                           torch::Device device, torch::ScalarType working, std::optional<TiedHead> tied)
+    : layout_(std::move(layout)),
+      communicator_(communicator),
+      options_(options),
+      device_(device),
+      working_(working),
+      tied_(std::move(tied)) {
   exp_avg_ = Zeros(layout_.shard_total());
   exp_avg_sq_ = Zeros(layout_.shard_total());
   if (Mixed()) master_ = Zeros(layout_.shard_total());
@@ -62,7 +67,7 @@ StateDict ShardedAdamW::MasterState(bool keep) {
   for (const FlatSlot& slot : layout_.slots()) {
     state[slot.name] = full.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone();
   }
-  state[kTiedHeadName] = state.at(kTokenEmbeddingName);
+  AddTiedHead(tied_, state);
   return state;
 }
 

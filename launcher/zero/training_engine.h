@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "launcher/comm/communicator.h"
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 #include "launcher/model/state_dict.h"
 #include "launcher/zero/adamw.h"
 #include "launcher/zero/flat_layout.h"
@@ -100,7 +100,7 @@ inline torch::ScalarType WorkingType(Precision precision) {
 // `working` is the precision of computation and communication: kFloat32, or kBFloat16
 // for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
 // in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter).
-std::unique_ptr<TrainingEngine> MakeEngine(int stage, Gpt model, Communicator& communicator,
+std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
                                            torch::ScalarType working = torch::kFloat32);
 
@@ -114,8 +114,9 @@ class ShardedAdamW : public TrainingEngine {
   double learning_rate() const override { return learning_rate_; }
 
  protected:
+  // `tied`: the model's tied head, which full state dicts list under both names.
   ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options, torch::Device device,
-               torch::ScalarType working);
+               torch::ScalarType working, std::optional<TiedHead> tied);
 
   // The bucket's owned gradient (summed over ranks, before scaling) and parameters, in
   // the working precision.
@@ -145,6 +146,7 @@ class ShardedAdamW : public TrainingEngine {
   AdamWOptions options_;
   torch::Device device_;
   torch::ScalarType working_;
+  std::optional<TiedHead> tied_;
 
  private:
   torch::Tensor master_;   // mixed precision: fp32 owned parameters, shard layout

@@ -8,18 +8,10 @@
 namespace poplar {
 namespace {
 
-// Units as flat-layout buckets: [Embed's parameters], [block 0's], ..., [ln_f's].
-std::vector<std::vector<NamedTensor>> UnitBuckets(const Gpt& model) {
-  std::vector<std::vector<NamedTensor>> buckets(model->config().n_layer + 2);
-  for (auto& [name, parameter] : model->NamedParameters()) {
-    std::size_t unit = buckets.size() - 1;  // transformer.ln_f.*
-    if (name.rfind("transformer.wte.", 0) == 0 || name.rfind("transformer.wpe.", 0) == 0) {
-      unit = 0;
-    } else if (name.rfind("transformer.h.", 0) == 0) {
-      unit = 1 + std::stoul(name.substr(14, name.find('.', 14) - 14));
-    }
-    buckets[unit].emplace_back(name, parameter);
-  }
+// Units as flat-layout buckets: [Embed's parameters], [layer 0's], ..., [the head's].
+std::vector<std::vector<NamedTensor>> UnitBuckets(const Decoder& model) {
+  std::vector<std::vector<NamedTensor>> buckets(model->units());
+  for (auto& [name, parameter] : model->NamedParameters()) buckets[model->UnitOf(name)].emplace_back(name, parameter);
   return buckets;
 }
 
@@ -46,15 +38,15 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
 }  // namespace
 
-Zero3Engine::Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working)
+Zero3Engine::Zero3Engine(Decoder model, Communicator& communicator, const AdamWOptions& options,
+                         torch::ScalarType working)
     : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true), communicator,
-                   options, model->wte->weight.device(), working),
+                   options, model->device(), working, model->tied_head()),
       model_(std::move(model)) {
-  // Unit u needs bucket u; the head also needs the token embedding it is tied to.
-  std::vector<std::vector<int>> unit_buckets;
-  for (int unit = 0; unit < model_->config().n_layer + 2; ++unit) unit_buckets.push_back({unit});
-  unit_buckets.back().push_back(0);
-  schedule_ = MicroBatchSchedule(unit_buckets);
+  // Unit u needs bucket u; a tied head also needs the token embedding.
+  for (int unit = 0; unit < model_->units(); ++unit) unit_buckets_.push_back({unit});
+  if (model_->tied_head()) unit_buckets_.back().push_back(0);
+  schedule_ = MicroBatchSchedule(unit_buckets_);
   torch::NoGradGuard no_grad;
   shard_parameters_ = WorkingZeros(layout_.shard_total());
   gradient_shard_ = WorkingZeros(layout_.shard_total());
@@ -202,7 +194,7 @@ void Zero3Engine::AbandonMicroBatch() {
 torch::Tensor Zero3Engine::RunUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
   if (unit == 0) return model_->Embed(input);
   if (unit == units() - 1) return model_->HeadLoss(input, targets);
-  return model_->h[unit - 1]->as<Block>()->forward(input);
+  return model_->Layer(unit - 1, input);
 }
 
 torch::Tensor Zero3Engine::ForwardUnit(int unit, const torch::Tensor& input, const torch::Tensor& targets) {
@@ -237,8 +229,8 @@ torch::Tensor Zero3Engine::BackwardUnit(int unit, const torch::Tensor& input, co
       torch::autograd::backward({output}, {output_gradient});
     } else {
       x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
-      if (unit > 0 && unit + 1 < units()) {  // a block: recomputed up to its last linear map
-        model_->h[unit - 1]->as<Block>()->RecomputeBackward(x, output_gradient);
+      if (unit > 0 && unit + 1 < units()) {  // a layer: recomputed up to its last linear map
+        model_->LayerRecomputeBackward(unit - 1, x, output_gradient);
       } else {  // the embedding: recomputed whole
         torch::autograd::backward({RunUnit(unit, x, targets)}, {output_gradient});
       }
@@ -274,17 +266,14 @@ double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor&
 double Zero3Engine::EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) {
   TORCH_CHECK(cursor_ == 0 && reductions_.empty(), "ZeRO-3: an evaluation must come between steps");
   torch::NoGradGuard no_grad;
-  const auto buckets_of = [this](int unit) {
-    return unit + 1 == units() ? std::vector<int>{unit, 0} : std::vector<int>{unit};  // the head is tied to wte
-  };
   const bool computing = inputs.defined();
   torch::Tensor x = inputs;
-  Gathering next = StartGather(buckets_of(0));
+  Gathering next = StartGather(unit_buckets_[0]);
   try {
     for (int unit = 0; unit < units(); ++unit) {
       Gathering current = std::move(next);
       next = Gathering();
-      if (unit + 1 < units()) next = StartGather(buckets_of(unit + 1));  // travels while this unit computes
+      if (unit + 1 < units()) next = StartGather(unit_buckets_[unit + 1]);  // travels while this unit computes
       Install(current);
       if (computing) x = RunUnit(unit, x, targets);
       Release(current.buckets);
@@ -334,7 +323,7 @@ StateDict Zero3Engine::FullState(bool keep) {
     }
     Release({b});
   }
-  if (keep) state[kTiedHeadName] = state.at(kTokenEmbeddingName);
+  if (keep) AddTiedHead(tied_, state);
   return state;
 }
 

@@ -1,13 +1,13 @@
 // Zero3Engine: ZeRO stage 3. Parameters, gradients and Adam state are all partitioned:
 // between uses, a rank holds only its 1/N slice of each unit's parameters.
 //
-// The model runs as a chain of units (gpt.h): Embed, each block, HeadLoss. Each unit is
-// a bucket of the flat layout, except that HeadLoss also needs the embedding's bucket
-// (its head is tied to wte). Each unit runs inside a custom autograd function that
+// The model runs as a chain of units (decoder.h): Embed, each layer, HeadLoss. Each unit
+// is a bucket of the flat layout, except that HeadLoss also needs the embedding's bucket
+// when its head is tied to the embedding. Each unit runs inside a custom autograd function that
 //   forward:  runs the unit without keeping activations and saves only its input;
 //   backward: recomputes the unit with autograd on and back-propagates
 // (block-level activation recomputation: one extra forward per unit, less each block's
-// last linear map, whose output the backward does not need: BlockImpl::RecomputeBackward).
+// last linear map, whose output the backward does not need: LayerRecomputeBackward).
 // The head is the exception: its backward follows its forward at once, so its forward keeps its graph
 // (the activations recomputing would rebuild at that very moment: no higher peak) and
 // its backward uses it. That saves a forward of the vocabulary-wide head per
@@ -38,7 +38,7 @@ namespace poplar {
 
 class Zero3Engine final : public ShardedAdamW {
  public:
-  Zero3Engine(Gpt model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working);
+  Zero3Engine(Decoder model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working);
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
@@ -88,9 +88,10 @@ class Zero3Engine final : public ShardedAdamW {
   void FinishReductions(std::size_t in_flight = 0);
   void AbandonMicroBatch();  // after an error: nothing gathered, pending or half-visited
 
-  Gpt model_;
-  torch::Tensor shard_parameters_;  // owned parameters, shard layout (working precision)
-  torch::Tensor gradient_shard_;    // owned gradients, shard layout (working precision)
+  Decoder model_;
+  std::vector<std::vector<int>> unit_buckets_;  // per unit, the buckets it needs
+  torch::Tensor shard_parameters_;              // owned parameters, shard layout (working precision)
+  torch::Tensor gradient_shard_;                // owned gradients, shard layout (working precision)
 
   std::vector<Visit> schedule_;       // one micro-batch
   std::size_t cursor_ = 0;            // the visit under way or next

@@ -16,11 +16,11 @@ struct GradientReadyHook : public torch::autograd::FunctionPostHook {
   int slot;
 };
 
-ZeroEngine::ZeroEngine(Gpt model, int stage, Communicator& communicator, const AdamWOptions& options,
+ZeroEngine::ZeroEngine(Decoder model, int stage, Communicator& communicator, const AdamWOptions& options,
                        std::int64_t bucket_elements, torch::ScalarType working)
     : ShardedAdamW(FlatLayout(FlatLayout::BucketsOf(model->NamedParameters(), bucket_elements),
                               communicator.world_size(), communicator.rank(), stage >= 1),
-                   communicator, options, model->wte->weight.device(), working),
+                   communicator, options, model->device(), working, model->tied_head()),
       model_(std::move(model)),
       stage_(stage) {
   TORCH_CHECK(stage >= 0 && stage <= 2, "ZeroEngine runs stages 0-2, got ", stage);

@@ -30,7 +30,7 @@ namespace poplar {
 
 class ZeroEngine final : public ShardedAdamW {
  public:
-  ZeroEngine(Gpt model, int stage, Communicator& communicator, const AdamWOptions& options,
+  ZeroEngine(Decoder model, int stage, Communicator& communicator, const AdamWOptions& options,
              std::int64_t bucket_elements, torch::ScalarType working);
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
@@ -39,7 +39,7 @@ class ZeroEngine final : public ShardedAdamW {
   double Step(double token_count) override;
   StateDict FullState(bool keep) override {
     if (Mixed()) return MasterState(keep);
-    return keep ? ModelStateDict(model_) : StateDict{};
+    return keep ? ModelStateDict(*model_) : StateDict{};
   }
   CollectiveParams CollectivePlan() const override;
   bool ReplayFromGraphs(bool on) override;
@@ -58,7 +58,7 @@ class ZeroEngine final : public ShardedAdamW {
   void FinishReduction();         // start the rest, wait for all
   void FinishBucket(int bucket);  // wait for its reduction; stage 2: add it to the shard
 
-  Gpt model_;
+  Decoder model_;
   int stage_;
   torch::Tensor flat_parameters_;             // all parameters (working precision)
   torch::Tensor flat_gradients_;              // stages 0-1: all gradients (working precision)

@@ -14,8 +14,9 @@ reference scales each micro-batch's loss before backward, poplar the summed grad
 once), and Adam's normalisation makes a gradient summed from cancelling terms a visible
 update difference in a few elements, within those bounds.
 
-Trains STEPS steps of global batch 12 with PyTorch (reference_gpt.py), then with
-poplar-worker on 2 ranks for ZeRO stages 0-3 with uneven plans, from the same
+Trains STEPS steps of global batch 12 with PyTorch (reference_gpt.py's GPT or
+reference_llama.py's Llama, as MODEL.json's arch says), then with poplar-worker on 2
+and 3 ranks for ZeRO stages 0-3 with uneven plans, from the same
 initial state dict, and prints the largest parameter difference per stage. Then the
 same with a learning-rate schedule (a warm-up, then a cosine decay), PyTorch's own
 SequentialLR of LinearLR and CosineAnnealingLR against poplar-worker's --warmup-steps,
@@ -36,7 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from worker_ranks import start_ranks, wait_ranks, write_plan  # noqa: E402
 
 STEPS, BATCH, LR = 5, 12, 1e-3
-PLANS = {0: [[5, 3], [4]], 1: [[2, 2, 2, 2], [4]], 2: [[5, 3, 0], [2, 1, 1]], 3: [[5, 3, 0], [2, 1, 1]]}
+# (stage, per-rank micro-batches): uneven plans on 2 and 3 ranks.
+PLANS = [(0, [[5, 3], [4]]), (1, [[2, 2, 2, 2], [4]]), (2, [[5, 3, 0], [2, 1, 1]]), (3, [[5, 3, 0], [2, 1, 1]]),
+         (0, [[3, 2], [4], [1, 2]]), (1, [[6], [1], [2, 3]]), (2, [[2, 2], [4, 1], [3, 0]]), (3, [[4, 1], [2, 2], [3, 0]])]
 # Warm-up over 2 steps, then a cosine to MIN_LR over DECAY_STEPS - WARMUP = 3 steps.
 WARMUP, DECAY_STEPS, MIN_LR = 2, 5, 1e-4
 SCHEDULE_FLAGS = ["--warmup-steps", str(WARMUP), "--lr-decay", "cosine", "--decay-steps", str(DECAY_STEPS),
@@ -56,7 +59,7 @@ def pytorch_schedule(opt):
 def reference(model_path, tokens_path, init, scheduled):
     """PyTorch's parameters after STEPS steps from `init`, and its rates."""
     config = ref.load_config(model_path)
-    model = ref.GPT(config)
+    model = ref.make_model(config)
     model.load_state_dict(torch.load(init))
     tokens = ref.Tokens(tokens_path, config["block_size"])
     opt = ref.optimizer(model, LR)
@@ -91,7 +94,7 @@ def main():
     config = ref.load_config(model_path)
     torch.manual_seed(0)
     init = os.path.join(work, "init.pt")
-    torch.save(dict(ref.GPT(config).state_dict()), init)
+    torch.save(dict(ref.make_model(config).state_dict()), init)
     worst = 0.0
     for scheduled in (False, True):
         worst = max(worst, compare(worker, model_path, tokens_path, work, init, scheduled))
@@ -103,11 +106,12 @@ def compare(worker, model_path, tokens_path, work, init, scheduled):
     expected, rates = reference(model_path, tokens_path, init, scheduled)
     init_state = torch.load(init)
     worst = 0.0
-    for stage, ranks in PLANS.items():
-        if scheduled and stage not in (1, 3):
+    for stage, ranks in PLANS:
+        if scheduled and (stage not in (1, 3) or len(ranks) != 2):
             continue  # the schedule is the engines' shared step: two stages suffice
-        plan = write_plan(os.path.join(work, f"plan{stage}.json"), stage, ranks, BATCH)
-        out = os.path.join(work, f"poplar{stage}{'-scheduled' if scheduled else ''}.pt")
+        name = f"{stage}-{len(ranks)}ranks"
+        plan = write_plan(os.path.join(work, f"plan{name}.json"), stage, ranks, BATCH)
+        out = os.path.join(work, f"poplar{name}{'-scheduled' if scheduled else ''}.pt")
         metrics = out.replace(".pt", ".jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)

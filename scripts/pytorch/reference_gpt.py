@@ -93,6 +93,22 @@ def load_config(path):
         return json.load(f)
 
 
+def make_model(config):
+    """The model the config's arch names: this GPT, or reference_llama's Llama."""
+    if config["arch"] == "llama":
+        import reference_llama
+        return reference_llama.Llama(config)
+    return GPT(config)
+
+
+def layer_class(config):
+    """The class of the model's repeated layer (what FSDP wraps and checkpoints)."""
+    if config["arch"] == "llama":
+        import reference_llama
+        return reference_llama.Layer
+    return Block
+
+
 class Tokens:
     """docs/formats.md: sample k = tokens[kL, kL+L), targets shifted by one."""
 
@@ -110,9 +126,10 @@ class Tokens:
 
 def parameter_groups(named_parameters, weight_decay=0.1):
     """AdamW's two groups, by poplar-worker's rule: matrices and embeddings decay, biases
-    and layer norms do not. Chosen by name, not shape: FSDP may flatten parameters."""
+    and norms (GPT's ln_*, Llama's *norm) do not. Chosen by name, not shape: FSDP may
+    flatten parameters."""
     named = list(named_parameters)
-    decays = lambda name: name.endswith(".weight") and "ln_" not in name
+    decays = lambda name: name.endswith(".weight") and "ln_" not in name and "norm" not in name
     return [{"params": [p for n, p in named if decays(n)], "weight_decay": weight_decay},
             {"params": [p for n, p in named if not decays(n)], "weight_decay": 0.0}]
 

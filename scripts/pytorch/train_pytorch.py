@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""One rank of PyTorch's own data-parallel training of poplar's GPT, for benchmarks.
+"""One rank of PyTorch's own data-parallel training of poplar's models, for benchmarks.
 
 Started like poplar-worker, with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT); Gloo on the CPU (--device cpu, the default), NCCL on a GPU.
   --mode ddp:   DistributedDataParallel, gradient accumulation under no_sync()
   --mode zero1: DDP + torch.distributed.optim.ZeroRedundancyOptimizer(AdamW)
-  --mode fsdp:  FullyShardedDataParallel, FULL_SHARD (ZeRO-3), one unit per block (GPU
+  --mode fsdp:  FullyShardedDataParallel, FULL_SHARD (ZeRO-3), one unit per layer (GPU
                 only; with one rank FSDP shards nothing: it switches to NO_SHARD);
                 gradients are reduced after every micro-batch, as ZeRO-3 does
 --checkpoint-blocks: each block's activations are recomputed in backward (non-reentrant
@@ -14,7 +14,8 @@ activation checkpointing), the trade poplar-worker's stage 3 always makes.
 keeps bf16 parameters, gradients and reductions with fp32 master weights and Adam
 state, as poplar-worker's bf16.
 Each rank takes its share of global batch t (samples in rank order, as poplar does) in
-micro-batches of --micro-batch. The model is scripts/pytorch/reference_gpt.py; the loss
+micro-batches of --micro-batch. The model is reference_gpt.py's GPT or reference_llama.py's
+Llama, as the model config's arch says; the loss
 is fp32, summed over tokens and scaled to the global mean; gradients are clipped at 1.0;
 AdamW decays matrices and embeddings only, fused on a GPU. A step is timed from a
 synchronised device to the loss read back, like poplar-worker's. Rank 0 writes one
@@ -39,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference_gpt as ref  # noqa: E402
 
 
-def wrap(model, mode, device, bf16):
+def wrap(model, mode, device, bf16, layer):
     if mode != "fsdp":
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
@@ -47,15 +48,15 @@ def wrap(model, mode, device, bf16):
     precision = (MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
                                 buffer_dtype=torch.bfloat16) if bf16 else None)
     return FullyShardedDataParallel(model, sharding_strategy=ShardingStrategy.FULL_SHARD, device_id=device,
-                                    auto_wrap_policy=ModuleWrapPolicy({ref.Block}), use_orig_params=True,
+                                    auto_wrap_policy=ModuleWrapPolicy({layer}), use_orig_params=True,
                                     mixed_precision=precision)
 
 
-def checkpoint_blocks(wrapped):
+def checkpoint_blocks(wrapped, layer):
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
     apply_activation_checkpointing(
-        wrapped, check_fn=lambda module: isinstance(module, ref.Block),
+        wrapped, check_fn=lambda module: isinstance(module, layer),
         checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
 
 
@@ -139,11 +140,11 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     config = ref.load_config(args.model_config)
     torch.manual_seed(1337)
-    model = ref.GPT(config).to(device)
+    model = ref.make_model(config).to(device)
     bf16 = args.precision == "bf16"
-    wrapped = wrap(model, args.mode, device, bf16)
+    wrapped = wrap(model, args.mode, device, bf16, ref.layer_class(config))
     if args.checkpoint_blocks:
-        checkpoint_blocks(wrapped)
+        checkpoint_blocks(wrapped, ref.layer_class(config))
     opt = optimizer(wrapped, args.mode, args.lr, fused=cuda)
     autocast = (functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
                 if bf16 and args.mode != "fsdp" else contextlib.nullcontext)

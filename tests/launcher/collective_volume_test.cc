@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {
@@ -36,7 +36,7 @@ TEST_P(CollectiveVolume, IsWhatTheCostModelCounts) {
       RunJob(scratch, 2, TrainCommand(scratch, plan, 2, {"--metrics", scratch.path() + "/m{rank}.jsonl"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
-  const ModelConfig config{2, 2, 32, 256, 16};
+  const ModelConfig config{Architecture::kGpt, 2, 2, 32, 256, 16};
   const double parameters = 4.0 * config.ParameterCount();  // fp32 bytes
   const double embedding = 4.0 * (config.vocab_size + config.block_size) * config.n_embd;
   const double final_norm = 4.0 * 2 * config.n_embd;

@@ -6,7 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "launcher/model/gpt.h"
+#include "launcher/model/decoder.h"
 #include "planner/model/memory_model.h"
 #include "worker_harness.h"
 
@@ -14,8 +14,8 @@ namespace poplar::testing {
 namespace {
 
 TEST(ModelConfig, ParameterCountMatchesTheModel) {
-  ModelConfig config{3, 4, 48, 256, 24};
-  Gpt model(config);
+  ModelConfig config{Architecture::kGpt, 3, 4, 48, 256, 24};
+  Decoder model = MakeDecoder(config);
   std::int64_t total = 0;
   for (const auto& [name, parameter] : model->NamedParameters()) total += parameter.numel();
   EXPECT_EQ(config.ParameterCount(), total);
@@ -35,7 +35,7 @@ TEST_P(StateMemory, AgreesWithTheZeroAccounting) {
       TrainCommand(scratch, plan, 4, {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", precision}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
-  const ModelConfig config{2, 2, 128, 256, 16};
+  const ModelConfig config{Architecture::kGpt, 2, 2, 128, 256, 16};
   const std::int64_t expected =
       ModelStatesPerRank(config.ParameterCount(), stage, 2, precision == "bf16" ? Precision::kMixed : Precision::kFp32)
           .Total();
@@ -105,7 +105,7 @@ TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
              TrainCommand(scratch, plan, 3,
                           {"--metrics", scratch.path() + "/m{rank}.jsonl", "--precision", "bf16", "--bucket-mb", "1"}));
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
-  const std::int64_t params = ModelConfig{8, 2, 256, 256, 16}.ParameterCount();
+  const std::int64_t params = ModelConfig{Architecture::kGpt, 8, 2, 256, 256, 16}.ParameterCount();
   std::int64_t above_states = 0;
   for (const auto& line : ReadLines(scratch.path() + "/m0.jsonl")) {
     const auto metrics = nlohmann::json::parse(line);

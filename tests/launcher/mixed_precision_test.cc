@@ -1,6 +1,7 @@
 // bf16 mixed precision (--precision bf16): bf16 compute and communication, fp32 master
 // weights and Adam state. It trains (the loss falls) on every stage, multi-rank runs
-// track the single-rank run within bf16 rounding, and saved weights are the fp32 masters.
+// track the single-rank run within bf16 rounding, and saved weights are the fp32 masters;
+// for GPT and for Llama.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -10,7 +11,7 @@
 namespace poplar::testing {
 namespace {
 
-class MixedPrecision : public ::testing::TestWithParam<int> {};
+class MixedPrecision : public ::testing::TestWithParam<std::tuple<int, Architecture>> {};
 
 std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, int steps, const std::string& name) {
   return TrainCommand(scratch, plan, steps,
@@ -19,9 +20,13 @@ std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan
 }
 
 TEST_P(MixedPrecision, TrainsAndTracksTheSingleRankRun) {
-  const int stage = GetParam();
+  const auto [stage, arch] = GetParam();
   ScratchDir scratch("poplar_bf16");
-  WriteModelConfig(scratch);
+  if (arch == Architecture::kLlama) {
+    WriteLlamaConfig(scratch);
+  } else {
+    WriteModelConfig(scratch);
+  }
   WriteTokens(scratch, 20000);
   constexpr int kSteps = 20;
   const std::string one = WritePlan(scratch, "one.json", 0, {{14}});
@@ -38,20 +43,26 @@ TEST_P(MixedPrecision, TrainsAndTracksTheSingleRankRun) {
   const double first = nlohmann::json::parse(actual.front())["loss"];
   const double last = nlohmann::json::parse(actual.back())["loss"];
   const double last_reference = nlohmann::json::parse(expected.back())["loss"];
-  std::cout << "[ bf16 stage " << stage << " ] loss " << first << " -> " << last << " (one rank: " << last_reference
-            << ")\n";
+  std::cout << "[ bf16 " << ArchitectureName(arch) << " stage " << stage << " ] loss " << first << " -> " << last
+            << " (one rank: " << last_reference << ")\n";
   EXPECT_LT(last, first - 1.0) << "bf16 training should learn";
   EXPECT_NEAR(last, last_reference, 0.05);
 
   // Saved weights are the fp32 masters, close to the single-rank run's.
   const StateDict ranks = ReadStateDict(scratch.path() + "/ranks.pt");
-  EXPECT_EQ(ranks.at("transformer.wte.weight").scalar_type(), torch::kFloat32);
+  EXPECT_EQ(ranks.begin()->second.scalar_type(), torch::kFloat32);
   const double difference = MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"), ranks);
   std::cout << "[ bf16 stage " << stage << " ] max |difference| = " << difference << "\n";
   EXPECT_LT(difference, 0.1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, MixedPrecision, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Stages, MixedPrecision,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(Architecture::kGpt, Architecture::kLlama)),
+                         [](const auto& info) {
+                           return std::string(ArchitectureName(std::get<1>(info.param))) + "_stage" +
+                                  std::to_string(std::get<0>(info.param));
+                         });
 
 }  // namespace
 }  // namespace poplar::testing

@@ -183,7 +183,7 @@ TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {
   // Each stage records what its engine moves, as the cost model charges it: the whole
   // model once per step or round (one bucket here), and at stage 3 the schedule's
   // gathers: every block twice, the tied embedding and the final LayerNorm once each.
-  const ModelConfig config{2, 2, 32, 256, 64};
+  const ModelConfig config{Architecture::kGpt, 2, 2, 32, 256, 64};
   const std::int64_t params = config.ParameterCount();
   const std::int64_t embedding = (config.vocab_size + config.block_size) * config.n_embd;
   const std::int64_t final_norm = 2 * config.n_embd;

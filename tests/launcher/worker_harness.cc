@@ -24,6 +24,17 @@ std::string WriteModelConfig(const ScratchDir& scratch, int n_embd, int block_si
                                          .dump());
 }
 
+std::string WriteLlamaConfig(const ScratchDir& scratch) {
+  return scratch.Write("model.json", nlohmann::json{{"arch", "llama"},
+                                                    {"n_layer", 2},
+                                                    {"n_head", 4},
+                                                    {"n_kv_head", 2},
+                                                    {"n_embd", 32},
+                                                    {"vocab_size", 256},
+                                                    {"block_size", 16}}
+                                         .dump());
+}
+
 std::string WriteTokens(const ScratchDir& scratch, int count, const std::string& file, const std::string& sentence) {
   std::string text;
   for (int line = 0; static_cast<int>(text.size()) < count; ++line) {

@@ -18,6 +18,10 @@ namespace poplar::testing {
 std::string WriteModelConfig(const ScratchDir& scratch, int n_embd = 32, int block_size = 16, int n_layer = 2,
                              int n_head = 2);
 
+// A Llama of byte vocabulary, as tiny, with grouped-query heads (4 heads, 2 key/value
+// heads of 8) and its own output head.
+std::string WriteLlamaConfig(const ScratchDir& scratch);
+
 // `count` tokens of a deterministic, learnable byte sequence (a repeated sentence with
 // a counter), written as uint16 into scratch/`file`.
 std::string WriteTokens(const ScratchDir& scratch, int count, const std::string& file = "tokens.bin",
