@@ -18,6 +18,7 @@
 #include "planner/base/input_error.h"
 #include "planner/base/median.h"
 #include "planner/base/text_file.h"
+#include "planner/formats/hf_config.h"
 #include "planner/formats/profile.h"
 
 namespace poplar {
@@ -297,7 +298,7 @@ void Profile(const ProfileOptions& options) {
   if (const std::string problem = DeviceTypeProblem(options.device_type); !problem.empty()) {
     throw InputError("--device-type", "", problem);
   }
-  const ModelConfig config = LoadModelConfig(options.model_config);
+  const ModelConfig config = LoadModelConfigOrFolder(options.model_config);
   const torch::Device device = SetUpDevice(options.device, 0);
   std::int64_t capacity = MemoryCapacity(device);
   if (capacity == 0) capacity = static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGE_SIZE);

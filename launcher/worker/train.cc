@@ -17,6 +17,7 @@
 #include "launcher/device/device.h"
 #include "launcher/device/emulated_slowdown.h"
 #include "launcher/model/decoder.h"
+#include "launcher/model/weights_file.h"
 #include "launcher/model/state_dict.h"
 #include "launcher/worker/checkpoint.h"
 #include "launcher/worker/checkpoint_writer.h"
@@ -31,6 +32,7 @@
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
 #include "planner/base/text_file.h"
+#include "planner/formats/hf_config.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/step_cadence.h"
 #include "planner/formats/worker_plan.h"
@@ -222,7 +224,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const AdamWOptions adamw = OptimizerOptions(options);
   WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
-  const ModelConfig config = LoadModelConfig(options.model_config);
+  const ModelConfig config = LoadModelConfigOrFolder(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
   std::optional<Evaluation> evaluation =
       LoadEvaluation(options.eval_data, options.eval_samples, plan, config, env.rank);
@@ -231,7 +233,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   torch::manual_seed(options.seed);
   try {
     Decoder model = MakeDecoder(config);
-    if (!options.init.empty()) LoadModelState(*model, ReadStateDict(options.init), options.init);
+    if (!options.init.empty()) LoadModelState(*model, ReadWeights(options.init, config), options.init);
     MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
     model->to(device);
     return {device,          backend, gloo_reduce_scatter, adamw,
@@ -556,7 +558,7 @@ void TrainingRun::Finish() {
   communicator_.Barrier();
   if (rank0 && !options_.save.empty()) {
     RequireFiniteState(saved, options_.steps, "--save was not written");
-    WriteStateDict(options_.save, saved);
+    WriteWeights(options_.save, saved, local_.config);
   }
   if (writer_) writer_->Finish();
 }

@@ -111,14 +111,20 @@ CLI::Option* AddSettingFlag(CLI::App* command, const std::string& key, T& target
 void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
-  train->add_option("--model-config", o.model_config, "Model configuration (JSON)")
+  train
+      ->add_option("--model-config", o.model_config,
+                   "Model configuration (JSON), or a Hugging Face model folder (its config.json)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   AddSettingFlag(train, "data", o.data)->required();
   AddSettingFlag(train, "steps", o.steps);
-  train->add_option("--init", o.init, "Initial state dict written by Python torch.save(dict)")
-      ->check(CLI::ExistingFile);
-  train->add_option("--save", o.save, "Write the final state dict here (rank 0)")->check(poplar::NotEmpty());
+  train
+      ->add_option("--init", o.init,
+                   "Initial weights: a torch.save(dict) state dict, a .safetensors file or a Hugging Face model "
+                   "folder")
+      ->check(CLI::ExistingPath);
+  train->add_option("--save", o.save, "Write the final weights here (rank 0): .safetensors, else a state dict")
+      ->check(poplar::NotEmpty());
   AddSettingFlag(train, "lr", o.adamw.lr);
   AddSettingFlag(train, "warmup_steps", o.schedule.warmup_steps);
   AddSettingFlag(train, "lr_decay", o.lr_decay);
@@ -184,9 +190,11 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
 
 void AddProfileCommand(CLI::App& app, poplar::ProfileOptions& o) {
   CLI::App* profile = app.add_subcommand("profile", "Measure one device per ZeRO stage; write a profile file");
-  profile->add_option("--model-config", o.model_config, "Model configuration (JSON)")
+  profile
+      ->add_option("--model-config", o.model_config,
+                   "Model configuration (JSON), or a Hugging Face model folder (its config.json)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   profile->add_option("-o,--output", o.output, "Profile file to write")->required()->check(poplar::NotEmpty());
   profile->add_option("--device-type", o.device_type, "Device type name written in the profile")->required();
   AddDeviceFlags(profile, o.device, "the first visible GPU");
