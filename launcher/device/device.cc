@@ -90,6 +90,13 @@ void ReleaseCachedMemory(torch::Device device) {
 #endif
 }
 
+bool ComputesInBf16(torch::Device device) {
+#ifdef POPLAR_WITH_CUDA
+  if (device.is_cuda()) return Properties(device).major >= 8;
+#endif
+  return true;
+}
+
 std::string DeviceDescription(torch::Device device) {
 #ifdef POPLAR_WITH_CUDA
   if (device.is_cuda()) {

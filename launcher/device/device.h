@@ -53,5 +53,8 @@ void Synchronize(torch::Device device);
 
 // For profile labels: "NVIDIA H200, CUDA 13.0, driver 580.159", or "CPU".
 std::string DeviceDescription(torch::Device device);
+// Whether the device computes in bf16: an NVIDIA GPU of compute capability 8.0 or newer
+// (Ampere on; V100 and T4 have fp16 alone), or the CPU.
+bool ComputesInBf16(torch::Device device);
 
 }  // namespace poplar

@@ -24,6 +24,7 @@
 #include "planner/base/text_file.h"
 #include "planner/base/text_table.h"
 #include "planner/cluster/cluster_profiles.h"
+#include "planner/cluster/precision_choice.h"
 #include "planner/formats/job_id.h"
 #include "planner/formats/lr_schedule.h"
 #include "planner/formats/precision.h"
@@ -58,6 +59,7 @@ struct PreparedPlan {
   WorkerPlan plan;              // the same, parsed; its predicted step from the profiles when it says none
   std::string checked_against;  // --plan: the profiles folder it was checked against, if any
   std::map<std::string, DeviceProfile> profiles;  // and its profiles, by device type
+  WorkerPrecisionChoice precision;                // what the workers train in, and why
 };
 
 // A plan checked against profiles fits the devices only if they still have the memory
@@ -123,6 +125,7 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
     if (!prepared.plan.predicted_step_s) prepared.plan.predicted_step_s = prediction.step_s;
     prepared.checked_against = dir;
   }
+  prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
   return prepared;
 }
 
@@ -133,7 +136,8 @@ PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& 
   const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
   const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
   const auto plan = PlanToJson(cluster, profiles, result);
-  std::cout << PlanReport(cluster, result) << std::flush;
+  prepared.precision = ChooseWorkerPrecision(cluster, profiles);
+  std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
   prepared.text = plan.dump(2) + "\n";
   prepared.plan = ParseWorkerPlan(prepared.text, "the plan");  // its policy and prediction too
   return prepared;
@@ -196,6 +200,7 @@ std::vector<std::size_t> NodesInJob(const ClusterSpec& cluster, const std::vecto
 struct JobPlace {
   std::string job_id;
   std::string plan_text;
+  std::string precision;  // the workers' --precision
   std::string model;
   std::string master_addr;
   int master_port = 0;
@@ -203,7 +208,7 @@ struct JobPlace {
 
 // The Launch request of one node: the job's settings, the same on every node.
 v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& place, const JobSpec& job,
-                                   const ClusterSpec& cluster, const LaunchOptions& options) {
+                                   const LaunchOptions& options) {
   v1::LaunchRequest request;
   request.set_job_id(place.job_id);
   request.set_node(node);
@@ -211,7 +216,7 @@ v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& plac
   request.set_model_config_json(place.model);
   request.set_master_addr(place.master_addr);
   request.set_master_port(place.master_port);
-  request.set_precision(WorkerPrecisionName(cluster.precision));
+  request.set_precision(place.precision);
   for (const auto& [key, text] : JobSettingTexts(job.settings)) (*request.mutable_settings())[key] = text;
   request.set_trace_step(options.trace_step);
   request.set_timeout_s(options.timeout_s);
@@ -280,6 +285,7 @@ void RunLaunch(const LaunchOptions& options) {
   const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
   StopIfInterrupted(interruption, job_id);
   place.plan_text = prepared.text;
+  place.precision = prepared.precision.name;
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), place.plan_text);
 
   std::vector<RankInfo> ranks;
@@ -291,7 +297,7 @@ void RunLaunch(const LaunchOptions& options) {
   place.master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
   std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
   for (std::size_t node : nodes_in_job) {
-    requests.emplace_back(node, LaunchRequestFor(cluster.nodes[node].name, place, job, cluster, options));
+    requests.emplace_back(node, LaunchRequestFor(cluster.nodes[node].name, place, job, options));
   }
   CheckAgentJob(cluster, agents, job_id, requests);
   StopIfInterrupted(interruption, job_id);

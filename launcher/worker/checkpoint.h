@@ -21,15 +21,17 @@
 #include "launcher/zero/training_engine.h"
 #include "planner/base/folder_lock.h"
 #include "planner/formats/checkpoint_line.h"
+#include "planner/formats/checkpoint_meta.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/training_recipe.h"
 
 namespace poplar {
 
 struct Checkpoint {
-  std::int64_t step = 0;  // optimizer steps completed
+  std::int64_t step = 0;  // steps completed
   StateDict model;
   std::map<std::string, AdamMoments> moments;
+  std::optional<LossScaleRecord> loss_scale;  // a dynamic loss scaler's, when one runs
 };
 
 // Written by rank 0; `checkpoint` must hold full tensors. dir/step-NNNNNNNN is written
@@ -79,6 +81,7 @@ struct RestoredCheckpoint {
   std::map<std::string, AdamMoments> moments;
   TrainingRecipe training;  // of the run that wrote it
   CheckpointLine line;      // of the run that wrote it; run 0 when it recorded none
+  std::optional<LossScaleRecord> loss_scale;
 };
 // `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
 // against `config` and reads its training recipe, loads model.pt into `model` (LoadModelState's checks, naming

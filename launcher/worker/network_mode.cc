@@ -122,7 +122,7 @@ NetworkSetup SetUpLocally(const NetworkOptions& options, const DistributedEnv& e
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter reduce_scatter = GlooReduceScatterOfEnvironment();
-  const torch::ScalarType type = WorkingType(ParseWorkerPrecision(options.precision, "--precision"));
+  const torch::ScalarType type = WorkingType(options.precision, "--precision");
   // Opened before the rendezvous, so that a path rank 0 cannot write fails it at once.
   MetricsWriter lines(env.rank == 0 ? options.metrics : "", env.rank);
   lines.Start(/*append=*/false);

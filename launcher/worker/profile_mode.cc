@@ -48,7 +48,7 @@ class StageProfiler {
     model_ = MakeDecoder(config);
     model_->to(device);
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
-                         WorkingType(ParseWorkerPrecision(options.precision, "--precision")));
+                         WorkingType(options.precision, "--precision"));
   }
 
   // Micro-batches of `size` samples: `warm_ups` untimed runs, then timed runs as
@@ -307,6 +307,7 @@ void Profile(const ProfileOptions& options) {
   profile.device_type = options.device_type;
   profile.memory_bytes = capacity;
   profile.emulated = !device.is_cuda();
+  profile.bf16 = ComputesInBf16(device);
   profile.source =
       device.is_cuda()
           ? "measured by poplar-worker profile on " + DeviceDescription(device) + "; libtorch " + TORCH_VERSION

@@ -51,6 +51,23 @@ CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& l
   return received;
 }
 
+// The source's loss scale record (the checkpoint's) on every rank.
+std::optional<LossScaleRecord> BroadcastLossScale(Communicator& communicator,
+                                                  const std::optional<LossScaleRecord>& record, int source,
+                                                  torch::Device device) {
+  const bool has = record.has_value();
+  auto sent = torch::tensor(
+                  {has ? 1.0 : 0.0, has ? record->scale : 0.0, has ? static_cast<double>(record->growth_tracker) : 0.0,
+                   has ? static_cast<double>(record->optimizer_steps) : 0.0},
+                  torch::TensorOptions(torch::kFloat64))
+                  .to(device);
+  communicator.Broadcast(sent, source);
+  sent = sent.cpu();
+  if (sent[0].item<double>() == 0) return std::nullopt;
+  return LossScaleRecord{sent[1].item<double>(), static_cast<std::int64_t>(sent[2].item<double>()),
+                         static_cast<std::int64_t>(sent[3].item<double>())};
+}
+
 }  // namespace
 
 std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, Decoder& model, const std::string& resume,
@@ -116,6 +133,8 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, De
   resumed.step = step;
   resumed.source = source;
   resumed.line = BroadcastLine(communicator, checkpoint ? checkpoint->line : CheckpointLine{}, source, device);
+  resumed.loss_scale =
+      BroadcastLossScale(communicator, checkpoint ? checkpoint->loss_scale : std::nullopt, source, device);
   for (auto& [name, parameter] : model->NamedParameters()) {
     auto value = parameter.detach();  // the source's holds the checkpoint's already
     communicator.Broadcast(value, source);
@@ -138,7 +157,7 @@ void SendResumedMoments(Communicator& communicator, TrainingEngine& engine, Resu
     }
     communicator.Broadcast(moment.exp_avg, resumed.source);
     communicator.Broadcast(moment.exp_avg_sq, resumed.source);
-    engine.LoadMoments({{name, moment}}, resumed.step);
+    engine.LoadMoments({{name, moment}}, resumed.loss_scale ? resumed.loss_scale->optimizer_steps : resumed.step);
   }
 }
 

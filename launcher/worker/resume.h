@@ -15,6 +15,7 @@
 #include "launcher/model/decoder.h"
 #include "launcher/zero/training_engine.h"
 #include "planner/formats/checkpoint_line.h"
+#include "planner/formats/checkpoint_meta.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/training_recipe.h"
 
@@ -25,6 +26,8 @@ struct Resumed {
   std::int64_t step = 0;
   CheckpointLine line;  // of the run that wrote the checkpoint
   int source = 0;       // the rank that read the checkpoint and sends it
+  // The checkpoint's loss scaler state and updates taken, when it recorded them.
+  std::optional<LossScaleRecord> loss_scale;
   // Every parameter's name and shape, in the model's order (the order the moments go in).
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> parameters;
   // The checkpoint's Adam moments as the source read them (host memory); empty on the

@@ -4,21 +4,24 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "launcher/comm/communicator.h"
 #include "launcher/device/device.h"
 #include "launcher/device/emulated_slowdown.h"
 #include "launcher/model/decoder.h"
-#include "launcher/model/weights_file.h"
 #include "launcher/model/state_dict.h"
+#include "launcher/model/weights_file.h"
 #include "launcher/worker/checkpoint.h"
 #include "launcher/worker/checkpoint_writer.h"
 #include "launcher/worker/evaluation.h"
@@ -260,10 +263,25 @@ InputError StatesOutOfMemory(const WorkerPlan& plan, int world_size, const c10::
                          : "they need a device with more memory, or more ranks to shard them over");
 }
 
+// POPLAR_TEST_OVERFLOW=STEP:RANK, a test's injected overflow (docs/worker.md): rank
+// RANK's gradients of step STEP are made inf, as an fp16 overflow makes them.
+std::optional<std::pair<std::int64_t, int>> OverflowTestOfEnvironment() {
+  const char* text = std::getenv("POPLAR_TEST_OVERFLOW");
+  if (text == nullptr) return std::nullopt;
+  long long step = 0;
+  int rank = 0;
+  if (std::sscanf(text, "%lld:%d", &step, &rank) != 2) {
+    throw InputError("POPLAR_TEST_OVERFLOW", "", "must be STEP:RANK, got '" + std::string(text) + "'");
+  }
+  return std::make_pair(static_cast<std::int64_t>(step), rank);
+}
+
 // What one step measured, for its metrics record.
 struct StepFigures {
   double mean_loss = 0;  // over every token of the global batch
   double grad_norm = 0;
+  double loss_scale = 0;  // with a loss scaler: the step's scale
+  bool skipped = false;   // with a loss scaler: the gradients overflowed, no update
   double step_s = 0;
   double compute_s = 0;    // the rank's micro-batches, less their waits in collectives
   double optimizer_s = 0;  // the optimizer step, less its waits in collectives
@@ -310,6 +328,8 @@ class TrainingRun {
   std::optional<HeldOut> EvaluateAfter(std::int64_t step);
   void Report(std::int64_t step, const StepFigures& figures, const std::optional<HeldOut>& held_out);
   void CheckpointAfter(std::int64_t step);
+  // What a checkpoint records of the loss scaler, when one runs.
+  std::optional<LossScaleRecord> LossScaleNow() const;
 
   const TrainOptions& options_;
   const DistributedEnv env_;
@@ -320,6 +340,8 @@ class TrainingRun {
   std::unique_ptr<TrainingEngine> engine_;
   std::optional<CheckpointWriter> writer_;  // rank 0's, with --checkpoint-dir
   std::optional<StepTrace> trace_;
+  std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
+  std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
   double tokens_per_step_ = 0;
   std::size_t last_computing_entry_ = 0;  // of the rank's micro-batches (the size of the list: none)
 };
@@ -341,6 +363,9 @@ TrainingRun::TrainingRun(const TrainOptions& options)
   first_step_ = resumed ? resumed->step : 0;
   local_.metrics.Start(/*append=*/resumed.has_value());
   engine_ = MakeAgreedEngine();
+  if (options.loss_scale == "dynamic" || (options.loss_scale.empty() && options.precision == "fp16")) {
+    scaler_.emplace(options.scaler);
+  }
   const CheckpointLine line = GoOnFromCheckpoint(resumed);
   if (env_.rank == 0 && !options.checkpoint_dir.empty()) {
     writer_.emplace(options.checkpoint_dir, local_.config, recipe_, options.keep_checkpoints, line);
@@ -351,6 +376,7 @@ TrainingRun::TrainingRun(const TrainOptions& options)
     if (micro_batches[entry] > 0) last_computing_entry_ = entry;
   }
   tokens_per_step_ = static_cast<double>(plan.global_batch) * local_.config.block_size;
+  overflow_test_ = OverflowTestOfEnvironment();
   // After the resume: the graphs then capture the parameters' and gradients' final buffers.
   const bool graphs = engine_->ReplayFromGraphs(options.device.cuda_graphs);
   if (env_.rank == 0 && options.log_every > 0) {
@@ -371,7 +397,7 @@ std::unique_ptr<TrainingEngine> TrainingRun::MakeAgreedEngine() {
     communicator_.RequireAgreement("starting point", StartingPoint(local_.model, first_step_));
     return MakeEngine(plan.stage, local_.model, communicator_, local_.adamw,
                       BucketElements(options_.bucket_mb, local_.device),
-                      WorkingType(ParseWorkerPrecision(options_.precision, "--precision")));
+                      WorkingType(options_.precision, "--precision"));
   } catch (const c10::OutOfMemoryError& error) {
     throw StatesOutOfMemory(plan, env_.world_size, error);
   }
@@ -385,6 +411,8 @@ CheckpointLine TrainingRun::GoOnFromCheckpoint(std::optional<Resumed>& resumed) 
   const CheckpointLine line = resumed->line.ContinuedBy(run, first_step_);
   try {
     SendResumedMoments(communicator_, *engine_, *resumed, local_.device);
+    if (scaler_ && resumed->loss_scale)
+      scaler_->Restore({resumed->loss_scale->scale, resumed->loss_scale->growth_tracker});
   } catch (const c10::OutOfMemoryError& error) {
     throw OutOfMemory(local_.plan.file, "stage",
                       "resuming the Adam moments at ZeRO stage " + std::to_string(local_.plan.stage) +
@@ -424,6 +452,13 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // collective is in flight (a finished one's buffers may linger on Gloo's threads).
   figures.state_bytes = MemoryInUse(device) - local_.baseline_bytes;
   ResetMemoryPeak(device);
+  // With a loss scaler, each loss's gradient is scale / tokens: the global mean's
+  // gradient times the scale, as GradScaler scales a mean loss (an injected overflow: inf).
+  double backward_scale = scaler_ ? scaler_->scale() / tokens_per_step_ : 1.0;
+  if (overflow_test_ && *overflow_test_ == std::make_pair(step + 1, env_.rank)) {
+    backward_scale = std::numeric_limits<double>::infinity();
+  }
+  engine_->SetBackwardScale(backward_scale);
   const auto [loss_sum, compute_s] = MicroBatches(step);
   figures.compute_s = compute_s;
   // The optimizer step's own time: Step() less its waits in collectives (scaling,
@@ -432,7 +467,7 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // all-gather rather than before; the loss's all-reduce below makes every rank wait
   // for it the same.)
   const OwnTime step_phase(communicator_);
-  figures.grad_norm = engine_->Step(tokens_per_step_);
+  figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
   figures.optimizer_s = StretchCompute(step_phase.Seconds(), options_.device.slowdown);
   // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
   // computes the norm of its own all-reduced copy, which may round to inf on one alone.
@@ -440,10 +475,17 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   communicator_.AllReduceSum(loss);
   const auto totals = loss.cpu();  // waits for the device
   figures.mean_loss = totals[0].item<double>() / tokens_per_step_;
+  const double ranks_not_finite = totals[1].item<double>();
+  // With a loss scaler, gradients that overflowed on every rank skipped the step on every
+  // rank (the engine's norm is the same on all): the scale backs off. Ranks that
+  // disagreed would have diverged: that stops the run, as below.
+  if (scaler_ && std::isfinite(figures.mean_loss) && (ranks_not_finite == 0 || ranks_not_finite == env_.world_size)) {
+    figures.loss_scale = scaler_->scale();
+    figures.skipped = scaler_->Update(ranks_not_finite == 0);
+  }
   // A step whose loss or gradient norm is not finite stops the run before anything of
   // it is written.
-  if (const double ranks_not_finite = totals[1].item<double>();
-      !std::isfinite(figures.mean_loss) || ranks_not_finite > 0) {
+  if (!figures.skipped && (!std::isfinite(figures.mean_loss) || ranks_not_finite > 0)) {
     const std::string norm = ranks_not_finite > 0
                                  ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
                                  : std::to_string(figures.grad_norm);
@@ -516,6 +558,10 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
                            {"tokens_per_s", tokens_per_step_ / figures.step_s},
                            {"peak_bytes", figures.peak_bytes},
                            {"state_bytes", figures.state_bytes}};
+  if (scaler_) {
+    record["loss_scale"] = figures.loss_scale;
+    record["skipped"] = figures.skipped;
+  }
   if (local_.evaluation) record["eval_every"] = options_.eval_every;
   if (held_out) {
     record["val_loss"] = held_out->loss;
@@ -532,6 +578,11 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
   }
 }
 
+std::optional<LossScaleRecord> TrainingRun::LossScaleNow() const {
+  if (!scaler_) return std::nullopt;
+  return LossScaleRecord{scaler_->scale(), scaler_->state().growth_tracker, engine_->optimizer_steps()};
+}
+
 void TrainingRun::CheckpointAfter(std::int64_t step) {
   if (options_.checkpoint_dir.empty() || !DueAfterStep(step + 1, options_.checkpoint_every, options_.steps)) return;
   // Gathered by every rank (collectives), written by rank 0 in the background. One
@@ -540,7 +591,7 @@ void TrainingRun::CheckpointAfter(std::int64_t step) {
   StopIfAsked();
   const bool rank0 = env_.rank == 0;
   const std::optional<std::int64_t> replaced = writer_ ? writer_->DropWaiting() : std::nullopt;
-  Checkpoint checkpoint{step + 1, engine_->FullState(rank0), engine_->GatherMoments(rank0)};
+  Checkpoint checkpoint{step + 1, engine_->FullState(rank0), engine_->GatherMoments(rank0), LossScaleNow()};
   if (writer_) writer_->Start(std::move(checkpoint));
   if (replaced) {
     std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced

@@ -7,6 +7,7 @@
 
 #include "launcher/device/device_flags.h"
 #include "launcher/zero/adamw.h"
+#include "launcher/zero/loss_scaler.h"
 #include "planner/formats/lr_schedule.h"
 
 namespace poplar {
@@ -14,7 +15,7 @@ namespace poplar {
 struct TrainOptions {
   std::string plan;                   // plan file (docs/formats.md)
   std::string model_config;           // model configuration (docs/formats.md)
-  std::string data;                   // uint16 token file
+  std::string data;                   // token file (docs/formats.md)
   std::int64_t steps = 1;             // train until this many optimizer steps are done
   std::string init;                   // optional initial state dict (torch.save(dict))
   std::string save;                   // optional final state dict, written by rank 0
@@ -23,8 +24,10 @@ struct TrainOptions {
   std::string lr_decay = "constant";  // --lr-decay: constant, cosine or linear
   DeviceFlags device;
   std::string backend = "auto";       // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
-  std::string precision = "fp32";     // fp32, or bf16: bf16 compute and communication,
+  std::string precision = "fp32";     // fp32, bf16 or fp16: 16-bit compute and communication,
                                       // fp32 master weights and Adam state
+  std::string loss_scale;             // dynamic or off; empty: dynamic in fp16, else off
+  LossScalerOptions scaler;           // --loss-scale-init, --loss-scale-growth-interval
   std::string metrics;                // JSONL; "{rank}" is replaced by the rank, else rank 0 only
   std::string checkpoint_dir;         // periodic checkpoints go here
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set

@@ -144,8 +144,22 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->capture_default_str();
   train
       ->add_option("--precision", o.precision,
-                   "fp32, or bf16 (bf16 compute and communication, fp32 master weights and Adam state)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+                   "fp32, bf16 or fp16 (16-bit compute and communication, fp32 master weights and Adam state; "
+                   "fp16 with dynamic loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  train
+      ->add_option("--loss-scale", o.loss_scale,
+                   "dynamic: scale the loss's gradient, skip steps whose gradients overflow (PyTorch's "
+                   "GradScaler); off. Default: dynamic in fp16, else off")
+      ->check(CLI::IsMember({"dynamic", "off"}));
+  train->add_option("--loss-scale-init", o.scaler.init_scale, "The dynamic loss scale's first value")
+      ->check(CLI::Range(1.0, 1e30))
+      ->capture_default_str();
+  train
+      ->add_option("--loss-scale-growth-interval", o.scaler.growth_interval,
+                   "Double the loss scale after this many steps without overflow")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
   train->add_option("--metrics", o.metrics, "Per-step metrics, JSON lines ({rank} in the path: every rank)")
       ->check(poplar::NotEmpty());

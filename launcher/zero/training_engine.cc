@@ -22,7 +22,8 @@ ShardedAdamW::ShardedAdamW(FlatLayout layout, Communicator& communicator, const 
       options_(options),
       device_(device),
       working_(working),
-      tied_(std::move(tied)) {
+      tied_(std::move(tied)),
+      backward_scale_(torch::ones({}, torch::TensorOptions().dtype(torch::kFloat32).device(device))) {
   exp_avg_ = Zeros(layout_.shard_total());
   exp_avg_sq_ = Zeros(layout_.shard_total());
   if (Mixed()) master_ = Zeros(layout_.shard_total());
@@ -71,7 +72,7 @@ StateDict ShardedAdamW::MasterState(bool keep) {
   return state;
 }
 
-double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
+double ShardedAdamW::ScaleClipAndUpdate(double divisor) {
   torch::NoGradGuard no_grad;
   // The owned gradients, still summed over tokens: the norm of g / t is norm(g) / t, so
   // scaling and clipping are one multiplication per element, below. Their squares are
@@ -85,8 +86,9 @@ double ShardedAdamW::ScaleClipAndUpdate(double token_count) {
                    .square();
   }
   if (Partitioned()) communicator_.AllReduceSum(squares);
-  const double norm = std::sqrt(squares.item<double>()) / token_count;
-  const double scale = ClipCoefficient(norm, options_.grad_clip) / token_count;
+  const double norm = std::sqrt(squares.item<double>()) / divisor;
+  if (!std::isfinite(norm)) return norm;  // skipped: the caller's loss scaler backs off
+  const double scale = ClipCoefficient(norm, options_.grad_clip) / divisor;
 
   ++step_;
   AdamWOptions options = options_;

@@ -44,17 +44,28 @@ class TrainingEngine {
   // After every plan entry. `computed` is false for a 0 entry (stages 2-3): the rank
   // then joins the round's collectives without computing.
   virtual void EndRound(bool computed) = 0;
-  // Reduces gradients, scales them by 1/token_count, clips by the global norm, applies
-  // AdamW and makes the parameters whole again where the stage needs it. Returns the
-  // global gradient norm before clipping.
-  virtual double Step(double token_count) = 0;
+  // Reduces gradients, divides them by `divisor` (the global token count, times the
+  // backward scale), clips by the global norm, applies AdamW and makes the parameters
+  // whole again where the stage needs it. Returns the global gradient norm before
+  // clipping. A norm that is not finite (an inf or a nan in some gradient, on some rank)
+  // skips the update: parameters, Adam state and its step count stay as they were; every
+  // rank computes the same norm (all-reduced, or of identical all-reduced gradients), so
+  // every rank skips alike.
+  virtual double Step(double divisor) = 0;
+  // Multiplies the gradient of every later micro-batch's loss by `scale` (1 unless a loss
+  // scaler runs, loss_scaler.h); Step's divisor then includes it. A device tensor that
+  // captured CUDA graphs read, so a new scale needs no new capture.
+  virtual void SetBackwardScale(double scale) = 0;
   // Forward only, without gradients and changing nothing: the loss summed over the
   // tokens of one micro-batch with the current parameters (a held-out evaluation, between
   // steps). Collective at stage 3, which gathers each unit's parameters: a rank with
   // nothing to evaluate in a round passes undefined tensors, joins the gathers and gets 0.
   virtual double EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) = 0;
-  // The learning rate the latest Step() updated with (its schedule's, AdamWOptions).
+  // The learning rate the latest Step() updated with (its schedule's, AdamWOptions, at
+  // the updates taken: a skipped step does not advance the schedule, as in DeepSpeed).
   virtual double learning_rate() const = 0;
+  // Updates applied so far (Adam's step count): the steps trained, less those skipped.
+  virtual std::int64_t optimizer_steps() const = 0;
 
   // Full Adam moments by parameter name, on the CPU. Collective at stages 1-3; only a
   // rank that passes `keep` (the one that writes) builds the CPU copies, the others
@@ -92,8 +103,10 @@ class TrainingEngine {
 inline constexpr int kReductionsInFlight = 3;
 
 // The working dtype of a precision: kFloat32, or kBFloat16 for mixed precision.
-inline torch::ScalarType WorkingType(Precision precision) {
-  return precision == Precision::kMixed ? torch::kBFloat16 : torch::kFloat32;
+// The working precision a worker precision name stands for: fp32, bf16 or fp16.
+inline torch::ScalarType WorkingType(const std::string& worker_precision, const std::string& key) {
+  if (ParseWorkerPrecision(worker_precision, key) == Precision::kFp32) return torch::kFloat32;
+  return worker_precision == "fp16" ? torch::kHalf : torch::kBFloat16;
 }
 
 // Takes over the model's fp32 parameters (their data moves into the engine's buffers).
@@ -112,6 +125,8 @@ class ShardedAdamW : public TrainingEngine {
   std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
   double learning_rate() const override { return learning_rate_; }
+  std::int64_t optimizer_steps() const override { return step_; }
+  void SetBackwardScale(double scale) override { backward_scale_.fill_(scale); }
 
  protected:
   // `tied`: the model's tied head, which full state dicts list under both names.
@@ -131,8 +146,9 @@ class ShardedAdamW : public TrainingEngine {
   void InitMaster(const FlatBucket& bucket, const FlatSlot& slot, const torch::Tensor& values);
   // Mixed precision: the full fp32 parameters by name (collective when partitioned).
   StateDict MasterState(bool keep);
-  // Scale by 1/token_count, global norm (all-reduced when sharded), clip, AdamW.
-  double ScaleClipAndUpdate(double token_count);
+  // Scale by 1/divisor, global norm (all-reduced when sharded), clip, AdamW; nothing
+  // after the norm when it is not finite.
+  double ScaleClipAndUpdate(double divisor);
   torch::Tensor Zeros(std::int64_t elements) const;         // fp32 on the engine's device
   torch::Tensor WorkingZeros(std::int64_t elements) const;  // working precision
   // Uninitialised, for the outputs of collectives (which write every element).
@@ -147,6 +163,7 @@ class ShardedAdamW : public TrainingEngine {
   torch::Device device_;
   torch::ScalarType working_;
   std::optional<TiedHead> tied_;
+  torch::Tensor backward_scale_;  // 0-dimensional fp32 on the device: each loss's incoming gradient
 
  private:
   torch::Tensor master_;   // mixed precision: fp32 owned parameters, shard layout

@@ -253,7 +253,7 @@ double Zero3Engine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor&
       x = UnitFunction::apply(x, no_targets, anchor, unit, engine);
     }
     auto loss = UnitFunction::apply(x, targets, anchor, units() - 1, engine);
-    loss.backward();
+    loss.backward(backward_scale_);
     return loss.item<double>();
   } catch (...) {
     // Out of memory while profiling is recovered from: start the next micro-batch from a
@@ -304,8 +304,8 @@ torch::Tensor Zero3Engine::OwnedParameters(const FlatBucket& bucket) {
   return shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size);
 }
 
-double Zero3Engine::Step(double token_count) {
-  const double norm = ScaleClipAndUpdate(token_count);
+double Zero3Engine::Step(double divisor) {
+  const double norm = ScaleClipAndUpdate(divisor);
   gradient_shard_.zero_();
   return norm;
 }

@@ -43,7 +43,7 @@ class Zero3Engine final : public ShardedAdamW {
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
   double EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) override;
-  double Step(double token_count) override;
+  double Step(double divisor) override;
   StateDict FullState(bool keep) override;
   CollectiveParams CollectivePlan() const override;
 

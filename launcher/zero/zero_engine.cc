@@ -130,7 +130,7 @@ bool ZeroEngine::ReplayFromGraphs(bool on) {
   if (!graphs_) {
     graphs_ = std::make_unique<MicroBatchGraphs>([this](const torch::Tensor& inputs, const torch::Tensor& targets) {
       auto loss = model_->LossSum(inputs, targets);
-      loss.backward();  // hooks disarmed: the step starts the reductions
+      loss.backward(backward_scale_);  // hooks disarmed: the step starts the reductions
       return loss.detach();
     });
   }
@@ -145,7 +145,7 @@ double ZeroEngine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& 
     hooks_armed_ = true;
   }
   try {
-    loss.backward();
+    loss.backward(backward_scale_);
   } catch (...) {
     hooks_armed_ = false;  // (profiling recovers from out of memory and goes on)
     throw;
@@ -175,12 +175,12 @@ torch::Tensor ZeroEngine::OwnedParameters(const FlatBucket& bucket) {
   return flat_parameters_.narrow(0, bucket.owned_begin, bucket.owned_size);
 }
 
-double ZeroEngine::Step(double token_count) {
+double ZeroEngine::Step(double divisor) {
   torch::NoGradGuard no_grad;
   // Stages 0-1: the buckets the last backward did not start (all of them on a rank with
   // no micro-batch) start now; then every reduction is waited for.
   if (stage_ <= 1) FinishReduction();
-  const double norm = ScaleClipAndUpdate(token_count);
+  const double norm = ScaleClipAndUpdate(divisor);
   if (stage_ >= 1) {
     for (const FlatBucket& bucket : layout_.buckets()) {
       auto whole = flat_parameters_.narrow(0, bucket.begin, bucket.size);

@@ -36,7 +36,7 @@ class ZeroEngine final : public ShardedAdamW {
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;
   double EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) override;
-  double Step(double token_count) override;
+  double Step(double divisor) override;
   StateDict FullState(bool keep) override {
     if (Mixed()) return MasterState(keep);
     return keep ? ModelStateDict(*model_) : StateDict{};

@@ -11,6 +11,7 @@
 #include "planner/base/text_table.h"
 #include "planner/cli/commands.h"
 #include "planner/cluster/cluster_profiles.h"
+#include "planner/cluster/precision_choice.h"
 #include "planner/formats/worker_plan.h"
 #include "planner/search/plan_file.h"
 #include "planner/search/plan_report.h"
@@ -81,6 +82,7 @@ void RunPlan(const PlanOptions& options) {
   std::vector<InputFile> inputs = loaded.cluster.InputFiles();
   for (const auto& [type, profile] : loaded.profiles) inputs.push_back({profile.file, "the profile of " + type});
   RequireOutputApart(options.output, inputs, "--output");
+  const WorkerPrecisionChoice precision = ChooseWorkerPrecision(loaded.cluster, loaded.profiles);
   const PlanResult result = MakePlan(loaded.cluster, loaded.profiles, Policy::kPoplar);
   const auto plan = PlanToJson(loaded.cluster, loaded.profiles, result);
   WriteFileAtomically(options.output, plan.dump(2) + "\n");
@@ -88,7 +90,8 @@ void RunPlan(const PlanOptions& options) {
     std::cout << plan.dump(2) << "\n";
     return;
   }
-  std::cout << PlanReport(loaded.cluster, result) << "plan written to " << options.output << "\n";
+  std::cout << PlanReport(loaded.cluster, result) << "precision: " << precision.reason << "\n"
+            << "plan written to " << options.output << "\n";
 }
 
 // `simulate --plan`: the cost model's prediction for a given plan file, beside the one

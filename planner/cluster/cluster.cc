@@ -33,8 +33,9 @@ void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
   cluster.global_batch = fields.IntegerIn("global_batch", 1, kMostGlobalBatch, "a number of samples");
   if (auto text = fields.OptionalString("precision")) {
     auto precision = ParsePrecision(*text);
-    if (!precision) fields.Fail("precision", "must be fp32 or mixed, got '" + *text + "'");
+    if (!precision) fields.Fail("precision", "must be fp32, mixed, bf16 or fp16, got '" + *text + "'");
     cluster.precision = *precision;
+    cluster.precision_name = *text;
   }
   // The word auto, or a stage written as a number, as global_batch is: '3' is the string "3".
   if (const auto given = fields.OptionalScalar("stage"); given && given->Scalar() != "auto") {

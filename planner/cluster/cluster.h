@@ -91,6 +91,9 @@ struct ClusterSpec {
   std::string profiles_dir;       // resolved against the file's folder; empty if not given
   std::int64_t global_batch = 0;  // 1..kMostGlobalBatch
   Precision precision = Precision::kMixed;
+  // As written: fp32, mixed (bf16 where every device has it, else fp16), bf16 or fp16
+  // (precision_choice.h resolves it against the devices).
+  std::string precision_name = "mixed";
   std::optional<int> stage;  // nullopt: choose automatically
   std::optional<LinkSpec> intra_node;
   std::optional<LinkSpec> inter_node;

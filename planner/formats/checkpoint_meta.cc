@@ -3,6 +3,23 @@
 #include "planner/base/json_fields.h"
 
 namespace poplar {
+namespace {
+
+LossScaleRecord ReadLossScale(JsonFields fields, std::int64_t step) {
+  LossScaleRecord record;
+  record.scale = fields.NumberIn("scale", 1e-300, 1e300, "a positive number");
+  record.growth_tracker = fields.IntegerIn("growth_tracker", 0, std::int64_t{1} << 40, "a number of steps");
+  record.optimizer_steps = fields.IntegerIn("optimizer_steps", 0, step, "a number of updates, at most the step");
+  fields.Finish();
+  return record;
+}
+
+}  // namespace
+
+nlohmann::ordered_json LossScaleObject(const LossScaleRecord& record) {
+  return {
+      {"scale", record.scale}, {"growth_tracker", record.growth_tracker}, {"optimizer_steps", record.optimizer_steps}};
+}
 
 CheckpointMeta ParseCheckpointMeta(const std::string& text, const std::string& path) {
   const nlohmann::json meta = ParseJsonObject(text, path);
@@ -24,6 +41,7 @@ CheckpointMeta ParseCheckpointMeta(const std::string& text, const std::string& p
     fields.Fail("line", "goes on from step " + std::to_string(parsed.line.ancestors.back().step) +
                             ", after this checkpoint's step " + std::to_string(parsed.step));
   }
+  if (fields.Has("loss_scale")) parsed.loss_scale = ReadLossScale(fields.Map("loss_scale"), parsed.step);
   fields.Finish();
   return parsed;
 }

@@ -15,6 +15,7 @@ std::string PrecisionName(Precision precision) { return precision == Precision::
 std::string WorkerPrecisionName(Precision precision) { return precision == Precision::kFp32 ? "fp32" : "bf16"; }
 
 std::optional<Precision> WorkerPrecisionNamed(const std::string& text) {
+  if (text == "fp16") return Precision::kMixed;
   for (Precision precision : {Precision::kFp32, Precision::kMixed}) {
     if (text == WorkerPrecisionName(precision)) return precision;
   }
@@ -23,7 +24,7 @@ std::optional<Precision> WorkerPrecisionNamed(const std::string& text) {
 
 Precision ParseWorkerPrecision(const std::string& text, const std::string& key) {
   if (auto precision = WorkerPrecisionNamed(text)) return *precision;
-  throw InputError(key, "", "must be fp32 or bf16, got '" + text + "'");
+  throw InputError(key, "", "must be fp32, bf16 or fp16, got '" + text + "'");
 }
 
 }  // namespace poplar

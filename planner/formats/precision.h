@@ -16,9 +16,10 @@ std::optional<Precision> ParsePrecision(const std::string& text);
 std::string PrecisionName(Precision precision);
 
 // The worker's names of the precisions (poplar-worker --precision, the agents'
-// requests): "fp32", and "bf16" for mixed precision.
+// requests): "fp32", and "bf16" for mixed precision; "fp16" is mixed precision too, in
+// fp16 with dynamic loss scaling (for devices without bf16).
 std::string WorkerPrecisionName(Precision precision);
-// A worker precision name ("fp32" or "bf16"); nullopt for anything else.
+// A worker precision name ("fp32", "bf16" or "fp16"); nullopt for anything else.
 std::optional<Precision> WorkerPrecisionNamed(const std::string& text);
 // The same, where anything else is an InputError naming `key`.
 Precision ParseWorkerPrecision(const std::string& text, const std::string& key);

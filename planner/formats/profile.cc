@@ -159,6 +159,7 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
     fields.Fail("memory_bytes", "must be a positive number of bytes, got " + std::to_string(profile.memory_bytes));
   }
   profile.emulated = fields.Boolean("emulated", false);
+  if (fields.Has("bf16")) profile.bf16 = fields.Boolean("bf16", true);
   profile.source = fields.OptionalString("source").value_or("");
   profile.model = ParseModel(fields.Map("model"));
   const nlohmann::json& stages = fields.List("stages", 1, "a non-empty list of stage measurements");
@@ -190,6 +191,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
   root["device_type"] = profile.device_type;
   root["memory_bytes"] = profile.memory_bytes;
   root["emulated"] = profile.emulated;
+  if (profile.bf16) root["bf16"] = *profile.bf16;
   if (!profile.source.empty()) root["source"] = profile.source;  // optional keys: absent
   root["model"] = nlohmann::ordered_json::object();              // when empty
   if (!profile.model.name.empty()) root["model"]["name"] = profile.model.name;

@@ -95,6 +95,9 @@ struct DeviceProfile {
   std::string device_type;
   std::int64_t memory_bytes = 0;  // > 0
   bool emulated = false;
+  // Whether the device computes in bf16 ("bf16"; NVIDIA: compute capability 8.0 and
+  // newer; a CPU: yes); absent when unknown (hand-made profiles), taken as yes.
+  std::optional<bool> bf16;
   std::string source;
   ModelInfo model;
   std::vector<StageProfile> stages;  // at most one per stage

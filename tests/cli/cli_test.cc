@@ -394,6 +394,23 @@ TEST_F(Cli, PlanPrintsStageTableAndWhereThePlanWent) {
   EXPECT_TRUE(Exists(output));
 }
 
+// V100s and T4 have no bf16 (their profiles say so): mixed precision trains in fp16 and
+// the plan says why; the A100s' cluster trains in bf16; bf16 asked of V100s is refused.
+TEST_F(Cli, PlanSaysWhichPrecisionTheDevicesAllow) {
+  const Outcome v100 = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", work_ + "/v100.json"});
+  ASSERT_EQ(v100.exit_code, 0) << v100.err;
+  EXPECT_TRUE(ContainsAll(v100.out, {"precision: fp16 with dynamic loss scaling: T4-16GB, V100-16GB have no bf16"}))
+      << v100.out;
+  const Outcome a100 = Poplar({"plan", ExampleCluster("a100-80-and-40"), "-o", work_ + "/a100.json"});
+  ASSERT_EQ(a100.exit_code, 0) << a100.err;
+  EXPECT_TRUE(ContainsAll(a100.out, {"precision: bf16: every device computes in it"})) << a100.out;
+  const std::string bf16 = WriteExampleVariant("v100-and-t4", "precision: mixed", "precision: bf16");
+  const Outcome refused = Poplar({"plan", bf16, "-o", work_ + "/bf16.json"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_TRUE(ContainsAll(refused.err, {"training.precision", "is bf16, but T4-16GB, V100-16GB have no bf16"}))
+      << refused.err;
+}
+
 TEST_F(Cli, PlanWritesToPlanJsonByDefault) {
   const Outcome run = Poplar({"plan", ExampleCluster("v100-and-t4"), "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;

@@ -552,7 +552,7 @@ TEST(ClusterFile, RejectsGlobalBatchThatIsNotAnInteger) {
 
 TEST(ClusterFile, RejectsUnknownPrecision) {
   ExpectRejected(ValidWith("precision: mixed", "precision: fp8"), "training.precision",
-                 "must be fp32 or mixed, got 'fp8'");
+                 "must be fp32, mixed, bf16 or fp16, got 'fp8'");
 }
 
 TEST(ClusterFile, RejectsStageOutOfRange) {
