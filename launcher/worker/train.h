@@ -15,7 +15,7 @@ namespace poplar {
 struct TrainOptions {
   std::string plan;                   // plan file (docs/formats.md)
   std::string model_config;           // model configuration (docs/formats.md)
-  std::string data;                   // token file (docs/formats.md)
+  std::string data;                   // token file, uint16 or uint32 (docs/formats.md)
   std::int64_t steps = 1;             // train until this many optimizer steps are done
   std::string init;                   // optional initial state dict (torch.save(dict))
   std::string save;                   // optional final state dict, written by rank 0

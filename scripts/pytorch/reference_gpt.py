@@ -110,12 +110,40 @@ def layer_class(config):
 
 
 class Tokens:
-    """docs/formats.md: sample k = tokens[kL, kL+L), targets shifted by one."""
+    """docs/formats.md: sample k = tokens[kL, kL+L), targets shifted by one. The file is
+    headerless uint16 (nanoGPT's .bin) or has the 16-byte header ("POPLARTK", version 1,
+    width 16 or 32), read by planner/formats/token_file.h's rules."""
 
-    def __init__(self, path, block_size):
-        self.tokens = torch.from_numpy(np.fromfile(path, dtype="<u2").astype(np.int64))
+    def __init__(self, path, block_size, vocab_size=None):
+        self.tokens = torch.from_numpy(Tokens.read(path, vocab_size).astype(np.int64))
         self.L = block_size
         self.samples = (len(self.tokens) - 1) // block_size
+
+    @staticmethod
+    def read(path, vocab_size=None):
+        """The ids of a token file, as numpy uint16 or uint32; ValueError naming the file
+        and the byte offset for what poplar refuses."""
+        data = np.fromfile(path, dtype=np.uint8)
+        offset, width = 0, 16
+        if data[:8].tobytes() == b"POPLARTK":
+            if len(data) < 16:
+                raise ValueError(f"{path}: byte {len(data)} (header): the file ends inside the 16-byte header")
+            version, width = (int(v) for v in data[8:16].view("<u4"))
+            if version != 1:
+                raise ValueError(f"{path}: byte 8 (header version): is {version}; this reads version 1")
+            if width not in (16, 32):
+                raise ValueError(f"{path}: byte 12 (header token width): is {width} bits; a token is 16 or 32 bits")
+            offset = 16
+        size = width // 8
+        if (len(data) - offset) % size:
+            whole = offset + (len(data) - offset) // size * size
+            raise ValueError(f"{path}: byte {whole}: the file ends inside a token")
+        ids = data[offset:].view("<u2" if width == 16 else "<u4")
+        if vocab_size is not None and len(ids) and int(ids.max()) >= vocab_size:
+            at = int(np.argmax(ids >= vocab_size))
+            raise ValueError(f"{path}: token {at} (byte {offset + at * size}): id {int(ids[at])} "
+                             f"is outside the model's vocabulary of {vocab_size}")
+        return ids
 
     def batch(self, first, count):
         index = [(first + i) % self.samples for i in range(count)]
