@@ -48,7 +48,7 @@ class StageProfiler {
     model_ = MakeDecoder(config);
     model_->to(device);
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
-                         WorkingType(options.precision, "--precision"));
+                         ComputingType(options.precision, device, "--precision"));
   }
 
   // Micro-batches of `size` samples: `warm_ups` untimed runs, then timed runs as
@@ -314,7 +314,8 @@ void Profile(const ProfileOptions& options) {
           : "measured by poplar-worker profile on CPU, emulated device: " + std::to_string(torch::get_num_threads()) +
                 " threads, slowdown " + std::to_string(options.device.slowdown) + ", memory cap " +
                 std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
-  profile.model = {"gpt-" + std::to_string(config.n_layer) + "x" + std::to_string(config.n_embd),
+  profile.model = {std::string(ArchitectureName(config.arch)) + "-" + std::to_string(config.n_layer) + "x" +
+                       std::to_string(config.n_embd),
                    config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision"), config};
   DistributedEnv alone;
   Communicator communicator(alone, std::chrono::seconds(10), device);

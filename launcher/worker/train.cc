@@ -221,6 +221,7 @@ struct LocalSetup {
 
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
+  ComputingType(options.precision, device, "--precision");  // its error, before the rendezvous
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter gloo_reduce_scatter = GlooReduceScatterOfEnvironment();

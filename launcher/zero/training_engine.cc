@@ -1,12 +1,27 @@
 #include "launcher/zero/training_engine.h"
 
+#include <torch/version.h>
+
 #include <cmath>
 
 #include "launcher/device/device.h"
 #include "launcher/zero/zero3_engine.h"
 #include "launcher/zero/zero_engine.h"
+#include "planner/base/input_error.h"
 
 namespace poplar {
+
+torch::ScalarType ComputingType(const std::string& worker_precision, torch::Device device, const std::string& key) {
+  const torch::ScalarType type = WorkingType(worker_precision, key);
+#if TORCH_VERSION_MAJOR < 2
+  if (type == torch::kHalf && device.is_cpu()) {
+    throw InputError(key, "",
+                     "fp16 on the CPU needs libtorch 2 or newer (this worker has libtorch " TORCH_VERSION
+                     ", with no fp16 matrix product on the CPU): use bf16 or fp32 here, fp16 on a GPU");
+  }
+#endif
+  return type;
+}
 
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,

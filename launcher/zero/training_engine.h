@@ -102,12 +102,15 @@ class TrainingEngine {
 // with the model (stage 2 with all of them in flight peaked above stage 1).
 inline constexpr int kReductionsInFlight = 3;
 
-// The working dtype of a precision: kFloat32, or kBFloat16 for mixed precision.
 // The working precision a worker precision name stands for: fp32, bf16 or fp16.
 inline torch::ScalarType WorkingType(const std::string& worker_precision, const std::string& key) {
   if (ParseWorkerPrecision(worker_precision, key) == Precision::kFp32) return torch::kFloat32;
   return worker_precision == "fp16" ? torch::kHalf : torch::kBFloat16;
 }
+
+// WorkingType, where `device` computes in it: fp16 on the CPU needs libtorch 2 (1.13 has
+// no fp16 matrix product there). Throws InputError naming `key` otherwise.
+torch::ScalarType ComputingType(const std::string& worker_precision, torch::Device device, const std::string& key);
 
 // Takes over the model's fp32 parameters (their data moves into the engine's buffers).
 // `working` is the precision of computation and communication: kFloat32, or kBFloat16

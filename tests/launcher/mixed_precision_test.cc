@@ -3,6 +3,7 @@
 // track the single-rank run within bf16 rounding, and saved weights are the fp32 masters;
 // for GPT and for Llama.
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +64,38 @@ INSTANTIATE_TEST_SUITE_P(Stages, MixedPrecision,
                            return std::string(ArchitectureName(std::get<1>(info.param))) + "_stage" +
                                   std::to_string(std::get<0>(info.param));
                          });
+
+// fp16 with its dynamic loss scale trains and tracks the one-rank run where fp16
+// arithmetic runs (libtorch 2: scripts/check-libtorch2; a GPU); Debian's libtorch 1.13 has
+// no fp16 matrix product on the CPU, and there the worker refuses it at once, naming the
+// flag, instead of failing inside the first micro-batch.
+TEST(Fp16, TrainsWhereFp16ArithmeticRunsAndIsRefusedClearlyWhereNot) {
+  ScratchDir scratch("poplar_fp16");
+  WriteLlamaConfig(scratch);
+  WriteTokens(scratch, 20000);
+  const auto args = [&](const std::string& plan, const std::string& name) {
+    return TrainCommand(scratch, plan, 20,
+                        {"--precision", "fp16", "--lr", "3e-3", "--metrics", scratch.path() + "/" + name + ".jsonl",
+                         "--timeout", "60"});
+  };
+  const std::string plan = WritePlan(scratch, "plan.json", 2, {{5, 3, 0}, {2, 2, 2}});
+  const JobOutcome job = RunJob(scratch, 2, args(plan, "ranks"));
+#if TORCH_VERSION_MAJOR >= 2
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  const JobOutcome one = RunJob(scratch, 1, args(WritePlan(scratch, "one.json", 0, {{14}}), "one"));
+  ASSERT_TRUE(one.AllSucceeded()) << one.Describe();
+  const auto lines = ReadLines(scratch.path() + "/ranks.jsonl");
+  ASSERT_EQ(lines.size(), 20u);
+  const auto first = nlohmann::json::parse(lines.front()), last = nlohmann::json::parse(lines.back());
+  EXPECT_LT(last["loss"].get<double>(), first["loss"].get<double>() - 1.0) << "fp16 training should learn";
+  EXPECT_GT(last["loss_scale"].get<double>(), 0);
+  const double alone = nlohmann::json::parse(ReadLines(scratch.path() + "/one.jsonl").back())["loss"];
+  EXPECT_NEAR(last["loss"].get<double>(), alone, 0.05);
+#else
+  EXPECT_FALSE(job.AllSucceeded());
+  EXPECT_NE(job.errors[0].find("--precision: fp16 on the CPU needs libtorch 2"), std::string::npos) << job.errors[0];
+#endif
+}
 
 }  // namespace
 }  // namespace poplar::testing
