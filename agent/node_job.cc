@@ -69,21 +69,25 @@ void CheckSettings(const LaunchSettings& s) {
   RequireModelConfig(s.model_config_json);
 }
 
-// A token file a setting names (`key`: data or eval_data), as a path inside the work
-// directory; it must be a file there.
-std::string TokenFile(const AgentConfig& config, const std::string& path, const std::string& key) {
+// A file a setting names (`key`: data, eval_data, init), as a path inside the work
+// directory; it must be a file there, or a folder where the setting takes one.
+std::string WorkFile(const AgentConfig& config, const std::string& path, const std::string& key) {
   const std::string field = "settings." + key;
   const std::string resolved = ResolveInside(config.work_dir, path, field);
-  if (!fs::is_regular_file(resolved)) {
-    throw InputError(field, "", "'" + path + "' is not a file in the agent's work directory");
+  const bool folder = std::get<WorkFileSetting>(JobSettingNamed(key).kind).folder;
+  if (!fs::is_regular_file(resolved) && !(folder && fs::is_directory(resolved))) {
+    throw InputError(
+        field, "", "'" + path + "' is not a file" + (folder ? " or a folder" : "") + " in the agent's work directory");
   }
   return resolved;
 }
 
 // `poplar-worker train` for a rank of this job (without the device's flags); `flags`:
 // those of the job's settings (WorkerFlags).
+// `save_format` names the final weights' file: model.pt or model.safetensors.
 std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir,
-                                   const std::vector<std::string>& flags, bool has_checkpoint) {
+                                   const std::vector<std::string>& flags, const std::string& save_format,
+                                   bool has_checkpoint) {
   const fs::path checkpoints = job_dir / "checkpoints";
   std::vector<std::string> args = {"train",
                                    "--plan",
@@ -97,7 +101,7 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
                                    "--checkpoint-dir",
                                    checkpoints.string(),
                                    "--save",
-                                   (job_dir / "model.pt").string()};
+                                   (job_dir / ("model." + save_format)).string()};
   args.insert(args.end(), flags.begin(), flags.end());
   if (settings.trace_step > 0) {
     args.insert(args.end(), {"--trace", (job_dir / "traces" / "rank-{rank}.json").string(), "--trace-step",
@@ -136,11 +140,13 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
   CheckSettings(settings);
   const bool train = settings.kind == LaunchSettings::Kind::kTrain;
   std::vector<std::string> setting_flags;
+  std::string save_format = "pt";
   if (train) {
     const JobSettings job = ParseJobSettings(settings.job_settings, "settings");
     RequireJobSettings(job, "settings");
     setting_flags =
-        WorkerFlags(job, [&](const std::string& key, const std::string& path) { return TokenFile(config, path, key); });
+        WorkerFlags(job, [&](const std::string& key, const std::string& path) { return WorkFile(config, path, key); });
+    save_format = job.save_format.value_or("pt");
   }
   const WorkerPlan plan = ParseWorkerPlan(settings.plan_json, "plan_json");  // full validation
   const std::vector<NodeRank> node_ranks = RanksOfNode(plan, settings.node);
@@ -185,7 +191,8 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     SpawnSpec& spec = process.spec;
     spec.program = config.worker;
     spec.cwd = job_dir.string();
-    spec.args = train ? TrainArgs(settings, job_dir, setting_flags, has_checkpoint) : NetworkArgs(settings, job_dir);
+    spec.args = train ? TrainArgs(settings, job_dir, setting_flags, save_format, has_checkpoint)
+                      : NetworkArgs(settings, job_dir);
     spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
     spec.env = InheritedEnvironment();

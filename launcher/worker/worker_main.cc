@@ -90,6 +90,7 @@ CLI::Validator SettingCheck(const poplar::JobSetting& setting) {
         } else if constexpr (std::is_same_v<Kind, poplar::ChoiceSetting>) {
           return CLI::IsMember(kind.choices);
         } else {
+          if (kind.folder) return CLI::ExistingPath;
           return CLI::ExistingFile;
         }
       },
@@ -118,11 +119,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->check(CLI::ExistingPath);
   AddSettingFlag(train, "data", o.data)->required();
   AddSettingFlag(train, "steps", o.steps);
-  train
-      ->add_option("--init", o.init,
-                   "Initial weights: a torch.save(dict) state dict, a .safetensors file or a Hugging Face model "
-                   "folder")
-      ->check(CLI::ExistingPath);
+  AddSettingFlag(train, "init", o.init);
   train->add_option("--save", o.save, "Write the final weights here (rank 0): .safetensors, else a state dict")
       ->check(poplar::NotEmpty());
   AddSettingFlag(train, "lr", o.adamw.lr);

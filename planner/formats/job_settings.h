@@ -28,6 +28,8 @@ namespace poplar {
 struct JobSettings {
   std::optional<std::string> data;  // token file, relative to each agent's work directory
   std::optional<std::int64_t> steps;
+  std::optional<std::string> init;         // initial weights (a file or a Hugging Face folder), as data
+  std::optional<std::string> save_format;  // the agent's own: the final weights' file (pt, safetensors)
   std::optional<double> lr, weight_decay, grad_clip;
   std::optional<std::int64_t> warmup_steps;
   std::optional<std::string> lr_decay;
@@ -61,6 +63,7 @@ struct ChoiceSetting {
 // refuses one that leaves it, so the head refuses what no agent could take.
 struct WorkFileSetting {
   std::optional<std::string> JobSettings::*member;
+  bool folder = false;  // a folder there is taken too (a Hugging Face model folder)
 };
 
 struct JobSetting {

@@ -205,6 +205,33 @@ TEST(NodeJob, TheEvaluationTakesAFileInsideTheWorkDirectory) {
   refused_naming("eval_every");
 }
 
+// init names a file or a Hugging Face folder in the work directory; save_format names
+// the final weights' file.
+TEST(NodeJob, InitialWeightsComeFromTheWorkDirectoryAndTheFinalOnesInTheFormatAsked) {
+  Fixture f;
+  const auto args = [&f] { return PrepareNodeJob(f.config, f.devices, f.settings)[0].spec.args; };
+  const auto plain = args();
+  EXPECT_FALSE(Has(plain, "--init"));
+  EXPECT_EQ(After(plain, "--save"), f.config.work_dir + "/jobs/j1/model.pt");
+  f.settings.resume = true;  // the job folder is there now
+  std::filesystem::create_directories(f.dir.path() + "/llama-hf");
+  f.settings.job_settings["init"] = "llama-hf";
+  f.settings.job_settings["save_format"] = "safetensors";
+  EXPECT_EQ(After(args(), "--init"), f.config.work_dir + "/llama-hf");
+  EXPECT_EQ(After(args(), "--save"), f.config.work_dir + "/jobs/j1/model.safetensors");
+  f.settings.job_settings["init"] = "missing";
+  try {
+    CheckNodeJob(f.config, f.devices, f.settings);
+    ADD_FAILURE() << "a missing init";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "settings.init")) << error.what();
+    EXPECT_TRUE(Contains(error.what(), "is not a file or a folder")) << error.what();
+  }
+  f.settings.job_settings["init"] = "llama-hf";
+  f.settings.job_settings["save_format"] = "gguf";
+  EXPECT_THROW(CheckNodeJob(f.config, f.devices, f.settings), InputError);
+}
+
 TEST(NodeJob, RefusesAPlanThatNeedsDevicesTheNodeLacks) {
   Fixture f;
   f.devices.pop_back();  // one emu-slow vanished

@@ -3,6 +3,7 @@
 // each does what its setting says. A real process.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -17,14 +18,18 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
   WriteModelConfig(scratch);
   WriteTokens(scratch, 6000);
   WriteTokens(scratch, 1000, "eval.bin", "a stitch in time saves nine, said one of them");
-  const std::map<std::string, std::string> texts = {{"data", "tokens.bin"},    {"steps", "4"},
-                                                    {"lr", "0.002"},           {"weight_decay", "0"},
-                                                    {"grad_clip", "0.5"},      {"warmup_steps", "2"},
-                                                    {"lr_decay", "linear"},    {"decay_steps", "4"},
-                                                    {"min_lr", "0.0002"},      {"checkpoint_every", "1"},
-                                                    {"keep_checkpoints", "2"}, {"stop_grace_s", "60"},
-                                                    {"eval_data", "eval.bin"}, {"eval_every", "2"},
-                                                    {"eval_samples", "8"}};
+  {  // init: every parameter 0, so that the first loss is ln(vocabulary) exactly
+    Decoder zeros = MakeDecoder(LoadModelConfig(scratch.path() + "/model.json"));
+    torch::NoGradGuard no_grad;
+    for (auto& parameter : zeros->parameters()) parameter.zero_();
+    WriteStateDict(scratch.path() + "/zeros.pt", ModelStateDict(*zeros));
+  }
+  const std::map<std::string, std::string> texts = {
+      {"data", "tokens.bin"},    {"steps", "4"},         {"init", "zeros.pt"},      {"save_format", "safetensors"},
+      {"lr", "0.002"},           {"weight_decay", "0"},  {"grad_clip", "0.5"},      {"warmup_steps", "2"},
+      {"lr_decay", "linear"},    {"decay_steps", "4"},   {"min_lr", "0.0002"},      {"checkpoint_every", "1"},
+      {"keep_checkpoints", "2"}, {"stop_grace_s", "60"}, {"eval_data", "eval.bin"}, {"eval_every", "2"},
+      {"eval_samples", "8"}};
   ASSERT_EQ(texts.size(), JobSettingTable().size()) << "a setting this test does not set";
   const std::vector<std::string> flags =
       WorkerFlags(ParseJobSettings(texts, "settings"),
@@ -50,7 +55,8 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
   for (const std::string& line : ReadLines(scratch.path() + "/metrics.jsonl")) {
     records.push_back(nlohmann::json::parse(line));
   }
-  ASSERT_EQ(records.size(), 4u);  // steps
+  ASSERT_EQ(records.size(), 4u);                                         // steps
+  EXPECT_NEAR(records[0]["loss"].get<double>(), std::log(256.0), 1e-6);  // init
   // warmup_steps 2 to lr 0.002, then a line to min_lr 0.0002 at step decay_steps + 1.
   EXPECT_DOUBLE_EQ(records[0]["lr"].get<double>(), 0.001);
   EXPECT_DOUBLE_EQ(records[1]["lr"].get<double>(), 0.002);

@@ -12,10 +12,11 @@ namespace {
 
 // A valid text of every setting: the request of a job that sets them all.
 std::map<std::string, std::string> EverySettingSet() {
-  return {{"data", "tokens.bin"},     {"steps", "100"},           {"lr", "0.0003"},          {"weight_decay", "0"},
-          {"grad_clip", "1.5"},       {"warmup_steps", "10"},     {"lr_decay", "cosine"},    {"decay_steps", "90"},
-          {"min_lr", "3e-05"},        {"checkpoint_every", "25"}, {"keep_checkpoints", "2"}, {"stop_grace_s", "120"},
-          {"eval_data", "valid.bin"}, {"eval_every", "5"},        {"eval_samples", "64"}};
+  return {{"data", "tokens.bin"},        {"steps", "100"},           {"lr", "0.0003"},          {"weight_decay", "0"},
+          {"grad_clip", "1.5"},          {"warmup_steps", "10"},     {"lr_decay", "cosine"},    {"decay_steps", "90"},
+          {"min_lr", "3e-05"},           {"checkpoint_every", "25"}, {"keep_checkpoints", "2"}, {"stop_grace_s", "120"},
+          {"eval_data", "valid.bin"},    {"eval_every", "5"},        {"eval_samples", "64"},    {"init", "llama-hf"},
+          {"save_format", "safetensors"}};
 }
 
 std::string RefusalOf(const std::map<std::string, std::string>& texts) {
@@ -93,6 +94,8 @@ TEST(JobSettings, RefusesBadTextsNamingTheSetting) {
       {with("eval_data", "a/../../x"), "settings.eval_data: must name a file inside each agent's work_dir"},
       {with("stop_grace_s", "3601"), "settings.stop_grace_s: must be a number of seconds"},
       {with("lr_decay", "cos\x85ine"), "got 'cos\\x85ine'"},
+      {with("save_format", "gguf"), "settings.save_format: must be pt or safetensors, got 'gguf'"},
+      {with("init", "../weights"), "settings.init: must name a file inside each agent's work_dir"},
   };
   for (const auto& [texts, expected] : cases) {
     const std::string refusal = RefusalOf(texts);
