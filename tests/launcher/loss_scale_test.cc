@@ -98,7 +98,8 @@ TEST_P(LossScaling, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
 }
 
 // The scale is divided out before clipping: scaled training is unscaled training, to
-// rounding (an unscale after clipping would clip a gradient 2^16 times too large).
+// rounding (an unscale after clipping would clip a gradient 2^16 times too large, and
+// move parameters by far less than an update).
 TEST_P(LossScaling, ScaledTrainingEqualsUnscaledTraining) {
   const JobOutcome scaled = RunJob(scratch, 2, Args(3, "scaled", "dynamic"));
   ASSERT_TRUE(scaled.AllSucceeded()) << scaled.Describe();
@@ -107,7 +108,9 @@ TEST_P(LossScaling, ScaledTrainingEqualsUnscaledTraining) {
   const double difference =
       MaxAbsDifference(ReadStateDict(scratch.path() + "/scaled.pt"), ReadStateDict(scratch.path() + "/plain.pt"));
   std::cout << "[ stage " << GetParam() << " ] scaled against unscaled: max |difference| = " << difference << "\n";
-  EXPECT_LT(difference, 1e-6);
+  // The equivalence tests' bound: 3 steps move parameters ~3e-3; rounding of the scale's
+  // multiplication and division stays ~1e-6 (libtorch 1.13: 5e-7, 2.6: 1.8e-6).
+  EXPECT_LT(difference, 1e-5);
 }
 
 // A checkpoint keeps the scale, its clean steps and the updates taken: a resume after a
