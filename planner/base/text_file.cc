@@ -53,38 +53,43 @@ std::string Trimmed(const std::string& text) {
   return text.substr(first, text.find_last_not_of(kBlank) - first + 1);
 }
 
-std::string ReadTextFile(const std::string& path) {
+void ReadFileInPieces(const std::string& path, const std::function<void(std::optional<std::uint64_t> size)>& start,
+                      const std::function<void(std::string_view piece)>& take) {
   // Opened without waiting: a named pipe no program writes to would block open() for
   // ever (no --timeout reaches it). A pipe is then read to its end, as process
   // substitution (<(...)) gives one; one with no writer ends at once, empty.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat status {};
-  const bool statted = ::fstat(fd, &status) == 0;
-  const auto fail = [&](const std::string& reason) {
-    ::close(fd);
-    throw InputError(path, "", reason);
-  };
-  if (!statted) fail(std::string("cannot read: ") + std::strerror(errno));
-  if (S_ISDIR(status.st_mode)) fail("cannot read: is a folder, not a file");
+  if (::fstat(fd, &status) != 0) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
+  if (S_ISDIR(status.st_mode)) throw InputError(path, "", "cannot read: is a folder, not a file");
   // A device such as /dev/zero never ends.
   if (!S_ISREG(status.st_mode) && !S_ISFIFO(status.st_mode)) {
-    fail("cannot read: not a regular file (a device or a socket)");
+    throw InputError(path, "", "cannot read: not a regular file (a device or a socket)");
   }
   if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    fail(std::string("cannot read: ") + std::strerror(errno));
+    throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
   }
-  std::string contents;
-  if (S_ISREG(status.st_mode)) contents.reserve(static_cast<std::size_t>(status.st_size));
-  char buffer[1 << 16];
+  start(S_ISREG(status.st_mode) ? std::optional<std::uint64_t>(status.st_size) : std::nullopt);
+  std::vector<char> buffer(1 << 20);
   for (;;) {
-    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
     if (got == 0) break;
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail(std::string("read failed: ") + std::strerror(errno));
-    contents.append(buffer, static_cast<std::size_t>(got));
+    if (got < 0) throw InputError(path, "", std::string("read failed: ") + std::strerror(errno));
+    take(std::string_view(buffer.data(), static_cast<std::size_t>(got)));
   }
-  ::close(fd);
+}
+
+std::string ReadTextFile(const std::string& path) {
+  std::string contents;
+  ReadFileInPieces(
+      path, [&](std::optional<std::uint64_t> size) { contents.reserve(static_cast<std::size_t>(size.value_or(0))); },
+      [&](std::string_view piece) { contents.append(piece); });
   return contents;
 }
 

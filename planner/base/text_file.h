@@ -3,7 +3,10 @@
 // same folder, then rename), so a reader never sees half a file.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +16,12 @@ namespace poplar {
 // The whole of `path` (a regular file, or a pipe read to its end); throws InputError
 // naming it otherwise. Never waits for a writer to open a named pipe.
 std::string ReadTextFile(const std::string& path);
+// The bytes of `path`, opened and checked as ReadTextFile does, handed to `take` a piece
+// (of at most 1 MiB) at a time instead of held whole; `start` comes first, with the
+// file's size where it is a regular file (a pipe's is unknown). Exceptions from either
+// pass through, the file closed.
+void ReadFileInPieces(const std::string& path, const std::function<void(std::optional<std::uint64_t> size)>& start,
+                      const std::function<void(std::string_view piece)>& take);
 // Throws InputError naming `file` if `text` holds a NUL byte, which no JSON or YAML
 // document does (a parser may stop there and take what came before for the whole).
 void RequireNoNulByte(const std::string& text, const std::string& file);

@@ -1,16 +1,11 @@
 #include "planner/formats/token_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <optional>
 #include <stdexcept>
 
 #include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
 
 namespace poplar {
 namespace {
@@ -172,35 +167,11 @@ TokenIds ParseTokenFile(const std::string& bytes, const std::string& path, int b
 }
 
 TokenIds ReadTokenFile(const std::string& path, int block_size, int vocab_size) {
-  // Opened as ReadTextFile opens (planner/base/text_file.h): without waiting on a named
-  // pipe, refusing a folder or a device.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
-  struct FileCloser {
-    int fd;
-    ~FileCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat status {};
-  if (::fstat(fd, &status) != 0) throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
-  if (S_ISDIR(status.st_mode)) throw InputError(path, "", "cannot read: is a folder, not a file");
-  if (!S_ISREG(status.st_mode) && !S_ISFIFO(status.st_mode)) {
-    throw InputError(path, "", "cannot read: not a regular file (a device or a socket)");
-  }
-  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-    throw InputError(path, "", std::string("cannot read: ") + std::strerror(errno));
-  }
-  std::optional<std::uint64_t> size;
-  if (S_ISREG(status.st_mode)) size = static_cast<std::uint64_t>(status.st_size);
-  TokenFileParser parser(path, vocab_size, size);
-  std::vector<char> buffer(1 << 20);
-  for (;;) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got == 0) break;
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw InputError(path, "", std::string("read failed: ") + std::strerror(errno));
-    parser.Feed(std::string_view(buffer.data(), static_cast<std::size_t>(got)));
-  }
-  return parser.Finish(block_size);
+  std::optional<TokenFileParser> parser;
+  ReadFileInPieces(
+      path, [&](std::optional<std::uint64_t> size) { parser.emplace(path, vocab_size, size); },
+      [&](std::string_view piece) { parser->Feed(piece); });
+  return parser->Finish(block_size);
 }
 
 std::string TokenFileHeader(int width) {
