@@ -206,6 +206,7 @@ std::string StartingPoint(const Decoder& model, std::int64_t first_step) {
 // What a rank checks, loads and builds on its own, before it meets the others.
 struct LocalSetup {
   torch::Device device;
+  torch::ScalarType working;  // --precision's, which the device computes in
   CollectiveBackend backend;
   GlooReduceScatter gloo_reduce_scatter;
   AdamWOptions adamw;
@@ -221,7 +222,7 @@ struct LocalSetup {
 
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
-  ComputingType(options.precision, device, "--precision");  // its error, before the rendezvous
+  const torch::ScalarType working = ComputingType(options.precision, device, "--precision");
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
   const GlooReduceScatter gloo_reduce_scatter = GlooReduceScatterOfEnvironment();
@@ -240,9 +241,19 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
     if (!options.init.empty()) LoadModelState(*model, ReadWeights(options.init, config), options.init);
     MetricsWriter metrics(options.metrics, env.rank);  // made once the inputs are read: a bad --init leaves none
     model->to(device);
-    return {device,          backend, gloo_reduce_scatter, adamw,
-            std::move(plan), config,  std::move(data),     std::move(evaluation),
-            baseline_bytes,  model,   std::move(metrics),  std::move(checkpoint_lock)};
+    return {device,
+            working,
+            backend,
+            gloo_reduce_scatter,
+            adamw,
+            std::move(plan),
+            config,
+            std::move(data),
+            std::move(evaluation),
+            baseline_bytes,
+            model,
+            std::move(metrics),
+            std::move(checkpoint_lock)};
   } catch (const c10::OutOfMemoryError& error) {
     // (Reading --init holds the file's tensors beside the model's: libtorch's errors in
     // ReadStateDict pass this one through.)
@@ -397,8 +408,7 @@ std::unique_ptr<TrainingEngine> TrainingRun::MakeAgreedEngine() {
     // (The checksum's float64 copy of a parameter is a state's size, too.)
     communicator_.RequireAgreement("starting point", StartingPoint(local_.model, first_step_));
     return MakeEngine(plan.stage, local_.model, communicator_, local_.adamw,
-                      BucketElements(options_.bucket_mb, local_.device),
-                      WorkingType(options_.precision, "--precision"));
+                      BucketElements(options_.bucket_mb, local_.device), local_.working);
   } catch (const c10::OutOfMemoryError& error) {
     throw StatesOutOfMemory(plan, env_.world_size, error);
   }
@@ -413,7 +423,7 @@ CheckpointLine TrainingRun::GoOnFromCheckpoint(std::optional<Resumed>& resumed) 
   try {
     SendResumedMoments(communicator_, *engine_, *resumed, local_.device);
     if (scaler_ && resumed->loss_scale)
-      scaler_->Restore({resumed->loss_scale->scale, resumed->loss_scale->growth_tracker});
+      scaler_->Restore(resumed->loss_scale->scale, resumed->loss_scale->growth_tracker);
   } catch (const c10::OutOfMemoryError& error) {
     throw OutOfMemory(local_.plan.file, "stage",
                       "resuming the Adam moments at ZeRO stage " + std::to_string(local_.plan.stage) +
@@ -581,7 +591,7 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
 
 std::optional<LossScaleRecord> TrainingRun::LossScaleNow() const {
   if (!scaler_) return std::nullopt;
-  return LossScaleRecord{scaler_->scale(), scaler_->state().growth_tracker, engine_->optimizer_steps()};
+  return LossScaleRecord{scaler_->scale(), scaler_->growth_tracker(), engine_->optimizer_steps()};
 }
 
 void TrainingRun::CheckpointAfter(std::int64_t step) {

@@ -2,17 +2,17 @@
 
 namespace poplar {
 
-LossScaler::LossScaler(const LossScalerOptions& options) : options_(options) { state_.scale = options.init_scale; }
+LossScaler::LossScaler(const LossScalerOptions& options) : options_(options), scale_(options.init_scale) {}
 
 bool LossScaler::Update(bool finite) {
   if (!finite) {
-    state_.scale *= options_.backoff_factor;
-    state_.growth_tracker = 0;
+    scale_ *= options_.backoff_factor;
+    growth_tracker_ = 0;
     return true;
   }
-  if (++state_.growth_tracker == options_.growth_interval) {
-    state_.scale *= options_.growth_factor;
-    state_.growth_tracker = 0;
+  if (++growth_tracker_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    growth_tracker_ = 0;
   }
   return false;
 }

@@ -18,20 +18,18 @@ struct LossScalerOptions {
   std::int64_t growth_interval = 2000;
 };
 
-// What a checkpoint keeps of a scaler, GradScaler's state_dict: the scale and the clean
-// steps since it last changed.
-struct LossScalerState {
-  double scale = 65536.0;
-  std::int64_t growth_tracker = 0;
-};
-
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerOptions& options = {});
 
-  double scale() const { return state_.scale; }
-  const LossScalerState& state() const { return state_; }
-  void Restore(const LossScalerState& state) { state_ = state; }
+  // Its state, as GradScaler's state_dict and a checkpoint keep it: the scale and the
+  // clean steps since it last changed.
+  double scale() const { return scale_; }
+  std::int64_t growth_tracker() const { return growth_tracker_; }
+  void Restore(double scale, std::int64_t growth_tracker) {
+    scale_ = scale;
+    growth_tracker_ = growth_tracker;
+  }
 
   // After a step: `finite` whether its gradients were all finite (the step was taken).
   // Returns true when the step is to be skipped (not finite).
@@ -39,7 +37,8 @@ class LossScaler {
 
  private:
   LossScalerOptions options_;
-  LossScalerState state_;
+  double scale_;
+  std::int64_t growth_tracker_ = 0;
 };
 
 }  // namespace poplar

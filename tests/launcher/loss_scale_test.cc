@@ -20,13 +20,13 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheIntervalOfCleanSteps) {
   EXPECT_EQ(scaler.scale(), 1024);
   EXPECT_TRUE(scaler.Update(false));  // skipped, halved, the clean run starts again
   EXPECT_EQ(scaler.scale(), 512);
-  EXPECT_EQ(scaler.state().growth_tracker, 0);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
   EXPECT_FALSE(scaler.Update(true));
   EXPECT_FALSE(scaler.Update(true));
   EXPECT_EQ(scaler.scale(), 512);
   EXPECT_FALSE(scaler.Update(true));  // the third clean step in a row doubles it
   EXPECT_EQ(scaler.scale(), 1024);
-  EXPECT_EQ(scaler.state().growth_tracker, 0);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
 }
 
 TEST(LossScaler, StartsAtGradScalersDefaults) {
