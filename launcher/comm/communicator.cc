@@ -241,8 +241,59 @@ std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor
   return Pending("all-reduce", group_->allreduce(tensors), nullptr);
 }
 
+bool Communicator::Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const {
+  if (chunks.empty()) return false;
+  TORCH_CHECK(static_cast<int>(chunks.size()) == world_size_, "collective: ", chunks.size(), " chunks for ",
+              world_size_, " ranks");
+  std::int64_t sum = 0;
+  for (const std::int64_t chunk : chunks) sum += chunk;
+  TORCH_CHECK(sum == whole && chunks[rank_] == own, "collective: chunk sizes do not match the tensors");
+  return std::any_of(chunks.begin(), chunks.end(), [&](std::int64_t chunk) { return chunk != chunks[0]; });
+}
+
+std::unique_ptr<PendingCollective> Communicator::StartUnevenReduceScatterSum(const torch::Tensor& input,
+                                                                             torch::Tensor& output,
+                                                                             const Chunks& chunks) {
+  // Chunk r of every rank's input goes to rank r (an all-to-all sending chunks[r] to rank
+  // r and receiving this rank's chunk from each), which adds them up; on Gloo bf16 travels
+  // as its bits and is added in fp32, rounded once, as the equal chunks are.
+  volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
+  const auto own = output.numel();
+  const bool bits = !native_scatter_gather_;
+  const bool bf16 = input.scalar_type() == torch::kBFloat16;
+  auto source = input.contiguous();
+  auto wire = bits ? AsGlooBits(source) : source;
+  auto received = torch::empty({world_size_ * own}, wire.options());
+  Chunks send = chunks;
+  Chunks receive(world_size_, own);
+  auto work = group_->alltoall_base(received, wire, receive, send);
+  const int world = world_size_;
+  return Pending("reduce-scatter", work, [source, received, output, world, own, bf16, bits]() mutable {
+    auto rows = (bf16 && bits ? received.view(torch::kBFloat16) : received).view({world, own});
+    output.copy_(bf16 ? rows.to(torch::kFloat32).sum(0) : rows.sum(0));
+  });
+}
+
+std::unique_ptr<PendingCollective> Communicator::StartUnevenAllGather(const torch::Tensor& shard, torch::Tensor& output,
+                                                                      const Chunks& chunks) {
+  // An all-to-all that sends this rank's chunk to every rank and receives chunk r from
+  // rank r: c10d's Gloo all-gather takes equal chunks only. The send buffer holds a copy
+  // of the chunk per rank (all-to-all reads one region per peer).
+  volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
+  const bool bits = !native_scatter_gather_;
+  auto copies = shard.contiguous().repeat({world_size_});
+  auto wire = bits ? AsGlooBits(copies) : copies;
+  auto target = bits ? AsGlooBits(output) : output;
+  Chunks send(world_size_, shard.numel());
+  Chunks receive = chunks;
+  auto work = group_->alltoall_base(target, wire, receive, send);
+  return Pending("all-gather", work, [copies]() {});
+}
+
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
-                                                                       torch::Tensor& output) {
+                                                                       torch::Tensor& output, const Chunks& chunks) {
+  if (group_ && Uneven(chunks, input.numel(), output.numel()))
+    return StartUnevenReduceScatterSum(input, output, chunks);
   const auto chunk = output.numel();
   TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
   if (!group_) return Pending("reduce-scatter", {}, [input, output]() mutable { output.copy_(input); });
@@ -277,7 +328,9 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   });
 }
 
-std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output) {
+std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output,
+                                                                const Chunks& chunks) {
+  if (group_ && Uneven(chunks, output.numel(), shard.numel())) return StartUnevenAllGather(shard, output, chunks);
   const auto chunk = shard.numel();
   TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   if (!group_) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });
@@ -294,12 +347,12 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
 
 void Communicator::AllReduceSum(torch::Tensor& tensor) { StartAllReduceSum(tensor)->Wait(); }
 
-void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output) {
-  StartReduceScatterSum(input, output)->Wait();
+void Communicator::ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output, const Chunks& chunks) {
+  StartReduceScatterSum(input, output, chunks)->Wait();
 }
 
-void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output) {
-  StartAllGather(shard, output)->Wait();
+void Communicator::AllGather(const torch::Tensor& shard, torch::Tensor& output, const Chunks& chunks) {
+  StartAllGather(shard, output, chunks)->Wait();
 }
 
 void Communicator::Broadcast(torch::Tensor& tensor, int root) {

@@ -93,18 +93,29 @@ class Communicator {
   // What carries the collectives: "gloo", "nccl", or "none" (one rank, no group).
   std::string backend_name() const;
 
+  // Every rank's chunk of a reduce-scatter's input or an all-gather's output, in rank
+  // order, adding up to its size (ZeRO's uneven state shares); empty: world_size equal
+  // chunks. Uneven chunks travel as one all-to-all with per-rank counts (Gloo: pairwise
+  // exchange; NCCL: grouped send and receive), whose pace the largest chunk sets; equal
+  // ones as below.
+  using Chunks = std::vector<std::int64_t>;
+
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
   std::unique_ptr<PendingCollective> StartAllReduceSum(torch::Tensor& tensor);
-  std::unique_ptr<PendingCollective> StartReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
-  std::unique_ptr<PendingCollective> StartAllGather(const torch::Tensor& shard, torch::Tensor& output);
+  std::unique_ptr<PendingCollective> StartReduceScatterSum(const torch::Tensor& input, torch::Tensor& output,
+                                                           const Chunks& chunks = {});
+  std::unique_ptr<PendingCollective> StartAllGather(const torch::Tensor& shard, torch::Tensor& output,
+                                                    const Chunks& chunks = {});
 
   // In place: every rank ends with the element-wise sum.
   void AllReduceSum(torch::Tensor& tensor);
-  // input: world_size * k elements; output: k elements, the sum over ranks of input's
-  // rank()-th chunk. (NCCL reduce-scatters natively; on Gloo see GlooReduceScatter.)
-  void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output);
-  // shard: k elements; output: world_size * k elements, chunk r from rank r.
-  void AllGather(const torch::Tensor& shard, torch::Tensor& output);
+  // input: world_size * k elements (or the sum of `chunks`); output: k elements (or
+  // chunks[rank()]), the sum over ranks of input's rank()-th chunk. (NCCL reduce-scatters
+  // equal chunks natively; on Gloo see GlooReduceScatter.)
+  void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output, const Chunks& chunks = {});
+  // shard: k elements (or chunks[rank()]); output: world_size * k elements (or the sum
+  // of `chunks`), chunk r from rank r.
+  void AllGather(const torch::Tensor& shard, torch::Tensor& output, const Chunks& chunks = {});
   // In place: every rank ends with rank `root`'s values.
   void Broadcast(torch::Tensor& tensor, int root = 0);
   void Barrier();
@@ -145,6 +156,13 @@ class Communicator {
   // do once it is done.
   std::unique_ptr<PendingCollective> Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
                                              std::function<void()> finish);
+  // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK): true when they
+  // differ, false when empty or all equal (the equal-chunk paths serve).
+  bool Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const;
+  std::unique_ptr<PendingCollective> StartUnevenReduceScatterSum(const torch::Tensor& input, torch::Tensor& output,
+                                                                 const Chunks& chunks);
+  std::unique_ptr<PendingCollective> StartUnevenAllGather(const torch::Tensor& shard, torch::Tensor& output,
+                                                          const Chunks& chunks);
 
   int rank_;
   int world_size_;

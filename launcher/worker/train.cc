@@ -174,6 +174,7 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   const nlohmann::ordered_json recipe_object = RecipeObject(recipe);
   for (const auto& [key, value] : recipe_object.items()) settings[key] = value;
   settings["plan"] = {{"stage", plan.stage}, {"micro_batches", plan.micro_batches}};
+  if (!plan.state_shares.empty()) settings["plan"]["state_shares"] = plan.state_shares;
   settings["steps"] = options.steps;
   settings["bucket_mb"] = options.bucket_mb;
   settings["save"] = !options.save.empty();
@@ -408,7 +409,7 @@ std::unique_ptr<TrainingEngine> TrainingRun::MakeAgreedEngine() {
     // (The checksum's float64 copy of a parameter is a state's size, too.)
     communicator_.RequireAgreement("starting point", StartingPoint(local_.model, first_step_));
     return MakeEngine(plan.stage, local_.model, communicator_, local_.adamw,
-                      BucketElements(options_.bucket_mb, local_.device), local_.working);
+                      BucketElements(options_.bucket_mb, local_.device), local_.working, plan.state_shares);
   } catch (const c10::OutOfMemoryError& error) {
     throw StatesOutOfMemory(plan, env_.world_size, error);
   }

@@ -1,10 +1,29 @@
 #include "launcher/zero/flat_layout.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace poplar {
 
-FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded) {
+FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded,
+                       const std::vector<double>& shares)
+    : partitioned_(sharded && world_size > 1) {
+  // Running sums of the shares: rank r's slice runs from bounds[r] to bounds[r + 1], as
+  // fractions of a bucket.
+  std::vector<double> bounds(world_size + 1, 0);
+  TORCH_CHECK(shares.empty() || static_cast<int>(shares.size()) == world_size, "FlatLayout: ", shares.size(),
+              " shares for ", world_size, " ranks");
+  for (int r = 0; r < world_size; ++r) {
+    const double share = shares.empty() ? 1 : shares.at(r);
+    TORCH_CHECK(std::isfinite(share) && share >= 0, "FlatLayout: a share must be a finite number >= 0");
+    bounds[r + 1] = bounds[r] + share;
+  }
+  TORCH_CHECK(bounds[world_size] > 0, "FlatLayout: the shares add up to 0");
+  const auto boundary = [&](std::int64_t size, int r) {
+    if (r == world_size) return size;
+    return std::min(size,
+                    static_cast<std::int64_t>(std::floor(static_cast<double>(size) * bounds[r] / bounds[world_size])));
+  };
   std::int64_t offset = 0;
   for (const auto& members : buckets) {
     FlatBucket bucket;
@@ -16,8 +35,15 @@ FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int
     }
     bucket.size = (offset - bucket.begin + world_size - 1) / world_size * world_size;
     offset = bucket.begin + bucket.size;
-    bucket.owned_size = sharded ? bucket.size / world_size : bucket.size;
-    bucket.owned_begin = bucket.begin + (sharded ? rank * bucket.owned_size : 0);
+    bucket.owned_begin = bucket.begin;
+    bucket.owned_size = bucket.size;
+    if (sharded) {
+      for (int r = 0; r < world_size; ++r) {
+        bucket.slices.push_back(boundary(bucket.size, r + 1) - boundary(bucket.size, r));
+      }
+      bucket.owned_begin = bucket.begin + boundary(bucket.size, rank);
+      bucket.owned_size = bucket.slices[rank];
+    }
     bucket.shard_offset = shard_total_;
     shard_total_ += bucket.owned_size;
     buckets_.push_back(std::move(bucket));

@@ -2,10 +2,14 @@
 // each bucket this rank owns.
 //
 // Parameters are laid end to end in bucket order; a bucket holds whole parameters and
-// is padded to a multiple of the world size. When sharded, rank r owns the r-th 1/N
-// slice of every bucket; otherwise it owns every bucket whole. Owned slices are laid
-// end to end in "shard layout" (the optimizer state's layout). Pure arithmetic: no
-// tensors are allocated here.
+// is padded to a multiple of the world size. When sharded, every rank owns one slice of
+// every bucket, in rank order: with state shares s (the plan's, docs/formats.md) rank
+// r's slice is [floor(size * S_r / S), floor(size * S_{r+1} / S)), S_r the sum of the
+// shares before r and S of all, so slices differ from the exact fractions by less than an
+// element; ZeRO's even split (all shares equal, or none given) is size / N each. A share
+// of 0 owns nothing. Otherwise every rank owns every bucket whole. Owned slices are laid
+// end to end in "shard layout" (the optimizer state's layout). Pure arithmetic, the same
+// on every rank: no tensors are allocated here.
 #pragma once
 
 #include <torch/torch.h>
@@ -35,6 +39,9 @@ struct FlatBucket {
   std::int64_t size = 0;         // padded to a multiple of the world size
   std::int64_t owned_begin = 0;  // this rank's slice, in the flat buffer
   std::int64_t owned_size = 0;
+  // When sharded, every rank's slice size in rank order (they add up to `size`), for the
+  // collectives; empty when not sharded.
+  std::vector<std::int64_t> slices;
   std::int64_t shard_offset = 0;        // where the owned slice sits in shard layout
   std::vector<int> slots;               // indices into FlatLayout::slots()
   std::vector<DecayRange> owned_decay;  // decayed runs, relative to the owned slice
@@ -42,7 +49,10 @@ struct FlatBucket {
 
 class FlatLayout {
  public:
-  FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded);
+  // `shares`: one finite, non-negative number per rank with a positive sum, or empty for
+  // the even split (TORCH_CHECK otherwise: the plan reader refuses bad shares).
+  FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded,
+             const std::vector<double>& shares = {});
 
   // Consecutive parameters grouped into buckets of at least `bucket_elements` (the last
   // may be smaller); a parameter is never split.
@@ -53,6 +63,9 @@ class FlatLayout {
   const std::vector<FlatBucket>& buckets() const { return buckets_; }
   std::int64_t total() const { return total_; }
   std::int64_t shard_total() const { return shard_total_; }
+  // Whether ranks own different slices (sharded on 2+ ranks): the gradient norm and the
+  // full state then need collectives.
+  bool partitioned() const { return partitioned_; }
 
   // The owned part of slot `slot`'s elements: [begin, end) in the flat buffer (empty if
   // this rank owns none of it).
@@ -63,6 +76,7 @@ class FlatLayout {
   std::vector<FlatBucket> buckets_;
   std::int64_t total_ = 0;
   std::int64_t shard_total_ = 0;
+  bool partitioned_ = false;
 };
 
 }  // namespace poplar

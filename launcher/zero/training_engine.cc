@@ -25,9 +25,10 @@ torch::ScalarType ComputingType(const std::string& worker_precision, torch::Devi
 
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
-                                           torch::ScalarType working) {
-  if (stage == 3) return std::make_unique<Zero3Engine>(std::move(model), communicator, options, working);
-  return std::make_unique<ZeroEngine>(std::move(model), stage, communicator, options, bucket_elements, working);
+                                           torch::ScalarType working, const std::vector<double>& state_shares) {
+  if (stage == 3) return std::make_unique<Zero3Engine>(std::move(model), communicator, options, working, state_shares);
+  return std::make_unique<ZeroEngine>(std::move(model), stage, communicator, options, bucket_elements, working,
+                                      state_shares);
 }
 
 ShardedAdamW::ShardedAdamW(FlatLayout layout, Communicator& communicator, const AdamWOptions& options,
@@ -75,7 +76,7 @@ StateDict ShardedAdamW::MasterState(bool keep) {
     full = Zeros(layout_.total());
     for (const FlatBucket& bucket : layout_.buckets()) {
       auto whole = full.narrow(0, bucket.begin, bucket.size);
-      communicator_.AllGather(master_.narrow(0, bucket.shard_offset, bucket.owned_size), whole);
+      communicator_.AllGather(master_.narrow(0, bucket.shard_offset, bucket.owned_size), whole, bucket.slices);
     }
   }
   StateDict state;
@@ -131,8 +132,8 @@ std::map<std::string, AdamMoments> ShardedAdamW::GatherMoments(bool keep) {
     for (const FlatBucket& bucket : layout_.buckets()) {
       auto avg_out = full_avg.narrow(0, bucket.begin, bucket.size);
       auto avg_sq_out = full_avg_sq.narrow(0, bucket.begin, bucket.size);
-      communicator_.AllGather(exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size), avg_out);
-      communicator_.AllGather(exp_avg_sq_.narrow(0, bucket.shard_offset, bucket.owned_size), avg_sq_out);
+      communicator_.AllGather(exp_avg_.narrow(0, bucket.shard_offset, bucket.owned_size), avg_out, bucket.slices);
+      communicator_.AllGather(exp_avg_sq_.narrow(0, bucket.shard_offset, bucket.owned_size), avg_sq_out, bucket.slices);
     }
   }
   std::map<std::string, AdamMoments> moments;

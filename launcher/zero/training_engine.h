@@ -115,10 +115,12 @@ torch::ScalarType ComputingType(const std::string& worker_precision, torch::Devi
 // Takes over the model's fp32 parameters (their data moves into the engine's buffers).
 // `working` is the precision of computation and communication: kFloat32, or kBFloat16
 // for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
-// in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter).
+// in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter). `state_shares`
+// (stages 1-3): every rank's share of the sharded state, flat_layout.h; empty: even.
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
-                                           torch::ScalarType working = torch::kFloat32);
+                                           torch::ScalarType working = torch::kFloat32,
+                                           const std::vector<double>& state_shares = {});
 
 // What every stage shares: the flat layout, the owned slices' Adam state (and, in mixed
 // precision, their fp32 master weights), and the step that scales, clips and updates
@@ -158,7 +160,7 @@ class ShardedAdamW : public TrainingEngine {
   torch::Tensor WorkingEmpty(std::int64_t elements) const;
   bool Mixed() const { return working_ != torch::kFloat32; }
   // Whether ranks own different slices (stages 1-3 on 2+ ranks).
-  bool Partitioned() const { return layout_.shard_total() < layout_.total(); }
+  bool Partitioned() const { return layout_.partitioned(); }
 
   FlatLayout layout_;
   Communicator& communicator_;

@@ -39,9 +39,9 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 }  // namespace
 
 Zero3Engine::Zero3Engine(Decoder model, Communicator& communicator, const AdamWOptions& options,
-                         torch::ScalarType working)
-    : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true), communicator,
-                   options, model->device(), working, model->tied_head()),
+                         torch::ScalarType working, const std::vector<double>& state_shares)
+    : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true, state_shares),
+                   communicator, options, model->device(), working, model->tied_head()),
       model_(std::move(model)) {
   // Unit u needs bucket u; a tied head also needs the token embedding.
   for (int unit = 0; unit < model_->units(); ++unit) unit_buckets_.push_back({unit});
@@ -97,7 +97,7 @@ Zero3Engine::Gathering Zero3Engine::StartGather(const std::vector<int>& buckets)
     const FlatBucket& bucket = layout_.buckets()[b];
     gathering.wholes.push_back(WorkingEmpty(bucket.size));
     gathering.work.push_back(communicator_.StartAllGather(
-        shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), gathering.wholes.back()));
+        shard_parameters_.narrow(0, bucket.shard_offset, bucket.owned_size), gathering.wholes.back(), bucket.slices));
   }
   return gathering;
 }
@@ -163,7 +163,7 @@ void Zero3Engine::ReduceGradients(const std::vector<int>& buckets) {
       if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
     }
     Reduction reduction{b, WorkingEmpty(bucket.owned_size), nullptr};
-    reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced);
+    reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced, bucket.slices);
     reductions_.push_back(std::move(reduction));
   }
   // A reduction holds a whole bucket's gradient until it is done: keep only the last

@@ -1,5 +1,6 @@
 // Zero3Engine: ZeRO stage 3. Parameters, gradients and Adam state are all partitioned:
-// between uses, a rank holds only its 1/N slice of each unit's parameters.
+// between uses, a rank holds only its slice of each unit's parameters (1/N, or its state
+// share: flat_layout.h).
 //
 // The model runs as a chain of units (decoder.h): Embed, each layer, HeadLoss. Each unit
 // is a bucket of the flat layout, except that HeadLoss also needs the embedding's bucket
@@ -24,9 +25,9 @@
 // The next visit's gathers travel while the current visit computes.
 //
 // A rank with a 0 entry in a round runs the same schedule, with zero gradients, without
-// computing. Persistent memory: 16P/N bytes (fp32). An evaluation (EvalMicroBatch) runs
-// the units forward only, outside that schedule: each unit's buckets gathered before it
-// (the next unit's while it computes) and freed after it.
+// computing. Persistent memory: 16P/N bytes (fp32; 16P times its share when uneven). An evaluation (EvalMicroBatch)
+// runs the units forward only, outside that schedule: each unit's buckets gathered before it (the next unit's while it
+// computes) and freed after it.
 #pragma once
 
 #include <deque>
@@ -38,7 +39,8 @@ namespace poplar {
 
 class Zero3Engine final : public ShardedAdamW {
  public:
-  Zero3Engine(Decoder model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working);
+  Zero3Engine(Decoder model, Communicator& communicator, const AdamWOptions& options, torch::ScalarType working,
+              const std::vector<double>& state_shares = {});
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;

@@ -17,9 +17,9 @@ struct GradientReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 ZeroEngine::ZeroEngine(Decoder model, int stage, Communicator& communicator, const AdamWOptions& options,
-                       std::int64_t bucket_elements, torch::ScalarType working)
+                       std::int64_t bucket_elements, torch::ScalarType working, const std::vector<double>& state_shares)
     : ShardedAdamW(FlatLayout(FlatLayout::BucketsOf(model->NamedParameters(), bucket_elements),
-                              communicator.world_size(), communicator.rank(), stage >= 1),
+                              communicator.world_size(), communicator.rank(), stage >= 1, state_shares),
                    communicator, options, model->device(), working, model->tied_head()),
       model_(std::move(model)),
       stage_(stage) {
@@ -78,7 +78,7 @@ void ZeroEngine::Launch(int b) {
       pending_[b] = communicator_.StartAllReduceSum(all);
     } else {
       auto owned = OwnedGradient(bucket);
-      pending_[b] = communicator_.StartReduceScatterSum(all, owned);
+      pending_[b] = communicator_.StartReduceScatterSum(all, owned, bucket.slices);
     }
     return;
   }
@@ -93,7 +93,7 @@ void ZeroEngine::Launch(int b) {
     parameter.mutable_grad() = torch::Tensor();
   }
   reduced_[b] = WorkingEmpty(bucket.owned_size);
-  pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b]);
+  pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b], bucket.slices);
   // Buckets start from the last down, so those above b + kReductionsInFlight - 1 are the
   // oldest in flight.
   for (int older = b + kReductionsInFlight; older < static_cast<int>(pending_.size()); ++older) {
@@ -184,7 +184,7 @@ double ZeroEngine::Step(double divisor) {
   if (stage_ >= 1) {
     for (const FlatBucket& bucket : layout_.buckets()) {
       auto whole = flat_parameters_.narrow(0, bucket.begin, bucket.size);
-      communicator_.AllGather(OwnedParameters(bucket).clone(), whole);
+      communicator_.AllGather(OwnedParameters(bucket).clone(), whole, bucket.slices);
     }
   }
   if (stage_ <= 1) flat_gradients_.zero_();

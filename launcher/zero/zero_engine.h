@@ -1,7 +1,8 @@
 // ZeroEngine: ZeRO stages 0-2 over flat, bucketed buffers (flat_layout.h).
 //
 // The model's parameters become views into one flat fp32 buffer, so the model computes
-// on it directly. Rank r owns the r-th 1/N slice of every bucket (stage 0: everything).
+// on it directly. Rank r owns its slice of every bucket (its state share; stage 0:
+// everything).
 //   stage 0: gradients accumulate in a flat buffer (the parameters' .grad are views of
 //            it); one all-reduce per bucket per step; every rank updates everything.
 //   stage 1: same gradients; one reduce-scatter per bucket per step leaves each rank the
@@ -31,7 +32,7 @@ namespace poplar {
 class ZeroEngine final : public ShardedAdamW {
  public:
   ZeroEngine(Decoder model, int stage, Communicator& communicator, const AdamWOptions& options,
-             std::int64_t bucket_elements, torch::ScalarType working);
+             std::int64_t bucket_elements, torch::ScalarType working, const std::vector<double>& state_shares = {});
 
   double MicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets, bool last) override;
   void EndRound(bool computed) override;

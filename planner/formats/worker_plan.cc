@@ -83,6 +83,13 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     plan.entry_of_rank[rank] = static_cast<int>(i);
     plan.placement[rank] = {entry.OptionalString("node").value_or(""), entry.OptionalString("host").value_or(""),
                             entry.OptionalString("device_type").value_or("")};
+    if (entry.Has("state_share")) {
+      if (plan.stage == 0) entry.Fail("state_share", "stage 0 keeps every rank's state whole: it has no shares");
+      plan.state_shares.resize(ranks.size(), -1);
+      plan.state_shares[rank] = entry.NumberIn("state_share", 0, kMostStateShare,
+                                               "a share of the model state from 0 to 1e9, relative to the other "
+                                               "ranks' (0 holds none)");
+    }
     const nlohmann::json& list = entry.List("micro_batches", 0, "a list of sizes");
     for (std::size_t m = 0; m < list.size(); ++m) {
       // At stages 2 and 3 a rank may sit out a round (0) but still joins its collectives.
@@ -103,6 +110,17 @@ WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file) {
     throw InputError(file, "ranks",
                      "micro-batches sum to " + std::to_string(total) + " samples but global_batch is " +
                          std::to_string(plan.global_batch));
+  }
+  if (!plan.state_shares.empty()) {
+    double sum = 0;
+    for (int r = 0; r < plan.WorldSize(); ++r) {
+      if (plan.state_shares[r] < 0) {
+        throw InputError(file, plan.RankKey(r) + ".state_share",
+                         "is missing: give every rank a state_share, or none (the even split)");
+      }
+      sum += plan.state_shares[r];
+    }
+    if (sum <= 0) throw InputError(file, "ranks", "the state_share values add up to 0: some rank must hold the state");
   }
   if (plan.stage >= 2) {
     for (int r = 0; r < plan.WorldSize(); ++r) {

@@ -19,6 +19,10 @@ inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
 // A micro-batch is part of one step's batch.
 inline constexpr std::int64_t kMostMicroBatch = kMostGlobalBatch;
 
+// The largest `state_share` a rank may hold: shares are relative (fractions, or counts
+// of any unit), and this bound keeps their sums exact in a double.
+inline constexpr double kMostStateShare = 1e9;
+
 // The plan file's `format`. Optional when reading (a hand-written plan may leave it out);
 // any other value is refused.
 inline constexpr char kPlanFormat[] = "poplar-plan/1";
@@ -37,6 +41,10 @@ struct WorkerPlan {
   std::int64_t global_batch = 0;
   std::vector<std::vector<int>> micro_batches;  // [rank] -> sizes in order
   std::vector<RankPlacement> placement;         // [rank]
+  // [rank] -> its share of the sharded model state (`ranks[].state_share`, stages 1-3):
+  // rank r holds state_shares[r] / sum of them of every bucket (launcher/zero/
+  // flat_layout.h). Empty: ZeRO's even split.
+  std::vector<double> state_shares;
   // [rank] -> its entry's index in the file's `ranks` list, which need not be in rank
   // order; empty for a plan not read from a file.
   std::vector<int> entry_of_rank;
@@ -65,7 +73,8 @@ struct WorkerPlan {
 
 // Parses and validates: format, if given, is kPlanFormat; stage 0..3; global_batch > 0; ranks numbered 0..N-1, each
 // once; micro-batches non-negative integers, 0 only at stages 2-3; their sum is global_batch; at stages 2-3 every rank
-// has the same number of entries; `model`, if given, an object whose `params`, if given, is a positive integer,
+// has the same number of entries; `state_share`, if any rank has one, on every rank, at stages 1-3, a number from 0 to
+// kMostStateShare with a positive sum; `model`, if given, an object whose `params`, if given, is a positive integer,
 // `precision` a string and `config` a model configuration (model_config.h). Throws InputError naming the file and the
 // key.
 WorkerPlan ParseWorkerPlan(const std::string& text, const std::string& file);

@@ -10,23 +10,30 @@ namespace {
 // activation growth cannot make the search unbounded.
 constexpr int kLargestMicroBatch = 1 << 20;
 
-std::int64_t Partition(std::int64_t bytes_per_param, std::int64_t params, int world_size) {
-  return bytes_per_param * ((params + world_size - 1) / world_size);
+// The states of a rank whose partitioned part is `owned` parameters.
+ModelStateBytes StatesOwning(std::int64_t params, int stage, std::int64_t owned, Precision precision) {
+  const std::int64_t working = BytesPerWorkingValue(precision);
+  const std::int64_t optimizer = precision == Precision::kFp32 ? 8 : 12;
+  ModelStateBytes bytes;
+  bytes.parameters = working * (stage >= 3 ? owned : params);
+  bytes.gradients = working * (stage >= 2 ? owned : params);
+  bytes.optimizer = optimizer * (stage >= 1 ? owned : params);
+  return bytes;
 }
 
 }  // namespace
 
 ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size, Precision precision) {
-  const std::int64_t working = BytesPerWorkingValue(precision);
-  const std::int64_t optimizer = precision == Precision::kFp32 ? 8 : 12;
-  ModelStateBytes bytes;
-  bytes.parameters = stage >= 3 ? Partition(working, params, world_size) : working * params;
-  bytes.gradients = stage >= 2 ? Partition(working, params, world_size) : working * params;
-  bytes.optimizer = stage >= 1 ? Partition(optimizer, params, world_size) : optimizer * params;
-  return bytes;
+  return StatesOwning(params, stage, (params + world_size - 1) / world_size, precision);
 }
 
-MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size) {
+ModelStateBytes ModelStatesForShare(std::int64_t params, int stage, double share, Precision precision) {
+  const double owned = std::ceil(static_cast<double>(params) * std::clamp(share, 0.0, 1.0));
+  return StatesOwning(params, stage, static_cast<std::int64_t>(owned), precision);
+}
+
+MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size,
+                    std::optional<double> share) {
   // Least-squares line peak = base + slope * b over the measured points. With one point
   // the base is taken to be the model states alone.
   const Precision precision = profile.model.precision;
@@ -57,7 +64,9 @@ MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int
 
   MemoryFit fit;
   fit.capacity_bytes = profile.memory_bytes;
-  fit.model_state_bytes = ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision).Total();
+  fit.model_state_bytes = (share ? ModelStatesForShare(profile.model.params, stage.stage, *share, precision)
+                                 : ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision))
+                              .Total();
   fit.fixed_bytes = std::max<std::int64_t>(0, std::llround(base) - states_measured);
   fit.activation_bytes_per_sample = std::max<std::int64_t>(0, std::llround(slope));
   const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes;

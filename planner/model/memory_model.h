@@ -9,10 +9,13 @@
 //   stage 1       full           full           1/N
 //   stage 2       full           1/N            1/N
 //   stage 3       1/N            1/N            1/N
-// Partitions round up (ceil(P/N) parameters per rank).
+// Partitions round up (ceil(P/N) parameters per rank). With uneven state shares
+// (launcher/zero/flat_layout.h) a rank holding the fraction f of the sharded state pays
+// ceil(f P) where the table says 1/N.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "planner/formats/precision.h"
 #include "planner/formats/profile.h"
@@ -27,12 +30,14 @@ struct ModelStateBytes {
 };
 
 ModelStateBytes ModelStatesPerRank(std::int64_t params, int stage, int world_size, Precision precision);
+// A rank that holds the fraction `share` (0 to 1) of the partitioned states.
+ModelStateBytes ModelStatesForShare(std::int64_t params, int stage, double share, Precision precision);
 
 // How one device type's memory is spent for one stage in a cluster of `world_size`
 // ranks, derived from its profile (docs/cost-model.md, "Largest micro-batch").
 struct MemoryFit {
   std::int64_t capacity_bytes = 0;
-  std::int64_t model_state_bytes = 0;  // ModelStatesPerRank at world_size
+  std::int64_t model_state_bytes = 0;  // ModelStatesPerRank at world_size (or ForShare)
   std::int64_t fixed_bytes = 0;        // runtime overhead beyond model states
   std::int64_t activation_bytes_per_sample = 0;
   bool states_fit = false;  // model states + fixed overhead fit
@@ -43,6 +48,8 @@ struct MemoryFit {
   }
 };
 
-MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size);
+// `share`: the device's fraction of the partitioned states (stages 1-3) when not 1/world_size.
+MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size,
+                    std::optional<double> share = std::nullopt);
 
 }  // namespace poplar

@@ -19,6 +19,7 @@ struct Schedule {
   std::vector<std::vector<int>> ranks;  // global batch 14 in every case
   std::string bucket_mb = "0";          // 0: the default (one bucket for this model)
   std::string gloo_reduce_scatter = "alltoall";
+  std::vector<double> state_shares = {};  // empty: the even split
 };
 
 std::ostream& operator<<(std::ostream& out, const Schedule& schedule) { return out << schedule.name; }
@@ -52,7 +53,7 @@ TEST_P(Equivalence, MatchesOneDeviceTrainingTheGlobalBatch) {
   const JobOutcome reference = RunJob(scratch, 1, TrainArgs(scratch, one, "reference.pt", "reference.jsonl"));
   ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
 
-  const std::string plan = WritePlan(scratch, "plan.json", schedule.stage, schedule.ranks);
+  const std::string plan = WritePlan(scratch, "plan.json", schedule.stage, schedule.ranks, schedule.state_shares);
   const int world = static_cast<int>(schedule.ranks.size());
   // The workers inherit the test's environment: Gloo's reduce-scatter as the case says.
   setenv("POPLAR_GLOO_REDUCE_SCATTER", schedule.gloo_reduce_scatter.c_str(), 1);
@@ -125,7 +126,15 @@ INSTANTIATE_TEST_SUITE_P(
         Schedule{"Stage2ManyBuckets", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008"},
         // Gloo's reduce-scatter as an all-reduce of a copy (kept for comparison) must
         // stay exact too.
-        Schedule{"Stage2ThreeRanksAllReduce", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008", "allreduce"}),
+        Schedule{"Stage2ThreeRanksAllReduce", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008", "allreduce"},
+        // Uneven state shares (flat_layout.h): slices of every size, a rank holding none,
+        // a rank holding everything, with one bucket and with many.
+        Schedule{"Stage1UnevenShares", 1, {{5, 3}, {2}, {1, 1, 1, 1}}, "0.008", "alltoall", {3, 0, 1}},
+        Schedule{"Stage1OneRankHoldsAll", 1, {{5, 3}, {4, 2}}, "0", "alltoall", {0, 1}},
+        Schedule{"Stage2UnevenShares", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0.008", "alltoall", {0.5, 2, 0.25}},
+        Schedule{"Stage2UnevenSharesOneBucket", 2, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0", "alltoall", {1, 5, 0}},
+        Schedule{"Stage3UnevenShares", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, "0", "alltoall", {0, 2, 1}},
+        Schedule{"Stage3OneRankHoldsAll", 3, {{5, 3, 0}, {2, 2, 2}}, "0", "alltoall", {7, 0}}),
     [](const ::testing::TestParamInfo<Schedule>& info) { return info.param.name; });
 
 }  // namespace

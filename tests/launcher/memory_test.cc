@@ -62,6 +62,37 @@ INSTANTIATE_TEST_SUITE_P(Stages, StateMemory,
                            return std::get<1>(info.param) + "Stage" + std::to_string(std::get<0>(info.param));
                          });
 
+// With uneven state shares each rank carries its own fraction of the partitioned states,
+// as ModelStatesForShare says: the slices are real, not the even split relabelled.
+class UnevenStateMemory : public ::testing::TestWithParam<int> {};
+
+TEST_P(UnevenStateMemory, EachRankCarriesItsShare) {
+  const int stage = GetParam();
+  const std::vector<double> shares = {3, 1};
+  ScratchDir scratch("poplar_memory_uneven");
+  WriteModelConfig(scratch, 128, 16);
+  WriteTokens(scratch, 4000);
+  const std::string plan = WritePlan(scratch, "plan.json", stage, {{2, 2}, {2, 2}}, shares);
+  const JobOutcome job =
+      RunJob(scratch, 2, TrainCommand(scratch, plan, 3, {"--metrics", scratch.path() + "/m{rank}.jsonl"}));
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  const ModelConfig config{Architecture::kGpt, 2, 2, 128, 256, 16};
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::int64_t expected =
+        ModelStatesForShare(config.ParameterCount(), stage, shares[rank] / 4, Precision::kFp32).Total();
+    std::int64_t measured = std::numeric_limits<std::int64_t>::max();
+    for (const auto& line : ReadLines(scratch.path() + "/m" + std::to_string(rank) + ".jsonl")) {
+      measured = std::min(measured, nlohmann::json::parse(line)["state_bytes"].get<std::int64_t>());
+    }
+    std::cout << "[ stage " << stage << " rank " << rank << " share " << shares[rank] / 4 << " ] measured " << measured
+              << " bytes, accounting " << expected << " bytes\n";
+    EXPECT_NEAR(static_cast<double>(measured), static_cast<double>(expected), 0.10 * expected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, UnevenStateMemory, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return "Stage" + std::to_string(info.param); });
+
 // The largest per-step peak of `rank` in a 2-rank run of `stage` with 1 MiB buckets, on a
 // model whose parameters outweigh its activations (8 blocks of width 256, one sample of
 // 16 tokens per rank): the peak is then the states plus what the step holds for the

@@ -53,10 +53,12 @@ class Resume : public ::testing::Test {
 };
 
 // Trains 4 steps on 2 ranks at stage 1, and again 2 steps there and 2 resumed on 3 ranks
-// at stage 3: the largest difference between the two runs' saved parameters.
-double ResumedOnAnotherPlanAndRankCount(const ScratchDir& scratch) {
-  const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}});
-  const std::string three = WritePlan(scratch, "three.json", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}});
+// at stage 3 (each with its state shares, when given): the largest difference between
+// the two runs' saved parameters.
+double ResumedOnAnotherPlanAndRankCount(const ScratchDir& scratch, const std::vector<double>& two_shares = {},
+                                        const std::vector<double>& three_shares = {}) {
+  const std::string two = WritePlan(scratch, "two.json", 1, {{5, 3}, {4, 2}}, two_shares);
+  const std::string three = WritePlan(scratch, "three.json", 3, {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}}, three_shares);
 
   const JobOutcome whole = RunJob(scratch, 2, Args(scratch, two, 4, {"--save", "whole.pt"}));
   EXPECT_TRUE(whole.AllSucceeded()) << whole.Describe();
@@ -81,6 +83,11 @@ double ResumedOnAnotherPlanAndRankCount(const ScratchDir& scratch) {
 
 TEST_F(Resume, OnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {
   EXPECT_LT(ResumedOnAnotherPlanAndRankCount(scratch), 1e-5);
+}
+
+// Checkpoints are whole, whatever the split: a run with uneven shares resumes on another.
+TEST_F(Resume, FromOneStateSplitOnAnotherEqualsTheUninterruptedRun) {
+  EXPECT_LT(ResumedOnAnotherPlanAndRankCount(scratch, {1, 3}, {0, 2, 1}), 1e-5);
 }
 
 TEST_F(Resume, ALlamaOnAnotherPlanAndRankCountEqualsTheUninterruptedRun) {

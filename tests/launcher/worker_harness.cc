@@ -50,11 +50,12 @@ std::string WriteTokens(const ScratchDir& scratch, int count, const std::string&
 }
 
 std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,
-                      const std::vector<std::vector<int>>& micro_batches) {
+                      const std::vector<std::vector<int>>& micro_batches, const std::vector<double>& state_shares) {
   nlohmann::json ranks = nlohmann::json::array();
   int total = 0;
   for (std::size_t r = 0; r < micro_batches.size(); ++r) {
     ranks.push_back({{"rank", r}, {"micro_batches", micro_batches[r]}});
+    if (!state_shares.empty()) ranks.back()["state_share"] = state_shares.at(r);
     for (int b : micro_batches[r]) total += b;
   }
   return scratch.Write(name, nlohmann::json{{"stage", stage}, {"global_batch", total}, {"ranks", ranks}}.dump());

@@ -27,9 +27,10 @@ std::string WriteLlamaConfig(const ScratchDir& scratch);
 std::string WriteTokens(const ScratchDir& scratch, int count, const std::string& file = "tokens.bin",
                         const std::string& sentence = "the quick brown fox jumps over the lazy dog");
 
-// A plan file for the worker: stage, and each rank's micro-batches.
+// A plan file for the worker: stage, each rank's micro-batches and, when given, each
+// rank's state_share.
 std::string WritePlan(const ScratchDir& scratch, const std::string& name, int stage,
-                      const std::vector<std::vector<int>>& micro_batches);
+                      const std::vector<std::vector<int>>& micro_batches, const std::vector<double>& state_shares = {});
 
 // `train --plan plan` for `steps` steps on the scratch folder's model.json and tokens.bin
 // (WriteModelConfig, WriteTokens), without progress lines, then `extra`.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -90,6 +91,42 @@ TEST(WorkerPlan, KeepsTheModelItWasMadeFor) {
       ADD_FAILURE() << "accepted";
     } catch (const InputError& error) {
       EXPECT_EQ(error.key(), key);
+    }
+  }
+}
+
+// State shares are relative, every rank has one or none, and at least one holds state.
+TEST(WorkerPlan, ReadsStateSharesAndRefusesBadOnes) {
+  const auto plan_with = [](int stage, const std::string& first, const std::string& second) {
+    return "{\"stage\": " + std::to_string(stage) +
+           R"(, "global_batch": 4, "ranks": [{"rank": 0, "micro_batches": [2])" + first +
+           R"(}, {"rank": 1, "micro_batches": [2])" + second + "}]}";
+  };
+  const WorkerPlan plan = ParseWorkerPlan(plan_with(3, R"(, "state_share": 0.75)", R"(, "state_share": 0)"), "p.json");
+  EXPECT_EQ(plan.state_shares, (std::vector<double>{0.75, 0}));
+  EXPECT_TRUE(ParseWorkerPlan(plan_with(1, "", ""), "p.json").state_shares.empty());
+  const std::vector<std::tuple<int, std::string, std::string, std::string, std::string>> refused = {
+      {0, R"(, "state_share": 1)", R"(, "state_share": 1)", "ranks[0].state_share",
+       "stage 0 keeps every rank's state whole: it has no shares"},
+      {1, R"(, "state_share": 1)", "", "ranks[1].state_share",
+       "is missing: give every rank a state_share, or none (the even split)"},
+      {2, R"(, "state_share": 0)", R"(, "state_share": 0)", "ranks",
+       "the state_share values add up to 0: some rank must hold the state"},
+      {3, R"(, "state_share": -1)", R"(, "state_share": 1)", "ranks[0].state_share",
+       "must be a share of the model state from 0 to 1e9, relative to the other ranks' (0 holds none), got -1"},
+      {3, R"(, "state_share": "half")", R"(, "state_share": 1)", "ranks[0].state_share", ""},
+  };
+  for (const auto& [stage, first, second, key, reason] : refused) {
+    SCOPED_TRACE(first + " " + second);
+    try {
+      ParseWorkerPlan(plan_with(stage, first, second), "p.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& error) {
+      EXPECT_EQ(error.file(), "p.json");
+      EXPECT_EQ(error.key(), key);
+      if (!reason.empty()) {
+        EXPECT_EQ(error.reason(), reason);
+      }
     }
   }
 }
