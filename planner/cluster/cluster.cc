@@ -47,6 +47,10 @@ void ParseTraining(YamlFields fields, ClusterSpec& cluster) {
     }
     cluster.stage = text[0] - '0';
   }
+  if (const auto split = fields.OptionalString("state_split")) {
+    if (*split != "auto" && *split != "even") fields.Fail("state_split", "must be auto or even, got '" + *split + "'");
+    cluster.uneven_state_split = *split == "auto";
+  }
   fields.Finish();
 }
 

@@ -9,6 +9,7 @@
 //     global_batch: 512             # samples per optimizer step
 //     precision: mixed              # fp32 | mixed
 //     stage: auto                   # auto | 0 | 1 | 2 | 3
+//     state_split: auto             # auto | even: ZeRO's shares of the states
 //   network:
 //     intra_node: {bandwidth_gbps: 2400, latency_us: 5}   # needed if a node has 2+ devices
 //     inter_node: {bandwidth_gbps: 100, latency_us: 20}   # needed if there are 2+ nodes
@@ -95,6 +96,9 @@ struct ClusterSpec {
   // (precision_choice.h resolves it against the devices).
   std::string precision_name = "mixed";
   std::optional<int> stage;  // nullopt: choose automatically
+  // training.state_split: auto (true: the planner may split the states unevenly,
+  // planner.h) or even.
+  bool uneven_state_split = true;
   std::optional<LinkSpec> intra_node;
   std::optional<LinkSpec> inter_node;
   std::string measured_network_file;                // network.measured, resolved; empty if not given

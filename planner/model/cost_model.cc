@@ -38,17 +38,17 @@ CollectiveUse ScalarAllReducesPerStep(int stage) {
 }
 
 StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
-                                         const CollectiveTimes& collectives) {
+                                         const CollectiveTimes& collectives, double slice_pace) {
   const double bytes = BytesPerWorkingValue(precision);
-  auto time = [bytes](const CollectiveLine& line, const CollectiveUse& use) {
-    return use.calls * line.fixed_s + bytes * static_cast<double>(use.params) / line.payload_bytes_per_s;
+  auto time = [bytes](const CollectiveLine& line, const CollectiveUse& use, double pace) {
+    return use.calls * line.fixed_s + pace * bytes * static_cast<double>(use.params) / line.payload_bytes_per_s;
   };
   StageCommunication comm;
-  comm.per_step_s = time(collectives.all_reduce, moved.all_reduce_per_step) +
-                    time(collectives.reduce_scatter, moved.reduce_scatter_per_step) +
-                    time(collectives.all_gather, moved.all_gather_per_step);
-  comm.per_round_s = time(collectives.reduce_scatter, moved.reduce_scatter_per_round) +
-                     time(collectives.all_gather, moved.all_gather_per_round);
+  comm.per_step_s = time(collectives.all_reduce, moved.all_reduce_per_step, 1.0) +
+                    time(collectives.reduce_scatter, moved.reduce_scatter_per_step, slice_pace) +
+                    time(collectives.all_gather, moved.all_gather_per_step, slice_pace);
+  comm.per_round_s = time(collectives.reduce_scatter, moved.reduce_scatter_per_round, slice_pace) +
+                     time(collectives.all_gather, moved.all_gather_per_round, slice_pace);
   return comm;
 }
 

@@ -34,9 +34,12 @@ struct StageCommunication {
 };
 
 // The time of moving `moved` in the working precision (4 bytes fp32, 2 mixed): each
-// call pays the collective's fixed cost, the bytes its rate.
+// call pays the collective's fixed cost, the bytes its rate. `slice_pace`: with uneven
+// state shares the rank with the largest slice receives the most, so the bytes of every
+// reduce-scatter and all-gather take N times the largest per-rank share longer than the
+// even split's (1 for the even split; docs/cost-model.md).
 StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
-                                         const CollectiveTimes& collectives);
+                                         const CollectiveTimes& collectives, double slice_pace = 1.0);
 
 // Optimizer step time on one device: the profiled time scaled by the number of
 // parameters the rank updates (all of them at stage 0, ceil(P/N) from stage 1 on).

@@ -1,5 +1,7 @@
 #include "planner/search/plan_file.h"
 
+#include <algorithm>
+#include <cmath>
 #include <deque>
 
 #include "planner/base/input_error.h"
@@ -82,8 +84,10 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster, const std::map<std
   int rank = 0;
   for (const RankSlot& slot : cluster.Ranks()) {
     const std::string kind = profiles.at(slot.device_type).emulated ? "cpu:" : "cuda:";
-    ranks.push_back(RankJson(rank++, slot, kind + std::to_string(slot.local_index),
-                             queue.Next(class_of.at(slot.device_type)).micro_batches));
+    const int device_class = class_of.at(slot.device_type);
+    ranks.push_back(
+        RankJson(rank++, slot, kind + std::to_string(slot.local_index), queue.Next(device_class).micro_batches));
+    if (!problem.state_shares.empty()) ranks.back()["state_share"] = problem.state_shares[device_class];
   }
 
   Json device_types = Json::array();
@@ -93,6 +97,7 @@ nlohmann::ordered_json PlanToJson(const ClusterSpec& cluster, const std::map<std
                             {"count", device_class.count},
                             {"max_micro_batch", device_class.max_micro_batch},
                             {"memory_bytes", device_class.memory.capacity_bytes},
+                            {"state_bytes", device_class.memory.model_state_bytes},
                             {"busy_s", chosen.prediction.classes[c].busy_s},
                             {"idle_s", chosen.prediction.classes[c].idle_s}});
   }
@@ -195,9 +200,34 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   return schedule;
 }
 
+std::vector<double> ClassSharesOfPlan(const ClusterSpec& cluster, const WorkerPlan& plan) {
+  if (plan.state_shares.empty()) return {};
+  RequirePlanForCluster(cluster, plan);
+  double sum = 0;
+  for (const double share : plan.state_shares) sum += share;
+  const std::vector<std::string> types = cluster.DeviceTypes();
+  std::vector<double> shares(types.size(), -1);
+  std::vector<int> first(types.size(), -1);
+  int rank = 0;
+  for (const RankSlot& slot : cluster.Ranks()) {
+    const auto c = static_cast<std::size_t>(std::find(types.begin(), types.end(), slot.device_type) - types.begin());
+    const double share = plan.state_shares[rank] / sum;
+    if (first[c] < 0) {
+      first[c] = rank;
+      shares[c] = share;
+    } else if (std::abs(share - shares[c]) > 1e-12 * std::max(1.0, shares[c])) {
+      throw InputError(plan.file, plan.RankKey(rank) + ".state_share",
+                       "differs from rank " + std::to_string(first[c]) + "'s, of the same device type " +
+                           slot.device_type + ": the cost model gives every device of a type one share");
+    }
+    ++rank;
+  }
+  return shares;
+}
+
 StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                            const WorkerPlan& plan) {
-  const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage);
+  const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage, ClassSharesOfPlan(cluster, plan));
   if (!problem.feasible) {
     throw InputError(
         plan.file, "stage",

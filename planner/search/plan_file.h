@@ -45,9 +45,15 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
 // or a micro-batch the device cannot hold.
 Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan);
 
-// The cost model's prediction for a plan file on `cluster` with `profiles`. Throws
-// InputError naming the plan file when its stage cannot run there, or as ScheduleOfPlan.
-// `simulate --plan` prints it; `launch --plan` checks a plan with it before starting.
+// The plan's state shares as fractions per device class, in ClusterSpec::DeviceTypes()
+// order (StageProblem::state_shares; empty for the even split). Throws InputError naming
+// the plan's key when two ranks of one type hold different shares.
+std::vector<double> ClassSharesOfPlan(const ClusterSpec& cluster, const WorkerPlan& plan);
+
+// The cost model's prediction for a plan file on `cluster` with `profiles` (with its
+// state shares). Throws InputError naming the plan file when its stage cannot run there,
+// or as ScheduleOfPlan. `simulate --plan` prints it; `launch --plan` checks a plan with it
+// before starting.
 StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                            const WorkerPlan& plan);
 

@@ -34,8 +34,9 @@ std::string StageTable(const PlanResult& result) {
 std::string ScheduleTable(const PlanResult& result) {
   const StageOutcome& chosen = result.Chosen();
   const StageProblem& problem = chosen.problem;
-  TextTable table({"device type", "devices", "memory", "max mb", "micro-batches", "steps", "samples", "busy", "idle"},
-                  {false, true, true, true, false, true, true, true, true});
+  TextTable table(
+      {"device type", "devices", "memory", "states", "max mb", "micro-batches", "steps", "samples", "busy", "idle"},
+      {false, true, true, true, true, false, true, true, true, true});
   for (const auto& assignment : chosen.schedule.assignments) {
     const DeviceClass& device_class = problem.classes[assignment.device_class];
     double busy = 0;
@@ -46,6 +47,7 @@ std::string ScheduleTable(const PlanResult& result) {
     }
     table.AddRow({device_class.type, std::to_string(assignment.count),
                   GiB(static_cast<double>(device_class.memory.capacity_bytes)),
+                  GiB(static_cast<double>(device_class.memory.model_state_bytes)),
                   std::to_string(device_class.max_micro_batch), MicroBatchList(assignment.micro_batches),
                   std::to_string(steps), std::to_string(assignment.Samples()), Seconds(busy),
                   Seconds(chosen.prediction.compute_s - busy)});
@@ -59,9 +61,28 @@ std::string PredictionLine(const StepPrediction& p) {
          " samples/s\n";
 }
 
+// With uneven state shares: each class's share and what the even split would have
+// allowed ("" for the even split).
+std::string StateSplitLines(const PlanResult& result) {
+  const StageProblem& problem = result.Chosen().problem;
+  if (problem.state_shares.empty() || !result.Chosen().even_split) return "";
+  const StageProblem& even = *result.Chosen().even_split;
+  std::string lines = "state split (stage " + std::to_string(problem.stage) + "), uneven:";
+  for (std::size_t c = 0; c < problem.classes.size(); ++c) {
+    const DeviceClass& device_class = problem.classes[c];
+    lines += " " + device_class.type + " " + Fixed(100 * problem.state_shares[c], 2) + "% each (max mb " +
+             std::to_string(device_class.max_micro_batch) + "; even split: " +
+             (even.classes.size() == problem.classes.size() && even.classes[c].memory.states_fit
+                  ? std::to_string(even.classes[c].max_micro_batch)
+                  : "states do not fit") +
+             ")" + (c + 1 < problem.classes.size() ? ";" : "");
+  }
+  return lines + "\n";
+}
+
 std::string PlanReport(const ClusterSpec& cluster, const PlanResult& result) {
   return ClusterSummary(cluster, result) + "\n" + StageTable(result) + "\nschedule for stage " +
-         std::to_string(result.chosen_stage) + ":\n" + ScheduleTable(result) + "\n" +
+         std::to_string(result.chosen_stage) + ":\n" + ScheduleTable(result) + StateSplitLines(result) + "\n" +
          PredictionLine(result.Chosen().prediction);
 }
 

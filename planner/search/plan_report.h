@@ -16,6 +16,9 @@ std::string StageTable(const PlanResult& result);
 // The chosen stage's schedule, one row per group of devices with the same list:
 // count, cap, micro-batches, accumulation steps, samples, busy and idle time.
 std::string ScheduleTable(const PlanResult& result);
+// With uneven state shares, each class's share and largest micro-batch beside the even
+// split's ("" for the even split).
+std::string StateSplitLines(const PlanResult& result);
 // "Predicted step ...: compute + communication + optimizer, N samples/s".
 std::string PredictionLine(const StepPrediction& prediction);
 // All of the above, as `poplar plan` and `poplar simulate` print it.

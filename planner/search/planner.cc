@@ -1,5 +1,7 @@
 #include "planner/search/planner.h"
 
+#include <functional>
+
 #include "planner/base/input_error.h"
 #include "planner/search/baselines.h"
 #include "planner/search/search.h"
@@ -35,6 +37,58 @@ std::optional<Schedule> ScheduleFor(Policy policy, const StageProblem& problem) 
   }
 }
 
+namespace {
+
+// Calls `visit` with every way of giving `classes` classes k_c >= 0 parts of
+// kStateShareGrid, in lexicographic order.
+void ForEachSplit(int classes, const std::function<void(const std::vector<int>&)>& visit) {
+  std::vector<int> parts(classes, 0);
+  std::function<void(int, int)> place = [&](int c, int left) {
+    if (c + 1 == classes) {
+      parts[c] = left;
+      visit(parts);
+      return;
+    }
+    for (int k = 0; k <= left; ++k) {
+      parts[c] = k;
+      place(c + 1, left - k);
+    }
+  };
+  place(0, kStateShareGrid);
+}
+
+// The best uneven split of `even`'s stage over the grid (planner.h), if one predicts a
+// shorter step than `even` (or `even` cannot run); nullopt otherwise.
+std::optional<StageOutcome> BestUnevenSplit(const ClusterSpec& cluster,
+                                            const std::map<std::string, DeviceProfile>& profiles,
+                                            const StageOutcome& even) {
+  const auto& classes = even.problem.classes;
+  if (even.problem.stage == 0 || !cluster.uneven_state_split || cluster.DeviceCount() < 2 || classes.size() < 2 ||
+      classes.size() > static_cast<std::size_t>(kMostStateShareClasses) ||
+      classes.size() != cluster.DeviceTypes().size()) {
+    return std::nullopt;
+  }
+  std::optional<StageOutcome> best;
+  ForEachSplit(static_cast<int>(classes.size()), [&](const std::vector<int>& parts) {
+    std::vector<double> shares;
+    for (std::size_t c = 0; c < classes.size(); ++c) {
+      shares.push_back(parts[c] / (static_cast<double>(kStateShareGrid) * classes[c].count));
+    }
+    StageProblem problem = BuildStageProblem(cluster, profiles, even.problem.stage, shares);
+    if (!problem.feasible) return;
+    std::optional<Schedule> schedule = SearchSchedule(problem);
+    if (!schedule) return;
+    const StepPrediction prediction = Simulate(problem, *schedule);
+    if (best && prediction.step_s >= best->prediction.step_s) return;
+    best = StageOutcome{std::move(problem), true, "", std::move(*schedule), prediction, even.problem};
+  });
+  // Ties keep the even split.
+  if (!best || (even.feasible && best->prediction.step_s >= even.prediction.step_s * (1 - 1e-9))) return std::nullopt;
+  return best;
+}
+
+}  // namespace
+
 PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles, Policy policy) {
   PlanResult result;
   result.policy = policy;
@@ -51,6 +105,9 @@ PlanResult MakePlan(const ClusterSpec& cluster, const std::map<std::string, Devi
       outcome.prediction = Simulate(outcome.problem, outcome.schedule);
     } else {
       outcome.reason = "the " + PolicyName(policy) + " policy has no schedule for this stage";
+    }
+    if (policy == Policy::kPoplar && (!cluster.stage || *cluster.stage == stage)) {
+      if (auto uneven = BestUnevenSplit(cluster, profiles, outcome)) outcome = std::move(*uneven);
     }
     const bool better =
         outcome.feasible && (result.chosen_stage < 0 || outcome.prediction.step_s < result.Chosen().prediction.step_s);

@@ -26,6 +26,9 @@ struct StageOutcome {
   std::string reason;  // why not, when !feasible
   Schedule schedule;
   StepPrediction prediction;
+  // With uneven state shares (problem.state_shares): the even split's problem, for
+  // reports of what the split changed.
+  std::optional<StageProblem> even_split;
 };
 
 struct PlanResult {
@@ -38,6 +41,18 @@ struct PlanResult {
 
 // The schedule `policy` gives for one stage, or nullopt if it has none.
 std::optional<Schedule> ScheduleFor(Policy policy, const StageProblem& problem);
+
+// Uneven state shares (the poplar policy, stages 1-3, unless the cluster file says
+// training.state_split: even): each device class holds k/kStateShareGrid of the
+// partitioned model states, split evenly among its devices, k >= 0 summing to the
+// grid. Every point of the grid is searched exactly (SearchSchedule under the class's
+// memory cap, optimizer share and the largest slice's collective pace:
+// BuildStageProblem), and the best is kept where it predicts a shorter step than the
+// even split (ties keep it even). The grid has C(kStateShareGrid + k - 1, k - 1)
+// points for k classes, so clusters of more than kMostStateShareClasses device types
+// keep the even split.
+inline constexpr int kStateShareGrid = 64;
+inline constexpr int kMostStateShareClasses = 3;
 
 // Evaluates stages 0..3 (or only cluster.stage when fixed) and chooses the one with
 // the smallest predicted step time; ties go to the lower stage. Throws InputError

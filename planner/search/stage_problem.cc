@@ -57,9 +57,11 @@ int StageProblem::DeviceCount() const {
 }
 
 StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
-                               int stage) {
+                               int stage, const std::vector<double>& state_shares) {
   StageProblem problem;
   problem.stage = stage;
+  problem.state_shares = state_shares;
+  const bool uneven = stage >= 1 && !state_shares.empty();
   problem.global_batch = cluster.global_batch;
   problem.precision = cluster.precision;
   const int ranks = cluster.DeviceCount();
@@ -81,12 +83,16 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
     DeviceClass device_class;
     device_class.type = type;
     device_class.count = counts[type];
-    device_class.memory = FitMemory(profile, *measured, ranks);
+    const std::size_t index = problem.classes.size();
+    const std::optional<double> share =
+        uneven ? std::optional<double>(state_shares.at(index)) : std::optional<double>();
+    device_class.memory = FitMemory(profile, *measured, ranks, share);
     device_class.max_micro_batch =
         static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch, cluster.global_batch));
     device_class.compute = CurveOf(*measured, ranks);
     device_class.optimizer_s =
-        OptimizerSeconds(measured->optimizer_step_s, stage, profile.model.params, measured->world_size, ranks);
+        OptimizerSeconds(measured->optimizer_step_s, stage, profile.model.params, measured->world_size, ranks) *
+        (share ? *share * ranks : 1.0);
     if (!device_class.memory.states_fit && reason.empty()) {
       const MemoryFit& memory = device_class.memory;
       reason = "model states (" + Gibibytes(memory.model_state_bytes) + " per rank)";
@@ -107,7 +113,10 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
     const CollectiveUse scalars = ScalarAllReducesPerStep(stage);
     moved.all_reduce_per_step.params += scalars.params;
     moved.all_reduce_per_step.calls += scalars.calls;
-    const StageCommunication comm = CommunicationForStage(moved, problem.precision, cluster.Collectives());
+    double pace = 1.0;
+    if (uneven) pace = ranks * *std::max_element(state_shares.begin(), state_shares.end());
+    const StageCommunication comm =
+        CommunicationForStage(moved, problem.precision, cluster.Collectives(), std::max(1.0, pace));
     problem.comm_per_step_s = comm.per_step_s;
     problem.comm_per_round_s = comm.per_round_s;
   }

@@ -35,6 +35,9 @@ struct StageProblem {
   double comm_per_step_s = 0;
   double comm_per_round_s = 0;
   double optimizer_s = 0;  // slowest class's optimizer step (they run after a barrier)
+  // Stages 1-3: each class's per-device fraction of the partitioned model states (the
+  // plan's state_share), in class order; empty: the even split, 1/N each.
+  std::vector<double> state_shares;
   bool feasible = false;
   std::string infeasible_reason;  // set when !feasible
 
@@ -45,7 +48,10 @@ struct StageProblem {
 // Builds the problem for `stage`. Never throws for an infeasible stage: it is reported
 // through `feasible` and `infeasible_reason` (no profile for the stage, model states
 // that do not fit on some device, no device that can hold one sample).
+// `state_shares` (stages 1-3, per class, as StageProblem::state_shares; empty: even)
+// set each class's model states (ModelStatesForShare), its optimizer step (in proportion
+// to the parameters it updates) and the collectives' pace (the largest slice's).
 StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
-                               int stage);
+                               int stage, const std::vector<double>& state_shares = {});
 
 }  // namespace poplar
