@@ -13,6 +13,7 @@
 #include "launcher/device/device.h"
 #include "launcher/worker/metrics_writer.h"
 #include "launcher/worker/stopwatch.h"
+#include "launcher/zero/flat_layout.h"
 #include "launcher/zero/training_engine.h"
 #include "planner/base/input_error.h"
 #include "planner/base/median.h"
@@ -36,6 +37,7 @@ std::vector<std::int64_t> PayloadSizes(std::int64_t smallest, std::int64_t large
 struct Buffers {
   torch::Tensor whole;
   torch::Tensor shard;
+  Communicator::Chunks chunks;  // every rank's shard size; empty: even
 };
 
 void RunOnce(Communicator& communicator, Collective collective, Buffers& buffers) {
@@ -44,10 +46,10 @@ void RunOnce(Communicator& communicator, Collective collective, Buffers& buffers
       communicator.AllReduceSum(buffers.whole);
       break;
     case Collective::kReduceScatter:
-      communicator.ReduceScatterSum(buffers.whole, buffers.shard);
+      communicator.ReduceScatterSum(buffers.whole, buffers.shard, buffers.chunks);
       break;
     case Collective::kAllGather:
-      communicator.AllGather(buffers.shard, buffers.whole);
+      communicator.AllGather(buffers.shard, buffers.whole, buffers.chunks);
       break;
   }
 }
@@ -137,6 +139,15 @@ void MeasureNetwork(const NetworkOptions& options) {
     throw InputError("WORLD_SIZE", "",
                      "is " + std::to_string(env.world_size) + ": measuring the network needs two or more ranks");
   }
+  if (!options.state_shares.empty()) {
+    double sum = 0;
+    for (const double share : options.state_shares) sum += share;
+    if (static_cast<int>(options.state_shares.size()) != env.world_size || sum <= 0) {
+      throw InputError("--state-shares", "",
+                       "needs one share per rank (" + std::to_string(env.world_size) + ") with a positive sum, got " +
+                           std::to_string(options.state_shares.size()) + " adding up to " + std::to_string(sum));
+    }
+  }
   // A rank that stops before the rendezvous tells the others why, as in training: they
   // waited out --timeout for it.
   NetworkSetup setup =
@@ -151,6 +162,7 @@ void MeasureNetwork(const NetworkOptions& options) {
                                          {"--max-bytes", options.max_bytes},
                                          {"--repeats", options.repeats},
                                          {"--backend", options.backend},
+                                         {"--state-shares", options.state_shares},
                                          {"POPLAR_GLOO_REDUCE_SCATTER", GlooReduceScatterName(setup.reduce_scatter)}}
                               .dump());
   // A payload, its shard, the chunks a Gloo reduce-scatter receives and those of the
@@ -177,8 +189,10 @@ void MeasureNetwork(const NetworkOptions& options) {
   for (const std::int64_t size : PayloadSizes(smallest, largest)) {
     const std::int64_t elements = std::max<std::int64_t>(size / granule, 1) * env.world_size;
     const auto tensor_options = torch::TensorOptions().dtype(type).device(device);
-    Buffers buffers{torch::zeros({elements}, tensor_options),
-                    torch::zeros({elements / env.world_size}, tensor_options)};
+    Communicator::Chunks chunks;
+    if (!options.state_shares.empty()) chunks = ShareSlices(elements, options.state_shares, env.world_size);
+    const std::int64_t shard = chunks.empty() ? elements / env.world_size : chunks[env.rank];
+    Buffers buffers{torch::zeros({elements}, tensor_options), torch::zeros({shard}, tensor_options), chunks};
     const std::int64_t bytes = elements * element;
     for (Collective collective : kCollectives) {
       const double seconds = TimeCollective(communicator, collective, buffers, options.repeats, device);

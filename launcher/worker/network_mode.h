@@ -13,11 +13,14 @@
 //   {"collective": "all_gather", "bytes": 65536, "seconds": 0.00042, "world_size": 3,
 //    "backend": "gloo"}
 // and a readable line to stdout. The payload is the caller's tensor (an all-reduce's
-// tensor, a reduce-scatter's input, an all-gather's output).
+// tensor, a reduce-scatter's input, an all-gather's output). With `state_shares` the
+// reduce-scatter and all-gather move uneven chunks, each rank's as a plan's state_share
+// gives it (launcher/zero/flat_layout.h: ShareSlices), as training does.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "launcher/device/device_flags.h"
 
@@ -32,6 +35,7 @@ struct NetworkOptions {
   std::int64_t max_bytes = 64 << 20;
   int repeats = 5;
   int timeout_s = 120;
+  std::vector<double> state_shares;  // one per rank, or none: even chunks
 };
 
 void MeasureNetwork(const NetworkOptions& options);

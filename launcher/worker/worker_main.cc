@@ -258,6 +258,12 @@ void AddNetworkCommand(CLI::App& app, poplar::NetworkOptions& o) {
   network->add_option("--timeout", o.timeout_s, "Seconds before the rendezvous or a collective gives up")
       ->check(poplar::WholeNumberIn(1, 86400))
       ->capture_default_str();
+  network
+      ->add_option("--state-shares", o.state_shares,
+                   "Every rank's share, comma-separated (as a plan's state_share): reduce-scatter and all-gather "
+                   "move uneven chunks")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1e9));
   network->callback([&o] { poplar::MeasureNetwork(o); });
 }
 

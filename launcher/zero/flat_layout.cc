@@ -5,25 +5,31 @@
 
 namespace poplar {
 
-FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded,
-                       const std::vector<double>& shares)
-    : partitioned_(sharded && world_size > 1) {
-  // Running sums of the shares: rank r's slice runs from bounds[r] to bounds[r + 1], as
-  // fractions of a bucket.
-  std::vector<double> bounds(world_size + 1, 0);
-  TORCH_CHECK(shares.empty() || static_cast<int>(shares.size()) == world_size, "FlatLayout: ", shares.size(),
+std::vector<std::int64_t> ShareSlices(std::int64_t size, const std::vector<double>& shares, int world_size) {
+  TORCH_CHECK(shares.empty() || static_cast<int>(shares.size()) == world_size, "ShareSlices: ", shares.size(),
               " shares for ", world_size, " ranks");
+  // Running sums of the shares: rank r's slice runs from bounds[r] to bounds[r + 1], as
+  // fractions of the whole.
+  std::vector<double> bounds(world_size + 1, 0);
   for (int r = 0; r < world_size; ++r) {
-    const double share = shares.empty() ? 1 : shares.at(r);
-    TORCH_CHECK(std::isfinite(share) && share >= 0, "FlatLayout: a share must be a finite number >= 0");
+    const double share = shares.empty() ? 1 : shares[r];
+    TORCH_CHECK(std::isfinite(share) && share >= 0, "ShareSlices: a share must be a finite number >= 0");
     bounds[r + 1] = bounds[r] + share;
   }
-  TORCH_CHECK(bounds[world_size] > 0, "FlatLayout: the shares add up to 0");
-  const auto boundary = [&](std::int64_t size, int r) {
+  TORCH_CHECK(bounds[world_size] > 0, "ShareSlices: the shares add up to 0");
+  const auto boundary = [&](int r) {
     if (r == world_size) return size;
     return std::min(size,
                     static_cast<std::int64_t>(std::floor(static_cast<double>(size) * bounds[r] / bounds[world_size])));
   };
+  std::vector<std::int64_t> slices;
+  for (int r = 0; r < world_size; ++r) slices.push_back(boundary(r + 1) - boundary(r));
+  return slices;
+}
+
+FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded,
+                       const std::vector<double>& shares)
+    : partitioned_(sharded && world_size > 1) {
   std::int64_t offset = 0;
   for (const auto& members : buckets) {
     FlatBucket bucket;
@@ -38,10 +44,8 @@ FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int
     bucket.owned_begin = bucket.begin;
     bucket.owned_size = bucket.size;
     if (sharded) {
-      for (int r = 0; r < world_size; ++r) {
-        bucket.slices.push_back(boundary(bucket.size, r + 1) - boundary(bucket.size, r));
-      }
-      bucket.owned_begin = bucket.begin + boundary(bucket.size, rank);
+      bucket.slices = ShareSlices(bucket.size, shares, world_size);
+      for (int r = 0; r < rank; ++r) bucket.owned_begin += bucket.slices[r];
       bucket.owned_size = bucket.slices[rank];
     }
     bucket.shard_offset = shard_total_;

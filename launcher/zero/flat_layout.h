@@ -25,6 +25,12 @@ namespace poplar {
 
 using NamedTensor = std::pair<std::string, torch::Tensor>;
 
+// Every rank's slice of `size` elements under `shares` (FlatLayout's rule: rank r gets
+// [floor(size * S_r / S), floor(size * S_{r+1} / S)); empty shares: `world_size` even
+// slices of a size that divides evenly), in rank order, adding up to `size`. TORCH_CHECK
+// on shares that are not one finite number >= 0 per rank with a positive sum.
+std::vector<std::int64_t> ShareSlices(std::int64_t size, const std::vector<double>& shares, int world_size);
+
 struct FlatSlot {
   std::string name;
   torch::Tensor parameter;

@@ -96,6 +96,29 @@ TEST(NetworkMode, RanksWithDifferentFlagsAreToldWhichDiffers) {
   EXPECT_TRUE(Contains(job.errors[1], "'--repeats' is 1 here but 2 on rank 0")) << job.errors[1];
 }
 
+// --state-shares times the reduce-scatter and all-gather over uneven chunks (a plan's
+// state shares, as training moves them); a list that is not one share per rank is
+// refused on every rank, naming the flag.
+TEST(NetworkMode, TimesUnevenChunksAndRefusesAMiscount) {
+  ScratchDir scratch("poplar_network_mode");
+  const JobOutcome job =
+      RunJob(scratch, 2,
+             {"network", "--metrics", scratch.path() + "/net.jsonl", "--max-bytes", "65536", "--repeats", "2",
+              "--threads", "1", "--precision", "bf16", "--state-shares", "3,0", "--timeout", "60"});
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  const auto lines = ReadMeasurements(scratch.path() + "/net.jsonl");
+  EXPECT_EQ(lines.size(), 3 * 3u);  // 4, 16 and 64 KiB, each collective
+  for (const MeasurementLine& line : lines) EXPECT_GT(line.point.seconds, 0);
+
+  const JobOutcome miscount = RunJob(scratch, 2, {"network", "--state-shares", "1,1,1", "--timeout", "20"});
+  ASSERT_EQ(miscount.exit_codes.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(miscount.exit_codes[rank], 1) << miscount.Describe();
+    EXPECT_TRUE(ContainsAll(miscount.errors[rank], {"--state-shares", "one share per rank (2)"}))
+        << miscount.errors[rank];
+  }
+}
+
 TEST(NetworkMode, OneRankHasNoNetwork) {
   ScratchDir scratch("poplar_network_mode");
   const JobOutcome job = RunJob(scratch, 1, {"network", "--timeout", "20"});
