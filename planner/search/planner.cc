@@ -1,6 +1,7 @@
 #include "planner/search/planner.h"
 
 #include <functional>
+#include <limits>
 
 #include "planner/base/input_error.h"
 #include "planner/search/baselines.h"
@@ -57,6 +58,38 @@ void ForEachSplit(int classes, const std::function<void(const std::vector<int>&)
   place(0, kStateShareGrid);
 }
 
+// The most samples per second a device of one class computes in micro-batches of at
+// most b samples: max over b' <= b of b' / Time(b'), grown on demand.
+class BestRate {
+ public:
+  double At(const DeviceClass& device_class, int b) {
+    while (static_cast<int>(best_.size()) <= b) {
+      const int next = static_cast<int>(best_.size());
+      const double time = device_class.Time(next);
+      best_.push_back(std::max(best_.back(), time > 0 ? next / time : 0.0));
+    }
+    return best_[b];
+  }
+
+ private:
+  std::vector<double> best_ = {0.0};
+};
+
+// No schedule of `problem` predicts a shorter step: a device of class c computes at
+// most BestRate(cap_c) samples a second, so the compute phase takes at least B / sum of
+// count_c BestRate(cap_c) (at stages 2-3 too: each round's slowest device bounds its
+// samples alike), and stages 2-3 pay at least one round's communication.
+double StepLowerBound(const StageProblem& problem, std::vector<BestRate>& best_rate) {
+  double rate = 0;
+  for (std::size_t c = 0; c < problem.classes.size(); ++c) {
+    const DeviceClass& device_class = problem.classes[c];
+    rate += device_class.count * best_rate[c].At(device_class, device_class.max_micro_batch);
+  }
+  const double compute = rate > 0 ? static_cast<double>(problem.global_batch) / rate : 0.0;
+  return compute + problem.comm_per_step_s + (problem.RoundsSynchronised() ? problem.comm_per_round_s : 0.0) +
+         problem.optimizer_s;
+}
+
 // The best uneven split of `even`'s stage over the grid (planner.h), if one predicts a
 // shorter step than `even` (or `even` cannot run); nullopt otherwise.
 std::optional<StageOutcome> BestUnevenSplit(const ClusterSpec& cluster,
@@ -69,17 +102,22 @@ std::optional<StageOutcome> BestUnevenSplit(const ClusterSpec& cluster,
     return std::nullopt;
   }
   std::optional<StageOutcome> best;
+  // A split whose lower bound cannot beat the best step so far (the even split's, at
+  // first) is not searched.
+  double to_beat = even.feasible ? even.prediction.step_s : std::numeric_limits<double>::infinity();
+  std::vector<BestRate> best_rate(classes.size());
   ForEachSplit(static_cast<int>(classes.size()), [&](const std::vector<int>& parts) {
     std::vector<double> shares;
     for (std::size_t c = 0; c < classes.size(); ++c) {
       shares.push_back(parts[c] / (static_cast<double>(kStateShareGrid) * classes[c].count));
     }
     StageProblem problem = BuildStageProblem(cluster, profiles, even.problem.stage, shares);
-    if (!problem.feasible) return;
+    if (!problem.feasible || StepLowerBound(problem, best_rate) >= to_beat) return;
     std::optional<Schedule> schedule = SearchSchedule(problem);
     if (!schedule) return;
     const StepPrediction prediction = Simulate(problem, *schedule);
-    if (best && prediction.step_s >= best->prediction.step_s) return;
+    if (prediction.step_s >= to_beat) return;
+    to_beat = prediction.step_s;
     best = StageOutcome{std::move(problem), true, "", std::move(*schedule), prediction, even.problem};
   });
   // Ties keep the even split.
