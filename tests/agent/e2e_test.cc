@@ -334,6 +334,29 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
     EXPECT_FALSE(trace["events"].empty()) << path;
   }
 
+  // The same plan with state shares 3:1 (as the planner writes them, or a user): the
+  // head sends them through the agents, the workers hold their shares, and simulate
+  // predicts the plan with them.
+  auto shared = nlohmann::json::parse(ReadTextFile(dir_.path() + "/plan-agents.json"));
+  ASSERT_EQ(shared["stage"], 2);
+  for (auto& rank : shared["ranks"]) rank["state_share"] = rank["rank"] == 0 ? 3 : 1;
+  dir_.Write("plan-shares.json", shared.dump());
+  const auto predicted = Poplar({"simulate", "cluster.yaml", "--plan", "plan-shares.json", "--json"});
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
+  const auto shares_launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-shares.json", "--run-dir", "run-shares",
+                                     "--job-id", "shares", "--steps", "3"});
+  ASSERT_EQ(shares_launch.exit_code, 0) << shares_launch.out << shares_launch.err;
+  EXPECT_TRUE(Contains(shares_launch.out, "trained 3 steps")) << shares_launch.out;
+  std::int64_t state[2] = {0, 0};
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto lines = ReadLines(dir_.path() + "/run-shares/metrics/rank-" + std::to_string(rank) + ".jsonl");
+    ASSERT_EQ(lines.size(), 3u);
+    state[rank] = nlohmann::json::parse(lines.back())["state_bytes"].get<std::int64_t>();
+  }
+  // Stage 2 at 3:1: both hold the parameters whole, rank 0 three times rank 1's
+  // gradients and Adam state.
+  EXPECT_GT(state[0], state[1]) << state[0] << " " << state[1];
+
   // A device that has less memory than its profile was measured with (here the profile
   // says more) is refused before any rank starts, not when its worker runs out of memory.
   auto slow_profile = nlohmann::json::parse(ReadTextFile(dir_.path() + "/profiles/emu-slow.json"));
