@@ -14,8 +14,9 @@ to check the scripts themselves before spending device time:
   check      equivalence with single-device training on the CPU: the same steps from
              the same initial parameters, fp32, at ZeRO stages 0-3, on the GPU with
              one rank (no collectives), one rank through a one-rank NCCL group, and
-             two ranks sharing the GPU over Gloo (NCCL allows one rank per GPU); bf16
-             on the GPU against it too, its whole update within 10%
+             two ranks sharing the GPU over Gloo (NCCL allows one rank per GPU), also
+             with uneven state shares (3:1 at stages 1-3: uneven slices on the GPU);
+             bf16 on the GPU against it too, its whole update within 10%
   train      GPT-2 small, bf16, 300 steps on WikiText-2 valid: the loss must fall
   profile    `poplar-worker profile --device cuda`: GPT-2 small and medium, bf16,
              stages 0-3; the profile files are the repository's measured examples
@@ -158,10 +159,16 @@ class Runner:
         return True
 
     def train(self, name, stage, ranks, model, steps, device, precision, backend="auto", save=None, extra=(),
-              must_succeed=True):
-        """Trains `steps` steps of the plan (stage, each rank's micro-batches); rank 0's metrics,
-        or None when the run failed and need not succeed."""
-        plan = worker_ranks.write_plan(os.path.join(WORK, f"{name}.json"), stage, ranks)
+              must_succeed=True, shares=None):
+        """Trains `steps` steps of the plan (stage, each rank's micro-batches, and each rank's
+        state_share when `shares` is given); rank 0's metrics, or None when the run failed
+        and need not succeed."""
+        document = worker_ranks.plan_doc(stage, ranks)
+        for entry, share in zip(document["ranks"], shares or []):
+            entry["state_share"] = share
+        plan = os.path.join(WORK, f"{name}.json")
+        with open(plan, "w") as f:
+            json.dump(document, f)
         metrics = os.path.join(WORK, f"{name}.jsonl")
         # --timeout 180: a rank that hangs costs a device call 3 minutes, not all of it.
         args = ["train", "--plan", plan, "--model-config", model, "--data", DATA, "--steps", str(steps),
@@ -232,25 +239,33 @@ def phase_check(runner, out, setup):
         return sum(((a[k].double() - b[k].double()) ** 2).sum().item() for k in a) ** 0.5
 
     model, _ = load_config("gpt-small")
+    # Every run starts from one initial state, written by the PyTorch reference model
+    # (nanoGPT's names, as poplar-worker --init reads them; the worker trains at least
+    # one step, so it cannot write its own starting point).
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "pytorch"))
+    import reference_gpt
     init = os.path.join(WORK, "check-init.pt")
-    runner.train("check-init", 0, ONE_RANK, model, 0, "cpu",
-                 "fp32", save=init)
+    torch.manual_seed(0)
+    torch.save(dict(reference_gpt.make_model(reference_gpt.load_config(model)).state_dict()), init)
     reference = os.path.join(WORK, "check-cpu.pt")
     runner.train("check-cpu", 0, ONE_RANK, model, CHECK_STEPS, "cpu", "fp32", save=reference,
-                 extra=["--lr", str(CHECK_LR)])
+                 extra=["--lr", str(CHECK_LR), "--init", init])
     expected, start = state(reference), state(init)
     movement = compare(expected, start)
     update = norm(expected, start)  # the reference's whole update, theta_T - theta_0
     results = []
     # The two-rank cases first: they start first, so a call cut short still shows them.
-    cases = [(f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo") for stage in range(4)]
+    cases = [(f"{setup.device} 2 ranks gloo", stage, TWO_RANKS[stage], "fp32", "gloo", None) for stage in range(4)]
+    # Uneven state shares: rank 0 holds three quarters of the sharded state.
+    cases += [(f"{setup.device} 2 ranks gloo 3:1", stage, TWO_RANKS[stage], "fp32", "gloo", [3, 1])
+              for stage in range(1, 4)]
     for stage in range(4):
-        cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "fp32", "auto"))
+        cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "fp32", "auto", None))
         # A named backend runs a one-rank process group: NCCL's path on one GPU.
         alone = "nccl" if setup.device == "cuda" else "gloo"
-        cases.append((f"{setup.device} 1 rank {alone}", stage, ONE_RANK, "fp32", alone))
+        cases.append((f"{setup.device} 1 rank {alone}", stage, ONE_RANK, "fp32", alone, None))
     for stage in range(4):
-        cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto"))
+        cases.append((f"{setup.device} 1 rank", stage, ONE_RANK, "bf16", "auto", None))
 
     lock = threading.Lock()  # results and check.json, as cases finish side by side
 
@@ -264,15 +279,16 @@ def phase_check(runner, out, setup):
                   quiet=not done)
 
     def run(order, case):
-        label, stage, ranks, precision, backend = case
-        name = f"check-s{stage}-{len(ranks)}r-{backend}-{precision}"
+        label, stage, ranks, precision, backend, shares = case
+        name = f"check-s{stage}-{len(ranks)}r-{backend}-{precision}" + ("-shares" if shares else "")
         saved = os.path.join(WORK, name + ".pt")
         result = {"order": order, "case": label, "stage": stage, "plan": ranks, "precision": precision,
-                  "backend": backend}
+                  "backend": backend, "state_shares": shares}
 
         def train(attempt):
             return runner.train(attempt, stage, ranks, model, CHECK_STEPS, setup.device, precision, backend,
-                                save=saved, extra=["--lr", str(CHECK_LR)], must_succeed=False)
+                                save=saved, extra=["--lr", str(CHECK_LR), "--init", init], must_succeed=False,
+                                shares=shares)
 
         # A case that fails is run once more: side by side, another case's socket may take
         # the port free_port() found before this rank 0 binds it. A case that fails twice
