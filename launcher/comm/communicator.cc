@@ -251,35 +251,34 @@ bool Communicator::Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t
   return std::any_of(chunks.begin(), chunks.end(), [&](std::int64_t chunk) { return chunk != chunks[0]; });
 }
 
-std::unique_ptr<PendingCollective> Communicator::StartUnevenReduceScatterSum(const torch::Tensor& input,
-                                                                             torch::Tensor& output,
-                                                                             const Chunks& chunks) {
-  // Chunk r of every rank's input goes to rank r (an all-to-all sending chunks[r] to rank
-  // r and receiving this rank's chunk from each), which adds them up; on Gloo bf16 travels
-  // as its bits and is added in fp32, rounded once, as the equal chunks are.
-  volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
+std::unique_ptr<PendingCollective> Communicator::StartAllToAllReduceScatter(const torch::Tensor& input,
+                                                                            torch::Tensor& output,
+                                                                            const Chunks& chunks) {
+  // Chunk r of every rank's input goes to rank r (chunks[r] elements; equal chunks when
+  // empty), which adds what it receives; on Gloo bf16 travels as its bits and is added in
+  // fp32, rounded once, as the all-reduce did.
   const auto own = output.numel();
   const bool bits = !native_scatter_gather_;
   const bool bf16 = input.scalar_type() == torch::kBFloat16;
   auto source = input.contiguous();
   auto wire = bits ? AsGlooBits(source) : source;
   auto received = torch::empty({world_size_ * own}, wire.options());
-  Chunks send = chunks;
-  Chunks receive(world_size_, own);
+  Chunks send = chunks;  // (c10d takes the split sizes by non-const reference)
+  Chunks receive = chunks.empty() ? Chunks{} : Chunks(world_size_, own);
   auto work = group_->alltoall_base(received, wire, receive, send);
   const int world = world_size_;
+  // `source` rides along so that the input lives until the all-to-all is done.
   return Pending("reduce-scatter", work, [source, received, output, world, own, bf16, bits]() mutable {
     auto rows = (bf16 && bits ? received.view(torch::kBFloat16) : received).view({world, own});
     output.copy_(bf16 ? rows.to(torch::kFloat32).sum(0) : rows.sum(0));
   });
 }
 
-std::unique_ptr<PendingCollective> Communicator::StartUnevenAllGather(const torch::Tensor& shard, torch::Tensor& output,
-                                                                      const Chunks& chunks) {
-  // An all-to-all that sends this rank's chunk to every rank and receives chunk r from
-  // rank r: c10d's Gloo all-gather takes equal chunks only. The send buffer holds a copy
-  // of the chunk per rank (all-to-all reads one region per peer).
-  volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
+std::unique_ptr<PendingCollective> Communicator::StartAllToAllGather(const torch::Tensor& shard, torch::Tensor& output,
+                                                                     const Chunks& chunks) {
+  // Sends this rank's chunk to every rank and receives chunk r from rank r: c10d's Gloo
+  // all-gather takes equal chunks only. The send buffer holds a copy of the chunk per rank
+  // (all-to-all reads one region per peer).
   const bool bits = !native_scatter_gather_;
   auto copies = shard.contiguous().repeat({world_size_});
   auto wire = bits ? AsGlooBits(copies) : copies;
@@ -292,32 +291,17 @@ std::unique_ptr<PendingCollective> Communicator::StartUnevenAllGather(const torc
 
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
                                                                        torch::Tensor& output, const Chunks& chunks) {
-  if (group_ && Uneven(chunks, input.numel(), output.numel()))
-    return StartUnevenReduceScatterSum(input, output, chunks);
   const auto chunk = output.numel();
-  TORCH_CHECK(input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
+  const bool uneven = group_ && Uneven(chunks, input.numel(), chunk);
+  TORCH_CHECK(uneven || input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
   if (!group_) return Pending("reduce-scatter", {}, [input, output]() mutable { output.copy_(input); });
   volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
+  if (uneven) return StartAllToAllReduceScatter(input, output, chunks);
   if (native_scatter_gather_) {
     auto source = input.contiguous();
     return Pending("reduce-scatter", group_->_reduce_scatter_base(output, source), nullptr);
   }
-  if (gloo_reduce_scatter_ == GlooReduceScatter::kAllToAll) {
-    // Chunk r of every rank's input goes to rank r, which adds them up; bf16 travels as
-    // its bits (AsGlooBits) and is added in fp32, rounded once, as the all-reduce did.
-    const bool bf16 = input.scalar_type() == torch::kBFloat16;
-    auto source = input.contiguous();
-    auto wire = AsGlooBits(source);
-    auto received = torch::empty_like(wire);
-    std::vector<std::int64_t> equal_splits;  // empty: world_size equal chunks
-    auto work = group_->alltoall_base(received, wire, equal_splits, equal_splits);
-    const int world = world_size_;
-    // `source` rides along so that the input lives until the all-to-all is done.
-    return Pending("reduce-scatter", work, [source, received, output, world, chunk, bf16]() mutable {
-      auto chunks = (bf16 ? received.view(torch::kBFloat16) : received).view({world, chunk});
-      output.copy_(bf16 ? chunks.to(torch::kFloat32).sum(0) : chunks.sum(0));
-    });
-  }
+  if (gloo_reduce_scatter_ == GlooReduceScatter::kAllToAll) return StartAllToAllReduceScatter(input, output, {});
   // A copy (fp32 for bf16, which Gloo cannot add) is all-reduced and the slice kept.
   const auto wide = input.scalar_type() == torch::kBFloat16 ? torch::kFloat32 : input.scalar_type();
   std::vector<torch::Tensor> tensors = {input.to(wide, /*non_blocking=*/false, /*copy=*/true)};
@@ -330,11 +314,12 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
 
 std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output,
                                                                 const Chunks& chunks) {
-  if (group_ && Uneven(chunks, output.numel(), shard.numel())) return StartUnevenAllGather(shard, output, chunks);
   const auto chunk = shard.numel();
-  TORCH_CHECK(output.numel() == chunk * world_size_, "AllGather: sizes do not match");
+  const bool uneven = group_ && Uneven(chunks, output.numel(), chunk);
+  TORCH_CHECK(uneven || output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   if (!group_) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });
   volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
+  if (uneven) return StartAllToAllGather(shard, output, chunks);
   auto source = shard.contiguous();
   if (native_scatter_gather_) return Pending("all-gather", group_->_allgather_base(output, source), nullptr);
   source = AsGlooBits(source);

@@ -96,8 +96,8 @@ class Communicator {
   // Every rank's chunk of a reduce-scatter's input or an all-gather's output, in rank
   // order, adding up to its size (ZeRO's uneven state shares); empty: world_size equal
   // chunks. Uneven chunks travel as one all-to-all with per-rank counts (Gloo: pairwise
-  // exchange; NCCL: grouped send and receive), whose pace the largest chunk sets; equal
-  // ones as below.
+  // exchange; NCCL: grouped send and receive), whose pace the largest chunk sets, on
+  // Gloo whatever GlooReduceScatter says; equal ones as below.
   using Chunks = std::vector<std::int64_t>;
 
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
@@ -159,10 +159,12 @@ class Communicator {
   // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK): true when they
   // differ, false when empty or all equal (the equal-chunk paths serve).
   bool Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const;
-  std::unique_ptr<PendingCollective> StartUnevenReduceScatterSum(const torch::Tensor& input, torch::Tensor& output,
-                                                                 const Chunks& chunks);
-  std::unique_ptr<PendingCollective> StartUnevenAllGather(const torch::Tensor& shard, torch::Tensor& output,
-                                                          const Chunks& chunks);
+  // The reduce-scatter and all-gather as one all-to-all each: Gloo's reduce-scatter
+  // (GlooReduceScatter::kAllToAll, `chunks` empty) and uneven chunks on either backend.
+  std::unique_ptr<PendingCollective> StartAllToAllReduceScatter(const torch::Tensor& input, torch::Tensor& output,
+                                                                const Chunks& chunks);
+  std::unique_ptr<PendingCollective> StartAllToAllGather(const torch::Tensor& shard, torch::Tensor& output,
+                                                         const Chunks& chunks);
 
   int rank_;
   int world_size_;
