@@ -20,7 +20,8 @@ inline constexpr std::int64_t kMostGlobalBatch = 1'000'000;
 inline constexpr std::int64_t kMostMicroBatch = kMostGlobalBatch;
 
 // The largest `state_share` a rank may hold: shares are relative (fractions, or counts
-// of any unit), and this bound keeps their sums exact in a double.
+// of any unit); the bound keeps their sum finite and a bucket's cut points
+// (size * running sum / sum, launcher/zero/flat_layout.h) well within a double.
 inline constexpr double kMostStateShare = 1e9;
 
 // The plan file's `format`. Optional when reading (a hand-written plan may leave it out);

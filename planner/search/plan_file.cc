@@ -176,8 +176,12 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan) {
   }
 }
 
+namespace {
+
+// The schedule a plan that fits `cluster` (RequirePlanForCluster) gives `problem`, built
+// for plan.stage: rank r is the r-th device in cluster-file order, one assignment each.
+// Throws InputError naming the plan's micro-batch a device cannot hold.
 Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan) {
-  RequirePlanForCluster(cluster, plan);
   if (plan.model_params && *plan.model_params != problem.params) {
     throw InputError(plan.file, "model.params",
                      "is " + std::to_string(*plan.model_params) + " but the profiles are of a model of " +
@@ -200,9 +204,11 @@ Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem,
   return schedule;
 }
 
+// The state shares of a plan that fits `cluster` as fractions per device class, in
+// ClusterSpec::DeviceTypes() order (StageProblem::state_shares; empty for the even
+// split). Throws InputError naming the plan's key when two ranks of one type differ.
 std::vector<double> ClassSharesOfPlan(const ClusterSpec& cluster, const WorkerPlan& plan) {
   if (plan.state_shares.empty()) return {};
-  RequirePlanForCluster(cluster, plan);
   double sum = 0;
   for (const double share : plan.state_shares) sum += share;
   const std::vector<std::string> types = cluster.DeviceTypes();
@@ -225,8 +231,11 @@ std::vector<double> ClassSharesOfPlan(const ClusterSpec& cluster, const WorkerPl
   return shares;
 }
 
+}  // namespace
+
 StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                            const WorkerPlan& plan) {
+  RequirePlanForCluster(cluster, plan);
   const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage, ClassSharesOfPlan(cluster, plan));
   if (!problem.feasible) {
     throw InputError(

@@ -39,21 +39,12 @@ nlohmann::ordered_json PredictionJson(const StepPrediction& prediction);
 // `simulate --plan` check this first.
 void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
 
-// The schedule a plan file gives `problem`, which must be built for plan.stage on
-// `cluster`: rank r is the r-th device in cluster-file order, one assignment each.
-// Throws InputError naming the plan file when it does not fit: RequirePlanForCluster,
-// or a micro-batch the device cannot hold.
-Schedule ScheduleOfPlan(const ClusterSpec& cluster, const StageProblem& problem, const WorkerPlan& plan);
-
-// The plan's state shares as fractions per device class, in ClusterSpec::DeviceTypes()
-// order (StageProblem::state_shares; empty for the even split). Throws InputError naming
-// the plan's key when two ranks of one type hold different shares.
-std::vector<double> ClassSharesOfPlan(const ClusterSpec& cluster, const WorkerPlan& plan);
-
-// The cost model's prediction for a plan file on `cluster` with `profiles` (with its
-// state shares). Throws InputError naming the plan file when its stage cannot run there,
-// or as ScheduleOfPlan. `simulate --plan` prints it; `launch --plan` checks a plan with it
-// before starting.
+// The cost model's prediction for a plan file on `cluster` with `profiles`, with its
+// state shares. Throws InputError naming the plan file when it does not fit the cluster
+// (RequirePlanForCluster), its stage cannot run there, a device cannot hold one of its
+// micro-batches, or two ranks of one device type hold different state shares (the cost
+// model gives a type one share). `simulate --plan` prints it; `launch --plan` checks a
+// plan with it before starting.
 StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                            const WorkerPlan& plan);
 

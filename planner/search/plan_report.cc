@@ -70,12 +70,11 @@ std::string StateSplitLines(const PlanResult& result) {
   std::string lines = "state split (stage " + std::to_string(problem.stage) + "), uneven:";
   for (std::size_t c = 0; c < problem.classes.size(); ++c) {
     const DeviceClass& device_class = problem.classes[c];
-    lines += " " + device_class.type + " " + Fixed(100 * problem.state_shares[c], 2) + "% each (max mb " +
-             std::to_string(device_class.max_micro_batch) + "; even split: " +
-             (even.classes.size() == problem.classes.size() && even.classes[c].memory.states_fit
-                  ? std::to_string(even.classes[c].max_micro_batch)
-                  : "states do not fit") +
-             ")" + (c + 1 < problem.classes.size() ? ";" : "");
+    lines +=
+        " " + device_class.type + " " + Fixed(100 * problem.state_shares[c], 2) + "% each (max mb " +
+        std::to_string(device_class.max_micro_batch) + "; even split: " +
+        (even.classes[c].memory.states_fit ? std::to_string(even.classes[c].max_micro_batch) : "states do not fit") +
+        ")" + (c + 1 < problem.classes.size() ? ";" : "");
   }
   return lines + "\n";
 }

@@ -26,8 +26,8 @@ struct StageOutcome {
   std::string reason;  // why not, when !feasible
   Schedule schedule;
   StepPrediction prediction;
-  // With uneven state shares (problem.state_shares): the even split's problem, for
-  // reports of what the split changed.
+  // With uneven state shares (problem.state_shares): the even split's problem, with the
+  // same classes, for reports of what the split changed.
   std::optional<StageProblem> even_split;
 };
 

@@ -60,8 +60,8 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
                                int stage, const std::vector<double>& state_shares) {
   StageProblem problem;
   problem.stage = stage;
-  problem.state_shares = state_shares;
   const bool uneven = stage >= 1 && !state_shares.empty();
+  if (uneven) problem.state_shares = state_shares;
   problem.global_batch = cluster.global_batch;
   problem.precision = cluster.precision;
   const int ranks = cluster.DeviceCount();
