@@ -16,18 +16,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-def plan_doc(stage, ranks, global_batch=None):
-    """A plan (docs/formats.md, poplar-plan/1): `ranks` holds each rank's micro-batches;
-    the global batch is their sum unless given (a malformed plan may say otherwise)."""
-    return {"format": "poplar-plan/1", "stage": stage,
-            "global_batch": sum(map(sum, ranks)) if global_batch is None else global_batch,
-            "ranks": [{"rank": r, "micro_batches": list(m)} for r, m in enumerate(ranks)]}
+def plan_doc(stage, ranks, global_batch=None, shares=None):
+    """A plan (docs/formats.md, poplar-plan/1): `ranks` holds each rank's micro-batches,
+    `shares` (when given) each rank's state_share; the global batch is their sum unless
+    given (a malformed plan may say otherwise)."""
+    doc = {"format": "poplar-plan/1", "stage": stage,
+           "global_batch": sum(map(sum, ranks)) if global_batch is None else global_batch,
+           "ranks": [{"rank": r, "micro_batches": list(m)} for r, m in enumerate(ranks)]}
+    for entry, share in zip(doc["ranks"], shares or []):
+        entry["state_share"] = share
+    return doc
 
 
-def write_plan(path, stage, ranks, global_batch=None):
+def write_plan(path, stage, ranks, global_batch=None, shares=None):
     """Writes plan_doc(...) to `path`; returns `path`."""
     with open(path, "w") as f:
-        json.dump(plan_doc(stage, ranks, global_batch), f)
+        json.dump(plan_doc(stage, ranks, global_batch, shares), f)
     return path
 
 

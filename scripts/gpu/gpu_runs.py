@@ -163,12 +163,7 @@ class Runner:
         """Trains `steps` steps of the plan (stage, each rank's micro-batches, and each rank's
         state_share when `shares` is given); rank 0's metrics, or None when the run failed
         and need not succeed."""
-        document = worker_ranks.plan_doc(stage, ranks)
-        for entry, share in zip(document["ranks"], shares or []):
-            entry["state_share"] = share
-        plan = os.path.join(WORK, f"{name}.json")
-        with open(plan, "w") as f:
-            json.dump(document, f)
+        plan = worker_ranks.write_plan(os.path.join(WORK, f"{name}.json"), stage, ranks, shares=shares)
         metrics = os.path.join(WORK, f"{name}.jsonl")
         # --timeout 180: a rank that hangs costs a device call 3 minutes, not all of it.
         args = ["train", "--plan", plan, "--model-config", model, "--data", DATA, "--steps", str(steps),
