@@ -582,12 +582,13 @@ TEST_F(Resume, PrunesItsOwnCheckpointsNotThoseOfARunItWentBackFrom) {
   const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
   const std::string checkpoints = scratch.path() + "/checkpoints";
   // A run's last checkpoint is always written (a waiting one may be replaced by the
-  // next): steps 2 and 5 are on the disk, others may be.
+  // next): steps 2 and 5 are on the disk, step 1 may be. The abandoned run writes step 5
+  // alone, so that none of its checkpoints lies among the steps the next run may skip.
   ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 2, {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
                   .AllSucceeded());
   ASSERT_TRUE(RunJob(scratch, 1,
                      Args(scratch, one, 5,
-                          {"--resume", checkpoints, "--checkpoint-dir", checkpoints, "--checkpoint-every", "1"}))
+                          {"--resume", checkpoints, "--checkpoint-dir", checkpoints, "--checkpoint-every", "5"}))
                   .AllSucceeded());
   const JobOutcome again = RunJob(scratch, 1,
                                   Args(scratch, one, 4,
