@@ -38,7 +38,9 @@ TEST(FlatLayout, SlicesFollowTheSharesAndPartitionEveryBucket) {
         EXPECT_EQ(bucket.owned_size, first.slices[rank]);
         // Within one element of the exact fraction.
         EXPECT_NEAR(static_cast<double>(bucket.owned_size), bucket.size * shares[rank] / sum, 1.0);
-        if (shares[rank] == 0) EXPECT_EQ(bucket.owned_size, 0);
+        if (shares[rank] == 0) {
+          EXPECT_EQ(bucket.owned_size, 0);
+        }
         next += bucket.owned_size;
       }
       EXPECT_EQ(next, first.begin + first.size);
