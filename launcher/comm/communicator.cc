@@ -251,6 +251,13 @@ bool Communicator::Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t
   return std::any_of(chunks.begin(), chunks.end(), [&](std::int64_t chunk) { return chunk != chunks[0]; });
 }
 
+void Communicator::RequireChunksAlone(const Chunks& chunks, std::int64_t whole, std::int64_t own) {
+  std::int64_t sum = 0;
+  for (const std::int64_t chunk : chunks) sum += chunk;
+  TORCH_CHECK(chunks.empty() ? whole == own : chunks[0] == own && sum == whole,
+              "collective: chunk sizes do not match the tensors");
+}
+
 std::unique_ptr<PendingCollective> Communicator::StartAllToAllReduceScatter(const torch::Tensor& input,
                                                                             torch::Tensor& output,
                                                                             const Chunks& chunks) {
@@ -292,9 +299,12 @@ std::unique_ptr<PendingCollective> Communicator::StartAllToAllGather(const torch
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
                                                                        torch::Tensor& output, const Chunks& chunks) {
   const auto chunk = output.numel();
-  const bool uneven = group_ && Uneven(chunks, input.numel(), chunk);
+  if (!group_) {
+    RequireChunksAlone(chunks, input.numel(), chunk);
+    return Pending("reduce-scatter", {}, [input, output, chunk]() mutable { output.copy_(input.narrow(0, 0, chunk)); });
+  }
+  const bool uneven = Uneven(chunks, input.numel(), chunk);
   TORCH_CHECK(uneven || input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
-  if (!group_) return Pending("reduce-scatter", {}, [input, output]() mutable { output.copy_(input); });
   volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
   if (uneven) return StartAllToAllReduceScatter(input, output, chunks);
   if (native_scatter_gather_) {
@@ -315,9 +325,15 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
 std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output,
                                                                 const Chunks& chunks) {
   const auto chunk = shard.numel();
-  const bool uneven = group_ && Uneven(chunks, output.numel(), chunk);
+  if (!group_) {
+    RequireChunksAlone(chunks, output.numel(), chunk);
+    return Pending("all-gather", {}, [shard, output, chunk]() mutable {
+      output.narrow(0, 0, chunk).copy_(shard);
+      output.narrow(0, chunk, output.numel() - chunk).zero_();  // the absent ranks' chunks
+    });
+  }
+  const bool uneven = Uneven(chunks, output.numel(), chunk);
   TORCH_CHECK(uneven || output.numel() == chunk * world_size_, "AllGather: sizes do not match");
-  if (!group_) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });
   volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
   if (uneven) return StartAllToAllGather(shard, output, chunks);
   auto source = shard.contiguous();

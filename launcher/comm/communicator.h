@@ -95,8 +95,10 @@ class Communicator {
 
   // Every rank's chunk of a reduce-scatter's input or an all-gather's output, in rank
   // order, adding up to its size (ZeRO's uneven state shares); empty: world_size equal
-  // chunks. Uneven chunks travel as one all-to-all with per-rank counts (Gloo: pairwise
-  // exchange; NCCL: grouped send and receive), whose pace the largest chunk sets, on
+  // chunks. A rank alone (no group) may be given several chunks: it stands for rank 0 of
+  // that many, the others absent (flat_layout.h, LayoutWorldSize); it keeps chunk 0 of a
+  // reduce-scatter, and an all-gather leaves the other chunks zero. Uneven chunks travel as one all-to-all with
+  // per-rank counts (Gloo: pairwise exchange; NCCL: grouped send and receive), whose pace the largest chunk sets, on
   // Gloo whatever GlooReduceScatter says; equal ones as below.
   using Chunks = std::vector<std::int64_t>;
 
@@ -159,6 +161,8 @@ class Communicator {
   // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK): true when they
   // differ, false when empty or all equal (the equal-chunk paths serve).
   bool Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const;
+  // The same for a rank alone (chunk 0 is its own; empty: one chunk, the whole).
+  static void RequireChunksAlone(const Chunks& chunks, std::int64_t whole, std::int64_t own);
   // The reduce-scatter and all-gather as one all-to-all each: Gloo's reduce-scatter
   // (GlooReduceScatter::kAllToAll, `chunks` empty) and uneven chunks on either backend.
   std::unique_ptr<PendingCollective> StartAllToAllReduceScatter(const torch::Tensor& input, torch::Tensor& output,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -24,6 +25,15 @@
 namespace poplar {
 namespace {
 
+// The smallest share of the partitioned state (stages 1-3) a stage is measured holding
+// when a larger one does not fit: the planner's grid (kStateShareGrid).
+constexpr double kLeastProfiledShare = 1.0 / 64;
+
+// "all", "1/4": a share 1/2^k in words.
+std::string ShareText(double share) {
+  return share >= 1 ? "all" : "1/" + std::to_string(static_cast<long long>(std::llround(1 / share)));
+}
+
 // One timed run's measurements.
 struct Sample {
   double seconds = 0;
@@ -41,14 +51,18 @@ constexpr int kMostRunsPerPoint = 5;
 // One stage's model and engine, alive for one pass over that stage.
 class StageProfiler {
  public:
-  StageProfiler(const ModelConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
-                torch::Device device)
+  // `state_share` (stages 1-3): the fraction of the partitioned state this rank holds,
+  // standing for rank 0 of two whose other is absent when below 1 (LayoutWorldSize).
+  StageProfiler(const ModelConfig& config, int stage, double state_share, const ProfileOptions& options,
+                Communicator& communicator, torch::Device device)
       : config_(config), options_(options), device_(device), model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = MakeDecoder(config);
     model_->to(device);
+    const std::vector<double> shares =
+        state_share < 1 ? std::vector<double>{state_share, 1 - state_share} : std::vector<double>{};
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
-                         ComputingType(options.precision, device, "--precision"));
+                         ComputingType(options.precision, device, "--precision"), shares);
   }
 
   // Micro-batches of `size` samples: `warm_ups` untimed runs, then timed runs as
@@ -174,6 +188,7 @@ class StageProfiler {
 // What the passes measured of one stage: the sizes that fit and each size's samples.
 struct StageSamples {
   int stage = 0;
+  double state_share = 1;  // of the partitioned state, held while measuring
   int max_micro_batch = 0;
   std::map<int, std::vector<Sample>> runs;     // by micro-batch size
   std::map<int, std::vector<double>> replays;  // by size: from CUDA graphs (TimeReplays)
@@ -213,11 +228,12 @@ void TimeReplays(StageProfiler& profiler, StageSamples& samples, bool first_pass
 // Pass 1 of a stage: the sizes that fit (1, 2, 4, ... until one does not, then a binary
 // search between the last that did and the first that did not), each after a warm-up
 // run of its own, and the optimizer step.
-StageSamples FitStage(const ModelConfig& config, int stage, const ProfileOptions& options, Communicator& communicator,
-                      torch::Device device) {
+StageSamples FitStage(const ModelConfig& config, int stage, double state_share, const ProfileOptions& options,
+                      Communicator& communicator, torch::Device device) {
   StageSamples result;
   result.stage = stage;
-  StageProfiler profiler(config, stage, options, communicator, device);
+  result.state_share = state_share;
+  StageProfiler profiler(config, stage, state_share, options, communicator, device);
   result.collectives = profiler.CollectivePlan();
   auto fits = [&](int size) {
     auto samples = profiler.Measure(size, /*warm_ups=*/1);
@@ -240,8 +256,10 @@ StageSamples FitStage(const ModelConfig& config, int stage, const ProfileOptions
   result.max_micro_batch = low;
   TimeReplays(profiler, result, /*first_pass=*/true);
   if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
-  std::cerr << "poplar-worker profile: pass 1: stage " << stage << ": largest micro-batch " << low << ", "
-            << result.runs.size() << " sizes, " << TimedRuns(result) << " timed runs"
+  std::cerr << "poplar-worker profile: pass 1: stage " << stage
+            << (state_share < 1 ? " holding " + ShareText(state_share) + " of the state" : "")
+            << ": largest micro-batch " << low << ", " << result.runs.size() << " sizes, " << TimedRuns(result)
+            << " timed runs"
             << (result.replays.empty()
                     ? ""
                     : ", " + std::to_string(result.replays.size()) + " sizes replayed from CUDA graphs")
@@ -255,7 +273,7 @@ StageSamples FitStage(const ModelConfig& config, int stage, const ProfileOptions
 // earlier samples.
 void RemeasureStage(StageSamples& samples, int pass, const ModelConfig& config, const ProfileOptions& options,
                     Communicator& communicator, torch::Device device) {
-  StageProfiler profiler(config, samples.stage, options, communicator, device);
+  StageProfiler profiler(config, samples.stage, samples.state_share, options, communicator, device);
   profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
   const std::size_t runs_before = TimedRuns(samples);
   for (auto& [size, runs] : samples.runs) {
@@ -271,6 +289,7 @@ StageProfile Summarize(const StageSamples& samples) {
   StageProfile result;
   result.stage = samples.stage;
   result.world_size = 1;
+  if (samples.state_share < 1) result.state_share = samples.state_share;
   result.max_micro_batch = samples.max_micro_batch;
   result.collectives = samples.collectives;
   for (const auto& [size, runs] : samples.runs) {
@@ -329,18 +348,34 @@ void Profile(const ProfileOptions& options) {
   const std::string memory =
       std::to_string(capacity) + " bytes" + (options.device.memory_bytes > 0 ? " (--memory-bytes)" : "");
   for (int stage : options.stages) {
-    try {
-      samples.push_back(FitStage(config, stage, options, communicator, device));
-    } catch (const c10::OutOfMemoryError&) {
-      // Before any micro-batch: the model and its optimizer state alone (Measure
-      // recovers from what a micro-batch runs out of).
-      throw InputError(options.model_config, "",
-                       "the model does not fit in " + memory + " at stage " + std::to_string(stage) +
-                           ": its states alone need more");
-    }
-    if (samples.back().runs.empty()) {
-      throw InputError(options.model_config, "",
-                       "not even one sample fits in " + memory + " at stage " + std::to_string(stage));
+    // Stages 1-3 a device cannot measure holding the whole state it measures holding
+    // half of it, a quarter, ... down to kLeastProfiledShare.
+    for (double share = 1;; share /= 2) {
+      const bool last = stage == 0 || share <= kLeastProfiledShare;
+      const std::string holding = share < 1 ? " holding " + ShareText(share) + " of the partitioned state" : "";
+      std::optional<StageSamples> fitted;
+      try {
+        fitted = FitStage(config, stage, share, options, communicator, device);
+      } catch (const c10::OutOfMemoryError&) {
+        // Before any micro-batch: the model and its optimizer state alone (Measure
+        // recovers from what a micro-batch runs out of).
+        if (last) {
+          throw InputError(options.model_config, "",
+                           "the model does not fit in " + memory + " at stage " + std::to_string(stage) + holding +
+                               ": its states alone need more");
+        }
+      }
+      if (fitted && fitted->runs.empty() && last) {
+        throw InputError(options.model_config, "",
+                         "not even one sample fits in " + memory + " at stage " + std::to_string(stage) + holding);
+      }
+      if (fitted && !fitted->runs.empty()) {
+        samples.push_back(std::move(*fitted));
+        break;
+      }
+      ReleaseCachedMemory(device);
+      std::cerr << "poplar-worker profile: stage " << stage << ": nothing fits holding " << ShareText(share)
+                << " of the partitioned state; measuring with " << ShareText(share / 2) << "\n";
     }
   }
   for (int pass = 2; pass <= options.repeats; ++pass) {

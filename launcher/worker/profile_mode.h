@@ -3,7 +3,12 @@
 //
 // Pass 1 measures each stage alone (world size 1): a warm-up and timed runs at micro-batch
 // sizes 1, 2, 4, ... until one runs out of memory, then a binary search between the last
-// size that fitted and the first that did not finds the largest micro-batch.
+// size that fitted and the first that did not finds the largest micro-batch. A stage
+// (1-3) whose states alone, or with one sample, do not fit is measured holding half of
+// the partitioned state, then a quarter, ... down to 1/64, as rank 0 of two whose other
+// is absent (flat_layout.h, LayoutWorldSize): the profile records the share, and the
+// planner derives what any other share frees or costs. Stage 0 and 1/64 that does not
+// fit are errors.
 // Out-of-memory errors are caught and recovered from, never fatal. Passes 2..`repeats`
 // build each stage's model and engine afresh, stage after stage in a rotating order, and
 // time every size that fitted again. A size is timed over consecutive runs until they

@@ -27,6 +27,10 @@ std::vector<std::int64_t> ShareSlices(std::int64_t size, const std::vector<doubl
   return slices;
 }
 
+int LayoutWorldSize(int world_size, const std::vector<double>& shares) {
+  return world_size == 1 && shares.size() > 1 ? static_cast<int>(shares.size()) : world_size;
+}
+
 FlatLayout::FlatLayout(const std::vector<std::vector<NamedTensor>>& buckets, int world_size, int rank, bool sharded,
                        const std::vector<double>& shares)
     : partitioned_(sharded && world_size > 1) {

@@ -31,6 +31,13 @@ using NamedTensor = std::pair<std::string, torch::Tensor>;
 // on shares that are not one finite number >= 0 per rank with a positive sum.
 std::vector<std::int64_t> ShareSlices(std::int64_t size, const std::vector<double>& shares, int world_size);
 
+// The number of ranks a layout is cut for: `world_size`, except that a rank alone given
+// k > 1 shares stands for rank 0 of k ranks whose others are absent. It then holds its
+// share of the state alone and computes as that rank would; the Communicator's
+// collectives of one rank leave the absent ranks' chunks zero. This is how
+// `poplar-worker profile` measures a device that cannot hold the whole state.
+int LayoutWorldSize(int world_size, const std::vector<double>& shares);
+
 struct FlatSlot {
   std::string name;
   torch::Tensor parameter;

@@ -116,7 +116,8 @@ torch::ScalarType ComputingType(const std::string& worker_precision, torch::Devi
 // `working` is the precision of computation and communication: kFloat32, or kBFloat16
 // for mixed precision (bf16 parameters and gradients, fp32 master weights and Adam state
 // in the owned slices: the ZeRO paper's 2 + 2 + 12 bytes per parameter). `state_shares`
-// (stages 1-3): every rank's share of the sharded state, flat_layout.h; empty: even.
+// (stages 1-3): every rank's share of the sharded state, flat_layout.h; empty: even; a
+// rank alone may be given more than one (LayoutWorldSize: it holds the first).
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,
                                            const AdamWOptions& options, std::int64_t bucket_elements,
                                            torch::ScalarType working = torch::kFloat32,

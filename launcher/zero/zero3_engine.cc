@@ -40,7 +40,8 @@ struct UnitFunction : public torch::autograd::Function<UnitFunction> {
 
 Zero3Engine::Zero3Engine(Decoder model, Communicator& communicator, const AdamWOptions& options,
                          torch::ScalarType working, const std::vector<double>& state_shares)
-    : ShardedAdamW(FlatLayout(UnitBuckets(model), communicator.world_size(), communicator.rank(), true, state_shares),
+    : ShardedAdamW(FlatLayout(UnitBuckets(model), LayoutWorldSize(communicator.world_size(), state_shares),
+                              communicator.rank(), true, state_shares),
                    communicator, options, model->device(), working, model->tied_head()),
       model_(std::move(model)) {
   // Unit u needs bucket u; a tied head also needs the token embedding.

@@ -19,15 +19,17 @@ struct GradientReadyHook : public torch::autograd::FunctionPostHook {
 ZeroEngine::ZeroEngine(Decoder model, int stage, Communicator& communicator, const AdamWOptions& options,
                        std::int64_t bucket_elements, torch::ScalarType working, const std::vector<double>& state_shares)
     : ShardedAdamW(FlatLayout(FlatLayout::BucketsOf(model->NamedParameters(), bucket_elements),
-                              communicator.world_size(), communicator.rank(), stage >= 1, state_shares),
+                              LayoutWorldSize(communicator.world_size(), state_shares), communicator.rank(), stage >= 1,
+                              state_shares),
                    communicator, options, model->device(), working, model->tied_head()),
       model_(std::move(model)),
       stage_(stage) {
   TORCH_CHECK(stage >= 0 && stage <= 2, "ZeroEngine runs stages 0-2, got ", stage);
   torch::NoGradGuard no_grad;
+  // The gradient buffers come after the parameters have moved into the flat buffer (each
+  // parameter's own storage is freed as it moves): the model's parameters and both flat
+  // buffers are never held at once, so that construction peaks no higher than training.
   flat_parameters_ = WorkingZeros(layout_.total());
-  if (stage_ <= 1) flat_gradients_ = WorkingZeros(layout_.total());
-  if (stage_ == 2) gradient_shard_ = WorkingZeros(layout_.shard_total());
   for (const FlatBucket& bucket : layout_.buckets()) {
     for (int index : bucket.slots) {
       const FlatSlot& slot = layout_.slots()[index];
@@ -36,9 +38,15 @@ ZeroEngine::ZeroEngine(Decoder model, int stage, Communicator& communicator, con
       auto view = flat_parameters_.narrow(0, slot.offset, slot.numel).view(slot.shape);
       view.copy_(parameter);
       parameter.set_data(view);
-      if (stage_ <= 1) parameter.mutable_grad() = flat_gradients_.narrow(0, slot.offset, slot.numel).view(slot.shape);
     }
   }
+  if (stage_ <= 1) {
+    flat_gradients_ = WorkingZeros(layout_.total());
+    for (const FlatSlot& slot : layout_.slots()) {
+      slot.parameter.mutable_grad() = flat_gradients_.narrow(0, slot.offset, slot.numel).view(slot.shape);
+    }
+  }
+  if (stage_ == 2) gradient_shard_ = WorkingZeros(layout_.shard_total());
   slot_bucket_.resize(layout_.slots().size());
   for (int b = 0; b < static_cast<int>(layout_.buckets().size()); ++b) {
     for (int index : layout_.buckets()[b].slots) slot_bucket_[index] = b;

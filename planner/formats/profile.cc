@@ -67,6 +67,15 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
   } else {
     fields.Child("world_size");
   }
+  if (fields.Has("state_share")) {
+    stage.state_share = fields.NumberIn("state_share", 0, 1, "a fraction of the partitioned state in (0, 1]");
+    if (stage.stage == 0) fields.Fail("state_share", "stage 0 partitions no state");
+    if (*stage.state_share <= 0) {
+      fields.Fail("state_share", "must be a fraction of the partitioned state in (0, 1], got 0");
+    }
+  } else {
+    fields.Child("state_share");
+  }
   stage.max_micro_batch =
       static_cast<int>(fields.IntegerIn("max_micro_batch", 0, kMostMicroBatch, "a number of samples"));
   stage.optimizer_step_s =
@@ -203,6 +212,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     nlohmann::ordered_json entry;
     entry["stage"] = stage.stage;
     entry["world_size"] = stage.world_size;
+    if (stage.state_share) entry["state_share"] = *stage.state_share;
     entry["max_micro_batch"] = stage.max_micro_batch;
     entry["optimizer_step_s"] = stage.optimizer_step_s;
     if (stage.collectives) {

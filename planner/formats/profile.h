@@ -16,9 +16,11 @@
 //               ...]}
 //
 // `points` are forward plus backward of one micro-batch on one device; `world_size` is
-// the number of ranks the stage ran with while measuring (it sets how much of the model
-// state each rank held, see docs/cost-model.md); `optimizer_step_s` is the time of one
-// optimizer step over the parameters that rank updated at that world size.
+// the number of ranks the stage ran with while measuring and `state_share` (stages 1-3,
+// optional) the fraction of the partitioned state the measuring rank held when not
+// 1/world_size: together they set the model-state bytes in the peaks (docs/cost-model.md);
+// `optimizer_step_s` is the time of one optimizer step over the parameters that rank
+// updated.
 #pragma once
 
 #include <cstdint>
@@ -74,10 +76,14 @@ inline constexpr std::pair<const char*, CollectiveUse CollectiveParams::*> kColl
 struct StageProfile {
   int stage = 0;                                // 0..3
   int world_size = 1;                           // ranks while measuring, > 0
+  std::optional<double> state_share;            // in (0, 1], stages 1-3; absent: 1/world_size
   int max_micro_batch = 0;                      // largest micro-batch that fit, >= 0
   double optimizer_step_s = 0;                  // >= 0
   std::optional<CollectiveParams> collectives;  // "collectives", optional
   std::vector<ProfilePoint> points;             // non-empty, increasing micro_batch
+
+  // The fraction of the partitioned state the measuring rank held.
+  double HeldShare() const { return state_share ? *state_share : 1.0 / world_size; }
 };
 
 struct ModelInfo {

@@ -1,11 +1,13 @@
 #include "planner/model/cost_model.h"
 
+#include <cmath>
+
 namespace poplar {
 namespace {
 
-double UpdatedParams(int stage, std::int64_t params, int world_size) {
+double UpdatedParams(int stage, std::int64_t params, double share) {
   if (stage == 0) return static_cast<double>(params);
-  return static_cast<double>((params + world_size - 1) / world_size);
+  return std::ceil(static_cast<double>(params) * share);
 }
 
 }  // namespace
@@ -52,10 +54,10 @@ StageCommunication CommunicationForStage(const CollectiveParams& moved, Precisio
   return comm;
 }
 
-double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params, int profiled_world_size,
-                        int world_size) {
-  const double measured = UpdatedParams(stage, params, profiled_world_size);
-  return profiled_step_s * UpdatedParams(stage, params, world_size) / measured;
+double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params, double profiled_share, double share) {
+  const double measured = UpdatedParams(stage, params, profiled_share);
+  if (measured <= 0) return 0;
+  return profiled_step_s * UpdatedParams(stage, params, share) / measured;
 }
 
 }  // namespace poplar

@@ -32,13 +32,19 @@ ModelStateBytes ModelStatesForShare(std::int64_t params, int stage, double share
   return StatesOwning(params, stage, static_cast<std::int64_t>(owned), precision);
 }
 
+std::int64_t ConstructionBytes(std::int64_t params, int stage, const ModelStateBytes& states) {
+  return 4 * params + states.parameters + states.optimizer + (stage >= 3 ? states.gradients : 0);
+}
+
 MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size,
                     std::optional<double> share) {
   // Least-squares line peak = base + slope * b over the measured points. With one point
   // the base is taken to be the model states alone.
   const Precision precision = profile.model.precision;
   const std::int64_t states_measured =
-      ModelStatesPerRank(profile.model.params, stage.stage, stage.world_size, precision).Total();
+      (stage.state_share ? ModelStatesForShare(profile.model.params, stage.stage, *stage.state_share, precision)
+                         : ModelStatesPerRank(profile.model.params, stage.stage, stage.world_size, precision))
+          .Total();
   const auto& points = stage.points;
   double slope = 0;
   double base = 0;
@@ -64,13 +70,14 @@ MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int
 
   MemoryFit fit;
   fit.capacity_bytes = profile.memory_bytes;
-  fit.model_state_bytes = (share ? ModelStatesForShare(profile.model.params, stage.stage, *share, precision)
-                                 : ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision))
-                              .Total();
+  const ModelStateBytes states = share ? ModelStatesForShare(profile.model.params, stage.stage, *share, precision)
+                                       : ModelStatesPerRank(profile.model.params, stage.stage, world_size, precision);
+  fit.model_state_bytes = states.Total();
+  fit.construction_bytes = ConstructionBytes(profile.model.params, stage.stage, states);
   fit.fixed_bytes = std::max<std::int64_t>(0, std::llround(base) - states_measured);
   fit.activation_bytes_per_sample = std::max<std::int64_t>(0, std::llround(slope));
   const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes;
-  fit.states_fit = free_bytes >= 0;
+  fit.states_fit = free_bytes >= 0 && fit.construction_bytes <= fit.capacity_bytes;
   if (!fit.states_fit) return fit;
 
   // Two estimates of the cap at `world_size`; the smaller wins:

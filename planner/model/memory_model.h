@@ -40,13 +40,20 @@ struct MemoryFit {
   std::int64_t model_state_bytes = 0;  // ModelStatesPerRank at world_size (or ForShare)
   std::int64_t fixed_bytes = 0;        // runtime overhead beyond model states
   std::int64_t activation_bytes_per_sample = 0;
-  bool states_fit = false;  // model states + fixed overhead fit
+  // What the worker holds while it builds the engine: the model whole in fp32 (it is made
+  // on the device and then taken over) beside the rank's parameters and optimizer state,
+  // and at stage 3 its gradient shard (ConstructionBytes).
+  std::int64_t construction_bytes = 0;
+  bool states_fit = false;  // model states + fixed overhead fit, and so does construction
   int max_micro_batch = 0;  // largest micro-batch that fits (0: none)
 
   std::int64_t BytesAt(int micro_batch) const {
     return model_state_bytes + fixed_bytes + activation_bytes_per_sample * micro_batch;
   }
 };
+
+// The bytes a rank holds while the worker builds its engine (MemoryFit::construction_bytes).
+std::int64_t ConstructionBytes(std::int64_t params, int stage, const ModelStateBytes& states);
 
 // `share`: the device's fraction of the partitioned states (stages 1-3) when not 1/world_size.
 MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int world_size,

@@ -90,11 +90,16 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
     device_class.max_micro_batch =
         static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch, cluster.global_batch));
     device_class.compute = CurveOf(*measured, ranks);
-    device_class.optimizer_s =
-        OptimizerSeconds(measured->optimizer_step_s, stage, profile.model.params, measured->world_size, ranks) *
-        (share ? *share * ranks : 1.0);
-    if (!device_class.memory.states_fit && reason.empty()) {
-      const MemoryFit& memory = device_class.memory;
+    device_class.optimizer_s = OptimizerSeconds(measured->optimizer_step_s, stage, profile.model.params,
+                                                measured->HeldShare(), share ? *share : 1.0 / ranks);
+    const MemoryFit& memory = device_class.memory;
+    if (!memory.states_fit && reason.empty() &&
+        memory.capacity_bytes - memory.model_state_bytes - memory.fixed_bytes >= 0) {
+      reason = "building the engine (the model whole in fp32 beside the rank's states: " +
+               Gibibytes(memory.construction_bytes) + ") does not fit on " + type + " (" +
+               Gibibytes(memory.capacity_bytes) + ")";
+    }
+    if (!memory.states_fit && reason.empty()) {
       reason = "model states (" + Gibibytes(memory.model_state_bytes) + " per rank)";
       if (memory.fixed_bytes > 0) {  // the rest of what the profile's peaks say is always in use
         reason += " and the fixed overhead the peak_bytes of " + profile.file + " imply (" +

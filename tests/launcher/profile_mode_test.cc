@@ -13,6 +13,7 @@
 #include "child_process.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/profile.h"
+#include "planner/model/memory_model.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {
@@ -147,6 +148,69 @@ TEST(ProfileMode, AMissingOutputFolderOrAPathLikeTypeIsRefusedAtOnce) {
                                      "its states alone need more"}))
       << tiny.err;
   EXPECT_FALSE(std::filesystem::exists(scratch.path() + "/tiny.json"));
+}
+
+// A device whose memory holds a sample only beside part of the state: stage 1 (the
+// optimizer state partitioned) is measured holding half of it, as rank 0 of two, and
+// the profile says so. What the memory model derives for that half from a profile of
+// the whole state, measured without a cap, is what the capped device measured.
+TEST(ProfileMode, AStageWhoseStatesDoNotFitIsMeasuredHoldingAShare) {
+  ScratchDir scratch("poplar_profile_share");
+  WriteModelConfig(scratch, /*n_embd=*/128, /*block_size=*/16, /*n_layer=*/4);
+  auto profile = [&](std::int64_t cap, const std::string& output) {
+    ChildOptions options;
+    options.argv = {POPLAR_WORKER_BINARY,
+                    "profile",
+                    "--model-config",
+                    scratch.path() + "/model.json",
+                    "-o",
+                    output,
+                    "--device-type",
+                    "small",
+                    "--memory-bytes",
+                    std::to_string(cap),
+                    "--threads",
+                    "1",
+                    "--stage",
+                    "1",
+                    "--repeats",
+                    "1",
+                    "--point-seconds",
+                    "0",
+                    "--largest-micro-batch",
+                    "64"};
+    return RunProcess(options, scratch.path());
+  };
+  const ProcessOutcome whole_run = profile(0, scratch.path() + "/whole.json");
+  ASSERT_EQ(whole_run.exit_code, 0) << whole_run.err;
+  const DeviceProfile whole = LoadProfileFile(scratch.path() + "/whole.json");
+  const StageProfile& all = whole.stages.at(0);
+  EXPECT_FALSE(all.state_share.has_value());
+  // 1 MB short of one sample beside the whole state; half the optimizer state (4 bytes a
+  // parameter, over 3 MB here) frees room for a few.
+  const std::int64_t cap = all.points.at(0).peak_bytes - 1'000'000;
+  const ProcessOutcome part_run = profile(cap, scratch.path() + "/part.json");
+  ASSERT_EQ(part_run.exit_code, 0) << part_run.err;
+  EXPECT_TRUE(Contains(part_run.err, "stage 1: nothing fits holding all of the partitioned state; measuring with 1/2"))
+      << part_run.err;
+  EXPECT_TRUE(Contains(part_run.err, "pass 1: stage 1 holding 1/2 of the state: largest micro-batch")) << part_run.err;
+  const DeviceProfile part = LoadProfileFile(scratch.path() + "/part.json");
+  const StageProfile& half = part.stages.at(0);
+  ASSERT_TRUE(half.state_share.has_value());
+  EXPECT_EQ(*half.state_share, 0.5);
+  EXPECT_GT(half.max_micro_batch, 1);
+  for (const ProfilePoint& point : half.points) EXPECT_LE(point.peak_bytes, cap);
+  EXPECT_GT(half.optimizer_step_s, 0);
+
+  DeviceProfile capped = whole;
+  capped.memory_bytes = cap;
+  EXPECT_EQ(FitMemory(capped, all, 1).max_micro_batch, 0) << "the whole state leaves no room";
+  const MemoryFit derived = FitMemory(capped, all, 2, 0.5);
+  EXPECT_NEAR(derived.max_micro_batch, half.max_micro_batch, 1);
+  // And the other way: the half-state profile derives the whole state's cap uncapped.
+  DeviceProfile uncapped = part;
+  uncapped.memory_bytes = whole.memory_bytes;
+  EXPECT_NEAR(FitMemory(uncapped, half, 1).fixed_bytes, FitMemory(whole, all, 1).fixed_bytes, 200'000);
 }
 
 TEST(ProfileMode, LaterPassesTimeTheStagesInTurnAfterEveryStageWasFitted) {

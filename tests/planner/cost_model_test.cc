@@ -176,12 +176,16 @@ TEST(StageProblem, ChargesTheTrainingLoopsScalarAllReducesPerStep) {
 }
 
 TEST(OptimizerSeconds, ScalesWithTheParametersARankUpdates) {
-  // Profiled alone (world size 1): stage 0 updates everything at any size, stage 2 on 8
-  // ranks an eighth.
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0, 800, 1, 8), 0.8);
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 2, 800, 1, 8), 0.1);
+  // Profiled holding the whole state: stage 0 updates everything at any size, stage 2 on
+  // 8 ranks an eighth.
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0, 800, 1.0, 1.0 / 8), 0.8);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 2, 800, 1.0, 1.0 / 8), 0.1);
   // Profiled on 2 ranks, planned on 4: half the time.
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 1, 800, 2, 4), 0.4);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 1, 800, 0.5, 0.25), 0.4);
+  // Profiled holding 1/64 of the state (a device too small for all of it), planned to
+  // hold half: 32 times as long; a share of 0 updates nothing.
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.1, 3, 6400, 1.0 / 64, 0.5), 3.2);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.1, 3, 6400, 1.0 / 64, 0.0), 0.0);
 }
 
 }  // namespace

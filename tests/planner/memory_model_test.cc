@@ -69,6 +69,28 @@ TEST(FitMemory, PartitionedStatesFreeRoomForMoreSamplesOnMoreRanks) {
   EXPECT_EQ(FitMemory(profile, profile.stages[0], 8).max_micro_batch, 40);
 }
 
+TEST(FitMemory, AProfileMeasuredHoldingAShareCountsThatShareInItsPeaks) {
+  // The device measured stage 3 holding 1/8 of the states (2 MB, not 16): the same
+  // peaks less 14 MB. Planned on 8 ranks it fits what the whole-state profile says; on
+  // one rank (the whole 16 MB) 7 samples fewer, and holding nothing one more.
+  const DeviceProfile whole = SmallProfile(40);
+  DeviceProfile part = whole;
+  StageProfile& three = part.stages[3];
+  three.state_share = 1.0 / 8;
+  three.max_micro_batch = 47;
+  for (ProfilePoint& point : three.points) point.peak_bytes -= 14'000'000;
+  for (int ranks : {1, 8}) {
+    const MemoryFit want = FitMemory(whole, whole.stages[3], ranks);
+    const MemoryFit got = FitMemory(part, three, ranks);
+    EXPECT_EQ(got.model_state_bytes, want.model_state_bytes) << ranks << " ranks";
+    EXPECT_EQ(got.fixed_bytes, want.fixed_bytes) << ranks << " ranks";
+    EXPECT_EQ(got.max_micro_batch, want.max_micro_batch) << ranks << " ranks";
+  }
+  EXPECT_EQ(FitMemory(part, three, 8).max_micro_batch, 47);
+  EXPECT_EQ(FitMemory(part, three, 1).max_micro_batch, 40);
+  EXPECT_EQ(FitMemory(part, three, 8, 0.0).max_micro_batch, 48);
+}
+
 TEST(FitMemory, MeasuredCapBelowTheModelWins) {
   // Fragmentation: only 30 fit when measured although the line says 40.
   const DeviceProfile profile = SmallProfile(30);
@@ -82,6 +104,28 @@ TEST(FitMemory, ModelThatDoesNotFitHasNoMicroBatch) {
   const MemoryFit fit = FitMemory(profile, profile.stages[0], 1);
   EXPECT_FALSE(fit.states_fit);
   EXPECT_EQ(fit.max_micro_batch, 0);
+}
+
+TEST(FitMemory, BuildingTheEngineMustFitBesideTheModelWhole) {
+  // The worker makes the model whole in fp32 (4 MB here) before the engine takes its
+  // share: at stage 3 on 8 ranks the states (2 MB) and a sample fit in 7 MB, but the
+  // model and the rank's parameters, optimizer state and gradient shard do not.
+  DeviceProfile profile = SmallProfile(40);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 8).construction_bytes, 4'000'000 + 2'000'000);
+  profile.memory_bytes = 7'000'000;
+  profile.stages[3].points = {{1, 0.1, 2'000'000 + 2'000'000}, {2, 0.2, 2'000'000 + 4'000'000}};
+  profile.stages[3].state_share = 1.0 / 8;
+  profile.stages[3].max_micro_batch = 2;
+  EXPECT_TRUE(FitMemory(profile, profile.stages[3], 8).states_fit);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 8).max_micro_batch, 2);
+  profile.memory_bytes = 5'000'000;  // room for the states and a sample, not the model whole
+  const MemoryFit fit = FitMemory(profile, profile.stages[3], 8);
+  EXPECT_FALSE(fit.states_fit);
+  EXPECT_EQ(fit.max_micro_batch, 0);
+  // Stage 1 in fp32 builds no higher than it trains: the gradients come once the model
+  // has moved into the engine's buffer.
+  const ModelStateBytes stage1 = ModelStatesPerRank(1'000'000, 1, 4, Precision::kFp32);
+  EXPECT_EQ(ConstructionBytes(1'000'000, 1, stage1), stage1.Total());
 }
 
 }  // namespace

@@ -425,6 +425,28 @@ TEST(ProfileFile, RejectsWorldSizeOutOfRange) {
                  "from 1 to 1000000");  // not cast to int unchecked
 }
 
+TEST(ProfileFile, RoundTripPreservesTheStateShareOfAStage) {
+  DeviceProfile profile = SampleProfile();
+  EXPECT_FALSE(RoundTrip(profile).stages[1].state_share.has_value());  // absent: 1/world_size
+  EXPECT_DOUBLE_EQ(RoundTrip(profile).stages[1].HeldShare(), 0.25);
+  profile.stages[1].world_size = 1;
+  profile.stages[1].state_share = 1.0 / 64;
+  const DeviceProfile parsed = RoundTrip(profile);
+  ASSERT_TRUE(parsed.stages[1].state_share.has_value());
+  EXPECT_EQ(*parsed.stages[1].state_share, 1.0 / 64);
+  EXPECT_EQ(parsed.stages[1].HeldShare(), 1.0 / 64);
+}
+
+TEST(ProfileFile, RejectsAStateShareOutsideItsRangeOrAtStageZero) {
+  ExpectRejected([](Json& j) { j["stages"][1]["state_share"] = 0; }, "stages[1].state_share",
+                 "fraction of the partitioned state in (0, 1], got 0");
+  ExpectRejected([](Json& j) { j["stages"][1]["state_share"] = 1.5; }, "stages[1].state_share",
+                 "fraction of the partitioned state in (0, 1], got 1.5");
+  ExpectRejected([](Json& j) { j["stages"][1]["state_share"] = "half"; }, "stages[1].state_share", "number");
+  ExpectRejected([](Json& j) { j["stages"][0]["state_share"] = 0.5; }, "stages[0].state_share",
+                 "stage 0 partitions no state");
+}
+
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
   ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; }, "stages[0].max_micro_batch",
                  "must be a number of samples from 0 to 1000000");

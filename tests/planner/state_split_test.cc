@@ -25,7 +25,7 @@ namespace poplar {
 namespace {
 
 constexpr std::int64_t kParams = 50'000'000;  // fp32: 16 bytes a parameter, 800 MB of states
-constexpr std::int64_t kSampleBytes = 100'000'000;
+constexpr std::int64_t kSampleBytes = 200'000'000;
 
 // Two slow devices with much memory and one fast device with little, at `global_batch`
 // (classes in that order: big, fast).
@@ -65,11 +65,11 @@ DeviceProfile Profile(const std::string& type, std::int64_t memory_bytes, double
   return profile;
 }
 
-// big: 16 GB, profiled on 3 ranks. fast: 3x faster, 400 MB, profiled on 8 ranks (only
+// big: 16 GB, profiled on 3 ranks. fast: 3x faster, 500 MB, profiled on 8 ranks (only
 // stage 3 fit there); on these 3 its even share of the states leaves no room for a
-// sample.
+// sample (but does for building the engine: the model whole, 200 MB, beside 267 MB).
 std::map<std::string, DeviceProfile> SkewedProfiles() {
-  return {{"fast", Profile("fast", 400'000'000, 0.01, 8)}, {"big", Profile("big", 16'000'000'000, 0.03, 3)}};
+  return {{"fast", Profile("fast", 500'000'000, 0.01, 8)}, {"big", Profile("big", 16'000'000'000, 0.03, 3)}};
 }
 
 TEST(StateSplit, AMemoryPoorFastDeviceHoldsLessStateAndTheStepIsShorter) {
@@ -132,7 +132,8 @@ TEST(StateSplit, SharesSetTheCapTheOptimizerAndTheCollectivesPace) {
   EXPECT_EQ(split.classes[1].memory.model_state_bytes, ModelStatesForShare(kParams, 3, 0, Precision::kFp32).Total());
   EXPECT_GT(split.classes[1].memory.max_micro_batch, even.classes[1].memory.max_micro_batch);
   EXPECT_LT(split.classes[0].memory.max_micro_batch, even.classes[0].memory.max_micro_batch);
-  EXPECT_NEAR(split.classes[0].optimizer_s, 1.5 * even.classes[0].optimizer_s, 1e-12);
+  // (ceil(P/2) parameters against ceil(P/3): 1.5 within the rounding)
+  EXPECT_NEAR(split.classes[0].optimizer_s, 1.5 * even.classes[0].optimizer_s, 1e-6 * even.classes[0].optimizer_s);
   EXPECT_EQ(split.classes[1].optimizer_s, 0);
   // The largest slice is 1.5 times the even one: the bytes of every gather and scatter
   // take 1.5 times as long, the calls' fixed costs stay.
