@@ -301,7 +301,11 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   const auto chunk = output.numel();
   if (!group_) {
     RequireChunksAlone(chunks, input.numel(), chunk);
-    return Pending("reduce-scatter", {}, [input, output, chunk]() mutable { output.copy_(input.narrow(0, 0, chunk)); });
+    // Standing for rank 0 of several, it holds what the all-to-all's receiving buffer
+    // would until Wait (the memory a rank of a real job spends).
+    const auto received = torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, input.options());
+    return Pending("reduce-scatter", {},
+                   [input, output, chunk, received]() mutable { output.copy_(input.narrow(0, 0, chunk)); });
   }
   const bool uneven = Uneven(chunks, input.numel(), chunk);
   TORCH_CHECK(uneven || input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
@@ -327,7 +331,10 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
   const auto chunk = shard.numel();
   if (!group_) {
     RequireChunksAlone(chunks, output.numel(), chunk);
-    return Pending("all-gather", {}, [shard, output, chunk]() mutable {
+    // As above: Gloo's all-gather gathers into a flat buffer of one chunk per rank, and
+    // uneven chunks' all-to-all sends a copy of the chunk per rank.
+    const auto copies = torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, shard.options());
+    return Pending("all-gather", {}, [shard, output, chunk, copies]() mutable {
       output.narrow(0, 0, chunk).copy_(shard);
       output.narrow(0, chunk, output.numel() - chunk).zero_();  // the absent ranks' chunks
     });

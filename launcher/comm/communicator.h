@@ -95,11 +95,16 @@ class Communicator {
 
   // Every rank's chunk of a reduce-scatter's input or an all-gather's output, in rank
   // order, adding up to its size (ZeRO's uneven state shares); empty: world_size equal
-  // chunks. A rank alone (no group) may be given several chunks: it stands for rank 0 of
-  // that many, the others absent (flat_layout.h, LayoutWorldSize); it keeps chunk 0 of a
-  // reduce-scatter, and an all-gather leaves the other chunks zero. Uneven chunks travel as one all-to-all with
-  // per-rank counts (Gloo: pairwise exchange; NCCL: grouped send and receive), whose pace the largest chunk sets, on
-  // Gloo whatever GlooReduceScatter says; equal ones as below.
+  // chunks. Uneven chunks travel as one all-to-all with per-rank counts (Gloo: pairwise
+  // exchange; NCCL: grouped send and receive), whose pace the largest chunk sets, on Gloo
+  // whatever GlooReduceScatter says; equal ones as below.
+  //
+  // A rank alone (no group) may be given several chunks: it stands for rank 0 of that
+  // many, the others absent (flat_layout.h, LayoutWorldSize). It keeps chunk 0 of a
+  // reduce-scatter, and its all-gather leaves the other chunks zero; each holds until
+  // Wait the buffer the Gloo path would (one chunk of its own size per rank: what the
+  // all-to-all receives, what Gloo's all-gather gathers into or sends), so that a
+  // profile measures the memory of a rank of a real job.
   using Chunks = std::vector<std::int64_t>;
 
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
