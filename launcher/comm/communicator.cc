@@ -243,19 +243,12 @@ std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor
 
 bool Communicator::Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const {
   if (chunks.empty()) return false;
-  TORCH_CHECK(static_cast<int>(chunks.size()) == world_size_, "collective: ", chunks.size(), " chunks for ",
+  TORCH_CHECK(static_cast<int>(chunks.size()) == world_size_ || !group_, "collective: ", chunks.size(), " chunks for ",
               world_size_, " ranks");
   std::int64_t sum = 0;
   for (const std::int64_t chunk : chunks) sum += chunk;
   TORCH_CHECK(sum == whole && chunks[rank_] == own, "collective: chunk sizes do not match the tensors");
   return std::any_of(chunks.begin(), chunks.end(), [&](std::int64_t chunk) { return chunk != chunks[0]; });
-}
-
-void Communicator::RequireChunksAlone(const Chunks& chunks, std::int64_t whole, std::int64_t own) {
-  std::int64_t sum = 0;
-  for (const std::int64_t chunk : chunks) sum += chunk;
-  TORCH_CHECK(chunks.empty() ? whole == own : chunks[0] == own && sum == whole,
-              "collective: chunk sizes do not match the tensors");
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllToAllReduceScatter(const torch::Tensor& input,
@@ -299,16 +292,17 @@ std::unique_ptr<PendingCollective> Communicator::StartAllToAllGather(const torch
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
                                                                        torch::Tensor& output, const Chunks& chunks) {
   const auto chunk = output.numel();
+  const bool uneven = Uneven(chunks, input.numel(), chunk);
+  TORCH_CHECK(!chunks.empty() || input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
   if (!group_) {
-    RequireChunksAlone(chunks, input.numel(), chunk);
     // Standing for rank 0 of several, it holds what the all-to-all's receiving buffer
     // would until Wait (the memory a rank of a real job spends).
-    const auto received = torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, input.options());
+    const auto received = chunks.size() > 1
+                              ? torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, input.options())
+                              : torch::Tensor();
     return Pending("reduce-scatter", {},
                    [input, output, chunk, received]() mutable { output.copy_(input.narrow(0, 0, chunk)); });
   }
-  const bool uneven = Uneven(chunks, input.numel(), chunk);
-  TORCH_CHECK(uneven || input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
   volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
   if (uneven) return StartAllToAllReduceScatter(input, output, chunks);
   if (native_scatter_gather_) {
@@ -329,8 +323,10 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
 std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output,
                                                                 const Chunks& chunks) {
   const auto chunk = shard.numel();
+  const bool uneven = Uneven(chunks, output.numel(), chunk);
+  TORCH_CHECK(!chunks.empty() || output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   if (!group_) {
-    RequireChunksAlone(chunks, output.numel(), chunk);
+    if (chunks.size() <= 1) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });
     // As above: Gloo's all-gather gathers into a flat buffer of one chunk per rank, and
     // uneven chunks' all-to-all sends a copy of the chunk per rank.
     const auto copies = torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, shard.options());
@@ -339,8 +335,6 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
       output.narrow(0, chunk, output.numel() - chunk).zero_();  // the absent ranks' chunks
     });
   }
-  const bool uneven = Uneven(chunks, output.numel(), chunk);
-  TORCH_CHECK(uneven || output.numel() == chunk * world_size_, "AllGather: sizes do not match");
   volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
   if (uneven) return StartAllToAllGather(shard, output, chunks);
   auto source = shard.contiguous();

@@ -163,11 +163,10 @@ class Communicator {
   // do once it is done.
   std::unique_ptr<PendingCollective> Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
                                              std::function<void()> finish);
-  // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK): true when they
-  // differ, false when empty or all equal (the equal-chunk paths serve).
+  // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK; one per rank, or any
+  // number for a rank alone): true when they differ, false when empty or all equal (the
+  // equal-chunk paths serve).
   bool Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const;
-  // The same for a rank alone (chunk 0 is its own; empty: one chunk, the whole).
-  static void RequireChunksAlone(const Chunks& chunks, std::int64_t whole, std::int64_t own);
   // The reduce-scatter and all-gather as one all-to-all each: Gloo's reduce-scatter
   // (GlooReduceScatter::kAllToAll, `chunks` empty) and uneven chunks on either backend.
   std::unique_ptr<PendingCollective> StartAllToAllReduceScatter(const torch::Tensor& input, torch::Tensor& output,

@@ -1,5 +1,4 @@
 // `poplar profile` and `poplar status`: the head node asking the cluster's agents.
-#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -39,20 +38,14 @@ void RunProfile(const ProfileOptions& options) {
   ModelConfigText(cluster, "to profile the devices");  // a bad model is named before agents are asked
   ClusterAgents agents = ConnectAgents(cluster);
   const auto profiles = FetchProfiles(cluster, agents, dir, options.request);
-  // The partitioned state a stage was measured holding: "all", or "1/4" where the device
-  // could not hold it all beside a sample (stages 1-3).
-  const auto held = [](const StageProfile& stage) -> std::string {
-    if (stage.stage == 0 || stage.HeldShare() >= 1) return "all";
-    return "1/" + std::to_string(std::llround(1 / stage.HeldShare()));
-  };
   TextTable table(
       {"device type", "emulated", "memory", "stage", "state held", "largest micro-batch", "compute at largest"},
       {false, false, true, true, true, true, true});
   for (const auto& [type, profile] : profiles) {
     for (const auto& stage : profile.stages) {
       table.AddRow({type, profile.emulated ? "yes" : "no", GiB(static_cast<double>(profile.memory_bytes)),
-                    std::to_string(stage.stage), held(stage), std::to_string(stage.max_micro_batch),
-                    Seconds(stage.points.back().compute_s)});
+                    std::to_string(stage.stage), HeldShareText(stage.HeldShare()),
+                    std::to_string(stage.max_micro_batch), Seconds(stage.points.back().compute_s)});
     }
   }
   std::cout << table.Render() << "profiles written to " << dir << "/\n";

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -28,11 +27,6 @@ namespace {
 // The smallest share of the partitioned state (stages 1-3) a stage is measured holding
 // when a larger one does not fit: the planner's grid (kStateShareGrid).
 constexpr double kLeastProfiledShare = 1.0 / 64;
-
-// "all", "1/4": a share 1/2^k in words.
-std::string ShareText(double share) {
-  return share >= 1 ? "all" : "1/" + std::to_string(static_cast<long long>(std::llround(1 / share)));
-}
 
 // One timed run's measurements.
 struct Sample {
@@ -257,7 +251,7 @@ StageSamples FitStage(const ModelConfig& config, int stage, double state_share, 
   TimeReplays(profiler, result, /*first_pass=*/true);
   if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
   std::cerr << "poplar-worker profile: pass 1: stage " << stage
-            << (state_share < 1 ? " holding " + ShareText(state_share) + " of the state" : "")
+            << (state_share < 1 ? " holding " + HeldShareText(state_share) + " of the state" : "")
             << ": largest micro-batch " << low << ", " << result.runs.size() << " sizes, " << TimedRuns(result)
             << " timed runs"
             << (result.replays.empty()
@@ -351,31 +345,27 @@ void Profile(const ProfileOptions& options) {
     // Stages 1-3 a device cannot measure holding the whole state it measures holding
     // half of it, a quarter, ... down to kLeastProfiledShare.
     for (double share = 1;; share /= 2) {
-      const bool last = stage == 0 || share <= kLeastProfiledShare;
-      const std::string holding = share < 1 ? " holding " + ShareText(share) + " of the partitioned state" : "";
       std::optional<StageSamples> fitted;
       try {
         fitted = FitStage(config, stage, share, options, communicator, device);
       } catch (const c10::OutOfMemoryError&) {
         // Before any micro-batch: the model and its optimizer state alone (Measure
         // recovers from what a micro-batch runs out of).
-        if (last) {
-          throw InputError(options.model_config, "",
-                           "the model does not fit in " + memory + " at stage " + std::to_string(stage) + holding +
-                               ": its states alone need more");
-        }
-      }
-      if (fitted && fitted->runs.empty() && last) {
-        throw InputError(options.model_config, "",
-                         "not even one sample fits in " + memory + " at stage " + std::to_string(stage) + holding);
       }
       if (fitted && !fitted->runs.empty()) {
         samples.push_back(std::move(*fitted));
         break;
       }
+      if (stage == 0 || share <= kLeastProfiledShare) {
+        const std::string where = " at stage " + std::to_string(stage) +
+                                  (share < 1 ? " holding " + HeldShareText(share) + " of the partitioned state" : "");
+        throw InputError(options.model_config, "",
+                         fitted ? "not even one sample fits in " + memory + where
+                                : "the model does not fit in " + memory + where + ": its states alone need more");
+      }
       ReleaseCachedMemory(device);
-      std::cerr << "poplar-worker profile: stage " << stage << ": nothing fits holding " << ShareText(share)
-                << " of the partitioned state; measuring with " << ShareText(share / 2) << "\n";
+      std::cerr << "poplar-worker profile: stage " << stage << ": nothing fits holding " << HeldShareText(share)
+                << " of the partitioned state; measuring with " << HeldShareText(share / 2) << "\n";
     }
   }
   for (int pass = 2; pass <= options.repeats; ++pass) {

@@ -1,6 +1,8 @@
 #include "planner/formats/profile.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "planner/base/input_error.h"
@@ -68,11 +70,9 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
     fields.Child("world_size");
   }
   if (fields.Has("state_share")) {
-    stage.state_share = fields.NumberIn("state_share", 0, 1, "a fraction of the partitioned state in (0, 1]");
     if (stage.stage == 0) fields.Fail("state_share", "stage 0 partitions no state");
-    if (*stage.state_share <= 0) {
-      fields.Fail("state_share", "must be a fraction of the partitioned state in (0, 1], got 0");
-    }
+    stage.state_share = fields.NumberIn("state_share", std::numeric_limits<double>::denorm_min(), 1,
+                                        "a fraction of the partitioned state in (0, 1]");
   } else {
     fields.Child("state_share");
   }
@@ -193,6 +193,8 @@ DeviceProfile ParseProfileJson(const std::string& text, const std::string& file)
 }
 
 DeviceProfile LoadProfileFile(const std::string& path) { return ParseProfileJson(ReadTextFile(path), path); }
+
+std::string HeldShareText(double share) { return share >= 1 ? "all" : "1/" + std::to_string(std::llround(1 / share)); }
 
 std::string ProfileToJson(const DeviceProfile& profile) {
   nlohmann::ordered_json root;

@@ -112,6 +112,10 @@ struct DeviceProfile {
   const StageProfile* Stage(int stage) const;
 };
 
+// A fraction of the partitioned state as tables and messages show it: "all", or "1/4"
+// (profiles hold 1/2^k: StageProfile::state_share).
+std::string HeldShareText(double share);
+
 // Parses and validates JSON text; `file` names the source in errors. Throws InputError.
 // A device type names its profile, <type>.json, in a profiles folder, and is shown in
 // tables and messages: ASCII letters, digits and punctuation (no spaces), no '/', and

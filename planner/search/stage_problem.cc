@@ -93,8 +93,7 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
     device_class.optimizer_s = OptimizerSeconds(measured->optimizer_step_s, stage, profile.model.params,
                                                 measured->HeldShare(), share ? *share : 1.0 / ranks);
     const MemoryFit& memory = device_class.memory;
-    if (!memory.states_fit && reason.empty() &&
-        memory.capacity_bytes - memory.model_state_bytes - memory.fixed_bytes >= 0) {
+    if (!memory.states_fit && reason.empty() && memory.construction_bytes > memory.capacity_bytes) {
       reason = "building the engine (the model whole in fp32 beside the rank's states: " +
                Gibibytes(memory.construction_bytes) + ") does not fit on " + type + " (" +
                Gibibytes(memory.capacity_bytes) + ")";

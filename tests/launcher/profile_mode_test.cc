@@ -47,7 +47,9 @@ std::vector<PassRuns> TimedRunsByPass(const std::string& err) {
   return passes;
 }
 
-ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output, int repeats = 1) {
+// `extra`: more flags, after the others.
+ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output, int repeats = 1,
+                          const std::vector<std::string>& extra = {}) {
   ChildOptions options;
   options.argv = {POPLAR_WORKER_BINARY,
                   "profile",
@@ -65,6 +67,7 @@ ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std
                   std::to_string(repeats),
                   "--largest-micro-batch",
                   "512"};
+  options.argv.insert(options.argv.end(), extra.begin(), extra.end());
   return RunProcess(options, scratch.path());
 }
 
@@ -160,28 +163,7 @@ TEST(ProfileMode, AStageWhoseStatesDoNotFitIsMeasuredHoldingAShare) {
   ScratchDir scratch("poplar_profile_share");
   WriteModelConfig(scratch, /*n_embd=*/128, /*block_size=*/16, /*n_layer=*/4);
   auto profile = [&](std::int64_t cap, const std::string& output) {
-    ChildOptions options;
-    options.argv = {POPLAR_WORKER_BINARY,
-                    "profile",
-                    "--model-config",
-                    scratch.path() + "/model.json",
-                    "-o",
-                    output,
-                    "--device-type",
-                    "small",
-                    "--memory-bytes",
-                    std::to_string(cap),
-                    "--threads",
-                    "1",
-                    "--stage",
-                    "1",
-                    "--repeats",
-                    "1",
-                    "--point-seconds",
-                    "0",
-                    "--largest-micro-batch",
-                    "64"};
-    return RunProcess(options, scratch.path());
+    return RunProfile(scratch, cap, output, /*repeats=*/1, {"--stage", "1", "--point-seconds", "0"});
   };
   const ProcessOutcome whole_run = profile(0, scratch.path() + "/whole.json");
   ASSERT_EQ(whole_run.exit_code, 0) << whole_run.err;
