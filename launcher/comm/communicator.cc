@@ -203,8 +203,11 @@ Communicator::~Communicator() {
 }
 
 PendingCollective::PendingCollective(Communicator& owner, const char* collective, c10::intrusive_ptr<c10d::Work> work,
-                                     std::function<void()> finish)
-    : owner_(owner), collective_(collective), work_(std::move(work)), finish_(std::move(finish)) {}
+                                     std::function<void()> finish, std::int64_t elements)
+    : owner_(owner), collective_(collective), work_(std::move(work)), finish_(std::move(finish)), elements_(elements) {
+  owner_.elements_in_flight_ += elements_;
+  owner_.most_elements_in_flight_ = std::max(owner_.most_elements_in_flight_, owner_.elements_in_flight_);
+}
 
 PendingCollective::~PendingCollective() {
   if (done_) return;
@@ -218,14 +221,15 @@ PendingCollective::~PendingCollective() {
 void PendingCollective::Wait() {
   if (done_) return;
   done_ = true;
+  owner_.elements_in_flight_ -= elements_;
   Communicator::Timer timer(owner_.communication_seconds_);
   if (work_) WaitForWork(*work_, collective_);
   if (finish_) finish_();
 }
 
 std::unique_ptr<PendingCollective> Communicator::Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
-                                                         std::function<void()> finish) {
-  return std::make_unique<PendingCollective>(*this, collective, std::move(work), std::move(finish));
+                                                         std::function<void()> finish, std::int64_t elements) {
+  return std::make_unique<PendingCollective>(*this, collective, std::move(work), std::move(finish), elements);
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
@@ -268,10 +272,13 @@ std::unique_ptr<PendingCollective> Communicator::StartAllToAllReduceScatter(cons
   auto work = group_->alltoall_base(received, wire, receive, send);
   const int world = world_size_;
   // `source` rides along so that the input lives until the all-to-all is done.
-  return Pending("reduce-scatter", work, [source, received, output, world, own, bf16, bits]() mutable {
-    auto rows = (bf16 && bits ? received.view(torch::kBFloat16) : received).view({world, own});
-    output.copy_(bf16 ? rows.to(torch::kFloat32).sum(0) : rows.sum(0));
-  });
+  return Pending(
+      "reduce-scatter", work,
+      [source, received, output, world, own, bf16, bits]() mutable {
+        auto rows = (bf16 && bits ? received.view(torch::kBFloat16) : received).view({world, own});
+        output.copy_(bf16 ? rows.to(torch::kFloat32).sum(0) : rows.sum(0));
+      },
+      input.numel());
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllToAllGather(const torch::Tensor& shard, torch::Tensor& output,
@@ -286,7 +293,8 @@ std::unique_ptr<PendingCollective> Communicator::StartAllToAllGather(const torch
   Chunks send(world_size_, shard.numel());
   Chunks receive = chunks;
   auto work = group_->alltoall_base(target, wire, receive, send);
-  return Pending("all-gather", work, [copies]() {});
+  return Pending(
+      "all-gather", work, [copies]() {}, output.numel());
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const torch::Tensor& input,
@@ -294,20 +302,16 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   const auto chunk = output.numel();
   const bool uneven = Uneven(chunks, input.numel(), chunk);
   TORCH_CHECK(!chunks.empty() || input.numel() == chunk * world_size_, "ReduceScatterSum: sizes do not match");
+  const auto whole = input.numel();
   if (!group_) {
-    // Standing for rank 0 of several, it holds what the all-to-all's receiving buffer
-    // would until Wait (the memory a rank of a real job spends).
-    const auto received = chunks.size() > 1
-                              ? torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, input.options())
-                              : torch::Tensor();
-    return Pending("reduce-scatter", {},
-                   [input, output, chunk, received]() mutable { output.copy_(input.narrow(0, 0, chunk)); });
+    return Pending(
+        "reduce-scatter", {}, [input, output, chunk]() mutable { output.copy_(input.narrow(0, 0, chunk)); }, whole);
   }
-  volume_.reduce_scattered += input.numel() * static_cast<std::int64_t>(input.element_size());
+  volume_.reduce_scattered += whole * static_cast<std::int64_t>(input.element_size());
   if (uneven) return StartAllToAllReduceScatter(input, output, chunks);
   if (native_scatter_gather_) {
     auto source = input.contiguous();
-    return Pending("reduce-scatter", group_->_reduce_scatter_base(output, source), nullptr);
+    return Pending("reduce-scatter", group_->_reduce_scatter_base(output, source), nullptr, whole);
   }
   if (gloo_reduce_scatter_ == GlooReduceScatter::kAllToAll) return StartAllToAllReduceScatter(input, output, {});
   // A copy (fp32 for bf16, which Gloo cannot add) is all-reduced and the slice kept.
@@ -315,9 +319,10 @@ std::unique_ptr<PendingCollective> Communicator::StartReduceScatterSum(const tor
   std::vector<torch::Tensor> tensors = {input.to(wide, /*non_blocking=*/false, /*copy=*/true)};
   auto work = group_->allreduce(tensors);
   const int rank = rank_;
-  return Pending("reduce-scatter", work, [summed = tensors[0], output, rank, chunk]() mutable {
-    output.copy_(summed.narrow(0, rank * chunk, chunk));
-  });
+  return Pending(
+      "reduce-scatter", work,
+      [summed = tensors[0], output, rank, chunk]() mutable { output.copy_(summed.narrow(0, rank * chunk, chunk)); },
+      whole);
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Tensor& shard, torch::Tensor& output,
@@ -325,26 +330,26 @@ std::unique_ptr<PendingCollective> Communicator::StartAllGather(const torch::Ten
   const auto chunk = shard.numel();
   const bool uneven = Uneven(chunks, output.numel(), chunk);
   TORCH_CHECK(!chunks.empty() || output.numel() == chunk * world_size_, "AllGather: sizes do not match");
+  const auto whole = output.numel();
   if (!group_) {
-    if (chunks.size() <= 1) return Pending("all-gather", {}, [shard, output]() mutable { output.copy_(shard); });
-    // As above: Gloo's all-gather gathers into a flat buffer of one chunk per rank, and
-    // uneven chunks' all-to-all sends a copy of the chunk per rank.
-    const auto copies = torch::empty({static_cast<std::int64_t>(chunks.size()) * chunk}, shard.options());
-    return Pending("all-gather", {}, [shard, output, chunk, copies]() mutable {
-      output.narrow(0, 0, chunk).copy_(shard);
-      output.narrow(0, chunk, output.numel() - chunk).zero_();  // the absent ranks' chunks
-    });
+    return Pending(
+        "all-gather", {},
+        [shard, output, chunk, whole]() mutable {
+          output.narrow(0, 0, chunk).copy_(shard);
+          output.narrow(0, chunk, whole - chunk).zero_();  // the absent ranks' chunks, if any
+        },
+        whole);
   }
-  volume_.all_gathered += output.numel() * static_cast<std::int64_t>(output.element_size());
+  volume_.all_gathered += whole * static_cast<std::int64_t>(output.element_size());
   if (uneven) return StartAllToAllGather(shard, output, chunks);
   auto source = shard.contiguous();
-  if (native_scatter_gather_) return Pending("all-gather", group_->_allgather_base(output, source), nullptr);
+  if (native_scatter_gather_) return Pending("all-gather", group_->_allgather_base(output, source), nullptr, whole);
   source = AsGlooBits(source);
   auto target = AsGlooBits(output);
   std::vector<std::vector<torch::Tensor>> outputs(1);
   for (int r = 0; r < world_size_; ++r) outputs[0].push_back(target.narrow(0, r * chunk, chunk));
   std::vector<torch::Tensor> inputs = {source};
-  return Pending("all-gather", group_->allgather(outputs, inputs), nullptr);
+  return Pending("all-gather", group_->allgather(outputs, inputs), nullptr, whole);
 }
 
 void Communicator::AllReduceSum(torch::Tensor& tensor) { StartAllReduceSum(tensor)->Wait(); }

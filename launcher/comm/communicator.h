@@ -64,7 +64,7 @@ const char* GlooReduceScatterName(GlooReduceScatter how);  // "alltoall" or "all
 class PendingCollective {
  public:
   PendingCollective(Communicator& owner, const char* collective, c10::intrusive_ptr<c10d::Work> work,
-                    std::function<void()> finish);
+                    std::function<void()> finish, std::int64_t elements);
   ~PendingCollective();
   PendingCollective(const PendingCollective&) = delete;
   PendingCollective& operator=(const PendingCollective&) = delete;
@@ -75,6 +75,7 @@ class PendingCollective {
   const char* collective_;  // "all-reduce", ...
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;
+  std::int64_t elements_;  // counted in the owner's elements_in_flight until Wait
   bool done_ = false;
 };
 
@@ -101,10 +102,8 @@ class Communicator {
   //
   // A rank alone (no group) may be given several chunks: it stands for rank 0 of that
   // many, the others absent (flat_layout.h, LayoutWorldSize). It keeps chunk 0 of a
-  // reduce-scatter, and its all-gather leaves the other chunks zero; each holds until
-  // Wait the buffer the Gloo path would (one chunk of its own size per rank: what the
-  // all-to-all receives, what Gloo's all-gather gathers into or sends), so that a
-  // profile measures the memory of a rank of a real job.
+  // reduce-scatter, and its all-gather leaves the other chunks zero; it allocates no
+  // buffer of the Gloo path's (elements_in_flight says how large they would be).
   using Chunks = std::vector<std::int64_t>;
 
   // Asynchronous forms: the tensors must stay alive, and untouched, until Wait().
@@ -155,14 +154,28 @@ class Communicator {
   };
   const Volume& volume() const { return volume_; }
 
+  // The elements of the reduce-scatters' inputs and the all-gathers' outputs started and
+  // not yet waited for (all-reduces are not counted), with any number of ranks, the rank
+  // alone included. While one is in flight a rank of N holding the fraction f of it holds
+  // a buffer of N·f of its elements in the working type on Gloo (the all-to-all receives
+  // a chunk of its own size from every rank; Gloo's all-gather gathers into a flat buffer
+  // of one chunk per rank; uneven chunks send a copy of the rank's chunk per rank), and
+  // on NCCL with uneven chunks; none on NCCL with equal ones. The memory model adds them
+  // from the largest count a profile saw (docs/cost-model.md).
+  std::int64_t elements_in_flight() const { return elements_in_flight_; }
+  // The largest elements_in_flight since construction or the last ResetMostElementsInFlight.
+  std::int64_t most_elements_in_flight() const { return most_elements_in_flight_; }
+  void ResetMostElementsInFlight() { most_elements_in_flight_ = elements_in_flight_; }
+
  private:
   class Timer;
   friend class PendingCollective;
   static std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr);
   // A started collective (`work` null when nothing travels, with one rank) and what to
   // do once it is done.
+  // `elements` count in elements_in_flight until Wait.
   std::unique_ptr<PendingCollective> Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
-                                             std::function<void()> finish);
+                                             std::function<void()> finish, std::int64_t elements = 0);
   // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK; one per rank, or any
   // number for a rank alone): true when they differ, false when empty or all equal (the
   // equal-chunk paths serve).
@@ -188,6 +201,8 @@ class Communicator {
   GlooReduceScatter gloo_reduce_scatter_ = GlooReduceScatter::kAllToAll;
   double communication_seconds_ = 0;
   Volume volume_;
+  std::int64_t elements_in_flight_ = 0;
+  std::int64_t most_elements_in_flight_ = 0;
 };
 
 }  // namespace poplar

@@ -51,11 +51,15 @@ CollectiveUse ParseCollectiveUse(JsonFields fields, std::int64_t most) {
   return use;
 }
 
-// A stage-3 round gathers the model twice (forward and backward); 4x leaves room for the
-// padding that makes buckets divide among ranks. 2^62 made a step of twenty years.
+// The most parameters a stage's collectives may move in a step or round, or have in
+// flight at once. A stage-3 round gathers the model twice (forward and backward); 4x
+// leaves room for the padding that makes buckets divide among ranks. 2^62 made a step of
+// twenty years.
+std::int64_t MostCollectiveElements(std::int64_t model_params) { return std::min(model_params, INT64_MAX / 4) * 4; }
+
 CollectiveParams ParseCollectiveParams(JsonFields fields, std::int64_t model_params) {
   CollectiveParams params;
-  const std::int64_t most = std::min(model_params, INT64_MAX / 4) * 4;
+  const std::int64_t most = MostCollectiveElements(model_params);
   for (const auto& [key, field] : kCollectiveParamsFields) params.*field = ParseCollectiveUse(fields.Map(key), most);
   fields.Finish();
   return params;
@@ -84,6 +88,12 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
     stage.collectives = ParseCollectiveParams(fields.Map("collectives"), model_params);
   } else {
     fields.Child("collectives");
+  }
+  if (fields.Has("collective_elements_in_flight")) {
+    stage.collective_elements_in_flight = fields.IntegerIn(
+        "collective_elements_in_flight", 0, MostCollectiveElements(model_params), "a number of elements");
+  } else {
+    fields.Child("collective_elements_in_flight");
   }
   const nlohmann::json& points = fields.List("points", 1, "a non-empty list of {micro_batch, compute_s, peak_bytes}");
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -224,6 +234,9 @@ std::string ProfileToJson(const DeviceProfile& profile) {
         collectives[key] = {{"params", use.params}, {"calls", use.calls}};
       }
       entry["collectives"] = std::move(collectives);
+    }
+    if (stage.collective_elements_in_flight > 0) {
+      entry["collective_elements_in_flight"] = stage.collective_elements_in_flight;
     }
     entry["points"] = nlohmann::ordered_json::array();
     for (const auto& point : stage.points) {

@@ -80,7 +80,11 @@ struct StageProfile {
   int max_micro_batch = 0;                      // largest micro-batch that fit, >= 0
   double optimizer_step_s = 0;                  // >= 0
   std::optional<CollectiveParams> collectives;  // "collectives", optional
-  std::vector<ProfilePoint> points;             // non-empty, increasing micro_batch
+  // The most elements the stage's reduce-scatters and all-gathers had in flight at once
+  // over a step (Communicator::most_elements_in_flight), >= 0; absent: 0. The measuring
+  // rank held none of their buffers; the memory model adds them (FitMemory).
+  std::int64_t collective_elements_in_flight = 0;
+  std::vector<ProfilePoint> points;  // non-empty, increasing micro_batch
 
   // The fraction of the partitioned state the measuring rank held.
   double HeldShare() const { return state_share ? *state_share : 1.0 / world_size; }

@@ -76,15 +76,19 @@ MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int
   fit.construction_bytes = ConstructionBytes(profile.model.params, stage.stage, states);
   fit.fixed_bytes = std::max<std::int64_t>(0, std::llround(base) - states_measured);
   fit.activation_bytes_per_sample = std::max<std::int64_t>(0, std::llround(slope));
-  const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes;
+  // N·f; a rank alone has no process group and no buffers.
+  const double held = world_size <= 1 ? 0.0 : share ? std::clamp(*share, 0.0, 1.0) * world_size : 1.0;
+  fit.collective_bytes = std::llround(static_cast<double>(stage.collective_elements_in_flight) * held *
+                                      static_cast<double>(BytesPerWorkingValue(precision)));
+  const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes - fit.collective_bytes;
   fit.states_fit = free_bytes >= 0 && fit.construction_bytes <= fit.capacity_bytes;
   if (!fit.states_fit) return fit;
 
   // Two estimates of the cap at `world_size`; the smaller wins:
   //  - the memory model: what the free bytes hold at the fitted activation size;
-  //  - the measured cap shifted by the model-state bytes freed (or added) by moving
-  //    from the profiling world size to this one.
-  const std::int64_t freed = states_measured - fit.model_state_bytes;
+  //  - the measured cap shifted by the bytes freed (or added) by moving from the
+  //    profiling rank's states to this one's states and collectives' buffers.
+  const std::int64_t freed = states_measured - fit.model_state_bytes - fit.collective_bytes;
   std::int64_t from_model = kLargestMicroBatch;
   std::int64_t from_measurement = stage.max_micro_batch;
   if (fit.activation_bytes_per_sample > 0) {

@@ -40,15 +40,20 @@ struct MemoryFit {
   std::int64_t model_state_bytes = 0;  // ModelStatesPerRank at world_size (or ForShare)
   std::int64_t fixed_bytes = 0;        // runtime overhead beyond model states
   std::int64_t activation_bytes_per_sample = 0;
+  // The collectives' buffers at the most elements in flight the profile saw: N·f of them
+  // in the working type, N ranks, the rank's share f (1/N even; Communicator::
+  // elements_in_flight). The profile's peaks hold none.
+  std::int64_t collective_bytes = 0;
   // What the worker holds while it builds the engine: the model whole in fp32 (it is made
   // on the device and then taken over) beside the rank's parameters and optimizer state,
   // and at stage 3 its gradient shard (ConstructionBytes).
   std::int64_t construction_bytes = 0;
-  bool states_fit = false;  // model states + fixed overhead fit, and so does construction
+  // Model states, fixed overhead and the collectives' buffers fit, and so does construction.
+  bool states_fit = false;
   int max_micro_batch = 0;  // largest micro-batch that fits (0: none)
 
   std::int64_t BytesAt(int micro_batch) const {
-    return model_state_bytes + fixed_bytes + activation_bytes_per_sample * micro_batch;
+    return model_state_bytes + fixed_bytes + collective_bytes + activation_bytes_per_sample * micro_batch;
   }
 };
 

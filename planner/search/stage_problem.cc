@@ -104,6 +104,9 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
         reason += " and the fixed overhead the peak_bytes of " + profile.file + " imply (" +
                   Gibibytes(memory.fixed_bytes) + ")";
       }
+      if (memory.collective_bytes > 0) {
+        reason += " and the buffers of the collectives in flight (" + Gibibytes(memory.collective_bytes) + ")";
+      }
       reason += " do not fit on " + type + " (" + Gibibytes(memory.capacity_bytes) + ")";
     }
     any_sample_fits = any_sample_fits || device_class.max_micro_batch > 0;

@@ -91,6 +91,29 @@ TEST(FitMemory, AProfileMeasuredHoldingAShareCountsThatShareInItsPeaks) {
   EXPECT_EQ(FitMemory(part, three, 8, 0.0).max_micro_batch, 48);
 }
 
+TEST(FitMemory, CollectivesInFlightHoldNTimesTheRanksShareOfTheirElements) {
+  // 1.5M elements in flight (fp32: 6 MB), measured alone: a rank of N holding f holds
+  // buffers of N·f of them; the even split the whole 6 MB, a rank alone or holding
+  // nothing none.
+  DeviceProfile profile = SmallProfile(40);
+  profile.stages[3].collective_elements_in_flight = 1'500'000;
+  const MemoryFit even = FitMemory(profile, profile.stages[3], 8);
+  EXPECT_EQ(even.collective_bytes, 6'000'000);
+  EXPECT_EQ(even.max_micro_batch, 47 - 3);  // 6 MB at 2 MB a sample
+  EXPECT_EQ(even.BytesAt(44), 2'000'000 + 4'000'000 + 6'000'000 + 88'000'000);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 8, 0.25).collective_bytes, 12'000'000);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 8, 0.0).collective_bytes, 0);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 1).collective_bytes, 0);
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 1).max_micro_batch, 40);
+  // Mixed precision moves 2 bytes an element.
+  profile.model.precision = Precision::kMixed;
+  EXPECT_EQ(FitMemory(profile, profile.stages[3], 8).collective_bytes, 3'000'000);
+  // Buffers that leave no room make the stage's states not fit.
+  profile.model.precision = Precision::kFp32;
+  profile.stages[3].collective_elements_in_flight = 24'000'000;
+  EXPECT_FALSE(FitMemory(profile, profile.stages[3], 8).states_fit);
+}
+
 TEST(FitMemory, MeasuredCapBelowTheModelWins) {
   // Fragmentation: only 30 fit when measured although the line says 40.
   const DeviceProfile profile = SmallProfile(30);

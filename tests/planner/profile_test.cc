@@ -447,6 +447,23 @@ TEST(ProfileFile, RejectsAStateShareOutsideItsRangeOrAtStageZero) {
                  "stage 0 partitions no state");
 }
 
+TEST(ProfileFile, RoundTripPreservesTheCollectiveElementsInFlight) {
+  DeviceProfile profile = SampleProfile();
+  EXPECT_EQ(RoundTrip(profile).stages[1].collective_elements_in_flight, 0);  // absent: 0
+  EXPECT_FALSE(SampleJson()["stages"][1].contains("collective_elements_in_flight"));
+  profile.stages[1].collective_elements_in_flight = 4 * 354823168LL;  // the most allowed
+  EXPECT_EQ(RoundTrip(profile).stages[1].collective_elements_in_flight, 4 * 354823168LL);
+}
+
+TEST(ProfileFile, RejectsCollectiveElementsInFlightOutsideTheirRange) {
+  ExpectRejected([](Json& j) { j["stages"][1]["collective_elements_in_flight"] = -1; },
+                 "stages[1].collective_elements_in_flight", "a number of elements from 0 to 1419292672, got -1");
+  ExpectRejected([](Json& j) { j["stages"][1]["collective_elements_in_flight"] = 1419292673; },
+                 "stages[1].collective_elements_in_flight", "from 0 to 1419292672, got 1419292673");
+  ExpectRejected([](Json& j) { j["stages"][1]["collective_elements_in_flight"] = 2.5; },
+                 "stages[1].collective_elements_in_flight", "must be an integer");
+}
+
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
   ExpectRejected([](Json& j) { j["stages"][0]["max_micro_batch"] = -1; }, "stages[0].max_micro_batch",
                  "must be a number of samples from 0 to 1000000");
