@@ -1,5 +1,6 @@
 #include "planner/search/planner.h"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 
@@ -58,6 +59,28 @@ void ForEachSplit(int classes, const std::function<void(const std::vector<int>&)
   place(0, kStateShareGrid);
 }
 
+// Calls `visit` with the per-device shares of every split in which the device classes
+// with the least memory hold nothing and the rest hold the state evenly per device: one
+// split per distinct memory size but the largest (planner.h, kMostStateShareClasses).
+void ForEachHolderSplit(const std::vector<DeviceClass>& classes,
+                        const std::function<void(const std::vector<double>&)>& visit) {
+  std::vector<std::int64_t> sizes;
+  for (const DeviceClass& device_class : classes) sizes.push_back(device_class.memory.capacity_bytes);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (std::size_t below = 0; below + 1 < sizes.size(); ++below) {
+    int holders = 0;
+    for (const DeviceClass& device_class : classes) {
+      if (device_class.memory.capacity_bytes > sizes[below]) holders += device_class.count;
+    }
+    std::vector<double> shares;
+    for (const DeviceClass& device_class : classes) {
+      shares.push_back(device_class.memory.capacity_bytes > sizes[below] ? 1.0 / holders : 0.0);
+    }
+    visit(shares);
+  }
+}
+
 // The most samples per second a device of one class computes in micro-batches of at
 // most b samples: max over b' <= b of b' / Time(b'), grown on demand.
 class BestRate {
@@ -97,7 +120,6 @@ std::optional<StageOutcome> BestUnevenSplit(const ClusterSpec& cluster,
                                             const StageOutcome& even) {
   const auto& classes = even.problem.classes;
   if (even.problem.stage == 0 || !cluster.uneven_state_split || cluster.DeviceCount() < 2 || classes.size() < 2 ||
-      classes.size() > static_cast<std::size_t>(kMostStateShareClasses) ||
       classes.size() != cluster.DeviceTypes().size()) {
     return std::nullopt;
   }
@@ -106,11 +128,7 @@ std::optional<StageOutcome> BestUnevenSplit(const ClusterSpec& cluster,
   // first) is not searched.
   double to_beat = even.feasible ? even.prediction.step_s : std::numeric_limits<double>::infinity();
   std::vector<BestRate> best_rate(classes.size());
-  ForEachSplit(static_cast<int>(classes.size()), [&](const std::vector<int>& parts) {
-    std::vector<double> shares;
-    for (std::size_t c = 0; c < classes.size(); ++c) {
-      shares.push_back(parts[c] / (static_cast<double>(kStateShareGrid) * classes[c].count));
-    }
+  const auto consider = [&](const std::vector<double>& shares) {
     StageProblem problem = BuildStageProblem(cluster, profiles, even.problem.stage, shares);
     if (!problem.feasible || StepLowerBound(problem, best_rate) >= to_beat) return;
     std::optional<Schedule> schedule = SearchSchedule(problem);
@@ -119,7 +137,18 @@ std::optional<StageOutcome> BestUnevenSplit(const ClusterSpec& cluster,
     if (prediction.step_s >= to_beat) return;
     to_beat = prediction.step_s;
     best = StageOutcome{std::move(problem), true, "", std::move(*schedule), prediction, even.problem};
-  });
+  };
+  if (classes.size() > static_cast<std::size_t>(kMostStateShareClasses)) {
+    ForEachHolderSplit(classes, consider);
+  } else {
+    ForEachSplit(static_cast<int>(classes.size()), [&](const std::vector<int>& parts) {
+      std::vector<double> shares;
+      for (std::size_t c = 0; c < classes.size(); ++c) {
+        shares.push_back(parts[c] / (static_cast<double>(kStateShareGrid) * classes[c].count));
+      }
+      consider(shares);
+    });
+  }
   // Ties keep the even split.
   if (!best || (even.feasible && best->prediction.step_s >= even.prediction.step_s * (1 - 1e-9))) return std::nullopt;
   return best;

@@ -49,8 +49,10 @@ std::optional<Schedule> ScheduleFor(Policy policy, const StageProblem& problem);
 // memory cap, optimizer share and the largest slice's collective pace:
 // BuildStageProblem), and the best is kept where it predicts a shorter step than the
 // even split (ties keep it even). The grid has C(kStateShareGrid + k - 1, k - 1)
-// points for k classes, so clusters of more than kMostStateShareClasses device types
-// keep the even split.
+// points for k classes: clusters of more than kMostStateShareClasses device types
+// search instead the splits in which the classes with the least memory hold nothing and
+// the others hold the state evenly per device (one split per distinct memory size but
+// the largest), each exactly, against the even split as above.
 inline constexpr int kStateShareGrid = 64;
 inline constexpr int kMostStateShareClasses = 3;
 

@@ -123,6 +123,59 @@ TEST(StateSplit, TheChosenSplitIsTheBestOfTheGridByBruteForce) {
   EXPECT_TRUE(any_uneven) << "the grid's best was the even split everywhere: a weak check";
 }
 
+// Four device types, more than the grid is searched for (kMostStateShareClasses): a fast
+// device with little memory beside three slow types with more, classes in this order.
+ClusterSpec FourTypeCluster(int global_batch) {
+  return ParseClusterYaml("training: {global_batch: " + std::to_string(global_batch) + R"(, precision: fp32}
+network: {intra_node: {bandwidth_gbps: 2400, latency_us: 10}, inter_node: {bandwidth_gbps: 400, latency_us: 20}}
+nodes:
+  - {name: b, devices: [{type: big, count: 2}]}
+  - {name: h, devices: [{type: huge, count: 1}]}
+  - {name: m, devices: [{type: mid, count: 1}]}
+  - {name: a, devices: [{type: fast, count: 1}]})",
+                          "four.yaml");
+}
+
+// With more types than the grid, the planner searches the splits in which the classes
+// with the least memory hold nothing and the others hold the state evenly per device:
+// its choice is the best of those and the even split, each solved by the exhaustive
+// reference solver, and here the fast device holds nothing.
+TEST(StateSplit, MoreTypesThanTheGridTryTheLeastMemoryHoldingNothing) {
+  const std::map<std::string, DeviceProfile> profiles = {{"fast", Profile("fast", 500'000'000, 0.01, 8)},
+                                                         {"mid", Profile("mid", 8'000'000'000, 0.03, 3)},
+                                                         {"big", Profile("big", 16'000'000'000, 0.03, 3)},
+                                                         {"huge", Profile("huge", 32'000'000'000, 0.03, 3)}};
+  const ClusterSpec cluster = FourTypeCluster(9);
+  const PlanResult result = MakePlan(cluster, profiles, Policy::kPoplar);
+  // Holders by the least memory left out: all but fast (4 devices), big and huge (3),
+  // huge alone (1); classes big, huge, mid, fast.
+  const std::vector<std::vector<double>> family = {{0.25, 0.25, 0.25, 0}, {1.0 / 3, 1.0 / 3, 0, 0}, {0, 1, 0, 0}};
+  bool any_uneven = false;
+  for (int stage = 1; stage <= 3; ++stage) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    double best = std::numeric_limits<double>::infinity();
+    const StageProblem even = BuildStageProblem(cluster, profiles, stage);
+    if (even.feasible) best = testing::SolveExhaustively(even).step_s;
+    for (const std::vector<double>& shares : family) {
+      const StageProblem problem = BuildStageProblem(cluster, profiles, stage, shares);
+      if (problem.feasible) best = std::min(best, testing::SolveExhaustively(problem).step_s);
+    }
+    const StageOutcome& outcome = result.stages[stage];
+    ASSERT_EQ(outcome.feasible, std::isfinite(best)) << outcome.reason;
+    if (outcome.feasible) {
+      EXPECT_NEAR(outcome.prediction.step_s, best, 1e-12);
+    }
+    if (!outcome.problem.state_shares.empty()) {
+      any_uneven = true;
+      EXPECT_EQ(outcome.problem.classes[3].type, "fast");
+      EXPECT_EQ(outcome.problem.state_shares[3], 0.0);
+      EXPECT_EQ(even.classes[3].max_micro_batch, 0) << "the even split leaves the fast device no sample";
+      EXPECT_GT(outcome.problem.classes[3].max_micro_batch, 0);
+    }
+  }
+  EXPECT_TRUE(any_uneven) << "the even split won at every stage: a weak check";
+}
+
 TEST(StateSplit, SharesSetTheCapTheOptimizerAndTheCollectivesPace) {
   const ClusterSpec cluster = SkewedCluster(36);
   const auto profiles = SkewedProfiles();
