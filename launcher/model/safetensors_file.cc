@@ -158,11 +158,6 @@ StateDict ReadShardedFolder(const std::string& dir, const std::string& index) {
   return tensors;
 }
 
-std::string TensorBytes(const torch::Tensor& tensor) {
-  const torch::Tensor cpu = tensor.detach().to(torch::kCPU).contiguous();
-  return std::string(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes());
-}
-
 SafetensorsTensor Describe(const std::string& name, const torch::Tensor& tensor, const std::string& path) {
   const std::optional<SafetensorsDtype> dtype = FileType(tensor.scalar_type());
   if (!dtype) {
@@ -195,17 +190,20 @@ void WriteSafetensors(const std::string& path, const StateDict& tensors,
   for (const auto& [name, tensor] : tensors) described.push_back(Describe(name, tensor, path));
   std::map<std::string, std::string> written = metadata;
   written.emplace("format", "pt");
-  std::string bytes;
+  std::string header;
   try {
-    bytes = SafetensorsHeaderBytes(described, written);
+    header = SafetensorsHeaderBytes(described, written);
   } catch (const std::invalid_argument& error) {
     throw InputError(path, "", error.what());
   }
-  std::size_t total = bytes.size();
-  for (const auto& [name, tensor] : tensors) total += tensor.nbytes();
-  bytes.reserve(total);
-  for (const auto& [name, tensor] : tensors) bytes += TensorBytes(tensor);
-  WriteFileAtomically(path, bytes);
+  // One tensor's CPU copy at a time in memory, not the file.
+  WriteFileAtomically(path, [&](const AppendBytes& append) {
+    append(header);
+    for (const auto& [name, tensor] : tensors) {
+      const torch::Tensor cpu = tensor.detach().to(torch::kCPU).contiguous();
+      append(std::string_view(static_cast<const char*>(cpu.data_ptr()), cpu.nbytes()));
+    }
+  });
 }
 
 StateDict ReadHuggingFaceFolder(const std::string& dir) {

@@ -24,10 +24,9 @@ StateDict ReadSafetensors(const std::string& path);
 // Writes `tensors` (any device; each as a contiguous CPU copy) to `path` atomically,
 // in name order, with `metadata` and "format": "pt" (as Transformers writes it, and
 // needs to load it) unless `metadata` gives a format. Each name has bytes of its own,
-// tensors that share a storage (a tied head) too. The file is built in memory, as WriteStateDict's
-// is. Throws InputError naming the file and the tensor: a dtype the format has no name
-// for, or a name it cannot hold ("__metadata__", empty, not UTF-8); and when the write
-// fails.
+// tensors that share a storage (a tied head) too. It is written a tensor at a time: one
+// tensor's CPU copy is in memory at once, not the file. Throws InputError naming the file and the tensor: a dtype the
+// format has no name for, or a name it cannot hold ("__metadata__", empty, not UTF-8); and when the write fails.
 void WriteSafetensors(const std::string& path, const StateDict& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

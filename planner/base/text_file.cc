@@ -133,7 +133,11 @@ std::string WriteAll(int fd, std::string_view data) {
   return "";
 }
 
-void WriteFileAtomically(const std::string& named, std::string_view contents) {
+void WriteFileAtomically(const std::string& path, std::string_view contents) {
+  WriteFileAtomically(path, [contents](const AppendBytes& append) { append(contents); });
+}
+
+void WriteFileAtomically(const std::string& named, const std::function<void(const AppendBytes& append)>& write) {
   const std::string path = WriteTarget(named);
   const std::filesystem::path target(path);
   const std::string temporary =
@@ -141,7 +145,16 @@ void WriteFileAtomically(const std::string& named, std::string_view contents) {
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
   // The system's reason stays with the failure: "No space left on device", "File too large".
-  std::string failure = WriteAll(fd, contents);
+  std::string failure;
+  try {
+    write([&](std::string_view piece) {
+      if (failure.empty()) failure = WriteAll(fd, piece);
+    });
+  } catch (...) {
+    ::close(fd);
+    std::remove(temporary.c_str());
+    throw;
+  }
   if (!failure.empty()) {
     failure = "write failed: " + failure;
   } else if (::fsync(fd) != 0) {

@@ -34,6 +34,13 @@ void RequireRegularFile(const std::string& path);
 // device or a pipe, rather than replacing it. The contents are on the disk (fsync)
 // before the name is, so that not even a power loss leaves the name on half a file.
 void WriteFileAtomically(const std::string& path, std::string_view contents);
+// The same with the contents written piece by piece, so that a large file (a model's
+// weights) need not be held whole in memory: `write` is called once with an `append`
+// that writes each piece to the temporary file in turn (a failed write is reported, as
+// above, once `write` returns, and the pieces after it are skipped). An exception from
+// `write` removes the temporary and propagates; the name is untouched.
+using AppendBytes = std::function<void(std::string_view piece)>;
+void WriteFileAtomically(const std::string& path, const std::function<void(const AppendBytes& append)>& write);
 // The process that wrote `name`, when `name` is the temporary WriteFileAtomically makes
 // for `file_name` in the same folder ("summary.json.tmp.4242" for summary.json: 4242;
 // the file name cut to its first 240 bytes, so that every temporary name fits in 255);

@@ -32,6 +32,25 @@ TEST(WriteFileAtomically, WritesThroughASymbolicLinkAndKeepsTheLink) {
   EXPECT_EQ(ReadTextFile(target), "new");
 }
 
+TEST(WriteFileAtomically, WritesPieceByPieceAndAFailingWriterLeavesTheOldFile) {
+  ScratchDir dir("text-file");
+  const std::string path = dir.Write("weights.bin", "old");
+  WriteFileAtomically(path, [](const AppendBytes& append) {
+    append("he");
+    append(std::string_view("llo\0!", 5));  // bytes, not text: the NUL is kept
+  });
+  EXPECT_EQ(ReadTextFile(path), std::string("hello\0!", 7));
+  EXPECT_THROW(WriteFileAtomically(path,
+                                   [](const AppendBytes& append) {
+                                     append("half");
+                                     throw std::runtime_error("the next piece could not be made");
+                                   }),
+               std::runtime_error);
+  EXPECT_EQ(ReadTextFile(path), std::string("hello\0!", 7)) << "the name keeps the whole old file";
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
+      << "no temporary file is left";
+}
+
 TEST(WriteFileAtomically, RefusesWhatIsNotARegularFileAndLeavesItAlone) {
   ScratchDir dir("text-file");
   const std::string fifo = dir.path() + "/pipe";
