@@ -155,7 +155,13 @@ double ZeroEngine::MicroBatch(const torch::Tensor& inputs, const torch::Tensor& 
   try {
     loss.backward(backward_scale_);
   } catch (...) {
-    hooks_armed_ = false;  // (profiling recovers from out of memory and goes on)
+    // Profiling recovers from out of memory and goes on: the reductions this backward
+    // started are abandoned (waited for and freed), so that the next micro-batch
+    // launches each once and the communicator counts none of them in flight.
+    hooks_armed_ = false;
+    for (auto& pending : pending_) pending.reset();
+    for (auto& reduced : reduced_) reduced = torch::Tensor();
+    reducing_ = false;
     throw;
   }
   hooks_armed_ = false;

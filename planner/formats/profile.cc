@@ -90,6 +90,9 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
     fields.Child("collectives");
   }
   if (fields.Has("collective_elements_in_flight")) {
+    if (stage.stage == 0 && fields.Integer("collective_elements_in_flight") != 0) {
+      fields.Fail("collective_elements_in_flight", "stage 0 runs no reduce-scatter or all-gather");
+    }
     stage.collective_elements_in_flight = fields.IntegerIn(
         "collective_elements_in_flight", 0, MostCollectiveElements(model_params), "a number of elements");
   } else {

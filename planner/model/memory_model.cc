@@ -78,8 +78,10 @@ MemoryFit FitMemory(const DeviceProfile& profile, const StageProfile& stage, int
   fit.activation_bytes_per_sample = std::max<std::int64_t>(0, std::llround(slope));
   // N·f; a rank alone has no process group and no buffers.
   const double held = world_size <= 1 ? 0.0 : share ? std::clamp(*share, 0.0, 1.0) * world_size : 1.0;
-  fit.collective_bytes = std::llround(static_cast<double>(stage.collective_elements_in_flight) * held *
-                                      static_cast<double>(BytesPerWorkingValue(precision)));
+  // (Clamped, so that absurd profile values cannot overflow the sums below: 2^62 bytes
+  // fit on no device.)
+  fit.collective_bytes = std::llround(std::min(0x1p62, static_cast<double>(stage.collective_elements_in_flight) * held *
+                                                           static_cast<double>(BytesPerWorkingValue(precision))));
   const std::int64_t free_bytes = fit.capacity_bytes - fit.model_state_bytes - fit.fixed_bytes - fit.collective_bytes;
   fit.states_fit = free_bytes >= 0 && fit.construction_bytes <= fit.capacity_bytes;
   if (!fit.states_fit) return fit;

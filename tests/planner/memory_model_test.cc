@@ -112,6 +112,9 @@ TEST(FitMemory, CollectivesInFlightHoldNTimesTheRanksShareOfTheirElements) {
   profile.model.precision = Precision::kFp32;
   profile.stages[3].collective_elements_in_flight = 24'000'000;
   EXPECT_FALSE(FitMemory(profile, profile.stages[3], 8).states_fit);
+  // Absurd values fit nowhere, without overflowing.
+  profile.stages[3].collective_elements_in_flight = 4'000'000'000'000;  // 1.6e19 bytes on a million ranks
+  EXPECT_FALSE(FitMemory(profile, profile.stages[3], 1'000'000, 1.0).states_fit);
 }
 
 TEST(FitMemory, MeasuredCapBelowTheModelWins) {

@@ -462,6 +462,8 @@ TEST(ProfileFile, RejectsCollectiveElementsInFlightOutsideTheirRange) {
                  "stages[1].collective_elements_in_flight", "from 0 to 1419292672, got 1419292673");
   ExpectRejected([](Json& j) { j["stages"][1]["collective_elements_in_flight"] = 2.5; },
                  "stages[1].collective_elements_in_flight", "must be an integer");
+  ExpectRejected([](Json& j) { j["stages"][0]["collective_elements_in_flight"] = 8; },
+                 "stages[0].collective_elements_in_flight", "stage 0 runs no reduce-scatter or all-gather");
 }
 
 TEST(ProfileFile, RejectsNegativeMaxMicroBatch) {
