@@ -233,16 +233,18 @@ std::unique_ptr<PendingCollective> Communicator::Pending(const char* collective,
 }
 
 std::unique_ptr<PendingCollective> Communicator::StartAllReduceSum(torch::Tensor& tensor) {
-  if (!group_) return Pending("all-reduce", {}, nullptr);
+  // All-reduces are not counted in flight (communicator.h).
+  if (!group_) return Pending("all-reduce", {}, nullptr, 0);
   volume_.all_reduced += tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
   if (!native_scatter_gather_ && tensor.scalar_type() == torch::kBFloat16) {
     // Gloo (libtorch 1.13) cannot add bf16: reduce an fp32 copy.
     std::vector<torch::Tensor> wide = {tensor.to(torch::kFloat32)};
     auto work = group_->allreduce(wide);
-    return Pending("all-reduce", work, [wide, tensor]() mutable { tensor.copy_(wide[0]); });
+    return Pending(
+        "all-reduce", work, [wide, tensor]() mutable { tensor.copy_(wide[0]); }, 0);
   }
   std::vector<torch::Tensor> tensors = {tensor};
-  return Pending("all-reduce", group_->allreduce(tensors), nullptr);
+  return Pending("all-reduce", group_->allreduce(tensors), nullptr, 0);
 }
 
 bool Communicator::Uneven(const Chunks& chunks, std::int64_t whole, std::int64_t own) const {

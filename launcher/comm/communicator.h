@@ -175,7 +175,7 @@ class Communicator {
   // do once it is done.
   // `elements` count in elements_in_flight until Wait.
   std::unique_ptr<PendingCollective> Pending(const char* collective, c10::intrusive_ptr<c10d::Work> work,
-                                             std::function<void()> finish, std::int64_t elements = 0);
+                                             std::function<void()> finish, std::int64_t elements);
   // Uneven `chunks` checked against the tensors' sizes (TORCH_CHECK; one per rank, or any
   // number for a rank alone): true when they differ, false when empty or all equal (the
   // equal-chunk paths serve).
