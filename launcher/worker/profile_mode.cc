@@ -49,7 +49,7 @@ class StageProfiler {
   // standing for rank 0 of two whose other is absent when below 1 (LayoutWorldSize).
   StageProfiler(const ModelConfig& config, int stage, double state_share, const ProfileOptions& options,
                 Communicator& communicator, torch::Device device)
-      : config_(config), options_(options), communicator_(communicator), device_(device), model_(nullptr) {
+      : config_(config), options_(options), device_(device), model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = MakeDecoder(config);
     model_->to(device);
@@ -57,7 +57,7 @@ class StageProfiler {
         state_share < 1 ? std::vector<double>{state_share, 1 - state_share} : std::vector<double>{};
     engine_ = MakeEngine(stage, model_, communicator, AdamWOptions{}, BucketElements(0, device),
                          ComputingType(options.precision, device, "--precision"), shares);
-    communicator.ResetMostElementsInFlight();
+    communicator.ResetMostElementsInFlight();  // what FitStage and RemeasureStage read back
   }
 
   // Micro-batches of `size` samples: `warm_ups` untimed runs, then timed runs as
@@ -106,10 +106,6 @@ class StageProfiler {
 
   // What the stage's engine hands to its collectives (recorded for the cost model).
   CollectiveParams CollectivePlan() const { return engine_->CollectivePlan(); }
-  // The most elements its reduce-scatters and all-gathers had in flight at once since the
-  // engine was made (Communicator::most_elements_in_flight), the optimizer step's last
-  // micro-batch included: stage 1 reduces in no other.
-  std::int64_t MostElementsInFlight() const { return communicator_.most_elements_in_flight(); }
 
   // The optimizer step as training takes it: after a last micro-batch (here of one
   // sample) has left real gradients. One untimed step, then one timed.
@@ -179,7 +175,6 @@ class StageProfiler {
 
   const ModelConfig& config_;
   const ProfileOptions& options_;
-  Communicator& communicator_;
   torch::Device device_;
   Decoder model_{nullptr};
   std::unique_ptr<TrainingEngine> engine_;
@@ -194,7 +189,10 @@ struct StageSamples {
   std::map<int, std::vector<double>> replays;  // by size: from CUDA graphs (TimeReplays)
   std::vector<double> optimizer_steps;
   CollectiveParams collectives;
-  std::int64_t elements_in_flight = 0;  // the most over every pass
+  // The most elements its reduce-scatters and all-gathers had in flight at once, over
+  // every pass (Communicator::most_elements_in_flight since the pass's engine was made),
+  // the optimizer step's last micro-batch included: stage 1 reduces in no other.
+  std::int64_t elements_in_flight = 0;
 };
 
 // Timed runs of every size so far.
@@ -257,7 +255,7 @@ StageSamples FitStage(const ModelConfig& config, int stage, double state_share, 
   result.max_micro_batch = low;
   TimeReplays(profiler, result, /*first_pass=*/true);
   if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
-  result.elements_in_flight = profiler.MostElementsInFlight();
+  result.elements_in_flight = communicator.most_elements_in_flight();
   std::cerr << "poplar-worker profile: pass 1: stage " << stage
             << (state_share < 1 ? " holding " + HeldShareText(state_share) + " of the state" : "")
             << ": largest micro-batch " << low << ", " << result.runs.size() << " sizes, " << TimedRuns(result)
@@ -283,7 +281,7 @@ void RemeasureStage(StageSamples& samples, int pass, const ModelConfig& config, 
   }
   TimeReplays(profiler, samples, /*first_pass=*/false);
   samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
-  samples.elements_in_flight = std::max(samples.elements_in_flight, profiler.MostElementsInFlight());
+  samples.elements_in_flight = std::max(samples.elements_in_flight, communicator.most_elements_in_flight());
   std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << ": "
             << TimedRuns(samples) - runs_before << " timed runs\n";
 }

@@ -56,11 +56,31 @@ std::vector<std::int64_t> CountsOfOverlappingCollectives(Communicator& communica
 
 const std::vector<std::int64_t> kExpected = {0, 8, 14, 14, 6, 14, 0, 0, 0, 6};
 
+// Equal chunks take the other paths (Gloo's all-gather, the all-to-all reduce-scatter
+// without counts): a reduce-scatter of 8 and an all-gather of 6, overlapping.
+std::vector<std::int64_t> CountsOfEqualChunks(Communicator& communicator) {
+  const int ranks = communicator.world_size();
+  auto input = torch::ones({8});
+  auto owned = torch::empty({8 / ranks});
+  auto shard = torch::ones({6 / ranks});
+  auto whole = torch::empty({6});
+  communicator.ResetMostElementsInFlight();
+  auto reduce = communicator.StartReduceScatterSum(input, owned);
+  auto gather = communicator.StartAllGather(shard, whole);
+  const std::int64_t both = communicator.elements_in_flight();
+  reduce->Wait();
+  gather->Wait();
+  return {both, communicator.elements_in_flight(), communicator.most_elements_in_flight()};
+}
+
+const std::vector<std::int64_t> kExpectedEqual = {14, 0, 14};
+
 TEST(CommunicatorInFlight, ARankAloneCountsTheElementsARankOfAJobWould) {
   DistributedEnv alone;
   Communicator communicator(alone, kTimeout);
   EXPECT_EQ(communicator.backend_name(), "none");
   EXPECT_EQ(CountsOfOverlappingCollectives(communicator), kExpected);
+  EXPECT_EQ(CountsOfEqualChunks(communicator), kExpectedEqual);
 }
 
 TEST(CommunicatorInFlight, TwoRanksOverGlooCountTheWholeOfEachCollective) {
@@ -72,11 +92,16 @@ TEST(CommunicatorInFlight, TwoRanksOverGlooCountTheWholeOfEachCollective) {
     env.local_rank = r;
     env.master_port = port;
     Communicator communicator(env, kTimeout, torch::kCPU, CollectiveBackend::kGloo);
-    return CountsOfOverlappingCollectives(communicator);
+    std::vector<std::int64_t> counts = CountsOfOverlappingCollectives(communicator);
+    const std::vector<std::int64_t> equal = CountsOfEqualChunks(communicator);
+    counts.insert(counts.end(), equal.begin(), equal.end());
+    return counts;
   };
+  std::vector<std::int64_t> expected = kExpected;
+  expected.insert(expected.end(), kExpectedEqual.begin(), kExpectedEqual.end());
   auto other = std::async(std::launch::async, rank, 1);
-  EXPECT_EQ(rank(0), kExpected);
-  EXPECT_EQ(other.get(), kExpected);
+  EXPECT_EQ(rank(0), expected);
+  EXPECT_EQ(other.get(), expected);
 }
 
 }  // namespace
