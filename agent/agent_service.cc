@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "agent/devices.h"
 #include "agent/node_job.h"
@@ -45,6 +46,8 @@ v1::LaunchEvent::Kind KindOf(JobEvent::Kind kind) {
       return v1::LaunchEvent::JOB_FINISHED;
     case JobEvent::Kind::kFailed:
       return v1::LaunchEvent::JOB_FAILED;
+    case JobEvent::Kind::kPlanSwitch:
+      return v1::LaunchEvent::PLAN_SWITCH;
   }
   return v1::LaunchEvent::KIND_UNSPECIFIED;
 }
@@ -172,7 +175,7 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       // jobs/<id>/ (hence under the lock).
       job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_),
                                   StopGrace(settings));
-      jobs_[settings.job_id] = {job, request->launch_id()};
+      jobs_[settings.job_id] = {job, request->launch_id(), settings.kind == LaunchSettings::Kind::kTrain};
       held = Hold(job->devices(), "job '" + settings.job_id + "'");
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
@@ -237,6 +240,33 @@ std::shared_ptr<void> AgentService::Hold(const std::vector<std::string>& keys, c
   return std::shared_ptr<void>(nullptr, [this, keys](void*) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const std::string& key : keys) busy_.erase(key);
+  });
+}
+
+grpc::Status AgentService::SwitchPlan(grpc::ServerContext*, const v1::SwitchPlanRequest* request,
+                                      v1::SwitchPlanResponse* response) {
+  return Guarded("SwitchPlan", [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = jobs_.find(request->job_id());
+    if (found == jobs_.end() || !found->second.train) {
+      throw InputError("job_id", "", "no training job '" + request->job_id() + "' runs on this node");
+    }
+    RunningJob& running = found->second;
+    const std::vector<int> ranks = running.job->ranks();
+    if (std::find(ranks.begin(), ranks.end(), 0) == ranks.end()) {
+      throw InputError("job_id", "",
+                       "rank 0 of job '" + request->job_id() + "' runs on another node: a plan goes to rank 0's node");
+    }
+    const int number = running.plan_switches + 1;
+    WritePlanSwitch(config_, request->job_id(), request->plan_json(), number);
+    running.plan_switches = number;
+    nlohmann::ordered_json announced = {{"number", number}, {"reason", request->reason()}};
+    announced["plan"] = nlohmann::ordered_json::parse(request->plan_json());
+    running.job->Announce({JobEvent::Kind::kPlanSwitch, -1, announced.dump(), 0});
+    std::fprintf(stderr, "poplar-agent: job %s: plan %d handed to rank 0: %s\n", request->job_id().c_str(), number,
+                 request->reason().c_str());
+    response->set_number(number);
+    return grpc::Status::OK;
   });
 }
 

@@ -31,6 +31,8 @@ class AgentService final : public v1::Agent::Service {
                       grpc::ServerWriter<v1::LaunchEvent>* writer) override;
   grpc::Status CheckLaunch(grpc::ServerContext* context, const v1::LaunchRequest* request,
                            v1::CheckLaunchResponse* response) override;
+  grpc::Status SwitchPlan(grpc::ServerContext* context, const v1::SwitchPlanRequest* request,
+                          v1::SwitchPlanResponse* response) override;
   grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request, v1::StopResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
@@ -55,6 +57,8 @@ class AgentService final : public v1::Agent::Service {
   struct RunningJob {
     std::shared_ptr<Job> job;
     std::string launch_id;  // the launch that started it (LaunchRequest.launch_id)
+    bool train = false;     // a training job (not a network one): it takes plan switches
+    int plan_switches = 0;  // plans handed to it (SwitchPlan), numbered from 1
   };
   std::map<std::string, RunningJob> jobs_;  // by job id
   DeviceHolders busy_;                      // devices in use by a job or a profile

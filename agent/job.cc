@@ -77,6 +77,11 @@ void Job::Start(Spawner& spawner) {
   tailer_ = std::thread([this] { TailMetrics(); });
 }
 
+void Job::Announce(JobEvent event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!ended_) Push(std::move(event));
+}
+
 void Job::Push(JobEvent event) {
   events_.push_back(std::move(event));
   changed_.notify_all();

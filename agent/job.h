@@ -23,10 +23,10 @@
 namespace poplar {
 
 struct JobEvent {
-  enum class Kind { kStarted, kOutput, kMetrics, kExited, kFinished, kFailed };
+  enum class Kind { kStarted, kOutput, kMetrics, kExited, kFinished, kFailed, kPlanSwitch };
   Kind kind = Kind::kOutput;
   int rank = -1;      // -1 for kFinished and kFailed
-  std::string text;   // kStarted: "pid N: <command line>"
+  std::string text;   // kStarted: "pid N: <command line>"; kPlanSwitch: the plan and why (agent.proto)
   int exit_code = 0;  // kExited: status, 128 + N when killed by signal N
 };
 
@@ -57,6 +57,9 @@ class Job {
   // Waits up to `timeout` for the next event. Returns false on timeout and after the
   // final event (kFinished or kFailed) has been handed out.
   bool Next(JobEvent* event, std::chrono::milliseconds timeout);
+
+  // Adds an event of the agent's own (kPlanSwitch) to the stream, among the ranks'.
+  void Announce(JobEvent event);
 
   // Stops every rank (first reason wins; it becomes the kFailed text). Returns at once.
   void Stop(const std::string& reason);

@@ -100,6 +100,8 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
                                    (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
                                    "--checkpoint-dir",
                                    checkpoints.string(),
+                                   "--plan-switches",
+                                   (job_dir / "plans").string(),
                                    "--save",
                                    (job_dir / ("model." + save_format)).string()};
   args.insert(args.end(), flags.begin(), flags.end());
@@ -218,12 +220,22 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
   WriteFileAtomically((job_dir / "plan.json").string(), settings.plan_json);
   if (settings.kind == LaunchSettings::Kind::kTrain) {
     WriteFileAtomically((job_dir / "model.json").string(), settings.model_config_json);
+    // Plan switches are numbered per launch: an earlier launch's are not this one's.
+    fs::remove_all(job_dir / "plans");
+    fs::create_directories(job_dir / "plans");
   }
   if (!settings.resume) {
     std::error_code ignored;
     for (const RankProcess& process : processes) fs::remove(process.metrics_path, ignored);
   }
   return processes;
+}
+
+void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number) {
+  const fs::path job_dir = JobFolder(config, job_id);
+  const WorkerPlan running = LoadWorkerPlan((job_dir / "plan.json").string());
+  RequireSwitchable(running, ParseWorkerPlan(plan_json, "plan_json"));
+  WriteFileAtomically((job_dir / "plans" / ("plan-" + std::to_string(number) + ".json")).string(), plan_json);
 }
 
 std::chrono::seconds StopGrace(const LaunchSettings& settings) {

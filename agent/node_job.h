@@ -49,6 +49,12 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
                                         const LaunchSettings& settings, const DeviceHolders& busy = {});
 
+// Writes `plan_json` where rank 0 of job `job_id` reads its plan switches, as
+// plans/plan-<number>.json of the job's folder, once it is a plan that can replace the
+// job's (RequireSwitchable against the folder's plan.json). Throws InputError naming
+// plan_json and the key.
+void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number);
+
 // How long the job's stopped ranks may take to end before SIGKILL (Job's stop_grace).
 std::chrono::seconds StopGrace(const LaunchSettings& settings);
 

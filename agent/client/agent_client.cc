@@ -144,6 +144,19 @@ bool AgentClient::Stop(const std::string& job_id, const std::string& reason, con
   return response.stopped();
 }
 
+int AgentClient::SwitchPlan(const std::string& job_id, const std::string& plan_json, const std::string& reason) {
+  grpc::ClientContext context;
+  SetDeadline(context, std::chrono::seconds(10));
+  v1::SwitchPlanRequest request;
+  request.set_job_id(job_id);
+  request.set_plan_json(plan_json);
+  request.set_reason(reason);
+  v1::SwitchPlanResponse response;
+  const grpc::Status status = stub_->SwitchPlan(&context, request, &response);
+  if (!status.ok()) throw Failure(status, "the plan switch");
+  return response.number();
+}
+
 void AgentClient::CheckLaunch(const v1::LaunchRequest& request) {
   grpc::ClientContext context;
   SetDeadline(context, std::chrono::seconds(30));  // it lists the node's devices (NVML)

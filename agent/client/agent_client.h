@@ -81,6 +81,9 @@ class AgentClient {
   // True if the job was running there.
   // `launch_id` (optional): stop the job only if that launch started it.
   bool Stop(const std::string& job_id, const std::string& reason, const std::string& launch_id = "");
+  // Hands job `job_id`'s rank 0 (which runs on this node) a plan that replaces its plan
+  // between steps; returns the plan's number. Throws AgentError with the agent's refusal.
+  int SwitchPlan(const std::string& job_id, const std::string& plan_json, const std::string& reason);
   // The agent's checks of a launch, with nothing started. Throws AgentError with the
   // agent's refusal.
   void CheckLaunch(const v1::LaunchRequest& request);

@@ -177,6 +177,9 @@ void Dispatch(const v1::LaunchEvent& event, const std::string& node_name, Launch
     case v1::LaunchEvent::JOB_FAILED:
       monitor.Failure(node_name, event.text());
       break;
+    case v1::LaunchEvent::PLAN_SWITCH:
+      monitor.PlanSwitch(event.text());
+      break;
     default:
       break;
   }

@@ -12,9 +12,13 @@ void RegisterProfileCommand(CLI::App& app);
 void RegisterLaunchCommand(CLI::App& app);
 void RegisterStatusCommand(CLI::App& app);
 void RegisterNetworkCommand(CLI::App& app);
+void RegisterSwitchCommand(CLI::App& app);
 
 // --master-port and --timeout, the rendezvous flags of every command that runs a job
 // through the agents (launch, network).
+// A job id as --job-id takes it (planner/formats/job_id.h), its reason in CLI11's error.
+CLI::Validator JobIdValidator();
+
 void AddRendezvousOptions(CLI::App* command, int& master_port, int& timeout_s);
 
 }  // namespace poplar

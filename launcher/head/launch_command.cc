@@ -81,19 +81,6 @@ void RequireDevicesAsProfiled(const ClusterSpec& cluster, const ClusterAgents& a
   }
 }
 
-// The profiles a plan file was made from, where they are known: the cluster file's
-// `profiles`, else a profiles/ folder beside the plan (where `poplar plan` and `poplar
-// launch` keep those the agents measured). Empty when neither is there.
-std::string ProfilesOfPlan(const ClusterSpec& cluster, const std::string& plan_file) {
-  if (!cluster.profiles_dir.empty()) {
-    RequireProfilesFolder(cluster.profiles_dir, cluster.file, "profiles");
-    return cluster.profiles_dir;
-  }
-  const std::string beside = (fs::path(ParentFolder(plan_file)) / "profiles").string();
-  std::error_code error;
-  return fs::is_directory(beside, error) ? beside : "";
-}
-
 // The plan of --plan, checked against the cluster before any agent is asked.
 PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& cluster) {
   PreparedPlan prepared;
@@ -233,7 +220,7 @@ nlohmann::ordered_json WriteSummary(const std::string& run_dir, const std::strin
   summary["policy"] = prepared.plan.policy.value_or("from file");
   summary["stage"] = prepared.plan.stage;
   summary["ok"] = !monitor.failed();
-  const nlohmann::ordered_json measured = monitor.Summary(prepared.plan.predicted_step_s.value_or(0));
+  const nlohmann::ordered_json measured = monitor.Summary();
   for (const auto& [key, value] : measured.items()) summary[key] = value;
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
@@ -241,8 +228,10 @@ nlohmann::ordered_json WriteSummary(const std::string& run_dir, const std::strin
 }
 
 // The last lines of a run that trained: the loss, the measured and predicted step.
-void SayWhatWasTrained(const nlohmann::ordered_json& summary, const PreparedPlan& prepared,
-                       const std::string& run_dir) {
+void SayWhatWasTrained(const nlohmann::ordered_json& summary, const std::string& run_dir) {
+  const double predicted = summary["predicted_step_s"].get<double>();
+  const int plan = summary["plan"].get<int>();
+  const std::string of_plan = plan > 0 ? " (plan " + std::to_string(plan) + "'s steps)" : "";
   const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
   const std::int64_t last_step = summary["steps"].get<std::int64_t>();
   std::cout << "trained "
@@ -252,8 +241,8 @@ void SayWhatWasTrained(const nlohmann::ordered_json& summary, const PreparedPlan
             << Fixed(summary["last_loss"].get<double>(), 3)
             << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
             << "; step " << Seconds(summary["measured_step_s"].get<double>()) << " measured (median) "
-            << (prepared.plan.predicted_step_s ? "vs " + Seconds(*prepared.plan.predicted_step_s) + " predicted; "
-                                               : "(the plan predicts none); ")
+            << (predicted > 0 ? "vs " + Seconds(predicted) + " predicted" + of_plan + "; "
+                              : "(the plan predicts none); ")
             << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
             << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
 }
@@ -305,6 +294,7 @@ void RunLaunch(const LaunchOptions& options) {
             << Count(nodes_in_job.size(), "node") << ", " << Count(*job.settings.steps, "step") << "; rendezvous "
             << place.master_addr << ":" << place.master_port << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, *job.settings.steps, options.progress_every, std::cout);
+  monitor.StartingPlan(prepared.plan.predicted_step_s);
   if (options.resume) monitor.ExpectResume(job_id);
   const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
   const int exit_status = outcome.signal != 0 ? 128 + outcome.signal : 1;
@@ -333,10 +323,23 @@ void RunLaunch(const LaunchOptions& options) {
               << "); run directory: " << run_dir << "\n";
     return;
   }
-  SayWhatWasTrained(summary, prepared, run_dir);
+  SayWhatWasTrained(summary, run_dir);
 }
 
 }  // namespace
+
+CLI::Validator JobIdValidator() {
+  return CLI::Validator(
+      [](std::string& text) {
+        try {
+          CheckJobId(text);
+          return std::string();
+        } catch (const InputError& error) {
+          return error.reason();
+        }
+      },
+      "JOB_ID");
+}
 
 void RegisterLaunchCommand(CLI::App& app) {
   auto options = std::make_shared<LaunchOptions>();
@@ -362,16 +365,7 @@ void RegisterLaunchCommand(CLI::App& app) {
   command->add_option("--run-dir", options->run_dir, "Run directory (default: runs/<job id>)")->check(NotEmpty());
   auto* job_id =
       command->add_option("--job-id", options->job_id, "Job name on every node (default: <cluster name>-<time>)")
-          ->check(CLI::Validator(
-              [](std::string& text) {
-                try {
-                  CheckJobId(text);
-                  return std::string();
-                } catch (const InputError& error) {
-                  return error.reason();
-                }
-              },
-              "JOB_ID"));
+          ->check(JobIdValidator());
   AddRendezvousOptions(command, options->master_port, options->timeout_s);
   command->add_option("--progress-every", options->progress_every, "Progress line every N steps (0: none)")
       ->check(WholeNumberIn(0, 1 << 30))

@@ -10,11 +10,14 @@
 
 #include "planner/base/command_failed.h"
 #include "planner/base/median.h"
+#include "planner/base/text_file.h"
 #include "planner/base/text_table.h"
 #include "planner/formats/step_cadence.h"
 
 namespace poplar {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr double kNoNumber = std::numeric_limits<double>::quiet_NaN();
 
@@ -40,7 +43,62 @@ std::string LaunchMonitor::NodeOf(int rank) const {
 
 LaunchMonitor::LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
                              std::ostream& out)
-    : files_(std::move(run_dir)), ranks_(std::move(ranks)), steps_(steps), progress_every_(progress_every), out_(out) {}
+    : files_(run_dir),
+      ranks_(std::move(ranks)),
+      steps_(steps),
+      progress_every_(progress_every),
+      out_(out),
+      run_dir_(std::move(run_dir)) {}
+
+void LaunchMonitor::PlanSwitch(const std::string& json_text) {
+  const auto announced = nlohmann::json::parse(json_text, nullptr, false);
+  if (!announced.is_object() || !announced.contains("number") || !announced["number"].is_number_integer()) return;
+  const int number = announced["number"].get<int>();
+  plans_handed_[number] = announced;
+  const std::string reason = announced.value("reason", "");
+  out_ << "plan " << number << " handed to rank 0" << (reason.empty() ? "" : ": " + reason) << std::endl;
+  if (run_dir_.empty() || !announced.contains("plan")) return;
+  const fs::path plans = fs::path(run_dir_) / "plans";
+  fs::create_directories(plans);
+  WriteFileAtomically((plans / ("plan-" + std::to_string(number) + ".json")).string(),
+                      announced["plan"].dump(2) + "\n");
+}
+
+void LaunchMonitor::FollowPlan(const nlohmann::json& record, std::int64_t step) {
+  const auto found = record.find("plan");
+  if (found == record.end() || !found->is_number_integer() || found->get<int>() == plan_) return;
+  const int number = found->get<int>();
+  nlohmann::ordered_json entry = {{"plan", number}, {"from_step", step}};
+  std::optional<double> predicted;
+  std::string reason;
+  if (const auto handed = plans_handed_.find(number); handed != plans_handed_.end()) {
+    reason = handed->second.value("reason", "");
+    const nlohmann::json& plan = handed->second.value("plan", nlohmann::json::object());
+    if (plan.contains("predicted") && plan["predicted"].is_object()) {
+      const double step_s = NumberOf(plan["predicted"], "step_s", kNoNumber);
+      if (std::isfinite(step_s) && step_s > 0) predicted = step_s;
+    }
+  }
+  if (predicted) entry["predicted_step_s"] = *predicted;
+  if (predicted_step_s_) entry["previous_predicted_step_s"] = *predicted_step_s_;
+  // What receiving the plan took, in the step before (its record says so).
+  if (rank0_steps_.size() >= 2) {
+    const nlohmann::json& before = rank0_steps_[rank0_steps_.size() - 2];
+    if (before.contains("switch_s")) entry["switch_s"] = NumberOf(before, "switch_s");
+  }
+  entry["reason"] = reason;
+  out_ << "step " << step << ": plan " << number << " trains from here"
+       << (predicted ? ", predicted " + Seconds(*predicted) + " per step" : std::string())
+       << (predicted_step_s_ ? " (was " + Seconds(*predicted_step_s_) + ")" : std::string())
+       << (reason.empty() ? "" : ": " + reason) << std::endl;
+  switches_.push_back(entry);
+  plan_ = number;
+  plan_since_ = rank0_steps_.size() - 1;
+  predicted_step_s_ = predicted;
+  if (!run_dir_.empty()) {
+    WriteFileAtomically((fs::path(run_dir_) / "plan_switches.json").string(), switches_.dump(2) + "\n");
+  }
+}
 
 void LaunchMonitor::Output(int rank, const std::string& line) {
   files_.Log(rank, line);
@@ -58,6 +116,7 @@ void LaunchMonitor::Metrics(int rank, const std::string& json_line) {
   const bool first = rank0_steps_.empty();
   rank0_steps_.push_back(record);
   const std::int64_t step = record["step"].get<std::int64_t>();
+  FollowPlan(record, step);
   if (first && step > 1) {
     out_ << "resumed from the checkpoint of step " << step - 1 << std::endl;
   } else if (first && !resume_job_.empty()) {
@@ -125,12 +184,14 @@ std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const 
              : "no checkpoint was due (job.checkpoint_every is 0: only the end writes one)";
 }
 
-nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
+nlohmann::ordered_json LaunchMonitor::Summary() const {
   nlohmann::ordered_json summary;
   summary["steps"] = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
   if (rank0_steps_.empty()) return summary;
+  const double predicted_step_s = predicted_step_s_.value_or(0);
   std::vector<double> step_times;
-  for (std::size_t i = rank0_steps_.size() / 5; i < rank0_steps_.size(); ++i) {
+  const std::size_t trained = rank0_steps_.size() - plan_since_;
+  for (std::size_t i = plan_since_ + trained / 5; i < rank0_steps_.size(); ++i) {
     step_times.push_back(NumberOf(rank0_steps_[i], "step_s"));
   }
   const double measured = Median(step_times);
@@ -145,6 +206,8 @@ nlohmann::ordered_json LaunchMonitor::Summary(double predicted_step_s) const {
   nlohmann::ordered_json busy = nlohmann::ordered_json::object();
   for (const auto& [type, share] : BusyShares()) busy[type] = share;
   summary["busy_share"] = busy;
+  summary["plan"] = plan_;
+  summary["plan_switches"] = switches_;
   for (auto record = rank0_steps_.rbegin(); record != rank0_steps_.rend(); ++record) {
     if (const auto val_loss = HeldOutLoss(*record)) {
       summary["val_loss"] = *val_loss;

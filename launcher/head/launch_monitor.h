@@ -33,6 +33,16 @@ class LaunchMonitor {
   LaunchMonitor(std::string run_dir, std::vector<RankInfo> ranks, std::int64_t steps, int progress_every,
                 std::ostream& out);
 
+  // The prediction of the plan the job starts with, for the switches' reports.
+  void StartingPlan(std::optional<double> predicted_step_s) { predicted_step_s_ = predicted_step_s; }
+
+  // A plan handed to the job's rank 0 (the agent's PLAN_SWITCH event: JSON {"number",
+  // "reason", "plan"}): kept as run_dir/plans/plan-N.json. It takes over at the first
+  // step whose rank 0 record says "plan": N; that step is then reported ("step S: plan N
+  // trains from here, predicted ... per step, was ...: why") and recorded in
+  // run_dir/plan_switches.json and the summary's `plan_switches`.
+  void PlanSwitch(const std::string& json_text);
+
   // A resume of job `job_id` (launch --resume): rank 0's first step then tells at once,
   // not after the run, whether it went on from a checkpoint or started over.
   void ExpectResume(std::string job_id) { resume_job_ = std::move(job_id); }
@@ -63,14 +73,17 @@ class LaunchMonitor {
   std::string CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const;
 
   // The summary of a finished run: steps, first and last loss, the median step time
-  // over the steps after the first fifth (warm-up), samples per second, busy shares;
-  // the latest held-out loss and its step (val_loss, val_step) when there was one.
-  nlohmann::ordered_json Summary(double predicted_step_s) const;
+  // over the steps after the first fifth (warm-up) of those the last plan trained, with
+  // that plan's prediction, samples per second, busy shares; the latest held-out loss
+  // and its step (val_loss, val_step) when there was one; the plan switches.
+  nlohmann::ordered_json Summary() const;
 
  private:
   // The node rank `rank` runs on, or "?" for a rank the plan does not have.
   std::string NodeOf(int rank) const;
   std::string ProgressLine(std::int64_t step) const;
+  // Rank 0's record of step `step` says which plan trained it: a new one took over.
+  void FollowPlan(const nlohmann::json& record, std::int64_t step);
   // Device type -> mean over its ranks of compute_s / step_s in their latest record.
   std::map<std::string, double> BusyShares() const;
 
@@ -82,6 +95,12 @@ class LaunchMonitor {
   std::map<int, nlohmann::json> latest_;     // rank -> last metrics record
   std::vector<nlohmann::json> rank0_steps_;  // rank 0's records in order
   std::string resume_job_;                   // ExpectResume's job, or empty
+  std::string run_dir_;
+  std::optional<double> predicted_step_s_;                             // of the plan in force
+  int plan_ = 0;                                                       // the plan in force (0: the starting one)
+  std::size_t plan_since_ = 0;                                         // its first record in rank0_steps_
+  std::map<int, nlohmann::json> plans_handed_;                         // number -> {"reason", "plan"}
+  nlohmann::ordered_json switches_ = nlohmann::ordered_json::array();  // those that took over
   FailureCauses causes_;
 };
 

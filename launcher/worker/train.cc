@@ -26,6 +26,7 @@
 #include "launcher/worker/checkpoint_writer.h"
 #include "launcher/worker/evaluation.h"
 #include "launcher/worker/metrics_writer.h"
+#include "launcher/worker/plan_switches.h"
 #include "launcher/worker/resume.h"
 #include "launcher/worker/step_trace.h"
 #include "launcher/worker/stop_signals.h"
@@ -302,6 +303,11 @@ struct StepFigures {
   Communicator::Volume volume;
   std::int64_t peak_bytes = 0;   // the step's peak device memory above the baseline
   std::int64_t state_bytes = 0;  // what the rank carries from step to step
+  int plan = 0;                  // the plan it trained with (PlanSwitches::number)
+  // With a plan switch agreed in the step: the plan that trains the next one, and what
+  // receiving it took (part of step_s).
+  std::optional<WorkerPlan> next_plan;
+  double switch_s = 0;
 };
 
 // The held-out loss after a step, when one is due.
@@ -341,6 +347,8 @@ class TrainingRun {
   std::optional<HeldOut> EvaluateAfter(std::int64_t step);
   void Report(std::int64_t step, const StepFigures& figures, const std::optional<HeldOut>& held_out);
   void CheckpointAfter(std::int64_t step);
+  // From the next step on, `plan` trains.
+  void SwitchTo(WorkerPlan plan, std::int64_t step);
   // What a checkpoint records of the loss scaler, when one runs.
   std::optional<LossScaleRecord> LossScaleNow() const;
 
@@ -355,9 +363,21 @@ class TrainingRun {
   std::optional<StepTrace> trace_;
   std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
   std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
+  PlanSwitches switches_;
   double tokens_per_step_ = 0;
   std::size_t last_computing_entry_ = 0;  // of the rank's micro-batches (the size of the list: none)
 };
+
+// The index of the last of `rank`'s micro-batches that computes (the size of its list
+// when none does): its backward starts the step's final reductions.
+std::size_t LastComputingEntry(const WorkerPlan& plan, int rank) {
+  const std::vector<int>& micro_batches = plan.micro_batches[rank];
+  std::size_t last = micro_batches.size();
+  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
+    if (micro_batches[entry] > 0) last = entry;
+  }
+  return last;
+}
 
 TrainingRun::TrainingRun(const TrainOptions& options)
     : options_(options),
@@ -367,7 +387,8 @@ TrainingRun::TrainingRun(const TrainOptions& options)
                                 [&] { return SetUpLocally(options, env_); })),
       communicator_(env_, std::chrono::seconds(options.timeout_s), local_.device, local_.backend,
                     local_.gloo_reduce_scatter),
-      recipe_(RecipeOf(options, local_.adamw, local_.plan, local_.data)) {
+      recipe_(RecipeOf(options, local_.adamw, local_.plan, local_.data)),
+      switches_(options.plan_switches, env_.rank) {
   const WorkerPlan& plan = local_.plan;
   communicator_.RequireAgreement("job settings", JobSettings(options, recipe_, plan, local_.config, local_.evaluation,
                                                              local_.gloo_reduce_scatter));
@@ -383,11 +404,7 @@ TrainingRun::TrainingRun(const TrainOptions& options)
   if (env_.rank == 0 && !options.checkpoint_dir.empty()) {
     writer_.emplace(options.checkpoint_dir, local_.config, recipe_, options.keep_checkpoints, line);
   }
-  const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
-  last_computing_entry_ = micro_batches.size();
-  for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
-    if (micro_batches[entry] > 0) last_computing_entry_ = entry;
-  }
+  last_computing_entry_ = LastComputingEntry(plan, env_.rank);
   tokens_per_step_ = static_cast<double>(plan.global_batch) * local_.config.block_size;
   overflow_test_ = OverflowTestOfEnvironment();
   // After the resume: the graphs then capture the parameters' and gradients' final buffers.
@@ -452,6 +469,19 @@ void TrainingRun::Step(std::int64_t step) {
   Report(step, figures, held_out);
   CheckpointAfter(step);
   if (writer_) writer_->Check();
+  if (figures.next_plan) SwitchTo(*figures.next_plan, step + 1);
+}
+
+void TrainingRun::SwitchTo(WorkerPlan plan, std::int64_t step) {
+  local_.plan = std::move(plan);
+  last_computing_entry_ = LastComputingEntry(local_.plan, env_.rank);
+  if (local_.evaluation) {
+    local_.evaluation->share = EvalShareOf(local_.plan, env_.rank, local_.evaluation->samples);
+  }
+  if (env_.rank == 0 && options_.log_every > 0) {
+    std::cerr << "poplar-worker[rank 0]: plan " << switches_.number() << " (" << local_.plan.file
+              << ") trains from step " << step + 1 << "\n";
+  }
 }
 
 StepFigures TrainingRun::TrainStep(std::int64_t step) {
@@ -463,6 +493,7 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // What the rank carries from step to step: its model states. Measured here, when no
   // collective is in flight (a finished one's buffers may linger on Gloo's threads).
   figures.state_bytes = MemoryInUse(device) - local_.baseline_bytes;
+  figures.plan = switches_.number();
   ResetMemoryPeak(device);
   // With a loss scaler, each loss's gradient is scale / tokens: the global mean's
   // gradient times the scale, as GradScaler scales a mean loss (an injected overflow: inf).
@@ -482,12 +513,18 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
   figures.optimizer_s = StretchCompute(step_phase.Seconds(), options_.device.slowdown);
   // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
-  // computes the norm of its own all-reduced copy, which may round to inf on one alone.
-  auto loss = torch::tensor({loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0}, torch::kFloat64).to(device);
+  // computes the norm of its own all-reduced copy, which may round to inf on one alone;
+  // and rank 0's offer of a plan for the next steps (its number and size; 0 from others).
+  const std::optional<PlanOffer> offer = switches_.Next(local_.plan);
+  auto loss = torch::tensor({loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0, offer ? offer->number : 0.0,
+                             offer ? static_cast<double>(offer->text.size()) : 0.0},
+                            torch::kFloat64)
+                  .to(device);
   communicator_.AllReduceSum(loss);
   const auto totals = loss.cpu();  // waits for the device
   figures.mean_loss = totals[0].item<double>() / tokens_per_step_;
   const double ranks_not_finite = totals[1].item<double>();
+  const int offered = static_cast<int>(totals[2].item<double>());
   // With a loss scaler, gradients that overflowed on every rank skipped the step on every
   // rank (the engine's norm is the same on all): the scale backs off. Ranks that
   // disagreed would have diverged: that stops the run, as below.
@@ -502,6 +539,12 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
                                  ? "not finite on " + Count(static_cast<std::int64_t>(ranks_not_finite), "rank")
                                  : std::to_string(figures.grad_norm);
     throw Diverged(step + 1, "the loss is " + std::to_string(figures.mean_loss) + " and the gradient norm " + norm);
+  }
+  if (offered > 0) {
+    const auto switch_start = Clock::now();
+    figures.next_plan = switches_.Receive(communicator_, device, offered,
+                                          static_cast<std::int64_t>(totals[3].item<double>()), offer, local_.plan);
+    figures.switch_s = SecondsSince(switch_start);
   }
   figures.step_s = SecondsSince(step_start);
   figures.volume = communicator_.volume().Since(volume_before);
@@ -569,7 +612,12 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
                            {"samples_per_s", plan.global_batch / figures.step_s},
                            {"tokens_per_s", tokens_per_step_ / figures.step_s},
                            {"peak_bytes", figures.peak_bytes},
-                           {"state_bytes", figures.state_bytes}};
+                           {"state_bytes", figures.state_bytes},
+                           {"plan", figures.plan}};
+  if (figures.next_plan) {
+    record["next_plan"] = switches_.number();
+    record["switch_s"] = figures.switch_s;
+  }
   if (scaler_) {
     record["loss_scale"] = figures.loss_scale;
     record["skipped"] = figures.skipped;

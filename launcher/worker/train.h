@@ -14,6 +14,7 @@ namespace poplar {
 
 struct TrainOptions {
   std::string plan;                   // plan file (docs/formats.md)
+  std::string plan_switches;          // folder of plans that replace it between steps (plan_switches.h)
   std::string model_config;           // model configuration (docs/formats.md)
   std::string data;                   // token file, uint16 or uint32 (docs/formats.md)
   std::int64_t steps = 1;             // train until this many optimizer steps are done

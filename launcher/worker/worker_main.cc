@@ -113,6 +113,11 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train one rank with its plan's micro-batch schedule");
   train->add_option("--plan", o.plan, "Plan file (poplar plan)")->required()->check(CLI::ExistingFile);
   train
+      ->add_option("--plan-switches", o.plan_switches,
+                   "Folder where plans that replace --plan between steps appear as plan-1.json, plan-2.json, ... "
+                   "(read by rank 0; the same stage, batch, ranks and state shares, other micro-batches)")
+      ->check(poplar::NotEmpty());
+  train
       ->add_option("--model-config", o.model_config,
                    "Model configuration (JSON), or a Hugging Face model folder (its config.json)")
       ->required()

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   poplar::RegisterProfileCommand(app);
   poplar::RegisterLaunchCommand(app);
   poplar::RegisterStatusCommand(app);
+  poplar::RegisterSwitchCommand(app);
   poplar::RegisterNetworkCommand(app);
 
   return poplar::RunApp(app, argc, argv, "poplar", "poplar",

@@ -111,4 +111,14 @@ std::map<std::string, DeviceProfile> LoadClusterProfiles(const ClusterSpec& clus
   return profiles;
 }
 
+std::string ProfilesOfPlan(const ClusterSpec& cluster, const std::string& plan_file) {
+  if (!cluster.profiles_dir.empty()) {
+    RequireProfilesFolder(cluster.profiles_dir, cluster.file, "profiles");
+    return cluster.profiles_dir;
+  }
+  const std::string beside = (std::filesystem::path(ParentFolder(plan_file)) / "profiles").string();
+  std::error_code error;
+  return std::filesystem::is_directory(beside, error) ? beside : "";
+}
+
 }  // namespace poplar

@@ -147,4 +147,36 @@ void RequireWorldSize(const WorkerPlan& plan, int world_size) {
   }
 }
 
+void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next) {
+  RequireWorldSize(next, running.WorldSize());
+  const std::string fixed = ", which a running job keeps from its start; stop it and launch --resume with this plan";
+  if (next.global_batch != running.global_batch) {
+    throw InputError(next.file, "global_batch",
+                     "is " + std::to_string(next.global_batch) + " but the running job's is " +
+                         std::to_string(running.global_batch) + fixed);
+  }
+  if (next.stage != running.stage) {
+    throw InputError(next.file, "stage",
+                     "is " + std::to_string(next.stage) + " but the running job trains at ZeRO stage " +
+                         std::to_string(running.stage) + fixed);
+  }
+  if (next.state_shares != running.state_shares) {
+    throw InputError(next.file, "ranks",
+                     "the state_share values differ from the running job's (" +
+                         (running.state_shares.empty() ? std::string("the even split") : "its own") + ")" + fixed);
+  }
+  const std::size_t placed = std::min(running.placement.size(), next.placement.size());
+  for (std::size_t rank = 0; rank < placed; ++rank) {
+    const auto differs = [](const std::string& a, const std::string& b) { return !a.empty() && !b.empty() && a != b; };
+    const RankPlacement& was = running.placement.at(rank);
+    const RankPlacement& now = next.placement.at(rank);
+    if (differs(was.node, now.node) || differs(was.device_type, now.device_type)) {
+      throw InputError(next.file, next.RankKey(static_cast<int>(rank)),
+                       "runs on " + now.node + " (" + now.device_type + ") but the running job's rank " +
+                           std::to_string(rank) + " runs on " + was.node + " (" + was.device_type +
+                           "): a switch keeps every rank where it is");
+    }
+  }
+}
+
 }  // namespace poplar

@@ -84,4 +84,11 @@ WorkerPlan LoadWorkerPlan(const std::string& path);
 // Throws InputError unless the plan has exactly `world_size` ranks.
 void RequireWorldSize(const WorkerPlan& plan, int world_size);
 
+// Throws InputError naming `next`'s file and key unless `next` can replace `running` in a
+// running job between two steps (docs/worker.md, "Plan switches"): the same ranks, each
+// on the same node and device type where both plans say, the same global batch, ZeRO
+// stage and state shares (the same values, or none in both). Only the micro-batches
+// change: the stage and the state split are the run's, fixed from its start.
+void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next);
+
 }  // namespace poplar

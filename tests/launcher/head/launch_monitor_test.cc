@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 
 #include "child_process.h"
 #include "planner/base/command_failed.h"
+#include "planner/base/text_file.h"
 #include "test_support.h"
 
 namespace poplar {
@@ -125,7 +127,8 @@ TEST_F(LaunchMonitorTest, ProgressLinesAndSummary) {
   EXPECT_TRUE(ContainsAll(
       text, {"step 1/10", "step 5/10", "step 10/10  loss 4.0000  120.0 samples/s", "busy fast 50% slow 90%"}));
   EXPECT_EQ(text.find("step 4/10"), std::string::npos);
-  const auto summary = monitor.Summary(0.25);
+  monitor.StartingPlan(0.25);
+  const auto summary = monitor.Summary();
   EXPECT_EQ(summary["steps"], 10);
   EXPECT_DOUBLE_EQ(summary["measured_step_s"].get<double>(), 0.2);  // the slow first step is warm-up
   EXPECT_NEAR(summary["prediction_error"].get<double>(), 0.25, 1e-9);
@@ -154,7 +157,7 @@ TEST_F(LaunchMonitorTest, RecordsWithNullsOrOddTypesDoNotStopTheHead) {
   monitor.Metrics(0, R"({"step": "2", "rank": 0, "loss": 1.0})");
   monitor.Metrics(1, R"({"step": 1, "rank": 1, "loss": 3.0, "step_s": null, "compute_s": 0.1})");
   EXPECT_TRUE(ContainsAll(out_.str(), {"step 1/10  loss nan", "48.0 samples/s"})) << out_.str();
-  const auto summary = monitor.Summary(0.5);
+  const auto summary = monitor.Summary();
   EXPECT_EQ(summary["steps"], 1);
   EXPECT_TRUE(std::isnan(summary["last_loss"].get<double>()));
 }
@@ -197,13 +200,13 @@ TEST_F(LaunchMonitorTest, HeldOutLossesAreShownAndSummarised) {
   monitor.Metrics(0, third.dump());
   EXPECT_TRUE(Contains(out_.str(), "step 3/10  loss 4.7000  val loss 4.2500")) << out_.str();
   EXPECT_FALSE(monitor.failed());
-  EXPECT_EQ(monitor.Summary(0.2)["val_loss"], 4.25);
-  EXPECT_EQ(monitor.Summary(0.2)["val_step"], 3);
+  EXPECT_EQ(monitor.Summary()["val_loss"], 4.25);
+  EXPECT_EQ(monitor.Summary()["val_step"], 3);
 
   LaunchMonitor plain = Monitor(5);  // no evaluation asked for: none expected
   plain.Metrics(0, Record(10, 0, 3.0, 0.2, 0.1));
   EXPECT_FALSE(plain.failed());
-  EXPECT_FALSE(plain.Summary(0.2).contains("val_loss"));
+  EXPECT_FALSE(plain.Summary().contains("val_loss"));
 }
 
 // A worker's warning reaches the user's terminal, after its node's name (a resume that
@@ -309,6 +312,44 @@ TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {
   short_job.Metrics(0, Record(10, 0, 5.0, 0.2, 0.1));
   EXPECT_EQ(short_job.CheckpointsKept(20, "D"), "the checkpoints rank 0's node completed (every 20 steps) stay in D");
   EXPECT_EQ(short_job.CheckpointsKept(1, "D"), "the checkpoints rank 0's node completed (every step) stay in D");
+}
+
+// A plan handed to rank 0 is kept in the run directory; it takes over at the step whose
+// record names it, which is said with its prediction and reason, recorded in
+// plan_switches.json, and the summary then measures the steps it trained against its
+// prediction.
+TEST_F(LaunchMonitorTest, APlanSwitchIsReportedWhereItTakesOver) {
+  LaunchMonitor monitor = Monitor(/*progress_every=*/0);
+  monitor.StartingPlan(0.4);
+  const auto record = [](std::int64_t step, int plan, double step_s) {
+    auto value = nlohmann::json::parse(Record(step, 0, 4.0, step_s, 0.1));
+    value["plan"] = plan;
+    return value;
+  };
+  for (int step = 1; step <= 3; ++step) monitor.Metrics(0, record(step, 0, 0.5).dump());
+  monitor.PlanSwitch(R"({"number": 1, "reason": "rank 1 runs slower than profiled",)"
+                     R"( "plan": {"stage": 0, "predicted": {"step_s": 0.2}}})");
+  EXPECT_TRUE(Contains(out_.str(), "plan 1 handed to rank 0: rank 1 runs slower than profiled")) << out_.str();
+  EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/plans/plan-1.json"));
+  auto fourth = record(4, 0, 0.5);
+  fourth["next_plan"] = 1;
+  fourth["switch_s"] = 0.003;
+  monitor.Metrics(0, fourth.dump());
+  EXPECT_FALSE(Contains(out_.str(), "trains from here"));
+  for (int step = 5; step <= 10; ++step) monitor.Metrics(0, record(step, 1, 0.25).dump());
+  EXPECT_TRUE(Contains(out_.str(),
+                       "step 5: plan 1 trains from here, predicted 200.0 ms per step (was 400.0 ms): "
+                       "rank 1 runs slower than profiled"))
+      << out_.str();
+  const auto summary = monitor.Summary();
+  EXPECT_DOUBLE_EQ(summary["measured_step_s"].get<double>(), 0.25);  // plan 1's steps alone
+  EXPECT_DOUBLE_EQ(summary["predicted_step_s"].get<double>(), 0.2);
+  EXPECT_EQ(summary["plan"], 1);
+  ASSERT_EQ(summary["plan_switches"].size(), 1u);
+  EXPECT_EQ(summary["plan_switches"][0]["from_step"], 5);
+  EXPECT_DOUBLE_EQ(summary["plan_switches"][0]["switch_s"].get<double>(), 0.003);
+  const auto recorded = nlohmann::ordered_json::parse(ReadTextFile(dir_.path() + "/plan_switches.json"));
+  EXPECT_EQ(recorded, summary["plan_switches"]);
 }
 
 }  // namespace

@@ -1,0 +1,142 @@
+// Plan switches (launcher/worker/plan_switches.h): plans that replace the running one
+// between steps change who computes which samples, never the training. Real processes
+// on loopback, against one device training the same global batches.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/input_error.h"
+#include "planner/formats/worker_plan.h"
+#include "worker_harness.h"
+
+namespace poplar::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Switches {
+  std::string name;
+  int stage;
+  // Global batch 14 in every plan: the one --plan names, then plan-1.json and
+  // plan-3.json of the switch folder (plan-2.json is one the run cannot take).
+  std::vector<std::vector<int>> first, second, third;
+  std::vector<double> state_shares = {};
+};
+
+std::ostream& operator<<(std::ostream& out, const Switches& switches) { return out << switches.name; }
+
+class PlanSwitch : public ::testing::TestWithParam<Switches> {};
+
+constexpr int kSteps = 4;
+
+std::vector<std::string> Args(const ScratchDir& scratch, const std::string& plan, const std::string& name,
+                              const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args =
+      TrainCommand(scratch, plan, kSteps,
+                   {"--save", name + ".pt", "--metrics", name + "-{rank}.jsonl", "--lr", "1e-3", "--timeout", "60"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Every plan of the switch folder is there from the start: rank 0 finds plan-1 at step
+// 1's end, and plan-2 (refused) then plan-3 at step 2's: steps 1, 2 and 3-4 train with
+// plans 0, 1 and 3.
+TEST_P(PlanSwitch, ChangesNothingOfTheTraining) {
+  const Switches& switches = GetParam();
+  ScratchDir scratch("poplar_plan_switch");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+
+  const std::string one = WritePlan(scratch, "one.json", 0, {{14}});
+  const JobOutcome reference = RunJob(scratch, 1, Args(scratch, one, "reference"));
+  ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
+
+  const std::string folder = scratch.path() + "/switches";
+  fs::create_directories(folder);
+  const std::string first = WritePlan(scratch, "first.json", switches.stage, switches.first, switches.state_shares);
+  fs::rename(WritePlan(scratch, "p1.json", switches.stage, switches.second, switches.state_shares),
+             folder + "/plan-1.json");
+  // Another stage: refused, training goes on.
+  fs::rename(WritePlan(scratch, "p2.json", switches.stage == 3 ? 2 : 3, {{7, 0}, {0, 7}}), folder + "/plan-2.json");
+  fs::rename(WritePlan(scratch, "p3.json", switches.stage, switches.third, switches.state_shares),
+             folder + "/plan-3.json");
+  const int world = static_cast<int>(switches.first.size());
+  const JobOutcome job = RunJob(scratch, world, Args(scratch, first, "ranks", {"--plan-switches", folder}));
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  EXPECT_TRUE(Contains(job.errors[0], "plan switch refused")) << job.errors[0];
+  EXPECT_TRUE(Contains(job.errors[0], "plan-2.json")) << job.errors[0];
+
+  const double difference =
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"), ReadStateDict(scratch.path() + "/ranks.pt"));
+  std::cout << "[ stage " << switches.stage << " ] max |difference| = " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+
+  const auto expected = ReadLines(scratch.path() + "/reference-0.jsonl");
+  ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps));
+  const std::vector<std::vector<std::vector<int>>> plans = {switches.first, switches.second, switches.third,
+                                                            switches.third};
+  const std::vector<int> numbers = {0, 1, 3, 3};
+  for (int rank = 0; rank < world; ++rank) {
+    const auto actual = ReadLines(scratch.path() + "/ranks-" + std::to_string(rank) + ".jsonl");
+    ASSERT_EQ(actual.size(), expected.size()) << "rank " << rank;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+      const auto a = nlohmann::json::parse(expected[i]), b = nlohmann::json::parse(actual[i]);
+      EXPECT_NEAR(b["loss"].get<double>(), a["loss"].get<double>(), 1e-5) << "step " << i + 1;
+      EXPECT_EQ(b["plan"], numbers[i]) << "rank " << rank << " step " << i + 1;
+      int samples = 0;
+      for (int size : plans[i][rank]) samples += size;
+      EXPECT_EQ(b["samples"], samples) << "rank " << rank << " step " << i + 1;
+      // The steps that received a plan say so, with what receiving it took.
+      EXPECT_EQ(b.contains("next_plan"), i == 0 || i == 1) << "step " << i + 1;
+      if (b.contains("next_plan")) {
+        EXPECT_GE(b["switch_s"].get<double>(), 0.0);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryStage, PlanSwitch,
+    ::testing::Values(Switches{"Stage0", 0, {{5, 3}, {4, 2}}, {{1}, {7, 6}}, {{5, 5}, {1, 1, 1, 1}}},
+                      Switches{"Stage1", 1, {{5, 3}, {4, 2}}, {{1}, {7, 6}}, {{5, 5}, {1, 1, 1, 1}}},
+                      // A rank drops to no samples, and back.
+                      Switches{"Stage2", 2, {{5, 3, 0}, {2, 2, 2}}, {{7, 7}, {0, 0}}, {{1, 1, 1, 1}, {2, 2, 3, 3}}},
+                      Switches{"Stage3", 3, {{5, 3, 0}, {2, 2, 2}}, {{7, 7}, {0, 0}}, {{1, 1, 1, 1}, {2, 2, 3, 3}}},
+                      // Uneven state shares stay as they are, a rank holding none.
+                      Switches{"Stage3Shares",
+                               3,
+                               {{4, 0, 3}, {2, 2, 0}, {1, 1, 1}},
+                               {{0, 0}, {7, 7}, {0, 0}},
+                               {{1, 1}, {2, 2}, {4, 4}},
+                               {0, 2, 1}}),
+    [](const ::testing::TestParamInfo<Switches>& info) { return info.param.name; });
+
+// A switch is refused by the plan's own rules, in words that name the file and the key.
+TEST(PlanSwitch, RefusesWhatARunningJobCannotChange) {
+  // (planner/formats/worker_plan.h's RequireSwitchable, as the agent and worker use it.)
+  ScratchDir scratch("poplar_plan_switch_refusals");
+  const auto plan = [&](const std::string& name, int stage, const std::vector<std::vector<int>>& ranks,
+                        const std::vector<double>& shares = {}) {
+    return LoadWorkerPlan(WritePlan(scratch, name, stage, ranks, shares));
+  };
+  const WorkerPlan running = plan("running.json", 2, {{4, 4}, {3, 3}});
+  EXPECT_NO_THROW(RequireSwitchable(running, plan("ok.json", 2, {{8, 6}, {0, 0}})));
+  const auto refusal = [&](const WorkerPlan& next) {
+    try {
+      RequireSwitchable(running, next);
+    } catch (const InputError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_TRUE(Contains(refusal(plan("stage.json", 3, {{4, 4}, {3, 3}})),
+                       "stage.json: stage: is 3 but the running "
+                       "job trains at ZeRO stage 2"));
+  EXPECT_TRUE(Contains(refusal(plan("batch.json", 2, {{4, 4}, {3, 4}})), "global_batch"));
+  EXPECT_TRUE(Contains(refusal(plan("ranks.json", 2, {{4, 4}, {3, 3}, {0, 0}})), "has 3 ranks"));
+  EXPECT_TRUE(Contains(refusal(plan("shares.json", 2, {{4, 4}, {3, 3}}, {1, 3})), "state_share"));
+}
+
+}  // namespace
+}  // namespace poplar::testing
