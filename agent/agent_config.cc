@@ -47,6 +47,12 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
     device.slowdown = fields.NumberIn("slowdown", 1, 1000, "a slowdown factor");
   }
   device.memory_bytes = fields.IntegerIn("memory_mib", 1, std::int64_t{1} << 30, "a number of MiB") << 20;
+  if (fields.Has("later")) {
+    YamlFields later = fields.Map("later");
+    device.later_step = later.IntegerIn("step", 1, std::int64_t{1} << 40, "a step of the run");
+    device.later_slowdown = later.NumberIn("slowdown", 1, 1000, "a slowdown factor");
+    later.Finish();
+  }
   fields.Finish();
   return device;
 }
@@ -68,6 +74,9 @@ AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, c
   const std::string cache =
       fields.OptionalString("cache_dir").value_or((fs::path(config.work_dir).parent_path() / "cache").string());
   config.cache_dir = Folder(fields, "cache_dir", cache, base, folders);
+  if (const auto shared = fields.OptionalString("shared_dir")) {
+    config.shared_dir = Folder(fields, "shared_dir", *shared, base, folders);
+  }
   config.worker = ResolveAgainst(base, fields.OptionalString("worker").value_or(default_worker));
   std::error_code error;  // a path too long is no worker either
   if (!fs::is_regular_file(config.worker, error) || access(config.worker.c_str(), X_OK) != 0) {  // a folder passes X_OK

@@ -5,11 +5,13 @@
 //   credentials: {ca: ca.pem, cert: nodes/a.pem, key: nodes/a.key, token: token, crl: crl}
 //   work_dir: /var/lib/poplar/work  # jobs/<id>/ and the token files requests name
 //   cache_dir: /var/lib/poplar/cache  # optional; default <work_dir>/../cache
+//   shared_dir: /mnt/shared/poplar  # optional; a folder every node sees at this path
 //   worker: /usr/local/bin/poplar-worker  # optional; default: next to poplar-agent
 //   gpus: auto                      # auto (NVML, when present) | none
 //   nvml_library: libnvidia-ml.so.1 # optional; the NVML library gpus: auto opens
 //   emulated:                       # optional emulated CPU devices (docs/worker.md)
 //     - {type: emu-fast, count: 1, threads: 1, slowdown: 1.0, memory_mib: 48}
+//     - {type: emu-slow, slowdown: 3.0, memory_mib: 20, later: {step: 30, slowdown: 9.0}}
 //
 // Relative paths are relative to the agent file's folder.
 #pragma once
@@ -28,6 +30,11 @@ struct EmulatedDeviceSpec {
   int threads = 1;                // intra-op CPU threads of each worker
   double slowdown = 1.0;          // compute time is stretched by this factor (>= 1)
   std::int64_t memory_bytes = 0;  // enforced cap (> 0)
+  // `later`: from this step of every training run on, compute is stretched by
+  // later_slowdown instead (a device that throttles, or recovers); profiles measure
+  // `slowdown`. 0: never.
+  std::int64_t later_step = 0;
+  double later_slowdown = 1.0;
 };
 
 struct AgentConfig {
@@ -36,7 +43,12 @@ struct AgentConfig {
   CredentialPaths credentials;
   std::string work_dir;   // absolute; made, and canonical, by LoadAgentConfig
   std::string cache_dir;  // the same
-  std::string worker;     // path of poplar-worker
+  // Optional, the same: a folder every node of the cluster sees at this path (NFS, a
+  // parallel file system). Training jobs keep their checkpoints in
+  // <shared_dir>/jobs/<job id>/checkpoints instead of their job folder, so that any node
+  // can resume a job whose rank 0's node was lost (docs/operations.md, "Elastic").
+  std::string shared_dir;
+  std::string worker;  // path of poplar-worker
   bool discover_gpus = true;
   // What dlopen is given: a file name the loader looks up, or an absolute path.
   std::string nvml_library = "libnvidia-ml.so.1";

@@ -65,7 +65,8 @@ LaunchSettings SettingsOf(const v1::LaunchRequest& request) {
   settings.job_settings = {request.settings().begin(), request.settings().end()};
   settings.trace_step = request.trace_step();
   settings.timeout_s = request.timeout_s();
-  settings.resume = request.resume();
+  settings.resume = request.resume() || request.require_checkpoint();
+  settings.require_checkpoint = request.require_checkpoint();
   switch (request.kind()) {
     case v1::LaunchRequest::TRAIN:
       settings.kind = LaunchSettings::Kind::kTrain;

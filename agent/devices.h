@@ -23,6 +23,9 @@ struct DeviceInfo {
   double slowdown = 1.0;
   // GPU: the processes NVML sees computing on it now, whoever started them.
   std::vector<unsigned int> processes;
+  // Emulated: in training runs, later_slowdown from step later_step on (0: never).
+  std::int64_t later_step = 0;
+  double later_slowdown = 1.0;
 };
 
 // GPUs visible through NVML (`library`, normally libnvidia-ml.so.1), in CUDA index

@@ -85,10 +85,9 @@ std::string WorkFile(const AgentConfig& config, const std::string& path, const s
 // `poplar-worker train` for a rank of this job (without the device's flags); `flags`:
 // those of the job's settings (WorkerFlags).
 // `save_format` names the final weights' file: model.pt or model.safetensors.
-std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir,
+std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir, const fs::path& checkpoints,
                                    const std::vector<std::string>& flags, const std::string& save_format,
                                    bool has_checkpoint) {
-  const fs::path checkpoints = job_dir / "checkpoints";
   std::vector<std::string> args = {"train",
                                    "--plan",
                                    (job_dir / "plan.json").string(),
@@ -110,6 +109,7 @@ std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::pat
                              std::to_string(settings.trace_step)});
   }
   if (has_checkpoint) args.insert(args.end(), {"--resume", checkpoints.string()});
+  if (settings.require_checkpoint) args.push_back("--resume-required");
   return args;
 }
 
@@ -176,7 +176,8 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
   }
 
   const fs::path job_dir = JobFolder(config, settings.job_id);
-  const bool has_checkpoint = fs::exists(job_dir / "checkpoints" / "latest");
+  const fs::path checkpoints = CheckpointFolder(config, settings.job_id);
+  const bool has_checkpoint = fs::exists(checkpoints / "latest");
   if (has_checkpoint && !settings.resume) {
     throw InputError("job_id", "",
                      "job '" + settings.job_id + "' already has checkpoints on this node; " +
@@ -193,7 +194,7 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     SpawnSpec& spec = process.spec;
     spec.program = config.worker;
     spec.cwd = job_dir.string();
-    spec.args = train ? TrainArgs(settings, job_dir, setting_flags, save_format, has_checkpoint)
+    spec.args = train ? TrainArgs(settings, job_dir, checkpoints, setting_flags, save_format, has_checkpoint)
                       : NetworkArgs(settings, job_dir);
     spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
     if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
@@ -203,6 +204,10 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
                      "LOCAL_RANK=" + std::to_string(local), "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks.size()),
                      "MASTER_ADDR=" + settings.master_addr, "MASTER_PORT=" + std::to_string(settings.master_port)});
     AddDeviceSettings(*assigned[local], spec.args, spec.env);
+    if (train && assigned[local]->later_step > 0) {
+      spec.args.insert(spec.args.end(), {"--later-slowdown-step", std::to_string(assigned[local]->later_step),
+                                         "--later-slowdown", ShortestText(assigned[local]->later_slowdown)});
+    }
     processes.push_back(std::move(process));
   }
   return processes;
@@ -229,6 +234,12 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
     for (const RankProcess& process : processes) fs::remove(process.metrics_path, ignored);
   }
   return processes;
+}
+
+fs::path CheckpointFolder(const AgentConfig& config, const std::string& job_id) {
+  CheckJobId(job_id);  // a plain name: the folder is inside jobs/
+  if (config.shared_dir.empty()) return JobFolder(config, job_id) / "checkpoints";
+  return fs::path(config.shared_dir) / "jobs" / job_id / "checkpoints";
 }
 
 void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct LaunchSettings {
   std::int64_t trace_step = 0;  // 0: no step traced
   int timeout_s = 0;
   bool resume = false;
+  bool require_checkpoint = false;     // with resume: the ranks refuse to start over from step 0
   std::int64_t network_max_bytes = 0;  // kNetwork; 0: the worker's default
 };
 
@@ -48,6 +50,10 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
 // logs/, metrics/; a fresh start's old metrics files go).
 std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::vector<DeviceInfo>& devices,
                                         const LaunchSettings& settings, const DeviceHolders& busy = {});
+
+// Where job `job_id`'s checkpoints are on this node: its job folder's checkpoints/, or
+// with a shared_dir, <shared_dir>/jobs/<job id>/checkpoints, the same on every node.
+std::filesystem::path CheckpointFolder(const AgentConfig& config, const std::string& job_id);
 
 // Writes `plan_json` where rank 0 of job `job_id` reads its plan switches, as
 // plans/plan-<number>.json of the job's folder, once it is a plan that can replace the

@@ -107,16 +107,22 @@ def wait_listening(host, port, process, log):
         sys.exit(f"poplar-agent {state}; see {log}")
 
 
+def agent_config(name):
+    """configs/local-agent-<name>.yaml, the agent file of agent `name`."""
+    return os.path.join(ROOT, "configs", f"local-agent-{name}.yaml")
+
+
 @contextlib.contextmanager
-def agents():
-    """Starts both agents; stops them (SIGTERM: they stop their jobs) on the way out."""
+def agents(configs=None):
+    """Starts both agents, each with its agent file, or the one `configs` (name -> path) gives;
+    stops them (SIGTERM: they stop their jobs) on the way out."""
     processes = []
     try:
         for name, (host, port) in AGENTS.items():
             log = os.path.join(OUT, f"agent-{name}.log")
             with open(log, "w") as out:
                 process = subprocess.Popen(
-                    [AGENT, "--config", os.path.join(ROOT, "configs", f"local-agent-{name}.yaml")],
+                    [AGENT, "--config", (configs or {}).get(name, agent_config(name))],
                     stdout=out, stderr=subprocess.STDOUT)
             processes.append(process)
             wait_listening(host, port, process, log)

@@ -65,6 +65,10 @@ void FailureCauses::UserStopped(const std::string& how) {
   failures_.push_back({kStopped, "head", "stopped by the user (" + how + ")", Failed::Kind::kUser});
 }
 
+void FailureCauses::TakingBack(const std::string& reason) {
+  failures_.push_back({kStopped, "head", reason, Failed::Kind::kTakeBack});
+}
+
 void FailureCauses::AgentLost(const std::string& node, const std::string& reason) {
   failures_.push_back({kCause, node, reason, Failed::Kind::kConnection});
 }
@@ -107,6 +111,12 @@ std::string FailureCauses::UserStop() const {
   if (failures_.empty() || head_stalled_s_ > 0) return "";
   const Failed& best = MostTelling();
   return best.kind == Failed::Kind::kUser ? best.reason : "";
+}
+
+std::string FailureCauses::TakeBack() const {
+  if (failures_.empty() || head_stalled_s_ > 0) return "";
+  const Failed& best = MostTelling();
+  return best.kind == Failed::Kind::kTakeBack ? best.reason : "";
 }
 
 }  // namespace poplar

@@ -29,6 +29,9 @@ class FailureCauses {
   // The user stopped the job from the head (`how`: "Ctrl-C", ...): a stop, as above,
   // which UserStop names when nothing outranks it.
   void UserStopped(const std::string& how);
+  // The head stops the job to take back a node that answers again (poplar launch
+  // --elastic): a stop, as above, which TakeBack names when nothing outranks it.
+  void TakingBack(const std::string& reason);
 
   // The job's first failure came just after the head itself did not run for `seconds`
   // (suspended with Ctrl-Z or SIGSTOP, its machine paused, its output blocked). When
@@ -45,13 +48,15 @@ class FailureCauses {
   // "stopped by the user (Ctrl-C)" when the user's stop is the root cause (no failure of
   // the job's came before it); empty otherwise.
   std::string UserStop() const;
+  // The reason of TakingBack when it is the root cause; empty otherwise.
+  std::string TakeBack() const;
 
  private:
   struct Failed {
     int severity;
     std::string node;
     std::string reason;
-    enum class Kind { kJob, kConnection, kUser };
+    enum class Kind { kJob, kConnection, kUser, kTakeBack };
     Kind kind = Kind::kJob;  // kConnection: a stream that broke or an agent lost
   };
   // The failure RootCause names when the head did not stall: the most telling.

@@ -76,6 +76,25 @@ void CheckVersion(const std::string& node, const v1::DescribeResponse& descripti
   }
 }
 
+namespace {
+
+// Throws CommandFailed naming the node unless its agent has the devices the cluster file
+// lists for it.
+void RequireListedDevices(const NodeSpec& node, const v1::DescribeResponse& description) {
+  for (const auto& group : node.devices) {
+    int have = 0;
+    for (const auto& device : description.devices()) have += device.type() == group.type;
+    if (have < group.count) {
+      const std::string list = Join(description.devices(), ", ", [](const auto& device) { return device.type(); });
+      throw CommandFailed("node '" + node.name + "': the cluster file lists " + std::to_string(group.count) + " x " +
+                          group.type + " but its agent has " + std::to_string(have) +
+                          " (it has: " + (list.empty() ? "no devices" : list) + ")");
+    }
+  }
+}
+
+}  // namespace
+
 ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
   ClusterAgents agents = ClientsFor(cluster);
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
@@ -88,18 +107,40 @@ ClusterAgents ConnectAgents(const ClusterSpec& cluster) {
     }
     CheckVersion(node.name, description);
     agents.descriptions.push_back(description);
-    for (const auto& group : node.devices) {
-      int have = 0;
-      for (const auto& device : description.devices()) have += device.type() == group.type;
-      if (have < group.count) {
-        const std::string list = Join(description.devices(), ", ", [](const auto& device) { return device.type(); });
-        throw CommandFailed("node '" + node.name + "': the cluster file lists " + std::to_string(group.count) + " x " +
-                            group.type + " but its agent has " + std::to_string(have) +
-                            " (it has: " + (list.empty() ? "no devices" : list) + ")");
-      }
-    }
+    RequireListedDevices(node, description);
   }
   return agents;
+}
+
+std::vector<std::string> AnsweringNodes(const ClusterSpec& cluster, std::chrono::seconds deadline, std::ostream& out) {
+  ClusterAgents agents = ClientsFor(cluster);
+  std::vector<std::string> problems(cluster.nodes.size());
+  std::vector<v1::DescribeResponse> descriptions(cluster.nodes.size());
+  NodeCalls calls(cluster.nodes.size(), [&](std::size_t i) {
+    try {
+      descriptions[i] = DescribeAgent(*agents.clients[i], deadline);
+    } catch (const std::exception& error) {
+      problems[i] = error.what();
+    }
+  });
+  calls.Join();
+  std::vector<std::string> answering;
+  for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
+    if (problems[i].empty()) {
+      try {
+        CheckVersion(cluster.nodes[i].name, descriptions[i]);
+        RequireListedDevices(cluster.nodes[i], descriptions[i]);
+      } catch (const CommandFailed& error) {
+        problems[i] = error.what();
+      }
+    }
+    if (problems[i].empty()) {
+      answering.push_back(cluster.nodes[i].name);
+    } else {
+      out << "  left out: " << problems[i] << std::endl;
+    }
+  }
+  return answering;
 }
 
 std::string ModelConfigText(const ClusterSpec& cluster, const std::string& why) {

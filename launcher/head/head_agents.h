@@ -3,8 +3,10 @@
 // lists, and fetching profiles from them. Used by `poplar profile|plan|launch|status`.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,11 @@ void CheckVersion(const std::string& node, const v1::DescribeResponse& descripti
 // (CheckVersion) and has at least the devices the cluster file lists for it. Throws
 // CommandFailed naming the node and the reason.
 ClusterAgents ConnectAgents(const ClusterSpec& cluster);
+
+// The names of the cluster's nodes whose agents answer now (Describe within `deadline`,
+// all asked at once), of this poplar's version (CheckVersion), with at least the devices
+// the cluster file lists; in cluster order. Each node left out, and why, goes to `out`.
+std::vector<std::string> AnsweringNodes(const ClusterSpec& cluster, std::chrono::seconds deadline, std::ostream& out);
 
 // The rendezvous port of a job whose rank 0 runs on node `rank0_node`: `requested` if
 // given (> 0), else a port that node's agent finds free. Throws CommandFailed naming

@@ -17,6 +17,8 @@
 #include "launcher/head/head_commands.h"
 #include "launcher/head/interruption.h"
 #include "launcher/head/launch_monitor.h"
+#include "launcher/head/node_watch.h"
+#include "launcher/head/rebalancer.h"
 #include "launcher/head/run_directory.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
@@ -52,6 +54,10 @@ struct LaunchOptions {
   int progress_every = 10;
   std::int64_t trace_step = 0;  // 0: no step traced
   bool resume = false;
+  bool elastic = false;  // restart from the newest checkpoint after a failure
+  int max_restarts = 3;
+  std::string rebalance = "on";  // on: where the plan's profiles are known (rebalancer.h)
+  RebalanceOptions rebalancing;
 };
 
 struct PreparedPlan {
@@ -124,6 +130,7 @@ PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& 
   const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
   const auto plan = PlanToJson(cluster, profiles, result);
   prepared.precision = ChooseWorkerPrecision(cluster, profiles);
+  prepared.profiles = profiles;
   std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
   prepared.text = plan.dump(2) + "\n";
   prepared.plan = ParseWorkerPlan(prepared.text, "the plan");  // its policy and prediction too
@@ -194,8 +201,15 @@ struct JobPlace {
 };
 
 // The Launch request of one node: the job's settings, the same on every node.
+// Whether an attempt goes on from a checkpoint: `resume` when one is there, and with
+// `require_checkpoint` never from step 0 (the ranks refuse).
+struct Resumption {
+  bool resume = false;
+  bool require_checkpoint = false;
+};
+
 v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& place, const JobSpec& job,
-                                   const LaunchOptions& options) {
+                                   const LaunchOptions& options, const Resumption& resumption) {
   v1::LaunchRequest request;
   request.set_job_id(place.job_id);
   request.set_node(node);
@@ -207,7 +221,8 @@ v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& plac
   for (const auto& [key, text] : JobSettingTexts(job.settings)) (*request.mutable_settings())[key] = text;
   request.set_trace_step(options.trace_step);
   request.set_timeout_s(options.timeout_s);
-  request.set_resume(options.resume);
+  request.set_resume(resumption.resume);
+  request.set_require_checkpoint(resumption.require_checkpoint);
   return request;
 }
 
@@ -247,6 +262,127 @@ void SayWhatWasTrained(const nlohmann::ordered_json& summary, const std::string&
             << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
 }
 
+// The index in `cluster` of the node named `name` (one the plan was checked to have).
+std::size_t NodeIndex(const ClusterSpec& cluster, const std::string& name) {
+  for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
+    if (cluster.nodes[i].name == name) return i;
+  }
+  throw InputError(cluster.file, "nodes", "has no node '" + name + "'");
+}
+
+// The run's rebalancer (--rebalance on, where the plan's profiles are known), said in
+// one line; none otherwise.
+std::optional<Rebalancer> RebalancerFor(const LaunchOptions& options, const ClusterSpec& cluster,
+                                        const PreparedPlan& prepared, std::int64_t steps) {
+  if (options.rebalance != "on") return std::nullopt;
+  if (prepared.profiles.empty()) {
+    std::cout << "rebalancing: off (no profiles to compare the devices' speed with)" << std::endl;
+    return std::nullopt;
+  }
+  RebalanceOptions rebalancing = options.rebalancing;
+  rebalancing.last_step = steps;
+  std::cout << "rebalancing: on (a device type " << Fixed(100 * rebalancing.threshold, 0) << "% off its profile over "
+            << rebalancing.window << " steps is re-planned for)" << std::endl;
+  return std::make_optional<Rebalancer>(cluster, prepared.profiles, prepared.plan, rebalancing);
+}
+
+// What one attempt of the job ended with: its agents' outcome, and what the monitor saw.
+struct AttemptEnd {
+  AgentJobOutcome outcome;
+  std::unique_ptr<LaunchMonitor> monitor;
+};
+
+// One attempt of the job: `prepared`'s ranks started on `cluster` (the nodes of `whole`
+// that answered) through `agents`, and followed (progress, rebalancing) until every
+// node's stream has ended. With --elastic, nodes of `whole` left out are watched; one
+// that answers again is taken back after the next checkpoint (the attempt then ends
+// with TakeBack).
+AttemptEnd RunAttempt(const LaunchOptions& options, const ClusterSpec& whole, const ClusterSpec& cluster,
+                      ClusterAgents& agents, JobPlace& place, const JobSpec& job, const PreparedPlan& prepared,
+                      const std::string& run_dir, const Interruption& interruption, const Resumption& resumption) {
+  const std::string& job_id = place.job_id;
+  place.plan_text = prepared.text;
+  place.precision = prepared.precision.name;
+  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), place.plan_text);
+  std::vector<RankInfo> ranks;
+  for (const RankPlacement& placement : prepared.plan.placement) {
+    ranks.push_back({placement.node, placement.device_type});
+  }
+  const std::vector<std::size_t> nodes_in_job = NodesInJob(cluster, ranks);
+  place.master_addr = prepared.plan.placement.at(0).host;
+  place.master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
+  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
+  for (std::size_t node : nodes_in_job) {
+    requests.emplace_back(node, LaunchRequestFor(cluster.nodes[node].name, place, job, options, resumption));
+  }
+  CheckAgentJob(cluster, agents, job_id, requests);
+  StopIfInterrupted(interruption, job_id);
+  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
+            << Count(nodes_in_job.size(), "node") << ", " << Count(*job.settings.steps, "step") << "; rendezvous "
+            << place.master_addr << ":" << place.master_port << "; run directory " << run_dir << std::endl;
+  AttemptEnd end;
+  end.monitor = std::make_unique<LaunchMonitor>(run_dir, ranks, *job.settings.steps, options.progress_every, std::cout);
+  LaunchMonitor& monitor = *end.monitor;
+  monitor.StartingPlan(prepared.plan.predicted_step_s);
+  if (resumption.resume) monitor.ExpectResume(job_id);
+  std::optional<Rebalancer> rebalancer = RebalancerFor(options, cluster, prepared, *job.settings.steps);
+  AgentClient& rank0_agent = *agents.clients.at(NodeIndex(cluster, prepared.plan.placement.at(0).node));
+  std::vector<std::string> left_out;
+  for (const NodeSpec& node : whole.nodes) {
+    const auto in_job = [&](const NodeSpec& other) { return other.name == node.name; };
+    if (std::none_of(cluster.nodes.begin(), cluster.nodes.end(), in_job)) left_out.push_back(node.name);
+  }
+  std::optional<NodeWatch> watch;
+  if (options.elastic && !left_out.empty()) watch.emplace(WithNodes(whole, left_out), std::chrono::seconds(3));
+  const std::int64_t checkpoint_every = job.settings.checkpoint_every.value_or(0);
+  bool taking_back = false;
+  // Rank 0 reports step S + 1 once it has started writing the checkpoint of step S, which
+  // a stop lets it finish: the node is taken back then, one step lost at most.
+  const auto take_back = [&](int rank, const nlohmann::json& record) {
+    if (!watch || taking_back || rank != 0 || checkpoint_every <= 0 || !record.is_object()) return;
+    const std::int64_t step = record.value("step", std::int64_t{0});
+    if (step < 2 || (step - 1) % checkpoint_every != 0 || step >= *job.settings.steps) return;
+    const std::vector<std::string> back = watch->answering();
+    if (back.empty()) return;
+    taking_back = true;
+    monitor.TakingBack("node '" + Join(back, "', '") + "' answers again: taken back after the checkpoint of step " +
+                       std::to_string(step - 1));
+  };
+  const auto rebalance = [&](int rank, const std::string& line) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    take_back(rank, record);
+    if (!rebalancer || taking_back) return;
+    const std::optional<Rebalance> proposal = rebalancer->Metrics(rank, record);
+    if (!proposal) return;
+    try {
+      rebalancer->Handed(rank0_agent.SwitchPlan(job_id, proposal->plan_text, "rebalanced: " + proposal->reason));
+    } catch (const AgentError& error) {
+      rebalancer->NotHanded();
+      std::cout << "rebalancing: the new plan was not handed to rank 0: " << error.what() << std::endl;
+    }
+  };
+  end.outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout, rebalance);
+  return end;
+}
+
+// A plan for the nodes of `cluster` (other than the attempt before had): from the
+// profiles the job already has (`known`, by type) when they cover its types, else
+// through the agents.
+PreparedPlan Replan(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
+                    const std::map<std::string, DeviceProfile>& known, const std::string& run_dir) {
+  const std::vector<std::string> types = cluster.DeviceTypes();
+  const auto profiled = [&](const std::string& type) { return known.count(type) > 0; };
+  if (!std::all_of(types.begin(), types.end(), profiled)) return PlanThroughAgents(options, cluster, agents, run_dir);
+  PreparedPlan prepared;
+  for (const std::string& type : types) prepared.profiles[type] = known.at(type);
+  const PlanResult result = MakePlan(cluster, prepared.profiles, *ParsePolicy(options.policy));
+  prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
+  std::cout << PlanReport(cluster, result) << std::flush;
+  prepared.text = PlanToJson(cluster, prepared.profiles, result).dump(2) + "\n";
+  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");
+  return prepared;
+}
+
 void RunLaunch(const LaunchOptions& options) {
   // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
   // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
@@ -271,59 +407,77 @@ void RunLaunch(const LaunchOptions& options) {
   StopIfInterrupted(interruption, job_id);
   const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
   directory.Record();
-  const PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
+  PreparedPlan prepared = given ? *std::move(given) : PlanThroughAgents(options, cluster, agents, run_dir);
   StopIfInterrupted(interruption, job_id);
-  place.plan_text = prepared.text;
-  place.precision = prepared.precision.name;
-  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), place.plan_text);
-
-  std::vector<RankInfo> ranks;
-  for (const RankPlacement& placement : prepared.plan.placement) {
-    ranks.push_back({placement.node, placement.device_type});
-  }
-  const std::vector<std::size_t> nodes_in_job = NodesInJob(cluster, ranks);
-  place.master_addr = prepared.plan.placement.at(0).host;
-  place.master_port = RendezvousPort(agents, prepared.plan.placement.at(0).node, options.master_port);
-  std::vector<std::pair<std::size_t, v1::LaunchRequest>> requests;
-  for (std::size_t node : nodes_in_job) {
-    requests.emplace_back(node, LaunchRequestFor(cluster.nodes[node].name, place, job, options));
-  }
-  CheckAgentJob(cluster, agents, job_id, requests);
-  StopIfInterrupted(interruption, job_id);
-  std::cout << "launching job " << job_id << ": " << Count(ranks.size(), "rank") << " on "
-            << Count(nodes_in_job.size(), "node") << ", " << Count(*job.settings.steps, "step") << "; rendezvous "
-            << place.master_addr << ":" << place.master_port << "; run directory " << run_dir << std::endl;
-  LaunchMonitor monitor(run_dir, ranks, *job.settings.steps, options.progress_every, std::cout);
-  monitor.StartingPlan(prepared.plan.predicted_step_s);
-  if (options.resume) monitor.ExpectResume(job_id);
-  const AgentJobOutcome outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout);
-  const int exit_status = outcome.signal != 0 ? 128 + outcome.signal : 1;
-  // A launch every agent refused leaves the run directory as it was (RunDirectory).
-  if (!outcome.any_started && monitor.failed()) {
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started", exit_status);
-  }
-  directory.Keep();
-  if (!previous_attempt.empty()) {
-    std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
-  }
-  const nlohmann::ordered_json summary = WriteSummary(run_dir, job_id, prepared, monitor);
-  if (monitor.failed()) {
-    // The user's own stop is not a failure of the job's (unless one came first).
+  const std::int64_t checkpoint_every = job.settings.checkpoint_every.value_or(0);
+  ClusterSpec current = cluster;                                   // the nodes of this attempt
+  std::map<std::string, DeviceProfile> known = prepared.profiles;  // every profile the job has had
+  Resumption resumption{options.resume, false};
+  for (int restarts = 0, attempt = 0;; ++attempt) {
+    const AttemptEnd end =
+        RunAttempt(options, cluster, current, agents, place, job, prepared, run_dir, interruption, resumption);
+    const LaunchMonitor& monitor = *end.monitor;
+    const int exit_status = end.outcome.signal != 0 ? 128 + end.outcome.signal : 1;
+    // A first launch every agent refused leaves the run directory as it was (RunDirectory).
+    if (attempt == 0 && !end.outcome.any_started && monitor.failed()) {
+      throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started", exit_status);
+    }
+    directory.Keep();
+    if (attempt == 0 && !previous_attempt.empty()) {
+      std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
+    }
+    const nlohmann::ordered_json summary = WriteSummary(run_dir, job_id, prepared, monitor);
+    if (!monitor.failed()) {
+      if (!summary.contains("first_loss")) {
+        std::cout << "no step was trained (the job was already at step " << *job.settings.steps
+                  << "); run directory: " << run_dir << "\n";
+        return;
+      }
+      SayWhatWasTrained(summary, run_dir);
+      return;
+    }
+    // The user's own stop is not a failure of the job's (unless one came first), nor is
+    // taking a node back.
     const std::string user_stop = monitor.UserStop();
+    const std::string take_back = monitor.TakeBack();
     const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
-    throw CommandFailed("job " + job_id + " " + what + "; every worker was stopped; " +
-                            monitor.CheckpointsKept(job.settings.checkpoint_every.value_or(0),
-                                                    "the agents' work directories under jobs/" + job_id +
-                                                        "/checkpoints (rank 0's node writes them)") +
-                            "; logs in " + run_dir + "/logs",
-                        exit_status);
+    const std::string kept =
+        monitor.CheckpointsKept(checkpoint_every, "the agents' work directories under jobs/" + job_id +
+                                                      "/checkpoints (rank 0's node writes them), or their shared_dir");
+    if (!take_back.empty() && end.outcome.signal == 0) {
+      std::cout << "elastic: job " << job_id << " stopped: " << take_back << std::endl;
+    } else if (!options.elastic || !user_stop.empty() || end.outcome.signal != 0 || restarts >= options.max_restarts) {
+      const std::string elastic = options.elastic && user_stop.empty() && end.outcome.signal == 0
+                                      ? " (after " + Count(restarts, "restart") + ", --max-restarts " +
+                                            std::to_string(options.max_restarts) + ")"
+                                      : "";
+      throw CommandFailed("job " + job_id + " " + what + elastic + "; every worker was stopped; " + kept +
+                              "; logs in " + run_dir + "/logs",
+                          exit_status);
+    } else {
+      ++restarts;
+      std::cout << "elastic: job " << job_id << " " << what << "; restart " << restarts << " of "
+                << options.max_restarts << ": re-planning over the nodes whose agents answer" << std::endl;
+    }
+    // Elastic: on from the newest checkpoint, over the nodes whose agents answer. Once a
+    // checkpoint was due (or the job had resumed), starting over from step 0 is refused.
+    resumption = {true, resumption.require_checkpoint || monitor.CheckpointDue(checkpoint_every)};
+    const std::string kept_in = directory.KeepPreviousAttempt();
+    if (!kept_in.empty()) std::cout << "the failed attempt's plan and summary are kept in " << kept_in << "\n";
+    StopIfInterrupted(interruption, job_id);
+    const std::vector<std::string> answering = AnsweringNodes(cluster, std::chrono::seconds(5), std::cout);
+    if (answering.empty()) {
+      throw CommandFailed("job " + job_id + " " + what + "; no node's agent answers to go on with; " + kept,
+                          exit_status);
+    }
+    const ClusterSpec next = WithNodes(cluster, answering);
+    agents = ConnectAgents(next);
+    if (next.nodes.size() != current.nodes.size()) {
+      prepared = Replan(options, next, agents, known, run_dir);
+      known.insert(prepared.profiles.begin(), prepared.profiles.end());
+    }
+    current = next;
   }
-  if (!summary.contains("first_loss")) {
-    std::cout << "no step was trained (the job was already at step " << *job.settings.steps
-              << "); run directory: " << run_dir << "\n";
-    return;
-  }
-  SayWhatWasTrained(summary, run_dir);
 }
 
 }  // namespace
@@ -375,6 +529,28 @@ void RegisterLaunchCommand(CLI::App& app) {
                    "Profile this step of the run on every rank (the N-th it takes): each node keeps its ranks' "
                    "traces in <work_dir>/jobs/<job id>/traces/rank-R.json")
       ->check(WholeNumberIn(std::int64_t{1}, kMostJobSteps));
+  command
+      ->add_option("--rebalance", options->rebalance,
+                   "Re-plan for device types that compute slower or faster than profiled, and switch to the new "
+                   "plan between steps (where the plan's profiles are known)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  command
+      ->add_option("--rebalance-window", options->rebalancing.window,
+                   "Steps of a plan measured before a device type is judged")
+      ->check(WholeNumberIn(2, 1 << 20))
+      ->capture_default_str();
+  command
+      ->add_option("--rebalance-threshold", options->rebalancing.threshold,
+                   "How far off its profile (a fraction) a device type's compute must be to be corrected")
+      ->check(NumberWhere([](double v) { return v > 0 && v <= 10; }, "a fraction above 0, at most 10"))
+      ->capture_default_str();
+  command->add_flag("--elastic", options->elastic,
+                    "After a failure (a rank, an agent or a node lost), re-plan over the nodes whose agents answer and "
+                    "go on from the newest checkpoint");
+  command->add_option("--max-restarts", options->max_restarts, "With --elastic: restarts before the launch gives up")
+      ->check(WholeNumberIn(0, 1000))
+      ->capture_default_str();
   // Without the job's id a resume would start a new job (the default id is new each time).
   command->add_flag("--resume", options->resume, "Resume the job --job-id names from its last checkpoint")
       ->needs(job_id);

@@ -162,7 +162,7 @@ void LaunchMonitor::Failure(const std::string& node, const std::string& reason, 
   causes_.Failure(node, reason, exit_status);
 }
 
-std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
+bool LaunchMonitor::CheckpointDue(std::int64_t checkpoint_every) const {
   const std::int64_t first = rank0_steps_.empty() ? 0 : rank0_steps_.front().value("step", 0);
   const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
   // A resume went on from a checkpoint, or meant to (a resume that failed before its
@@ -170,7 +170,13 @@ std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const 
   const bool resumed = first > 1 || !resume_job_.empty();
   // The last step writes one too: a job shorter than checkpoint_every has it due there.
   const std::int64_t first_due = checkpoint_every > 0 ? std::min(checkpoint_every, steps_) : steps_;
-  if (resumed || (checkpoint_every > 0 && last >= first_due)) {
+  return resumed || (checkpoint_every > 0 && last >= first_due);
+}
+
+std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
+  const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
+  const std::int64_t first_due = checkpoint_every > 0 ? std::min(checkpoint_every, steps_) : steps_;
+  if (CheckpointDue(checkpoint_every)) {
     // Rank 0 writes in the background: one due may not have been completed.
     return "the checkpoints rank 0's node completed" +
            (checkpoint_every == 1  ? std::string(" (every step)")

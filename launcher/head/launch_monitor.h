@@ -60,10 +60,13 @@ class LaunchMonitor {
   void Stopped(const std::string& node, const std::string& reason) { causes_.Stopped(node, reason); }
   void AgentLost(const std::string& node, const std::string& reason) { causes_.AgentLost(node, reason); }
   void UserStopped(const std::string& how) { causes_.UserStopped(how); }
+  // The head stops the job to take back a node (FailureCauses::TakingBack).
+  void TakingBack(const std::string& reason) { causes_.TakingBack(reason); }
   void HeadStalled(double seconds) { causes_.HeadStalled(seconds); }
   bool failed() const { return causes_.failed(); }
   std::string RootCause() const { return causes_.RootCause(); }
   std::string UserStop() const { return causes_.UserStop(); }
+  std::string TakeBack() const { return causes_.TakeBack(); }
 
   // Of a failed job, in words: whether checkpoints were due by rank 0's last step
   // reported (every `checkpoint_every` steps), or the launch resumed: "the checkpoints
@@ -71,6 +74,10 @@ class LaunchMonitor {
   // due by step 3, ...". The head cannot know which checkpoints rank 0's background
   // writer completed, so it claims none.
   std::string CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const;
+  // Whether a checkpoint was due by rank 0's last step reported (every
+  // `checkpoint_every` steps, and at the run's last), or the run resumed from one: a
+  // restart must then go on from a checkpoint, never from step 0.
+  bool CheckpointDue(std::int64_t checkpoint_every) const;
 
   // The summary of a finished run: steps, first and last loss, the median step time
   // over the steps after the first fifth (warm-up) of those the last plan trained, with

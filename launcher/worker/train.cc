@@ -224,6 +224,9 @@ struct LocalSetup {
 
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
+  if (device.is_cuda() && options.later_slowdown_step > 0) {
+    throw InputError("--later-slowdown-step", "", "emulates a device on the CPU; a GPU is used as it is");
+  }
   const torch::ScalarType working = ComputingType(options.precision, device, "--precision");
   const CollectiveBackend backend = ParseCollectiveBackend(options.backend, "--backend");
   Communicator::UsableBackend(device, backend, env.world_size);  // its error, before the rendezvous
@@ -364,6 +367,7 @@ class TrainingRun {
   std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
   std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
   PlanSwitches switches_;
+  double slowdown_ = 1.0;  // an emulated device's, this step (TrainOptions::later_slowdown)
   double tokens_per_step_ = 0;
   std::size_t last_computing_entry_ = 0;  // of the rank's micro-batches (the size of the list: none)
 };
@@ -394,6 +398,11 @@ TrainingRun::TrainingRun(const TrainOptions& options)
                                                              local_.gloo_reduce_scatter));
   std::optional<Resumed> resumed = ResumeFromNewestCheckpoint(communicator_, local_.model, options.resume,
                                                               options.steps, local_.config, recipe_, local_.device);
+  if (!resumed && options.resume_required) {
+    throw InputError("--resume-required", "",
+                     "no rank of this job holds a checkpoint to go on from (a node that held them is not part of the "
+                     "plan, or they were lost with it); the run would start over from step 0");
+  }
   first_step_ = resumed ? resumed->step : 0;
   local_.metrics.Start(/*append=*/resumed.has_value());
   engine_ = MakeAgreedEngine();
@@ -460,6 +469,8 @@ void TrainingRun::StopIfAsked() {
 
 void TrainingRun::Step(std::int64_t step) {
   StopIfAsked();
+  const bool later = options_.later_slowdown_step > 0 && step + 1 >= options_.later_slowdown_step;
+  slowdown_ = later ? options_.later_slowdown : options_.device.slowdown;
   trace_->BeforeStep(step + 1);
   const StepFigures figures = TrainStep(step);
   trace_->AfterStep(step + 1, figures.step_s);
@@ -511,7 +522,7 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // for it the same.)
   const OwnTime step_phase(communicator_);
   figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
-  figures.optimizer_s = StretchCompute(step_phase.Seconds(), options_.device.slowdown);
+  figures.optimizer_s = StretchCompute(step_phase.Seconds(), slowdown_);
   // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
   // computes the norm of its own all-reduced copy, which may round to inf on one alone;
   // and rank 0's offer of a plan for the next steps (its number and size; 0 from others).
@@ -564,7 +575,7 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
       MicroBatchResult result;
       try {
         result = RunMicroBatch(*engine_, communicator_, local_.data, first, size, entry == last_computing_entry_,
-                               options_.device.slowdown, local_.device);
+                               slowdown_, local_.device);
       } catch (const c10::OutOfMemoryError& error) {
         throw OutOfMemory(plan.file, plan.RankKey(env_.rank) + ".micro_batches[" + std::to_string(entry) + "]",
                           "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
@@ -584,8 +595,8 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
 std::optional<HeldOut> TrainingRun::EvaluateAfter(std::int64_t step) {
   if (!local_.evaluation || !DueAfterStep(step + 1, options_.eval_every, options_.steps)) return std::nullopt;
   const auto eval_start = Clock::now();
-  const double loss = Evaluate(*engine_, communicator_, *local_.evaluation, local_.config.block_size,
-                               options_.device.slowdown, local_.device);
+  const double loss =
+      Evaluate(*engine_, communicator_, *local_.evaluation, local_.config.block_size, slowdown_, local_.device);
   // An update that overflowed after a finite loss shows here first.
   if (!std::isfinite(loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(loss));
   return HeldOut{loss, SecondsSince(eval_start)};

@@ -24,6 +24,11 @@ struct TrainOptions {
   LrScheduleSettings schedule;        // --warmup-steps, --decay-steps, --min-lr
   std::string lr_decay = "constant";  // --lr-decay: constant, cosine or linear
   DeviceFlags device;
+  // Emulation of a device whose speed changes during a run (docs/worker.md, "Emulated
+  // devices"): from the run's step `later_slowdown_step` on (the global step; 0: never),
+  // compute is stretched by `later_slowdown` instead of device.slowdown.
+  std::int64_t later_slowdown_step = 0;
+  double later_slowdown = 1.0;
   std::string backend = "auto";       // collectives: auto (NCCL on cuda, Gloo on cpu), gloo, nccl
   std::string precision = "fp32";     // fp32, bf16 or fp16: 16-bit compute and communication,
                                       // fp32 master weights and Adam state
@@ -34,6 +39,7 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end when checkpoint_dir is set
   std::int64_t keep_checkpoints = 0;  // the newest N stay in checkpoint_dir; 0: every one
   std::string resume;                 // checkpoint (step folder or checkpoint folder) to start from
+  bool resume_required = false;       // fail rather than start over when no rank holds a checkpoint
   std::string eval_data;              // held-out token file: its loss is evaluated (val_loss)
   std::int64_t eval_every = 0;        // steps; 0: only after the last step (with eval_data)
   std::int64_t eval_samples = 0;      // the first N samples of eval_data; 0: every one

@@ -125,6 +125,17 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   AddSettingFlag(train, "data", o.data)->required();
   AddSettingFlag(train, "steps", o.steps);
   AddSettingFlag(train, "init", o.init);
+  auto* later_slowdown_step =
+      train
+          ->add_option("--later-slowdown-step", o.later_slowdown_step,
+                       "Emulated device: from this step on, stretch compute by --later-slowdown instead")
+          ->check(poplar::WholeNumberIn(std::int64_t{1}, std::int64_t{1} << 40));
+  train
+      ->add_option("--later-slowdown", o.later_slowdown,
+                   "Emulated device: the slowdown from --later-slowdown-step on (a device that throttles or recovers)")
+      ->check(kSlowdown)
+      ->needs(later_slowdown_step);
+
   train->add_option("--save", o.save, "Write the final weights here (rank 0): .safetensors, else a state dict")
       ->check(poplar::NotEmpty());
   AddSettingFlag(train, "lr", o.adamw.lr);
@@ -176,6 +187,8 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   AddSettingFlag(train, "eval_samples", o.eval_samples);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")
       ->check(CLI::ExistingDirectory);
+  train->add_flag("--resume-required", o.resume_required,
+                  "Fail, rather than start over from step 0, when no rank holds a checkpoint (--resume)");
   // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 initialised as 1 did.
   train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init (0 to 2^32-1)")
       ->check(poplar::WholeNumberIn(0, (std::int64_t{1} << 32) - 1))

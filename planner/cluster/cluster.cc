@@ -1,5 +1,6 @@
 #include "planner/cluster/cluster.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -339,6 +340,19 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
   }
   return cluster;
+}
+
+ClusterSpec WithNodes(const ClusterSpec& cluster, const std::vector<std::string>& names) {
+  ClusterSpec subset = cluster;
+  subset.nodes.clear();
+  for (const NodeSpec& node : cluster.nodes) {
+    if (std::find(names.begin(), names.end(), node.name) != names.end()) subset.nodes.push_back(node);
+  }
+  if (subset.nodes.size() != cluster.nodes.size()) {
+    subset.measured_network.reset();
+    subset.measured_network_file.clear();
+  }
+  return subset;
 }
 
 ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read) {

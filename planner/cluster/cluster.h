@@ -150,6 +150,12 @@ ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read = ClusterR
 // the file's `network` section (errors name --network).
 ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::string& network_flag);
 
+// `cluster` with only the nodes named in `names` (in the cluster's order), as an
+// elastic launch re-plans over the nodes still reachable. A measured network is of the
+// whole cluster: without some of its nodes it is dropped, and the declared links price
+// the collectives (planning throws InputError naming `network` when there are none).
+ClusterSpec WithNodes(const ClusterSpec& cluster, const std::vector<std::string>& names);
+
 // The cluster's job.model (the cluster must have a job), read and checked as the worker
 // will: `text` is what the head sends the agents. Throws InputError naming the cluster
 // file and job.model when the file cannot be read (missing, a folder), or the model

@@ -245,4 +245,52 @@ StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::strin
   return Simulate(problem, ScheduleOfPlan(cluster, problem, plan));
 }
 
+std::vector<double> PredictRankCompute(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                                       const WorkerPlan& plan) {
+  RequirePlanForCluster(cluster, plan);
+  const StageProblem problem = BuildStageProblem(cluster, profiles, plan.stage, ClassSharesOfPlan(cluster, plan));
+  const std::map<std::string, int> class_of = ClassIndex(problem);
+  std::vector<double> compute;
+  for (const RankSlot& slot : cluster.Ranks()) {
+    const DeviceClass& device_class = problem.classes.at(class_of.at(slot.device_type));
+    double seconds = 0;
+    for (const int size : plan.micro_batches.at(compute.size())) {
+      if (size > 0) seconds += device_class.Time(size);
+    }
+    compute.push_back(seconds);
+  }
+  return compute;
+}
+
+Replan ReplanRunningJob(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                        const WorkerPlan& running) {
+  RequirePlanForCluster(cluster, running);
+  StageOutcome outcome;
+  outcome.problem = BuildStageProblem(cluster, profiles, running.stage, ClassSharesOfPlan(cluster, running));
+  if (!outcome.problem.feasible) {
+    throw InputError(running.file, "stage",
+                     "stage " + std::to_string(running.stage) + " cannot run on " + cluster.file + ": " +
+                         outcome.problem.infeasible_reason);
+  }
+  Replan replan;
+  replan.running = Simulate(outcome.problem, ScheduleOfPlan(cluster, outcome.problem, running));
+  const std::optional<Schedule> schedule = ScheduleFor(Policy::kPoplar, outcome.problem);
+  if (!schedule) {
+    throw InputError(running.file, "stage", "no schedule of stage " + std::to_string(running.stage) + " fits now");
+  }
+  outcome.feasible = true;
+  outcome.schedule = *schedule;
+  outcome.prediction = Simulate(outcome.problem, outcome.schedule);
+  replan.prediction = outcome.prediction;
+  PlanResult result;
+  result.stages.push_back(std::move(outcome));
+  result.chosen_stage = 0;
+  replan.plan = PlanToJson(cluster, profiles, result);
+  // The running plan's own share values: a switch keeps them exactly (RequireSwitchable).
+  for (std::size_t rank = 0; rank < running.state_shares.size(); ++rank) {
+    replan.plan["ranks"][rank]["state_share"] = running.state_shares[rank];
+  }
+  return replan;
+}
+
 }  // namespace poplar

@@ -48,4 +48,23 @@ void RequirePlanForCluster(const ClusterSpec& cluster, const WorkerPlan& plan);
 StepPrediction PredictPlan(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
                            const WorkerPlan& plan);
 
+// Each rank's predicted compute for its micro-batches in `plan` (forward and backward,
+// seconds: what its metrics' compute_s measures), from `profiles`, in rank order.
+// Throws InputError as PredictPlan.
+std::vector<double> PredictRankCompute(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                                       const WorkerPlan& plan);
+
+// A plan that can replace `running` in its job (RequireSwitchable): the poplar policy's
+// best schedule at `running`'s stage and state shares, on `cluster` with `profiles` that
+// may have changed since it was made (a device measured slower than profiled), with its
+// prediction beside the running plan's on the same profiles. Throws InputError as
+// PredictPlan, and when the stage has no schedule with those profiles.
+struct Replan {
+  nlohmann::ordered_json plan;  // a plan file, "predicted" included
+  StepPrediction prediction;
+  StepPrediction running;
+};
+Replan ReplanRunningJob(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
+                        const WorkerPlan& running);
+
 }  // namespace poplar

@@ -78,21 +78,19 @@ class TwoAgents : public ::testing::Test {
       std::ofstream tokens(work + "/tokens.bin", std::ios::binary);
       for (unsigned char c : text) tokens.put(static_cast<char>(c)).put(0);
       tokens.close();
-      const std::string config = dir_.Write(spec.node + ".yaml",
-                                            "listen: 127.0.0.1:0\n"
-                                            "credentials: {ca: creds/ca.pem, cert: creds/nodes/" +
-                                                spec.node + ".pem, key: creds/nodes/" + spec.node +
-                                                ".key, token: creds/token, crl: creds/crl}\n"
-                                                "work_dir: " +
-                                                spec.node +
-                                                "/work\n"
-                                                "worker: " +
-                                                worker_ +
-                                                "\n"
-                                                "gpus: none\n"
-                                                "emulated:\n  - {type: " +
-                                                spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
-                                                ", memory_mib: " + std::to_string(spec.memory_mib) + "}\n");
+      const std::string config = dir_.Write(
+          spec.node + ".yaml",
+          "listen: 127.0.0.1:0\n"
+          "credentials: {ca: creds/ca.pem, cert: creds/nodes/" +
+              spec.node + ".pem, key: creds/nodes/" + spec.node +
+              ".key, token: creds/token, crl: creds/crl}\n"
+              "work_dir: " +
+              spec.node + "/work\n" + (shared_dir_ ? "shared_dir: shared\n" : "") + "worker: " + worker_ +
+              "\n"
+              "gpus: none\n"
+              "emulated:\n  - {type: " +
+              spec.type + ", threads: 1, slowdown: " + std::to_string(spec.slowdown) +
+              ", memory_mib: " + std::to_string(spec.memory_mib) + (spec.node == "b" ? later_b_ : "") + "}\n");
       ChildOptions options;
       options.argv = {POPLAR_AGENT_BINARY, "--config", config, "--port-file", root + "/" + spec.node + ".port"};
       options.stderr_path = root + "/" + spec.node + ".log";
@@ -158,7 +156,8 @@ class TwoAgents : public ::testing::Test {
   // Starts `poplar launch` in the background: of `cluster` with `plan`, by default the
   // fixture's cluster.yaml and WritePlan().
   std::unique_ptr<ChildProcess> StartLaunch(const std::string& run_dir, int steps,
-                                            const std::string& cluster = "cluster.yaml", std::string plan = "") {
+                                            const std::string& cluster = "cluster.yaml", std::string plan = "",
+                                            const std::vector<std::string>& extra = {}) {
     if (plan.empty()) plan = WritePlan();
     ChildOptions options;
     options.argv = {POPLAR_BINARY,
@@ -176,6 +175,7 @@ class TwoAgents : public ::testing::Test {
                     std::to_string(poplar::FindFreePort()),
                     "--timeout",
                     "20"};
+    options.argv.insert(options.argv.end(), extra.begin(), extra.end());
     options.cwd = dir_.path();
     options.stdout_path = dir_.path() + "/" + run_dir + ".out";
     options.stderr_path = dir_.path() + "/" + run_dir + ".err";
@@ -223,6 +223,8 @@ class TwoAgents : public ::testing::Test {
 
   ScratchDir dir_{"e2e"};
   std::string worker_ = POPLAR_WORKER_BINARY;  // what the agents start
+  std::string later_b_;                        // node b's device's `later` emulation, ", later: {...}"
+  bool shared_dir_ = false;                    // both agents keep checkpoints in one shared_dir
   std::vector<std::unique_ptr<ChildProcess>> agents_;
   std::vector<int> ports_;
 };
@@ -739,6 +741,185 @@ TEST_F(TwoAgents, APlanSwitchedMidRunTrainsAsTheUninterruptedRun) {
   const auto gone = switch_to(slow_idle, "too late");
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_TRUE(Contains(gone.err, "no training job 'job-switched' runs on this node")) << gone.err;
+}
+
+// A device that slows down in the middle of a run (the emulation's `later`: node b's
+// from 3x to 12x from step 12) is noticed against its profile, and the head moves work
+// off it between steps (the rebalancer), naming why.
+class ThrottlingDevice : public TwoAgents {
+ protected:
+  ThrottlingDevice() { later_b_ = ", later: {step: 12, slowdown: 12}"; }
+};
+
+TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
+  const auto plan = Poplar({"plan", "cluster.yaml", "-o", "plan-agents.json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run", "--job-id",
+                              "throttled", "--steps", "40", "--rebalance-window", "4", "--progress-every", "0"});
+  ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
+  EXPECT_TRUE(ContainsAll(launch.out, {"rebalancing: on",
+                                       "handed to rank 0: rebalanced: compute against the "
+                                       "profiles (median of 4 steps)"}))
+      << launch.out;
+  const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/summary.json"));
+  const auto starting = nlohmann::json::parse(ReadTextFile(dir_.path() + "/plan-agents.json"));
+  int slow_at_start = 0;
+  for (int size : starting["ranks"][1]["micro_batches"]) slow_at_start += size;
+  // A switch after the slowdown, for it.
+  bool noticed = false;
+  for (const auto& entry : summary["plan_switches"]) {
+    noticed = noticed || (entry["from_step"].get<int>() > 12 && Contains(entry["reason"], "emu-slow"));
+  }
+  EXPECT_TRUE(noticed) << summary["plan_switches"].dump(2) << launch.out;
+  const auto lines = ReadLines(dir_.path() + "/run/metrics/rank-1.jsonl");
+  ASSERT_EQ(lines.size(), 40u);
+  EXPECT_LT(nlohmann::json::parse(lines.back())["samples"].get<int>(), slow_at_start) << launch.out;
+}
+
+// --elastic: a failure (a rank, an agent, a whole node lost) ends in a run resumed from
+// the newest checkpoint over the nodes whose agents answer, with no process left behind
+// and every step trained. Both agents keep checkpoints in one shared_dir, as nodes with a
+// shared file system do, so that losing rank 0's node loses none.
+class ElasticJob : public TwoAgents {
+ protected:
+  static constexpr int kSteps = 30;  // checkpoints every 5 (the fixture's job)
+  ElasticJob() { shared_dir_ = true; }
+
+  // `poplar launch --elastic` of `total` steps, once both ranks have trained `steps`.
+  Training StartElastic(const std::string& run_dir, int steps, int total = kSteps) {
+    Training training;
+    training.launch = StartLaunch(run_dir, total, "cluster.yaml", "", {"--elastic"});
+    training.rank1 = WaitForSteps(run_dir, 1, steps);
+    training.rank0 = WaitForSteps(run_dir, 0, steps);
+    return training;
+  }
+
+  // The launch ended well: every step trained, rank 0's last record of step kSteps on
+  // `world_size` ranks, resumed from a checkpoint, and the killed attempt's ranks gone.
+  std::string ExpectTrainedToTheEnd(const std::string& run_dir, Training& training, int world_size,
+                                    int total = kSteps) {
+    EXPECT_EQ(training.launch->Wait(std::chrono::seconds(180)), 0);
+    const std::string out = ReadWholeFile(dir_.path() + "/" + run_dir + ".out");
+    EXPECT_TRUE(ContainsAll(
+        out, {"elastic: job job-" + run_dir, "restart 1 of 3", "resumed from the checkpoint of step", "trained steps"}))
+        << out << ReadWholeFile(dir_.path() + "/" + run_dir + ".err");
+    const auto lines = ReadLines(dir_.path() + "/" + run_dir + "/metrics/rank-0.jsonl");
+    EXPECT_FALSE(lines.empty());
+    if (!lines.empty()) {
+      const auto last = nlohmann::json::parse(lines.back());
+      EXPECT_EQ(last["step"], total);
+      EXPECT_EQ(last["world_size"], world_size);
+    }
+    const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/" + run_dir + "/summary.json"));
+    EXPECT_TRUE(summary["ok"].get<bool>()) << summary.dump();
+    EXPECT_TRUE(fs::exists(dir_.path() + "/" + run_dir + "/attempts/1/summary.json"));
+    for (int i = 0; i < 50 && (Alive(training.rank1) || Alive(training.rank0)); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_FALSE(Alive(training.rank0)) << "the failed attempt's rank 0 is still running";
+    EXPECT_FALSE(Alive(training.rank1)) << "the failed attempt's rank 1 is still running";
+    return out;
+  }
+};
+
+TEST_F(ElasticJob, AKilledWorkerIsRestartedOnTheSameNodes) {
+  Training training = StartElastic("worker", 8);
+  ASSERT_TRUE(training.started());
+  kill(training.rank1, SIGKILL);
+  const std::string out = ExpectTrainedToTheEnd("worker", training, 2);
+  EXPECT_TRUE(Contains(out, "failed: node 'b': rank 1 was killed by signal 9 (Killed); restart 1 of 3")) << out;
+}
+
+TEST_F(ElasticJob, AKilledAgentsNodeIsLeftOutAndTheJobGoesOnWithoutIt) {
+  Training training = StartElastic("agent", 8);
+  ASSERT_TRUE(training.started());
+  agents_[1]->Signal(SIGKILL);  // its workers die with it
+  const std::string out = ExpectTrainedToTheEnd("agent", training, 1);
+  EXPECT_TRUE(ContainsAll(out, {"failed: node 'b': lost its agent", "left out: node 'b'"})) << out;
+}
+
+TEST_F(ElasticJob, LosingRankZerosNodeResumesFromTheSharedCheckpoints) {
+  Training training = StartElastic("node", 8);
+  ASSERT_TRUE(training.started());
+  agents_[0]->Signal(SIGKILL);
+  const std::string out = ExpectTrainedToTheEnd("node", training, 1);
+  EXPECT_TRUE(Contains(out, "left out: node 'a'")) << out;
+  EXPECT_TRUE(fs::exists(dir_.path() + "/shared/jobs/job-node/checkpoints/latest"));
+}
+
+TEST_F(ElasticJob, ASecondFailureIsASecondRestart) {
+  Training training = StartElastic("twice", 8);
+  ASSERT_TRUE(training.started());
+  kill(training.rank1, SIGKILL);
+  // The second attempt's rank 1, once it has trained on past a new checkpoint.
+  const std::string metrics = dir_.path() + "/twice/metrics/rank-1.jsonl";
+  int second = -1;
+  for (int i = 0; i < 600 && second < 0; ++i) {
+    const auto lines = ReadLines(metrics);
+    const std::string log = ReadWholeFile(dir_.path() + "/twice/logs/rank-1.log");
+    const auto at = log.rfind(": pid ");
+    if (lines.size() >= 20 && at != std::string::npos && std::stoi(log.substr(at + 6)) != training.rank1) {
+      second = std::stoi(log.substr(at + 6));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(second, 0) << ReadWholeFile(dir_.path() + "/twice.out");
+  kill(second, SIGKILL);
+  const std::string out = ExpectTrainedToTheEnd("twice", training, 2);
+  EXPECT_TRUE(Contains(out, "restart 2 of 3")) << out;
+  EXPECT_FALSE(Alive(second));
+}
+
+// A node left out that answers again is taken back once the next checkpoint is being
+// written: the job stops there and goes on over every node, one step trained again.
+TEST_F(ElasticJob, ANodeThatAnswersAgainIsTakenBackAfterACheckpoint) {
+  constexpr int kLong = 150;
+  Training training = StartElastic("back", 8, kLong);
+  ASSERT_TRUE(training.started());
+  agents_[1]->Signal(SIGKILL);
+  agents_[1]->Wait(std::chrono::seconds(10));
+  // Going on without node b: a record of one rank.
+  const std::string metrics = dir_.path() + "/back/metrics/rank-0.jsonl";
+  bool alone = false;
+  for (int i = 0; i < 600 && !alone; ++i) {
+    for (const std::string& line : ReadLines(metrics)) alone = alone || nlohmann::json::parse(line)["world_size"] == 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(alone) << ReadWholeFile(dir_.path() + "/back.out");
+  std::string config = ReadTextFile(dir_.path() + "/b.yaml");
+  config.replace(config.find("listen: 127.0.0.1:0"), 19, "listen: 127.0.0.1:" + std::to_string(ports_[1]));
+  ChildOptions again;
+  again.argv = {POPLAR_AGENT_BINARY, "--config", dir_.Write("b-again.yaml", config)};
+  again.stderr_path = dir_.path() + "/b-again.log";
+  agents_[1] = std::make_unique<ChildProcess>(again);
+  const std::string out = ExpectTrainedToTheEnd("back", training, 2, kLong);
+  EXPECT_TRUE(ContainsAll(out, {"left out: node 'b'",
+                                "elastic: job job-back stopped: node 'b' answers again: taken "
+                                "back after the checkpoint of step"}))
+      << out;
+  EXPECT_FALSE(Contains(out, "restart 2 of")) << out;  // taking back is no restart
+}
+
+// Without a shared_dir, the checkpoints go with rank 0's node: a restart without it
+// refuses to start over from step 0, and the launch gives up after --max-restarts.
+TEST_F(TwoAgents, AnElasticJobNeverSilentlyStartsOver) {
+  Training training;
+  training.launch = StartLaunch("lost", 30, "cluster.yaml", "", {"--elastic", "--max-restarts", "1"});
+  training.rank1 = WaitForSteps("lost", 1, 8);
+  training.rank0 = WaitForSteps("lost", 0, 8);
+  ASSERT_TRUE(training.started());
+  agents_[0]->Signal(SIGKILL);
+  EXPECT_EQ(training.launch->Wait(std::chrono::seconds(120)), 1);
+  const std::string out = ReadWholeFile(dir_.path() + "/lost.out");
+  const std::string err = ReadWholeFile(dir_.path() + "/lost.err");
+  EXPECT_TRUE(ContainsAll(out, {"restart 1 of 1", "left out: node 'a'"})) << out;
+  EXPECT_TRUE(
+      ContainsAll(err, {"--resume-required", "would start over from step 0", "(after 1 restart, --max-restarts 1)"}))
+      << err << out;
+  // Nothing trained from step 0 again: rank 0's records of the second attempt are none.
+  const auto lines = ReadLines(dir_.path() + "/lost/metrics/rank-0.jsonl");
+  ASSERT_FALSE(lines.empty());
+  EXPECT_GT(nlohmann::json::parse(lines.back())["step"].get<int>(), 1);
 }
 
 // A device runs one job or one profile at a time: a second job, or a measurement, on

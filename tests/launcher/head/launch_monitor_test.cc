@@ -281,6 +281,23 @@ TEST_F(LaunchMonitorTest, SaysWhenTheUsersStopIsTheCause) {
   EXPECT_EQ(node_named_head.UserStop(), "");
 }
 
+// Taking a node back stops the job (every rank's SIGTERM and the nodes' stops follow):
+// that is the attempt's end, unless the job failed on its own meanwhile.
+TEST_F(LaunchMonitorTest, TakingANodeBackIsNoFailureOfTheJobs) {
+  LaunchMonitor back = Monitor();
+  back.TakingBack("node 'b' answers again: taken back after the checkpoint of step 10");
+  back.Failure("a", "rank 0 was killed by signal 15 (Terminated)", 128 + 15);
+  back.Stopped("a", "stopped by the head node");
+  EXPECT_TRUE(back.failed());
+  EXPECT_EQ(back.TakeBack(), "node 'b' answers again: taken back after the checkpoint of step 10");
+  EXPECT_EQ(back.UserStop(), "");
+  LaunchMonitor failed = Monitor();
+  failed.TakingBack("node 'b' answers again: taken back after the checkpoint of step 10");
+  failed.Failure("a", "rank 0 exited with status 1: out of memory", 1);
+  EXPECT_EQ(failed.TakeBack(), "");
+  EXPECT_EQ(failed.RootCause(), "node 'a': rank 0 exited with status 1: out of memory");
+}
+
 // A failed job's message says where its checkpoints are only when one was due (or it
 // resumed from one), not "checkpoints stay in ..." after a failure at step 2.
 TEST_F(LaunchMonitorTest, SaysWhetherAFailedJobLeftCheckpoints) {

@@ -1,0 +1,128 @@
+#include "launcher/head/rebalancer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "planner/base/input_error.h"
+#include "planner/base/median.h"
+#include "planner/base/text_table.h"
+#include "planner/search/plan_file.h"
+
+namespace poplar {
+namespace {
+
+// `profiles` with each type's compute and optimizer times multiplied by its correction.
+std::map<std::string, DeviceProfile> Corrected(std::map<std::string, DeviceProfile> profiles,
+                                               const std::map<std::string, double>& corrections) {
+  for (auto& [type, profile] : profiles) {
+    const auto found = corrections.find(type);
+    if (found == corrections.end() || found->second == 1.0) continue;
+    for (StageProfile& stage : profile.stages) {
+      stage.optimizer_step_s *= found->second;
+      for (ProfilePoint& point : stage.points) {
+        point.compute_s *= found->second;
+        point.graph_compute_s *= found->second;
+      }
+    }
+  }
+  return profiles;
+}
+
+// A record's number at `key`, if it is one.
+std::optional<double> NumberAt(const nlohmann::json& record, const char* key) {
+  const auto found = record.find(key);
+  if (found == record.end() || !found->is_number()) return std::nullopt;
+  return found->get<double>();
+}
+
+}  // namespace
+
+Rebalancer::Rebalancer(ClusterSpec cluster, std::map<std::string, DeviceProfile> profiles, const WorkerPlan& plan,
+                       RebalanceOptions options)
+    : cluster_(std::move(cluster)), profiles_(std::move(profiles)), options_(options) {
+  for (const RankSlot& slot : cluster_.Ranks()) {
+    rank_types_.push_back(slot.device_type);
+    corrections_[slot.device_type] = 1.0;
+  }
+  Follow(plan, 0);
+}
+
+void Rebalancer::Follow(const WorkerPlan& plan, int number) {
+  plan_ = plan;
+  number_ = number;
+  predicted_ = PredictRankCompute(cluster_, profiles_, plan_);
+  ratios_.assign(predicted_.size(), {});
+  first_step_.assign(predicted_.size(), -1);
+}
+
+void Rebalancer::Handed(int number) { awaited_ = number; }
+
+void Rebalancer::NotHanded() { proposed_.reset(); }
+
+std::optional<Rebalance> Rebalancer::Metrics(int rank, const nlohmann::json& record) {
+  if (rank < 0 || rank >= static_cast<int>(predicted_.size()) || !record.is_object()) return std::nullopt;
+  const auto plan = record.find("plan");
+  const auto step = NumberAt(record, "step");
+  const auto compute = NumberAt(record, "compute_s");
+  if (plan == record.end() || !plan->is_number_integer() || !step || !compute) return std::nullopt;
+  step_ = std::max(step_, static_cast<std::int64_t>(*step));
+  if (const auto switch_s = NumberAt(record, "switch_s")) switch_cost_s_ = std::max(switch_cost_s_, *switch_s);
+  if (awaited_) {
+    if (plan->get<int>() != *awaited_) return std::nullopt;
+    Follow(*proposed_, *awaited_);
+    proposed_.reset();
+    awaited_.reset();
+  }
+  if (proposed_ || plan->get<int>() != number_) return std::nullopt;
+  if (first_step_[rank] < 0) {
+    first_step_[rank] = static_cast<std::int64_t>(*step);  // a warm-up, not measured
+    return std::nullopt;
+  }
+  if (predicted_[rank] <= 0) return std::nullopt;
+  std::deque<double>& window = ratios_[rank];
+  window.push_back(*compute / predicted_[rank]);
+  if (static_cast<int>(window.size()) > options_.window) window.pop_front();
+  for (std::size_t r = 0; r < predicted_.size(); ++r) {
+    if (predicted_[r] > 0 && static_cast<int>(ratios_[r].size()) < options_.window) return std::nullopt;
+  }
+  return Judge();
+}
+
+std::optional<Rebalance> Rebalancer::Judge() {
+  std::map<std::string, double> measured;  // type -> its slowest rank's median ratio
+  for (std::size_t r = 0; r < predicted_.size(); ++r) {
+    if (predicted_[r] <= 0) continue;
+    const double ratio = Median(std::vector<double>(ratios_[r].begin(), ratios_[r].end()));
+    measured[rank_types_[r]] = std::max(measured[rank_types_[r]], ratio);
+  }
+  for (auto& window : ratios_) window.clear();  // the next judgement is of fresh steps
+  std::string speeds;
+  for (const auto& [type, ratio] : measured) {
+    double& correction = corrections_[type];
+    if (std::abs(ratio / correction - 1.0) > options_.threshold) correction = ratio;
+    speeds += (speeds.empty() ? "" : ", ") + type + " " + Fixed(ratio, 2) + "x";
+  }
+  Replan replan;
+  try {
+    replan = ReplanRunningJob(cluster_, Corrected(profiles_, corrections_), plan_);
+  } catch (const InputError&) {
+    return std::nullopt;  // no schedule of the stage fits the corrected profiles: the plan stays
+  }
+  const double gain_s = replan.running.step_s - replan.prediction.step_s;
+  const std::int64_t steps_left = options_.last_step > 0 ? options_.last_step - step_ : 1'000'000;
+  if (gain_s <= options_.min_gain * replan.running.step_s ||
+      gain_s * static_cast<double>(steps_left) <= switch_cost_s_) {
+    return std::nullopt;
+  }
+  Rebalance rebalance;
+  rebalance.plan_text = replan.plan.dump(2) + "\n";
+  rebalance.predicted_step_s = replan.prediction.step_s;
+  rebalance.reason = "compute against the profiles (median of " + std::to_string(options_.window) +
+                     " steps): " + speeds + "; at these speeds the running plan takes " +
+                     Seconds(replan.running.step_s) + " per step, the new one " + Seconds(replan.prediction.step_s);
+  proposed_ = ParseWorkerPlan(rebalance.plan_text, "the rebalanced plan");
+  return rebalance;
+}
+
+}  // namespace poplar
