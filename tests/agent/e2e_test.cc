@@ -754,6 +754,14 @@ class ThrottlingDevice : public TwoAgents {
 TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
   const auto plan = Poplar({"plan", "cluster.yaml", "-o", "plan-agents.json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  // A switch to a plan for other devices (the ranks swapped) is refused before any agent
+  // is asked.
+  const auto swapped = Poplar({"switch", "cluster.yaml", "--job-id", "throttled", "--plan",
+                               dir_.Write("swapped.json", R"({"stage": 2, "global_batch": 24, "ranks": [
+      {"rank": 0, "node": "b", "host": "127.0.0.1", "device_type": "emu-slow", "micro_batches": [8]},
+      {"rank": 1, "node": "a", "host": "127.0.0.1", "device_type": "emu-fast", "micro_batches": [16]}]})")});
+  EXPECT_EQ(swapped.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(swapped.err, {"swapped.json", "ranks[0]"})) << swapped.err;
   const auto launch = Poplar({"launch", "cluster.yaml", "--plan", "plan-agents.json", "--run-dir", "run", "--job-id",
                               "throttled", "--steps", "40", "--rebalance-window", "4", "--progress-every", "0"});
   ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
@@ -828,6 +836,13 @@ TEST_F(ElasticJob, AKilledWorkerIsRestartedOnTheSameNodes) {
   kill(training.rank1, SIGKILL);
   const std::string out = ExpectTrainedToTheEnd("worker", training, 2);
   EXPECT_TRUE(Contains(out, "failed: node 'b': rank 1 was killed by signal 9 (Killed); restart 1 of 3")) << out;
+  // The training after the restart is the uninterrupted run's.
+  const auto steady = Poplar({"launch", "cluster.yaml", "--plan", WritePlan(), "--run-dir", "steady", "--job-id",
+                              "steady", "--steps", std::to_string(kSteps)});
+  ASSERT_EQ(steady.exit_code, 0) << steady.out << steady.err;
+  const auto a = nlohmann::json::parse(ReadLines(dir_.path() + "/steady/metrics/rank-0.jsonl").back());
+  const auto b = nlohmann::json::parse(ReadLines(dir_.path() + "/worker/metrics/rank-0.jsonl").back());
+  EXPECT_NEAR(b["loss"].get<double>(), a["loss"].get<double>(), 1e-6 * a["loss"].get<double>());
 }
 
 TEST_F(ElasticJob, AKilledAgentsNodeIsLeftOutAndTheJobGoesOnWithoutIt) {

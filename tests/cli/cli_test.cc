@@ -664,6 +664,29 @@ TEST_F(Cli, SimulateAPlanFilePredictsWhatPlanPredicted) {
               faster["predicted"]["step_s"].get<double>(), 1e-12);
 }
 
+// `poplar switch` checks the plan against the cluster and its profiles before it asks
+// any agent: a micro-batch a device cannot hold is refused, naming the key.
+TEST_F(Cli, SwitchRefusesAPlanThatDoesNotFitBeforeAskingAnyAgent) {
+  const std::string plan_file = work_ + "/plan.json";
+  const Outcome planned = Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", plan_file, "--json"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  Json plan = ParseOneDocument(planned.out);
+  // Rank 0's (a V100's) first micro-batch moves onto rank 7's (a T4's) first.
+  auto& first = plan["ranks"][0]["micro_batches"];
+  auto& last = plan["ranks"][7]["micro_batches"];
+  last[0] = last[0].get<int>() + first[0].get<int>();
+  if (plan["stage"].get<int>() >= 2) {
+    first[0] = 0;
+  } else {
+    first.erase(0);
+  }
+  const Outcome run = Poplar(
+      {"switch", ExampleCluster("v100-and-t4"), "--job-id", "job-1", "--plan", Write("too-big.json", plan.dump())});
+  EXPECT_EQ(run.exit_code, 1) << run.out;
+  EXPECT_TRUE(ContainsAll(run.err, {"too-big.json", "ranks[7].micro_batches[0]"})) << run.err;
+  EXPECT_EQ(run.out, "");
+}
+
 TEST_F(Cli, SimulateRejectsAPlanForAnotherCluster) {
   const std::string plan_file = work_ + "/plan.json";
   ASSERT_EQ(Poplar({"plan", ExampleCluster("v100-and-t4"), "-o", plan_file}).exit_code, 0);
