@@ -99,8 +99,18 @@ std::optional<Rebalance> Rebalancer::Judge() {
   for (auto& window : ratios_) window.clear();  // the next judgement is of fresh steps
   std::string speeds;
   for (const auto& [type, ratio] : measured) {
+    // A new speed counts once two windows in a row agree on it (within the band): one
+    // window's reading (a warm-up, a neighbour's burst) moves nothing.
     double& correction = corrections_[type];
-    if (std::abs(ratio / correction - 1.0) > options_.threshold) correction = ratio;
+    const auto candidate = candidates_.find(type);
+    if (std::abs(ratio / correction - 1.0) <= options_.threshold) {
+      candidates_.erase(type);
+    } else if (candidate != candidates_.end() && std::abs(ratio / candidate->second - 1.0) <= options_.threshold) {
+      correction = (ratio + candidate->second) / 2;
+      candidates_.erase(candidate);
+    } else {
+      candidates_[type] = ratio;
+    }
     speeds += (speeds.empty() ? "" : ", ") + type + " " + Fixed(ratio, 2) + "x";
   }
   Replan replan;

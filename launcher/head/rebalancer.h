@@ -9,19 +9,20 @@
 // last `window` steps of a plan (its first step, a warm-up, left out); a device type's
 // is its slowest rank's, since the step waits for it. Once every rank with samples has a
 // full window, a type whose ratio departs from its correction (1 at the start) by more
-// than `threshold` of it gets that ratio as its new correction (the others keep theirs:
-// a dead band around what is known, so that noise moves nothing); the profiles' compute
-// and optimizer times are multiplied by the corrections, and the running job is
-// re-planned at its stage and state shares (ReplanRunningJob). The new plan is proposed when, on the corrected
-// profiles, it predicts a step shorter than the running plan's by more than `min_gain` of it, and the steps left gain
-// more than the switch costs (the most a record's switch_s showed; 50 ms before any did). The windows then start over;
-// after a proposal, nothing is measured until the records name the new plan. A type given no samples keeps the
-// correction it last measured.
+// than `threshold` of it in two consecutive windows that agree within `threshold` gets
+// their mean as its new correction (the others keep theirs: a dead band around what is
+// known, and a reading confirmed, so that noise and a warm-up move nothing); the
+// profiles' compute and optimizer times are multiplied by the corrections, and the
+// running job is re-planned at its stage and state shares (ReplanRunningJob). The new plan is proposed when, on the
+// corrected profiles, it predicts a step shorter than the running plan's by more than `min_gain` of it, and the steps
+// left gain more than the switch costs (the most a record's switch_s showed; 50 ms before any did). The windows then
+// start over; after a proposal, nothing is measured until the records name the new plan. A type given no samples keeps
+// the correction it last measured.
 //
 // Hysteresis: corrections are against the profiles, not the running plan, and move only
 // past the dead band, so a device still as slow after the switch yields the same
 // corrected plan, no gain, and no second switch. A judgement takes `window` fresh steps
-// of every rank: a change is acted on within about one and a half windows.
+// of every rank, and a change two judgements: it is acted on within two to three windows.
 #pragma once
 
 #include <cstdint>
@@ -83,9 +84,10 @@ class Rebalancer {
   std::vector<std::deque<double>> ratios_;  // [rank] -> measured / predicted, the window's
   std::vector<std::int64_t> first_step_;    // [rank] -> the first step it reported of plan_ (-1: none yet)
   std::map<std::string, double> corrections_;
-  std::optional<WorkerPlan> proposed_;  // proposed, not yet handed
-  std::optional<int> awaited_;          // handed as this number, not yet training
-  std::int64_t step_ = 0;               // the latest step reported
+  std::map<std::string, double> candidates_;  // type -> a new ratio seen in one window, awaiting the next
+  std::optional<WorkerPlan> proposed_;        // proposed, not yet handed
+  std::optional<int> awaited_;                // handed as this number, not yet training
+  std::int64_t step_ = 0;                     // the latest step reported
   double switch_cost_s_ = 0.05;
 };
 

@@ -61,11 +61,12 @@ TEST_F(RebalancerTest, ASlowerTypeGetsLessWorkOnceAndTheSwitchHolds) {
   const auto t4_slow = [&](int rank) { return plan_.placement[rank].device_type == "T4-16GB" ? 3.0 : 1.0; };
   int step = 1;
   for (; step <= 9; ++step) ASSERT_FALSE(Step(rebalancer, step, 0, plan_, kAsProfiled)) << step;
-  // The T4s slow down at step 10; the next full window (steps 10-17) shows it.
+  // The T4s slow down at step 10; the next full window (steps 10-17) shows it, and the
+  // one after (18-25) confirms it.
   std::optional<Rebalance> proposal;
-  for (; step <= 17 && !proposal; ++step) proposal = Step(rebalancer, step, 0, plan_, t4_slow);
-  ASSERT_TRUE(proposal) << "no proposal by step 17";
-  EXPECT_EQ(step - 1, 17);
+  for (; step <= 25 && !proposal; ++step) proposal = Step(rebalancer, step, 0, plan_, t4_slow);
+  ASSERT_TRUE(proposal) << "no proposal by step 25";
+  EXPECT_EQ(step - 1, 25);
   EXPECT_TRUE(Contains(proposal->reason, "T4-16GB 3.00x")) << proposal->reason;
   EXPECT_TRUE(Contains(proposal->reason, "V100-16GB 1.00x")) << proposal->reason;
   const WorkerPlan rebalanced = ParseWorkerPlan(proposal->plan_text, "rebalanced.json");
@@ -82,7 +83,7 @@ TEST_F(RebalancerTest, ASlowerTypeGetsLessWorkOnceAndTheSwitchHolds) {
   }
   // They recover: the work goes back.
   std::optional<Rebalance> back;
-  for (int end = step + 20; step < end && !back; ++step) back = Step(rebalancer, step, 1, rebalanced, kAsProfiled);
+  for (int end = step + 30; step < end && !back; ++step) back = Step(rebalancer, step, 1, rebalanced, kAsProfiled);
   ASSERT_TRUE(back);
   EXPECT_EQ(Samples(ParseWorkerPlan(back->plan_text, "back.json"), "T4-16GB"), Samples(plan_, "T4-16GB"));
 }
@@ -100,12 +101,26 @@ TEST_F(RebalancerTest, NoiseWithinTheThresholdProposesNothing) {
   }
 }
 
+// One window's reading, unconfirmed by the next (a warm-up, a neighbour's burst), moves
+// nothing.
+TEST_F(RebalancerTest, AReadingTheNextWindowDoesNotConfirmMovesNothing) {
+  Rebalancer rebalancer(cluster_, profiles_, plan_, {});
+  const auto t4_slow = [&](int rank) { return plan_.placement[rank].device_type == "T4-16GB" ? 3.0 : 1.0; };
+  for (int step = 1; step <= 100; ++step) {
+    // Steps 2-9 slow, then as profiled; later, every other window slow.
+    const bool slow = step <= 9 || (step > 41 && ((step - 2) / 8) % 2 == 1);
+    ASSERT_FALSE(Step(rebalancer, step, 0, plan_, [&](int rank) { return slow ? t4_slow(rank) : 1.0; }))
+        << "step " << step;
+  }
+  EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 1.0);
+}
+
 TEST_F(RebalancerTest, NoSwitchWhereNoStepIsLeftToGainOn) {
   RebalanceOptions options;
-  options.last_step = 17;  // judged at step 17: no step left to gain on
+  options.last_step = 25;  // confirmed at step 25: no step left to gain on
   Rebalancer rebalancer(cluster_, profiles_, plan_, options);
   const auto t4_slow = [&](int rank) { return plan_.placement[rank].device_type == "T4-16GB" ? 3.0 : 1.0; };
-  for (int step = 1; step <= 17; ++step) {
+  for (int step = 1; step <= 25; ++step) {
     ASSERT_FALSE(Step(rebalancer, step, 0, plan_, [&](int rank) { return step < 10 ? 1.0 : t4_slow(rank); })) << step;
   }
 }
