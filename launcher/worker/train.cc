@@ -26,6 +26,7 @@
 #include "launcher/worker/checkpoint_writer.h"
 #include "launcher/worker/evaluation.h"
 #include "launcher/worker/metrics_writer.h"
+#include "launcher/worker/noise_scale.h"
 #include "launcher/worker/plan_switches.h"
 #include "launcher/worker/resume.h"
 #include "launcher/worker/step_trace.h"
@@ -304,9 +305,11 @@ struct StepFigures {
   double optimizer_s = 0;  // the optimizer step, less its waits in collectives
   double communication_s = 0;
   Communicator::Volume volume;
-  std::int64_t peak_bytes = 0;   // the step's peak device memory above the baseline
-  std::int64_t state_bytes = 0;  // what the rank carries from step to step
-  int plan = 0;                  // the plan it trained with (PlanSwitches::number)
+  std::int64_t peak_bytes = 0;                // the step's peak device memory above the baseline
+  std::int64_t state_bytes = 0;               // what the rank carries from step to step
+  int plan = 0;                               // the plan it trained with (PlanSwitches::number)
+  std::optional<NoiseScale::Estimate> noise;  // with --noise-scale on, where a pair was counted
+  double noise_s = 0;                         // what the local norms took (TrainingEngine)
   // With a plan switch agreed in the step: the plan that trains the next one, and what
   // receiving it took (part of step_s).
   std::optional<WorkerPlan> next_plan;
@@ -347,6 +350,10 @@ class TrainingRun {
   StepFigures TrainStep(std::int64_t step);
   // The rank's micro-batches: the loss summed over their tokens, and their compute time.
   std::pair<double, double> MicroBatches(std::int64_t step);
+  // This rank's pairs for the noise scale: its local gradients' norms (the engine's, as
+  // scaled by `loss_scale` / tokens per step) as mean gradients, against the step's
+  // gradient norm. None with --noise-scale off.
+  NoiseSums LocalNoiseSums(double grad_norm, double loss_scale);
   std::optional<HeldOut> EvaluateAfter(std::int64_t step);
   void Report(std::int64_t step, const StepFigures& figures, const std::optional<HeldOut>& held_out);
   void CheckpointAfter(std::int64_t step);
@@ -367,6 +374,7 @@ class TrainingRun {
   std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
   std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
   PlanSwitches switches_;
+  NoiseScale noise_;
   double slowdown_ = 1.0;  // an emulated device's, this step (TrainOptions::later_slowdown)
   double tokens_per_step_ = 0;
   std::size_t last_computing_entry_ = 0;  // of the rank's micro-batches (the size of the list: none)
@@ -417,6 +425,7 @@ TrainingRun::TrainingRun(const TrainOptions& options)
   tokens_per_step_ = static_cast<double>(plan.global_batch) * local_.config.block_size;
   overflow_test_ = OverflowTestOfEnvironment();
   // After the resume: the graphs then capture the parameters' and gradients' final buffers.
+  engine_->CountLocalNorms(options.noise_scale);
   const bool graphs = engine_->ReplayFromGraphs(options.device.cuda_graphs);
   if (env_.rank == 0 && options.log_every > 0) {
     std::cerr << "poplar-worker[rank 0]: " << Count(env_.world_size, "rank") << ", ZeRO stage " << plan.stage
@@ -523,19 +532,26 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   const OwnTime step_phase(communicator_);
   figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
   figures.optimizer_s = StretchCompute(step_phase.Seconds(), slowdown_);
+  const NoiseSums noise = LocalNoiseSums(figures.grad_norm, backward_scale * tokens_per_step_);
+  figures.noise_s = engine_->TakeLocalNormSeconds();
   // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
   // computes the norm of its own all-reduced copy, which may round to inf on one alone;
   // and rank 0's offer of a plan for the next steps (its number and size; 0 from others).
   const std::optional<PlanOffer> offer = switches_.Next(local_.plan);
-  auto loss = torch::tensor({loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0, offer ? offer->number : 0.0,
-                             offer ? static_cast<double>(offer->text.size()) : 0.0},
-                            torch::kFloat64)
+  // Then this rank's sums of the noise scale's pair estimates (noise_scale.h).
+  auto loss = torch::tensor(
+                  {loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0, offer ? offer->number : 0.0,
+                   offer ? static_cast<double>(offer->text.size()) : 0.0, noise.gradient_sq, noise.trace, noise.pairs},
+                  torch::kFloat64)
                   .to(device);
   communicator_.AllReduceSum(loss);
   const auto totals = loss.cpu();  // waits for the device
   figures.mean_loss = totals[0].item<double>() / tokens_per_step_;
   const double ranks_not_finite = totals[1].item<double>();
   const int offered = static_cast<int>(totals[2].item<double>());
+  if (options_.noise_scale) {
+    figures.noise = noise_.Add({totals[4].item<double>(), totals[5].item<double>(), totals[6].item<double>()});
+  }
   // With a loss scaler, gradients that overflowed on every rank skipped the step on every
   // rank (the engine's norm is the same on all): the scale backs off. Ranks that
   // disagreed would have diverged: that stops the run, as below.
@@ -592,6 +608,30 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
   return {loss_sum, compute_s};
 }
 
+NoiseSums TrainingRun::LocalNoiseSums(double grad_norm, double loss_scale) {
+  const std::vector<double> norms = engine_->TakeLocalNorms();
+  const WorkerPlan& plan = local_.plan;
+  const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
+  // A period per step at stages 0-1 (the rank's samples), per round at stages 2-3.
+  std::vector<std::int64_t> samples;
+  if (plan.stage <= 1) {
+    samples.push_back(plan.RankSamples(env_.rank));
+  } else {
+    samples.assign(micro_batches.begin(), micro_batches.end());
+  }
+  if (norms.size() != samples.size() || !std::isfinite(loss_scale) || loss_scale <= 0) return {};
+  // A local gradient g is loss_scale / (B L) times the sum over its b samples' tokens;
+  // the mean gradient over them is g * B / (loss_scale * b).
+  std::vector<SmallBatchNorm> small;
+  const auto batch = static_cast<double>(plan.global_batch);
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    if (samples[i] <= 0) continue;
+    const double factor = batch / (loss_scale * static_cast<double>(samples[i]));
+    small.push_back({samples[i], norms[i] * factor * factor});
+  }
+  return PairEstimates(small, plan.global_batch, grad_norm * grad_norm);
+}
+
 std::optional<HeldOut> TrainingRun::EvaluateAfter(std::int64_t step) {
   if (!local_.evaluation || !DueAfterStep(step + 1, options_.eval_every, options_.steps)) return std::nullopt;
   const auto eval_start = Clock::now();
@@ -625,6 +665,12 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
                            {"peak_bytes", figures.peak_bytes},
                            {"state_bytes", figures.state_bytes},
                            {"plan", figures.plan}};
+  if (figures.noise) {
+    record["grad_sq_est"] = figures.noise->gradient_sq;
+    record["grad_var_est"] = figures.noise->trace;
+    record["noise_scale"] = figures.noise->noise_scale;
+  }
+  if (options_.noise_scale) record["noise_s"] = figures.noise_s;
   if (figures.next_plan) {
     record["next_plan"] = switches_.number();
     record["switch_s"] = figures.switch_s;

@@ -48,6 +48,7 @@ struct TrainOptions {
   double bucket_mb = 0;               // gradient/parameter bucket size; 0: 1 MiB on CPU (Gloo),
                                       // 25 MiB on CUDA (NCCL), where big buckets pay off
   std::int64_t log_every = 1;         // progress line every N steps (rank 0); 0: none
+  bool noise_scale = true;            // estimate the gradient noise scale (noise_scale.h)
   std::string trace;                  // one step's profile (launcher/worker/step_trace.h); "{rank}" as --metrics
   std::int64_t trace_step = 3;        // the run's N-th step is traced (its last if it takes fewer)
 };

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -187,6 +188,11 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   AddSettingFlag(train, "eval_samples", o.eval_samples);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")
       ->check(CLI::ExistingDirectory);
+  train
+      ->add_option("--noise-scale", o.noise_scale,
+                   "Estimate the gradient noise scale from the local and global gradient norms (on, off)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"on", true}, {"off", false}}))
+      ->default_str("on");
   train->add_flag("--resume-required", o.resume_required,
                   "Fail, rather than start over from step 0, when no rank holds a checkpoint (--resume)");
   // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 initialised as 1 did.

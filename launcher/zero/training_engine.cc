@@ -2,7 +2,9 @@
 
 #include <torch/version.h>
 
+#include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "launcher/device/device.h"
 #include "launcher/zero/zero3_engine.h"
@@ -21,6 +23,33 @@ torch::ScalarType ComputingType(const std::string& worker_precision, torch::Devi
   }
 #endif
   return type;
+}
+
+void TrainingEngine::CountLocalGradient(const torch::Tensor& gradient) {
+  if (!count_local_norms_) return;
+  const auto start = std::chrono::steady_clock::now();
+  const auto norm_sq = at::linalg_vector_norm(gradient, 2, c10::nullopt, false, torch::kFloat).square();
+  period_norm_sq_ = period_norm_sq_.defined() ? period_norm_sq_ + norm_sq : norm_sq;
+  norm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double TrainingEngine::TakeLocalNormSeconds() { return std::exchange(norm_seconds_, 0.0); }
+
+void TrainingEngine::EndLocalPeriod() {
+  if (!count_local_norms_) return;
+  period_norms_.push_back(period_norm_sq_.defined() ? period_norm_sq_ : torch::zeros({}, torch::kFloat));
+  period_norm_sq_ = torch::Tensor();
+}
+
+std::vector<double> TrainingEngine::TakeLocalNorms() {
+  std::vector<double> norms;
+  if (period_norms_.empty()) return norms;
+  std::vector<torch::Tensor> on_host;
+  for (const auto& norm : period_norms_) on_host.push_back(norm.to(torch::kCPU));
+  period_norms_.clear();
+  const auto all = torch::stack(on_host).to(torch::kDouble);  // one wait for the device
+  for (int i = 0; i < all.numel(); ++i) norms.push_back(all[i].item<double>());
+  return norms;
 }
 
 std::unique_ptr<TrainingEngine> MakeEngine(int stage, Decoder model, Communicator& communicator,

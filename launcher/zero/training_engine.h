@@ -94,6 +94,31 @@ class TrainingEngine {
   // model. The scalar all-reduces of the loss and the gradient norm are not here: the
   // cost model adds them (planner/model/cost_model.h: ScalarAllReducesPerStep).
   virtual CollectiveParams CollectivePlan() const = 0;
+
+  // With `on`, the engine keeps the squared norm of this rank's local gradient as each
+  // reduction takes it, before any other rank's is added (launcher/worker/noise_scale.h):
+  // one pass over the gradient, on the device.
+  void CountLocalNorms(bool on) { count_local_norms_ = on; }
+  // Those kept since the last call, one per reduction period: at stages 0-1 the step's
+  // (every micro-batch of the rank's), at stages 2-3 each round's (its micro-batch; 0 for
+  // a round without compute). Scaled as the gradients are (by the backward scale, before
+  // Step's divisor). Empty unless CountLocalNorms(true).
+  std::vector<double> TakeLocalNorms();
+  // The wall time the norms took since the last call: on the CPU their cost; on a GPU,
+  // where they run asynchronously, the time to launch them.
+  double TakeLocalNormSeconds();
+
+ protected:
+  // Adds `gradient`'s squared norm to the current period (when counting).
+  void CountLocalGradient(const torch::Tensor& gradient);
+  // Ends the current period (when counting).
+  void EndLocalPeriod();
+
+ private:
+  bool count_local_norms_ = false;
+  torch::Tensor period_norm_sq_;             // a device scalar; undefined: 0
+  std::vector<torch::Tensor> period_norms_;  // the periods ended
+  double norm_seconds_ = 0;
 };
 
 // Stages 2-3: a bucket's reduce-scatter holds the bucket's whole gradient until it is

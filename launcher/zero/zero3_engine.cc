@@ -163,6 +163,7 @@ void Zero3Engine::ReduceGradients(const std::vector<int>& buckets) {
       const auto& gradient = slot.parameter.grad();
       if (gradient.defined()) buffer.narrow(0, slot.offset - bucket.begin, slot.numel).copy_(gradient.view({-1}));
     }
+    CountLocalGradient(buffer);
     Reduction reduction{b, WorkingEmpty(bucket.owned_size), nullptr};
     reduction.work = communicator_.StartReduceScatterSum(buffer, reduction.reduced, bucket.slices);
     reductions_.push_back(std::move(reduction));
@@ -295,6 +296,7 @@ void Zero3Engine::EndRound(bool computed) {
     }
   }
   FinishReductions();
+  EndLocalPeriod();
 }
 
 torch::Tensor Zero3Engine::OwnedGradient(const FlatBucket& bucket) {

@@ -82,6 +82,7 @@ void ZeroEngine::Launch(int b) {
   const FlatBucket& bucket = layout_.buckets()[b];
   if (stage_ <= 1) {
     auto all = flat_gradients_.narrow(0, bucket.begin, bucket.size);
+    CountLocalGradient(all);
     if (stage_ == 0) {
       pending_[b] = communicator_.StartAllReduceSum(all);
     } else {
@@ -100,6 +101,7 @@ void ZeroEngine::Launch(int b) {
     }
     parameter.mutable_grad() = torch::Tensor();
   }
+  CountLocalGradient(buffer);
   reduced_[b] = WorkingEmpty(bucket.owned_size);
   pending_[b] = communicator_.StartReduceScatterSum(buffer, reduced_[b], bucket.slices);
   // Buckets start from the last down, so those above b + kReductionsInFlight - 1 are the
@@ -177,7 +179,9 @@ double ZeroEngine::EvalMicroBatch(const torch::Tensor& inputs, const torch::Tens
 }
 
 void ZeroEngine::EndRound(bool /*computed*/) {
-  if (stage_ == 2) FinishReduction();  // without compute it starts every bucket, with zeros
+  if (stage_ != 2) return;
+  FinishReduction();  // without compute it starts every bucket, with zeros
+  EndLocalPeriod();
 }
 
 torch::Tensor ZeroEngine::OwnedGradient(const FlatBucket& bucket) {
@@ -193,7 +197,10 @@ double ZeroEngine::Step(double divisor) {
   torch::NoGradGuard no_grad;
   // Stages 0-1: the buckets the last backward did not start (all of them on a rank with
   // no micro-batch) start now; then every reduction is waited for.
-  if (stage_ <= 1) FinishReduction();
+  if (stage_ <= 1) {
+    FinishReduction();
+    EndLocalPeriod();
+  }
   const double norm = ScaleClipAndUpdate(divisor);
   if (stage_ >= 1) {
     for (const FlatBucket& bucket : layout_.buckets()) {
