@@ -54,6 +54,7 @@ struct LaunchOptions {
   int progress_every = 10;
   std::int64_t trace_step = 0;  // 0: no step traced
   bool resume = false;
+  bool json = false;     // the summary alone on stdout, every other line on stderr
   bool elastic = false;  // restart from the newest checkpoint after a failure
   int max_restarts = 3;
   std::string rebalance = "on";  // on: where the plan's profiles are known (rebalancer.h)
@@ -262,6 +263,23 @@ void SayWhatWasTrained(const nlohmann::ordered_json& summary, const std::string&
             << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
 }
 
+// --json: while it lives, what the launch writes to stdout goes to stderr; Print writes
+// the one document to the real stdout.
+class SummaryOnStdout {
+ public:
+  SummaryOnStdout() : stdout_(std::cout.rdbuf(std::cerr.rdbuf())) {}
+  ~SummaryOnStdout() { std::cout.rdbuf(stdout_); }
+  SummaryOnStdout(const SummaryOnStdout&) = delete;
+  SummaryOnStdout& operator=(const SummaryOnStdout&) = delete;
+  void Print(const nlohmann::ordered_json& summary) {
+    std::ostream out(stdout_);
+    out << summary.dump(2) << "\n" << std::flush;
+  }
+
+ private:
+  std::streambuf* stdout_;
+};
+
 // The index in `cluster` of the node named `name` (one the plan was checked to have).
 std::size_t NodeIndex(const ClusterSpec& cluster, const std::string& name) {
   for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
@@ -387,6 +405,8 @@ void RunLaunch(const LaunchOptions& options) {
   // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
   // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
   const Interruption interruption;
+  std::optional<SummaryOnStdout> json;
+  if (options.json) json.emplace();
   const ClusterSpec cluster = LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
   JobPlace place;
   place.model = ModelConfigText(cluster, "by poplar launch");
@@ -427,6 +447,10 @@ void RunLaunch(const LaunchOptions& options) {
       std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
     }
     const nlohmann::ordered_json summary = WriteSummary(run_dir, job_id, prepared, monitor);
+    const bool last_attempt = !monitor.failed() || !options.elastic || end.outcome.signal != 0 ||
+                              !monitor.UserStop().empty() ||
+                              (restarts >= options.max_restarts && monitor.TakeBack().empty());
+    if (json && last_attempt) json->Print(summary);
     if (!monitor.failed()) {
       if (!summary.contains("first_loss")) {
         std::cout << "no step was trained (the job was already at step " << *job.settings.steps
@@ -472,7 +496,8 @@ void RunLaunch(const LaunchOptions& options) {
     }
     const ClusterSpec next = WithNodes(cluster, answering);
     agents = ConnectAgents(next);
-    if (next.nodes.size() != current.nodes.size()) {
+    const auto same_node = [](const NodeSpec& a, const NodeSpec& b) { return a.name == b.name; };
+    if (!std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node)) {
       prepared = Replan(options, next, agents, known, run_dir);
       known.insert(prepared.profiles.begin(), prepared.profiles.end());
     }
@@ -545,6 +570,8 @@ void RegisterLaunchCommand(CLI::App& app) {
                    "How far off its profile (a fraction) a device type's compute must be to be corrected")
       ->check(NumberWhere([](double v) { return v > 0 && v <= 10; }, "a fraction above 0, at most 10"))
       ->capture_default_str();
+  command->add_flag("--json", options->json,
+                    "Print the run's summary (summary.json) as one JSON document on stdout; progress goes to stderr");
   command->add_flag("--elastic", options->elastic,
                     "After a failure (a rank, an agent or a node lost), re-plan over the nodes whose agents answer and "
                     "go on from the newest checkpoint");

@@ -13,11 +13,13 @@
 // their mean as its new correction (the others keep theirs: a dead band around what is
 // known, and a reading confirmed, so that noise and a warm-up move nothing); the
 // profiles' compute and optimizer times are multiplied by the corrections, and the
-// running job is re-planned at its stage and state shares (ReplanRunningJob). The new plan is proposed when, on the
-// corrected profiles, it predicts a step shorter than the running plan's by more than `min_gain` of it, and the steps
-// left gain more than the switch costs (the most a record's switch_s showed; 50 ms before any did). The windows then
-// start over; after a proposal, nothing is measured until the records name the new plan. A type given no samples keeps
-// the correction it last measured.
+// running job is re-planned at its stage and state shares (ReplanRunningJob). The new
+// plan is proposed when, on the corrected profiles, it predicts a step shorter than the
+// running plan's by more than `min_gain` of it, and the steps left gain more than the
+// switch costs (the most a record's switch_s showed; 50 ms before any did). The windows
+// then start over; after a proposal, nothing is measured until the records name the new
+// plan. A type given no samples keeps the correction it last measured. Records of a plan
+// it did not propose (a switch by hand) are not measured: the plan is the user's.
 //
 // Hysteresis: corrections are against the profiles, not the running plan, and move only
 // past the dead band, so a device still as slow after the switch yields the same

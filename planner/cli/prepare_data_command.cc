@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "planner/base/input_error.h"
 #include "planner/base/run_app.h"
@@ -25,7 +26,31 @@ struct PrepareOptions {
   std::string output;
   std::string tokenizer;  // a SentencePiece model; empty: byte-level
   int token_width = 0;    // 16 or 32; 0: the narrowest that fits the vocabulary
+  bool json = false;
 };
+
+// What was written: one line of words, or with --json one document.
+void SayWritten(const PrepareOptions& options, std::size_t tokens, int vocab_size, int width) {
+  const std::string tokenizer = options.tokenizer.empty() ? "bytes" : options.tokenizer;
+  if (options.json) {
+    std::cout << nlohmann::ordered_json{{"output", options.output},
+                                        {"tokens", tokens},
+                                        {"vocab_size", vocab_size},
+                                        {"token_width", width},
+                                        {"tokenizer", tokenizer}}
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  if (options.tokenizer.empty()) {
+    std::cout << "wrote " << tokens << " tokens (byte-level, vocabulary 256, uint" << width << ") to " << options.output
+              << "\n";
+    return;
+  }
+  std::cout << "wrote " << tokens << " tokens (SentencePiece " << options.tokenizer << ", vocabulary " << vocab_size
+            << ", uint" << width << ") to " << options.output << "\n"
+            << "the model configuration needs \"vocab_size\": " << vocab_size << " (or more)\n";
+}
 
 // The token width to write for a vocabulary of `vocab_size` ids: --token-width, checked
 // against it, or the narrowest that fits.
@@ -60,17 +85,14 @@ void Run(const PrepareOptions& options) {
   if (options.tokenizer.empty()) {
     const int width = TokenWidth(options, 256);
     WriteFileAtomically(options.output, TokenFile(text, width));
-    std::cout << "wrote " << text.size() << " tokens (byte-level, vocabulary 256, uint" << width << ") to "
-              << options.output << "\n";
+    SayWritten(options, text.size(), 256, width);
     return;
   }
   const SentencePieceTokens tokens = TokeniseWithSentencePiece(text, options.tokenizer);
   if (tokens.ids.size() < 2) throw InputError(options.text_file, "", "needs at least 2 tokens");
   const int width = TokenWidth(options, tokens.vocab_size);
   WriteFileAtomically(options.output, TokenFile(tokens.ids, width));
-  std::cout << "wrote " << tokens.ids.size() << " tokens (SentencePiece " << options.tokenizer << ", vocabulary "
-            << tokens.vocab_size << ", uint" << width << ") to " << options.output << "\n"
-            << "the model configuration needs \"vocab_size\": " << tokens.vocab_size << " (or more)\n";
+  SayWritten(options, tokens.ids.size(), tokens.vocab_size, width);
 }
 
 }  // namespace
@@ -91,6 +113,8 @@ void RegisterPrepareDataCommand(CLI::App& app) {
       ->add_option("--token-width", options->token_width,
                    "Bits per token, 16 or 32 (32 writes a header); default: 16 when the vocabulary fits, else 32")
       ->check(CLI::IsMember({16, 32}));
+  command->add_flag("--json", options->json,
+                    "Print one JSON document on stdout: output, tokens, vocab_size, token_width, tokenizer");
   command->callback([options] { Run(*options); });
 }
 

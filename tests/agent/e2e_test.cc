@@ -255,6 +255,15 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
   const auto status = Poplar({"status", "cluster.yaml"});
   EXPECT_EQ(status.exit_code, 0) << status.err;
   EXPECT_TRUE(ContainsAll(status.out, {"emu-fast (emulated)", "emu-slow (emulated)", "up"}));
+  const auto status_json = Poplar({"status", "cluster.yaml", "--json"});
+  ASSERT_EQ(status_json.exit_code, 0) << status_json.err;
+  const auto nodes = nlohmann::json::parse(status_json.out)["nodes"];  // one document, nothing else
+  ASSERT_EQ(nodes.size(), 2u) << status_json.out;
+  EXPECT_EQ(nodes[0]["node"], "a");
+  EXPECT_EQ(nodes[0]["state"], "up");
+  EXPECT_EQ(nodes[1]["devices"][0]["type"], "emu-slow");
+  EXPECT_EQ(nodes[1]["devices"][0]["memory_bytes"], 20 << 20);
+  EXPECT_TRUE(nodes[1]["jobs"].empty());
 
   const auto plan = Poplar({"plan", "cluster.yaml", "-o", "plan-agents.json", "--json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
@@ -277,8 +286,12 @@ TEST_F(TwoAgents, PlanThroughTheAgentsThenLaunchTrainsWithAFallingLoss) {
 
   // --type profiles only the types named (from the cache here), and names a type the
   // cluster lacks.
-  const auto one_type = Poplar({"profile", "cluster.yaml", "-o", "only-slow", "--type", "emu-slow"});
+  const auto one_type = Poplar({"profile", "cluster.yaml", "-o", "only-slow", "--type", "emu-slow", "--json"});
   EXPECT_EQ(one_type.exit_code, 0) << one_type.err;
+  const auto profiled = nlohmann::json::parse(one_type.out)["profiles"];  // --json: one document
+  ASSERT_EQ(profiled.size(), 1u) << one_type.out;
+  EXPECT_EQ(profiled[0]["device_type"], "emu-slow");
+  EXPECT_EQ(profiled[0]["stages"][0]["stage"], 2);
   EXPECT_TRUE(fs::exists(dir_.path() + "/only-slow/emu-slow.json"));
   EXPECT_FALSE(fs::exists(dir_.path() + "/only-slow/emu-fast.json"));
   EXPECT_FALSE(Contains(one_type.err, "emu-fast")) << one_type.err;
@@ -653,8 +666,13 @@ TEST_F(TwoAgents, APlanSwitchedMidRunTrainsAsTheUninterruptedRun) {
   const std::string plan = WritePlan();
   const auto steady =
       Poplar({"launch", "cluster.yaml", "--plan", plan, "--run-dir", "steady", "--job-id", "steady", "--steps",
-              std::to_string(kSteps), "--master-port", std::to_string(poplar::FindFreePort())});
+              std::to_string(kSteps), "--master-port", std::to_string(poplar::FindFreePort()), "--json"});
   ASSERT_EQ(steady.exit_code, 0) << steady.out << steady.err;
+  // --json: the summary alone on stdout, the progress on stderr.
+  const auto steady_summary = nlohmann::json::parse(steady.out);
+  EXPECT_TRUE(steady_summary["ok"].get<bool>());
+  EXPECT_EQ(steady_summary["steps"], kSteps);
+  EXPECT_TRUE(ContainsAll(steady.err, {"launching job steady", "trained 40 steps"})) << steady.err;
 
   const auto switch_to = [&](const std::string& file, const std::string& reason) {
     return Poplar({"switch", "cluster.yaml", "--job-id", "job-switched", "--plan", file, "--reason", reason});
@@ -963,6 +981,11 @@ TEST_F(TwoAgents, DevicesInUseAreRefusedToOtherJobsAndToProfiling) {
   const auto status = Poplar({"status", "cluster.yaml"});
   EXPECT_TRUE(ContainsAll(status.out, {"job-busy (1 rank on emu-fast 0, step", "job-busy (1 rank on emu-slow 0, step"}))
       << status.out;
+  const auto jobs = nlohmann::json::parse(Poplar({"status", "cluster.yaml", "--json"}).out)["nodes"][1]["jobs"];
+  ASSERT_EQ(jobs.size(), 1u) << jobs.dump();
+  EXPECT_EQ(jobs[0]["job_id"], "job-busy");
+  EXPECT_EQ(jobs[0]["ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ(jobs[0]["devices"], nlohmann::json::array({"emu-slow 0"}));
   training.launch->Signal(SIGINT);
   EXPECT_EQ(training.launch->Wait(std::chrono::seconds(60)), 130);
 }
@@ -1142,6 +1165,13 @@ TEST_F(TwoAgents, UnreachableAgentsAndMissingDevicesAreNamed) {
   const std::string rows = status.out.substr(0, status.out.find("\nnode 'c'"));
   EXPECT_FALSE(Contains(rows, "unreachable")) << status.out;
   EXPECT_TRUE(ContainsAll(status.err, {"1 of 3 agents did not answer"})) << status.err;
+  const auto status_json = Poplar({"status", "three.yaml", "--json"});
+  EXPECT_EQ(status_json.exit_code, 1);
+  const auto nodes = nlohmann::json::parse(status_json.out)["nodes"];
+  ASSERT_EQ(nodes.size(), 3u) << status_json.out;
+  EXPECT_EQ(nodes[2]["state"], "down");
+  EXPECT_TRUE(Contains(nodes[2]["reason"], "agent unreachable at 127.0.0.1:")) << nodes[2].dump();
+  EXPECT_TRUE(Contains(status_json.err, "1 of 3 agents did not answer (why: each node's reason)")) << status_json.err;
 
   // A plan made for another cluster is refused before any agent starts a rank, which
   // would fail later or wait for its peers.

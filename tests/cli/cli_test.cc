@@ -984,6 +984,13 @@ TEST_F(Cli, PrepareDataWritesOneLittleEndianTokenPerByte) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(Contains(run.out, "wrote 3 tokens"));
   EXPECT_EQ(ReadFile(work_ + "/tokens.bin"), std::string("A\0b\0\xff\0", 6));
+  const Outcome json = Poplar({"prepare-data", text, "-o", "again.bin", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const Json document = ParseOneDocument(json.out);
+  EXPECT_EQ(document["tokens"], 3);
+  EXPECT_EQ(document["vocab_size"], 256);
+  EXPECT_EQ(document["token_width"], 16);
+  EXPECT_EQ(document["tokenizer"], "bytes");
 }
 
 // An output path longer than the system takes is named by its flag in one line; a name
