@@ -12,7 +12,8 @@
 
 namespace poplar {
 
-PlanSwitches::PlanSwitches(std::string folder, int rank) : folder_(std::move(folder)), rank_(rank) {}
+PlanSwitches::PlanSwitches(std::string folder, int rank, std::int64_t batch_min, std::int64_t batch_max)
+    : folder_(std::move(folder)), rank_(rank), batch_min_(batch_min), batch_max_(batch_max) {}
 
 std::string PlanSwitches::PathOf(int number) const {
   return (std::filesystem::path(folder_) / ("plan-" + std::to_string(number) + ".json")).string();
@@ -26,7 +27,7 @@ std::optional<PlanOffer> PlanSwitches::Next(const WorkerPlan& running) {
     const std::string path = PathOf(number);
     try {
       std::string text = ReadTextFile(path);
-      RequireSwitchable(running, ParseWorkerPlan(text, path));
+      RequireSwitchable(running, ParseWorkerPlan(text, path), batch_min_, batch_max_);
       return PlanOffer{number, std::move(text)};
     } catch (const InputError& refused) {
       std::cerr << "poplar-worker[rank 0]: warning: plan switch refused, training goes on with plan " << number_ << ": "
@@ -45,7 +46,7 @@ WorkerPlan PlanSwitches::Receive(Communicator& communicator, torch::Device devic
   text = text.cpu();
   const std::string received(reinterpret_cast<const char*>(text.data_ptr<std::uint8_t>()), text.numel());
   WorkerPlan next = ParseWorkerPlan(received, PathOf(number));
-  RequireSwitchable(running, next);
+  RequireSwitchable(running, next, batch_min_, batch_max_);
   number_ = number;
   return next;
 }

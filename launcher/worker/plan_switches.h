@@ -24,8 +24,9 @@ struct PlanOffer {
 
 class PlanSwitches {
  public:
-  // `folder` empty: no plan ever replaces the running one.
-  PlanSwitches(std::string folder, int rank);
+  // `folder` empty: no plan ever replaces the running one. `batch_min` > 0: a plan may
+  // change the global batch within [batch_min, batch_max] (RequireSwitchable).
+  PlanSwitches(std::string folder, int rank, std::int64_t batch_min = 0, std::int64_t batch_max = 0);
 
   // Rank 0: the next plan of the folder that can replace `running`; nullopt when none
   // has come (and on every other rank).
@@ -45,6 +46,7 @@ class PlanSwitches {
 
   std::string folder_;
   int rank_;
+  std::int64_t batch_min_, batch_max_;
   int number_ = 0;
   int next_ = 1;  // the number rank 0 looks for
 };

@@ -178,6 +178,7 @@ std::string JobSettings(const TrainOptions& options, const TrainingRecipe& recip
   settings["plan"] = {{"stage", plan.stage}, {"micro_batches", plan.micro_batches}};
   if (!plan.state_shares.empty()) settings["plan"]["state_shares"] = plan.state_shares;
   settings["steps"] = options.steps;
+  settings["batch_range"] = {options.batch_min, options.batch_max};
   settings["bucket_mb"] = options.bucket_mb;
   settings["save"] = !options.save.empty();
   settings["checkpoint_dir"] = !options.checkpoint_dir.empty();
@@ -223,6 +224,27 @@ struct LocalSetup {
   std::optional<FolderLock> checkpoint_lock;  // rank 0's, of --checkpoint-dir
 };
 
+// --batch-min and --batch-max: both or neither, in order, around --plan's batch; and no
+// resume, whose checkpoint does not record the samples a changing batch consumed.
+void RequireBatchRange(const TrainOptions& options, const WorkerPlan& plan) {
+  if (options.batch_min == 0) return;
+  if (options.batch_max == 0) throw InputError("--batch-min", "", "needs --batch-max: the adaptive batch's bounds");
+  if (options.batch_max < options.batch_min) {
+    throw InputError("--batch-max", "",
+                     std::to_string(options.batch_max) + " is below --batch-min " + std::to_string(options.batch_min));
+  }
+  if (plan.global_batch < options.batch_min || plan.global_batch > options.batch_max) {
+    throw InputError(plan.file, "global_batch",
+                     "is " + std::to_string(plan.global_batch) + ", outside --batch-min " +
+                         std::to_string(options.batch_min) + " to --batch-max " + std::to_string(options.batch_max));
+  }
+  if (!options.resume.empty()) {
+    throw InputError("--resume", "",
+                     "a run with an adaptive batch (--batch-min) cannot resume yet: checkpoints do not record the "
+                     "samples a changing batch consumed");
+  }
+}
+
 LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) {
   const torch::Device device = SetUpDevice(options.device, env.local_rank);
   if (device.is_cuda() && options.later_slowdown_step > 0) {
@@ -235,6 +257,7 @@ LocalSetup SetUpLocally(const TrainOptions& options, const DistributedEnv& env) 
   const AdamWOptions adamw = OptimizerOptions(options);
   WorkerPlan plan = LoadWorkerPlan(options.plan);
   RequireWorldSize(plan, env.world_size);
+  RequireBatchRange(options, plan);
   const ModelConfig config = LoadModelConfigOrFolder(options.model_config);
   TokenData data(options.data, config.block_size, config.vocab_size);
   std::optional<Evaluation> evaluation =
@@ -308,6 +331,7 @@ struct StepFigures {
   std::int64_t peak_bytes = 0;                // the step's peak device memory above the baseline
   std::int64_t state_bytes = 0;               // what the rank carries from step to step
   int plan = 0;                               // the plan it trained with (PlanSwitches::number)
+  std::int64_t first_sample = 0;              // its batch's first sample (before the data's wrap)
   std::optional<NoiseScale::Estimate> noise;  // with --noise-scale on, where a pair was counted
   double noise_s = 0;                         // what the local norms took (TrainingEngine)
   // With a plan switch agreed in the step: the plan that trains the next one, and what
@@ -374,6 +398,7 @@ class TrainingRun {
   std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
   std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
   PlanSwitches switches_;
+  std::int64_t samples_done_ = 0;  // samples of the steps trained: the next step's first is this one
   NoiseScale noise_;
   double slowdown_ = 1.0;  // an emulated device's, this step (TrainOptions::later_slowdown)
   double tokens_per_step_ = 0;
@@ -400,7 +425,7 @@ TrainingRun::TrainingRun(const TrainOptions& options)
       communicator_(env_, std::chrono::seconds(options.timeout_s), local_.device, local_.backend,
                     local_.gloo_reduce_scatter),
       recipe_(RecipeOf(options, local_.adamw, local_.plan, local_.data)),
-      switches_(options.plan_switches, env_.rank) {
+      switches_(options.plan_switches, env_.rank, options.batch_min, options.batch_max) {
   const WorkerPlan& plan = local_.plan;
   communicator_.RequireAgreement("job settings", JobSettings(options, recipe_, plan, local_.config, local_.evaluation,
                                                              local_.gloo_reduce_scatter));
@@ -412,6 +437,7 @@ TrainingRun::TrainingRun(const TrainOptions& options)
                      "plan, or they were lost with it); the run would start over from step 0");
   }
   first_step_ = resumed ? resumed->step : 0;
+  samples_done_ = first_step_ * plan.global_batch;
   local_.metrics.Start(/*append=*/resumed.has_value());
   engine_ = MakeAgreedEngine();
   if (options.loss_scale == "dynamic" || (options.loss_scale.empty() && options.precision == "fp16")) {
@@ -482,6 +508,7 @@ void TrainingRun::Step(std::int64_t step) {
   slowdown_ = later ? options_.later_slowdown : options_.device.slowdown;
   trace_->BeforeStep(step + 1);
   const StepFigures figures = TrainStep(step);
+  samples_done_ += local_.plan.global_batch;
   trace_->AfterStep(step + 1, figures.step_s);
   // The held-out loss, after the step and outside its figures (step_s, communication,
   // peak memory: what profiles and predictions are about).
@@ -495,6 +522,10 @@ void TrainingRun::Step(std::int64_t step) {
 void TrainingRun::SwitchTo(WorkerPlan plan, std::int64_t step) {
   local_.plan = std::move(plan);
   last_computing_entry_ = LastComputingEntry(local_.plan, env_.rank);
+  tokens_per_step_ = static_cast<double>(local_.plan.global_batch) * local_.config.block_size;
+  // The square-root rule: a batch of B trains at --lr times sqrt(B / the run's first batch).
+  engine_->SetLearningRateFactor(
+      std::sqrt(static_cast<double>(local_.plan.global_batch) / static_cast<double>(recipe_.global_batch)));
   if (local_.evaluation) {
     local_.evaluation->share = EvalShareOf(local_.plan, env_.rank, local_.evaluation->samples);
   }
@@ -514,6 +545,7 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // collective is in flight (a finished one's buffers may linger on Gloo's threads).
   figures.state_bytes = MemoryInUse(device) - local_.baseline_bytes;
   figures.plan = switches_.number();
+  figures.first_sample = samples_done_;
   ResetMemoryPeak(device);
   // With a loss scaler, each loss's gradient is scale / tokens: the global mean's
   // gradient times the scale, as GradScaler scales a mean loss (an injected overflow: inf).
@@ -584,7 +616,7 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
   const WorkerPlan& plan = local_.plan;
   const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
   double loss_sum = 0, compute_s = 0;
-  std::int64_t first = step * plan.global_batch + plan.RankOffset(env_.rank);
+  std::int64_t first = samples_done_ + plan.RankOffset(env_.rank);
   for (std::size_t entry = 0; entry < micro_batches.size(); ++entry) {
     const int size = micro_batches[entry];
     if (size > 0) {
@@ -664,7 +696,9 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
                            {"tokens_per_s", tokens_per_step_ / figures.step_s},
                            {"peak_bytes", figures.peak_bytes},
                            {"state_bytes", figures.state_bytes},
-                           {"plan", figures.plan}};
+                           {"plan", figures.plan},
+                           {"global_batch", plan.global_batch},
+                           {"first_sample", figures.first_sample}};
   if (figures.noise) {
     record["grad_sq_est"] = figures.noise->gradient_sq;
     record["grad_var_est"] = figures.noise->trace;

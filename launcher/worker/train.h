@@ -49,8 +49,12 @@ struct TrainOptions {
                                       // 25 MiB on CUDA (NCCL), where big buckets pay off
   std::int64_t log_every = 1;         // progress line every N steps (rank 0); 0: none
   bool noise_scale = true;            // estimate the gradient noise scale (noise_scale.h)
-  std::string trace;                  // one step's profile (launcher/worker/step_trace.h); "{rank}" as --metrics
-  std::int64_t trace_step = 3;        // the run's N-th step is traced (its last if it takes fewer)
+  // Adaptive batch: plan switches may set the global batch within [batch_min, batch_max]
+  // (0: the batch is --plan's for the whole run); the learning rate follows the
+  // square-root rule against --plan's batch.
+  std::int64_t batch_min = 0, batch_max = 0;
+  std::string trace;            // one step's profile (launcher/worker/step_trace.h); "{rank}" as --metrics
+  std::int64_t trace_step = 3;  // the run's N-th step is traced (its last if it takes fewer)
 };
 
 // Runs the rank; throws InputError for bad input and c10::Error/std::exception for

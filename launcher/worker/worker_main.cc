@@ -186,6 +186,8 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
   AddSettingFlag(train, "eval_data", o.eval_data);
   AddSettingFlag(train, "eval_every", o.eval_every);
   AddSettingFlag(train, "eval_samples", o.eval_samples);
+  AddSettingFlag(train, "batch_min", o.batch_min);
+  AddSettingFlag(train, "batch_max", o.batch_max);
   train->add_option("--resume", o.resume, "Resume from a checkpoint (step folder or checkpoint folder)")
       ->check(CLI::ExistingDirectory);
   train

@@ -137,7 +137,7 @@ double ShardedAdamW::ScaleClipAndUpdate(double divisor) {
 
   ++step_;
   AdamWOptions options = options_;
-  options.lr = learning_rate_ = LearningRateAt(options_.schedule, options_.lr, step_);
+  options.lr = learning_rate_ = LearningRateAt(options_.schedule, options_.lr, step_) * learning_rate_factor_;
   for (std::size_t b = 0; b < layout_.buckets().size(); ++b) {
     const FlatBucket& bucket = layout_.buckets()[b];
     // fp32, in place when the working precision is fp32.

@@ -64,6 +64,9 @@ class TrainingEngine {
   // The learning rate the latest Step() updated with (its schedule's, AdamWOptions, at
   // the updates taken: a skipped step does not advance the schedule, as in DeepSpeed).
   virtual double learning_rate() const = 0;
+  // Multiplies the schedule's learning rate of every later update (1 until called): an
+  // adaptive batch's square-root rule (docs/worker.md, "Adaptive batch").
+  virtual void SetLearningRateFactor(double factor) = 0;
   // Updates applied so far (Adam's step count): the steps trained, less those skipped.
   virtual std::int64_t optimizer_steps() const = 0;
 
@@ -156,6 +159,7 @@ class ShardedAdamW : public TrainingEngine {
   std::map<std::string, AdamMoments> GatherMoments(bool keep) override;
   void LoadMoments(const std::map<std::string, AdamMoments>& moments, std::int64_t step) override;
   double learning_rate() const override { return learning_rate_; }
+  void SetLearningRateFactor(double factor) override { learning_rate_factor_ = factor; }
   std::int64_t optimizer_steps() const override { return step_; }
   void SetBackwardScale(double scale) override { backward_scale_.fill_(scale); }
 
@@ -202,6 +206,7 @@ class ShardedAdamW : public TrainingEngine {
   torch::Tensor exp_avg_sq_;
   std::int64_t step_ = 0;
   double learning_rate_ = 0;  // of the latest update
+  double learning_rate_factor_ = 1;
 };
 
 }  // namespace poplar

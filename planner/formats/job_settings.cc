@@ -12,6 +12,7 @@
 #include "planner/base/range_text.h"
 #include "planner/formats/stop_grace.h"
 #include "planner/formats/training_limits.h"
+#include "planner/formats/worker_plan.h"
 
 namespace poplar {
 namespace {
@@ -56,6 +57,11 @@ std::vector<JobSetting> MakeTable() {
       {"eval_samples", "--eval-samples", CountSetting{&S::eval_samples, 0, std::int64_t{1} << 40},
        "a number of samples (0: every one)", "Evaluate the first N samples of --eval-data (0: every one)", false,
        "eval_data", "is for an evaluation"},
+      {"batch_min", "--batch-min", CountSetting{&S::batch_min, 1, kMostGlobalBatch}, "a number of samples",
+       "Adaptive batch: a plan switch may set the global batch from this (with --batch-max)"},
+      {"batch_max", "--batch-max", CountSetting{&S::batch_max, 1, kMostGlobalBatch}, "a number of samples",
+       "Adaptive batch: a plan switch may set the global batch up to this (with --batch-min)", false, "batch_min",
+       "is the adaptive batch's bound, with batch_min"},
   };
 }
 

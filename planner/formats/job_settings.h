@@ -39,6 +39,9 @@ struct JobSettings {
   std::optional<std::int64_t> stop_grace_s;  // the agent's own (planner/formats/stop_grace.h)
   std::optional<std::string> eval_data;      // as data
   std::optional<std::int64_t> eval_every, eval_samples;
+  // Adaptive batch (docs/worker.md, "Adaptive batch"): plan switches may set the global
+  // batch from batch_min to batch_max.
+  std::optional<std::int64_t> batch_min, batch_max;
 };
 
 // A whole number from `low` to `high`.

@@ -147,10 +147,17 @@ void RequireWorldSize(const WorkerPlan& plan, int world_size) {
   }
 }
 
-void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next) {
+void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next, std::int64_t batch_min,
+                       std::int64_t batch_max) {
   RequireWorldSize(next, running.WorldSize());
   const std::string fixed = ", which a running job keeps from its start; stop it and launch --resume with this plan";
-  if (next.global_batch != running.global_batch) {
+  if (batch_min > 0) {
+    if (next.global_batch < batch_min || next.global_batch > batch_max) {
+      throw InputError(next.file, "global_batch",
+                       "is " + std::to_string(next.global_batch) + ", outside the adaptive batch's " +
+                           std::to_string(batch_min) + " to " + std::to_string(batch_max));
+    }
+  } else if (next.global_batch != running.global_batch) {
     throw InputError(next.file, "global_batch",
                      "is " + std::to_string(next.global_batch) + " but the running job's is " +
                          std::to_string(running.global_batch) + fixed);

@@ -88,7 +88,10 @@ void RequireWorldSize(const WorkerPlan& plan, int world_size);
 // running job between two steps (docs/worker.md, "Plan switches"): the same ranks, each
 // on the same node and device type where both plans say, the same global batch, ZeRO
 // stage and state shares (the same values, or none in both). Only the micro-batches
-// change: the stage and the state split are the run's, fixed from its start.
-void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next);
+// change: the stage and the state split are the run's, fixed from its start. With
+// `batch_min` > 0 (an adaptive batch), the global batch may change within [batch_min,
+// batch_max].
+void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next, std::int64_t batch_min = 0,
+                       std::int64_t batch_max = 0);
 
 }  // namespace poplar

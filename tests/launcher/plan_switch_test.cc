@@ -3,6 +3,7 @@
 // on loopback, against one device training the same global batches.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -111,6 +112,75 @@ INSTANTIATE_TEST_SUITE_P(
                                {{1, 1}, {2, 2}, {4, 4}},
                                {0, 2, 1}}),
     [](const ::testing::TestParamInfo<Switches>& info) { return info.param.name; });
+
+// An adaptive batch (--batch-min, --batch-max): plan switches change the global batch,
+// and the training equals one device's trained on the same sequence of batches, the
+// samples following each other (each batch starts where the last ended) and the learning
+// rate following the square-root rule. Batches 14, 20, 8, 8.
+class AdaptiveBatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(AdaptiveBatch, EqualsOneDeviceTrainingTheSameBatchSequence) {
+  const int stage = GetParam();
+  ScratchDir scratch("poplar_adaptive_batch");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const auto run = [&](const std::string& name, const std::vector<std::vector<std::vector<int>>>& plans) {
+    const std::string folder = scratch.path() + "/" + name + "-switches";
+    fs::create_directories(folder);
+    const int plan_stage = plans[0].size() == 1 ? 0 : stage;
+    for (std::size_t i = 1; i < plans.size(); ++i) {
+      fs::rename(WritePlan(scratch, name + "-p.json", plan_stage, plans[i]),
+                 folder + "/plan-" + std::to_string(i) + ".json");
+    }
+    const std::string first = WritePlan(scratch, name + ".json", plan_stage, plans[0]);
+    return RunJob(scratch, static_cast<int>(plans[0].size()),
+                  Args(scratch, first, name, {"--plan-switches", folder, "--batch-min", "6", "--batch-max", "24"}));
+  };
+  const JobOutcome reference = run("reference", {{{14}}, {{20}}, {{8}}});
+  ASSERT_TRUE(reference.AllSucceeded()) << reference.Describe();
+  const JobOutcome job = run("ranks", {{{5, 3}, {4, 2}}, {{10}, {10}}, {{3}, {5}}});
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+
+  const double difference =
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/reference.pt"), ReadStateDict(scratch.path() + "/ranks.pt"));
+  std::cout << "[ stage " << stage << " ] max |difference| = " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+  const auto expected = ReadLines(scratch.path() + "/reference-0.jsonl");
+  const auto actual = ReadLines(scratch.path() + "/ranks-0.jsonl");
+  ASSERT_EQ(actual.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(expected.size(), actual.size());
+  const std::vector<int> batches = {14, 20, 8, 8};
+  int first_sample = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const auto a = nlohmann::json::parse(expected[i]), b = nlohmann::json::parse(actual[i]);
+    EXPECT_EQ(b["global_batch"], batches[i]) << "step " << i + 1;
+    // Each batch starts where the last ended: no sample skipped or trained twice.
+    EXPECT_EQ(b["first_sample"], first_sample) << "step " << i + 1;
+    EXPECT_EQ(a["first_sample"], first_sample) << "step " << i + 1;
+    first_sample += batches[i];
+    EXPECT_NEAR(b["loss"].get<double>(), a["loss"].get<double>(), 1e-5) << "step " << i + 1;
+    // The square-root rule against the run's first batch, 14 (a constant schedule).
+    EXPECT_NEAR(b["lr"].get<double>(), 1e-3 * std::sqrt(batches[i] / 14.0), 1e-12) << "step " << i + 1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryStage, AdaptiveBatch, ::testing::Values(0, 1, 2, 3));
+
+TEST(AdaptiveBatch, BoundsAreCheckedBeforeTheRendezvous) {
+  ScratchDir scratch("poplar_adaptive_batch_bounds");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::string plan = WritePlan(scratch, "plan.json", 0, {{14}});
+  const auto refusal = [&](const std::vector<std::string>& flags) {
+    const JobOutcome job = RunJob(scratch, 1, Args(scratch, plan, "bounds", flags));
+    EXPECT_EQ(job.exit_codes[0], flags.size() == 2 && flags[0] == "--batch-max" ? 2 : 1);
+    return job.errors[0];
+  };
+  EXPECT_TRUE(Contains(refusal({"--batch-min", "6"}), "--batch-min: needs --batch-max"));
+  EXPECT_TRUE(Contains(refusal({"--batch-min", "16", "--batch-max", "24"}), "global_batch: is 14, outside"));
+  EXPECT_TRUE(Contains(refusal({"--batch-min", "12", "--batch-max", "8"}), "--batch-max: 8 is below --batch-min 12"));
+  EXPECT_TRUE(Contains(refusal({"--batch-max", "8"}), "--batch-min"));
+}
 
 // A switch is refused by the plan's own rules, in words that name the file and the key.
 TEST(PlanSwitch, RefusesWhatARunningJobCannotChange) {
