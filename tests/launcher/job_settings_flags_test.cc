@@ -29,7 +29,7 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
       {"lr", "0.002"},           {"weight_decay", "0"},  {"grad_clip", "0.5"},      {"warmup_steps", "2"},
       {"lr_decay", "linear"},    {"decay_steps", "4"},   {"min_lr", "0.0002"},      {"checkpoint_every", "1"},
       {"keep_checkpoints", "2"}, {"stop_grace_s", "60"}, {"eval_data", "eval.bin"}, {"eval_every", "2"},
-      {"eval_samples", "8"}};
+      {"eval_samples", "8"},     {"batch_min", "2"},     {"batch_max", "8"}};
   ASSERT_EQ(texts.size(), JobSettingTable().size()) << "a setting this test does not set";
   const std::vector<std::string> flags =
       WorkerFlags(ParseJobSettings(texts, "settings"),
@@ -55,7 +55,10 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
   for (const std::string& line : ReadLines(scratch.path() + "/metrics.jsonl")) {
     records.push_back(nlohmann::json::parse(line));
   }
-  ASSERT_EQ(records.size(), 4u);                                         // steps
+  ASSERT_EQ(records.size(), 4u);  // steps
+  // batch_min, batch_max: bounds around the plan's batch, which the run trains with (a
+  // switch to another is AdaptiveBatch.*'s).
+  EXPECT_EQ(records[0]["global_batch"], 4);
   EXPECT_NEAR(records[0]["loss"].get<double>(), std::log(256.0), 1e-6);  // init
   // warmup_steps 2 to lr 0.002, then a line to min_lr 0.0002 at step decay_steps + 1.
   EXPECT_DOUBLE_EQ(records[0]["lr"].get<double>(), 0.001);

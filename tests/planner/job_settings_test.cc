@@ -12,11 +12,25 @@ namespace {
 
 // A valid text of every setting: the request of a job that sets them all.
 std::map<std::string, std::string> EverySettingSet() {
-  return {{"data", "tokens.bin"},        {"steps", "100"},           {"lr", "0.0003"},          {"weight_decay", "0"},
-          {"grad_clip", "1.5"},          {"warmup_steps", "10"},     {"lr_decay", "cosine"},    {"decay_steps", "90"},
-          {"min_lr", "3e-05"},           {"checkpoint_every", "25"}, {"keep_checkpoints", "2"}, {"stop_grace_s", "120"},
-          {"eval_data", "valid.bin"},    {"eval_every", "5"},        {"eval_samples", "64"},    {"init", "llama-hf"},
-          {"save_format", "safetensors"}};
+  return {{"data", "tokens.bin"},
+          {"steps", "100"},
+          {"lr", "0.0003"},
+          {"weight_decay", "0"},
+          {"grad_clip", "1.5"},
+          {"warmup_steps", "10"},
+          {"lr_decay", "cosine"},
+          {"decay_steps", "90"},
+          {"min_lr", "3e-05"},
+          {"checkpoint_every", "25"},
+          {"keep_checkpoints", "2"},
+          {"stop_grace_s", "120"},
+          {"eval_data", "valid.bin"},
+          {"eval_every", "5"},
+          {"eval_samples", "64"},
+          {"init", "llama-hf"},
+          {"save_format", "safetensors"},
+          {"batch_min", "8"},
+          {"batch_max", "64"}};
 }
 
 std::string RefusalOf(const std::map<std::string, std::string>& texts) {
