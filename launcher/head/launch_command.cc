@@ -401,6 +401,19 @@ PreparedPlan Replan(const LaunchOptions& options, const ClusterSpec& cluster, Cl
   return prepared;
 }
 
+// How an attempt ends the launch, or goes on: trained; stopped to take a node back
+// (--elastic); failed with restarts left (--elastic, not the user's stop); or given up.
+enum class Ending { kTrained, kTakeBack, kRestart, kGiveUp };
+
+Ending EndingOf(const LaunchOptions& options, const AttemptEnd& end, int restarts) {
+  const LaunchMonitor& monitor = *end.monitor;
+  if (!monitor.failed()) return Ending::kTrained;
+  if (end.outcome.signal != 0 || !monitor.UserStop().empty()) return Ending::kGiveUp;
+  if (!monitor.TakeBack().empty()) return Ending::kTakeBack;
+  if (!options.elastic || restarts >= options.max_restarts) return Ending::kGiveUp;
+  return Ending::kRestart;
+}
+
 void RunLaunch(const LaunchOptions& options) {
   // Ctrl-C, SIGTERM and SIGHUP end the launch in order from here on: before the workers
   // start at the next step (StopIfInterrupted), then by stopping them (RunAgentJob).
@@ -447,11 +460,9 @@ void RunLaunch(const LaunchOptions& options) {
       std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
     }
     const nlohmann::ordered_json summary = WriteSummary(run_dir, job_id, prepared, monitor);
-    const bool last_attempt = !monitor.failed() || !options.elastic || end.outcome.signal != 0 ||
-                              !monitor.UserStop().empty() ||
-                              (restarts >= options.max_restarts && monitor.TakeBack().empty());
-    if (json && last_attempt) json->Print(summary);
-    if (!monitor.failed()) {
+    const Ending ending = EndingOf(options, end, restarts);
+    if (json && (ending == Ending::kTrained || ending == Ending::kGiveUp)) json->Print(summary);
+    if (ending == Ending::kTrained) {
       if (!summary.contains("first_loss")) {
         std::cout << "no step was trained (the job was already at step " << *job.settings.steps
                   << "); run directory: " << run_dir << "\n";
@@ -463,14 +474,11 @@ void RunLaunch(const LaunchOptions& options) {
     // The user's own stop is not a failure of the job's (unless one came first), nor is
     // taking a node back.
     const std::string user_stop = monitor.UserStop();
-    const std::string take_back = monitor.TakeBack();
     const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
     const std::string kept =
         monitor.CheckpointsKept(checkpoint_every, "the agents' work directories under jobs/" + job_id +
                                                       "/checkpoints (rank 0's node writes them), or their shared_dir");
-    if (!take_back.empty() && end.outcome.signal == 0) {
-      std::cout << "elastic: job " << job_id << " stopped: " << take_back << std::endl;
-    } else if (!options.elastic || !user_stop.empty() || end.outcome.signal != 0 || restarts >= options.max_restarts) {
+    if (ending == Ending::kGiveUp) {
       const std::string elastic = options.elastic && user_stop.empty() && end.outcome.signal == 0
                                       ? " (after " + Count(restarts, "restart") + ", --max-restarts " +
                                             std::to_string(options.max_restarts) + ")"
@@ -478,6 +486,9 @@ void RunLaunch(const LaunchOptions& options) {
       throw CommandFailed("job " + job_id + " " + what + elastic + "; every worker was stopped; " + kept +
                               "; logs in " + run_dir + "/logs",
                           exit_status);
+    }
+    if (ending == Ending::kTakeBack) {
+      std::cout << "elastic: job " << job_id << " stopped: " << monitor.TakeBack() << std::endl;
     } else {
       ++restarts;
       std::cout << "elastic: job " << job_id << " " << what << "; restart " << restarts << " of "
@@ -491,6 +502,7 @@ void RunLaunch(const LaunchOptions& options) {
     StopIfInterrupted(interruption, job_id);
     const std::vector<std::string> answering = AnsweringNodes(cluster, std::chrono::seconds(5), std::cout);
     if (answering.empty()) {
+      if (json) json->Print(summary);
       throw CommandFailed("job " + job_id + " " + what + "; no node's agent answers to go on with; " + kept,
                           exit_status);
     }

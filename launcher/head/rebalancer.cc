@@ -53,7 +53,7 @@ void Rebalancer::Follow(const WorkerPlan& plan, int number) {
   number_ = number;
   predicted_ = PredictRankCompute(cluster_, profiles_, plan_);
   ratios_.assign(predicted_.size(), {});
-  first_step_.assign(predicted_.size(), -1);
+  warmed_up_.assign(predicted_.size(), false);
 }
 
 void Rebalancer::Handed(int number) { awaited_ = number; }
@@ -75,8 +75,8 @@ std::optional<Rebalance> Rebalancer::Metrics(int rank, const nlohmann::json& rec
     awaited_.reset();
   }
   if (proposed_ || plan->get<int>() != number_) return std::nullopt;
-  if (first_step_[rank] < 0) {
-    first_step_[rank] = static_cast<std::int64_t>(*step);  // a warm-up, not measured
+  if (!warmed_up_[rank]) {
+    warmed_up_[rank] = true;  // the plan's first step: a warm-up, not measured
     return std::nullopt;
   }
   if (predicted_[rank] <= 0) return std::nullopt;

@@ -84,7 +84,7 @@ class Rebalancer {
   int number_ = 0;                          // its number in the records
   std::vector<double> predicted_;           // [rank] -> compute_s its profile predicts for plan_
   std::vector<std::deque<double>> ratios_;  // [rank] -> measured / predicted, the window's
-  std::vector<std::int64_t> first_step_;    // [rank] -> the first step it reported of plan_ (-1: none yet)
+  std::vector<bool> warmed_up_;             // [rank] -> it reported plan_'s first step (a warm-up)
   std::map<std::string, double> corrections_;
   std::map<std::string, double> candidates_;  // type -> a new ratio seen in one window, awaiting the next
   std::optional<WorkerPlan> proposed_;        // proposed, not yet handed

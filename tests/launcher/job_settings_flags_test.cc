@@ -72,6 +72,19 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
     kept += entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0;
   }
   EXPECT_EQ(kept, 2);
+
+  // batch_min and batch_max reach the worker: bounds that leave out the plan's batch of 4
+  // are refused before the rendezvous, naming them.
+  std::map<std::string, std::string> above = texts;
+  above["batch_min"] = "5";
+  std::vector<std::string> bounded(args.begin(), args.end() - static_cast<std::ptrdiff_t>(flags.size()));
+  const std::vector<std::string> above_flags =
+      WorkerFlags(ParseJobSettings(above, "settings"),
+                  [&](const std::string&, const std::string& path) { return scratch.path() + "/" + path; });
+  bounded.insert(bounded.end(), above_flags.begin(), above_flags.end());
+  const JobOutcome refused = RunJob(scratch, 1, bounded);
+  EXPECT_EQ(refused.exit_codes[0], 1) << refused.Describe();
+  EXPECT_TRUE(Contains(refused.errors[0], "global_batch: is 4, outside --batch-min 5")) << refused.errors[0];
 }
 
 }  // namespace
