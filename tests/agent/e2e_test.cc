@@ -762,11 +762,11 @@ TEST_F(TwoAgents, APlanSwitchedMidRunTrainsAsTheUninterruptedRun) {
 }
 
 // A device that slows down in the middle of a run (the emulation's `later`: node b's
-// from 3x to 12x from step 12) is noticed against its profile, and the head moves work
+// from 3x to 12x from step 6) is noticed against its profile, and the head moves work
 // off it between steps (the rebalancer), naming why.
 class ThrottlingDevice : public TwoAgents {
  protected:
-  ThrottlingDevice() { later_b_ = ", later: {step: 12, slowdown: 12}"; }
+  ThrottlingDevice() { later_b_ = ", later: {step: 6, slowdown: 12}"; }
 };
 
 TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
@@ -794,7 +794,12 @@ TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
   // A switch after the slowdown, for it.
   bool noticed = false;
   for (const auto& entry : summary["plan_switches"]) {
-    noticed = noticed || (entry["from_step"].get<int>() > 12 && Contains(entry["reason"], "emu-slow"));
+    // The throttle puts emu-slow at 4x its profile; a machine under load alone (the suite's)
+    // has read up to 2x.
+    const std::string reason = entry["reason"];
+    const auto at = reason.find("emu-slow ");
+    const double ratio = at == std::string::npos ? 0 : std::stod(reason.substr(at + 9));
+    noticed = noticed || (entry["from_step"].get<int>() > 6 && ratio >= 3);
   }
   EXPECT_TRUE(noticed) << summary["plan_switches"].dump(2) << launch.out;
   const auto lines = ReadLines(dir_.path() + "/run/metrics/rank-1.jsonl");
