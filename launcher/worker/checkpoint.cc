@@ -178,6 +178,7 @@ void WriteCheckpoint(const std::string& dir, const Checkpoint& checkpoint, const
     meta["training"] = RecipeObject(training);
     AddLineKeys(line, meta);
     if (checkpoint.loss_scale) meta["loss_scale"] = LossScaleObject(*checkpoint.loss_scale);
+    if (checkpoint.batch) meta["batch"] = BatchObject(*checkpoint.batch);
     WriteFileAtomically((temporary / "meta.json").string(), meta.dump(2) + "\n");
     // On the disk before any name leads to it, so that a power loss cannot leave `latest`
     // naming a folder of empty files: the files are (WriteStateDict and meta.json go
@@ -222,6 +223,7 @@ RestoredCheckpoint RestoreCheckpoint(const std::string& path, const ModelConfig&
   restored.training = std::move(meta.training);
   restored.line = std::move(meta.line);
   restored.loss_scale = meta.loss_scale;
+  restored.batch = std::move(meta.batch);
   const std::string model_path = (folder / "model.pt").string();
   LoadModelState(*model, ReadCheckpointTensors(model_path), model_path);
 

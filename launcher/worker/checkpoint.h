@@ -32,6 +32,7 @@ struct Checkpoint {
   StateDict model;
   std::map<std::string, AdamMoments> moments;
   std::optional<LossScaleRecord> loss_scale;  // a dynamic loss scaler's, when one runs
+  std::optional<BatchRecord> batch;           // an adaptive batch's sequence, in such a run
 };
 
 // Written by rank 0; `checkpoint` must hold full tensors. dir/step-NNNNNNNN is written
@@ -82,6 +83,7 @@ struct RestoredCheckpoint {
   TrainingRecipe training;  // of the run that wrote it
   CheckpointLine line;      // of the run that wrote it; run 0 when it recorded none
   std::optional<LossScaleRecord> loss_scale;
+  std::optional<BatchRecord> batch;
 };
 // `path` is a step folder or a checkpoint folder with `latest`. Checks meta.json's model
 // against `config` and reads its training recipe, loads model.pt into `model` (LoadModelState's checks, naming

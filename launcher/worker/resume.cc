@@ -15,10 +15,13 @@ namespace {
 // Warns, on the rank that read the checkpoint, when this run goes on otherwise than the
 // one that wrote it (RecipeChanges): a changed --lr or schedule, batch or token file is
 // often meant (a lower rate after a loss spike, more steps), never silent. The head
-// shows worker warnings (LaunchMonitor::Output).
+// shows worker warnings (LaunchMonitor::Output). The batch of a checkpoint with an
+// adaptive batch's sequence changes by design: the sequence goes on.
 void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRecipe& recipe, const std::string& path,
                          int rank) {
-  const std::vector<std::string> changes = RecipeChanges(checkpoint.training, recipe, checkpoint.step);
+  TrainingRecipe recorded = checkpoint.training;
+  if (checkpoint.batch) recorded.global_batch = recipe.global_batch;
+  const std::vector<std::string> changes = RecipeChanges(recorded, recipe, checkpoint.step);
   if (changes.empty()) return;
   std::cerr << "poplar-worker[rank " << rank << "]: warning: --resume " << path << ": this run goes on from step "
             << checkpoint.step << " otherwise than the run that wrote it: " << Join(changes, "; ") << std::endl;
@@ -47,6 +50,35 @@ CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& l
   for (std::int64_t i = 0; i < ancestors; ++i) {
     received.ancestors.push_back(
         {static_cast<std::uint64_t>(sent[1 + 2 * i].item<std::int64_t>()), sent[2 + 2 * i].item<std::int64_t>()});
+  }
+  return received;
+}
+
+// The source's adaptive batch record (the checkpoint's) on every rank: its stretch count
+// (0: none), then samples_done and each stretch's first step and batch.
+std::optional<BatchRecord> BroadcastBatch(Communicator& communicator, const std::optional<BatchRecord>& record,
+                                          int source, torch::Device device) {
+  const auto longs = torch::TensorOptions(torch::kLong);
+  auto count =
+      torch::tensor({record ? static_cast<std::int64_t>(record->sequence.size()) : std::int64_t{0}}, longs).to(device);
+  communicator.Broadcast(count, source);
+  const std::int64_t stretches = count.cpu().item<std::int64_t>();
+  if (stretches == 0) return std::nullopt;
+  std::vector<std::int64_t> values(1 + 2 * stretches, 0);
+  if (communicator.rank() == source) {
+    values[0] = record->samples_done;
+    for (std::int64_t i = 0; i < stretches; ++i) {
+      values[1 + 2 * i] = record->sequence[i].from_step;
+      values[2 + 2 * i] = record->sequence[i].batch;
+    }
+  }
+  auto sent = torch::tensor(values, longs).to(device);
+  communicator.Broadcast(sent, source);
+  sent = sent.cpu();
+  BatchRecord received;
+  received.samples_done = sent[0].item<std::int64_t>();
+  for (std::int64_t i = 0; i < stretches; ++i) {
+    received.sequence.push_back({sent[1 + 2 * i].item<std::int64_t>(), sent[2 + 2 * i].item<std::int64_t>()});
   }
   return received;
 }
@@ -135,6 +167,7 @@ std::optional<Resumed> ResumeFromNewestCheckpoint(Communicator& communicator, De
   resumed.line = BroadcastLine(communicator, checkpoint ? checkpoint->line : CheckpointLine{}, source, device);
   resumed.loss_scale =
       BroadcastLossScale(communicator, checkpoint ? checkpoint->loss_scale : std::nullopt, source, device);
+  resumed.batch = BroadcastBatch(communicator, checkpoint ? checkpoint->batch : std::nullopt, source, device);
   for (auto& [name, parameter] : model->NamedParameters()) {
     auto value = parameter.detach();  // the source's holds the checkpoint's already
     communicator.Broadcast(value, source);

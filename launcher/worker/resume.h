@@ -28,6 +28,8 @@ struct Resumed {
   int source = 0;       // the rank that read the checkpoint and sends it
   // The checkpoint's loss scaler state and updates taken, when it recorded them.
   std::optional<LossScaleRecord> loss_scale;
+  // The checkpoint's adaptive batch sequence, when it recorded one.
+  std::optional<BatchRecord> batch;
   // Every parameter's name and shape, in the model's order (the order the moments go in).
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> parameters;
   // The checkpoint's Adam moments as the source read them (host memory); empty on the

@@ -224,8 +224,7 @@ struct LocalSetup {
   std::optional<FolderLock> checkpoint_lock;  // rank 0's, of --checkpoint-dir
 };
 
-// --batch-min and --batch-max: both or neither, in order, around --plan's batch; and no
-// resume, whose checkpoint does not record the samples a changing batch consumed.
+// --batch-min and --batch-max: both or neither, in order, around --plan's batch.
 void RequireBatchRange(const TrainOptions& options, const WorkerPlan& plan) {
   if (options.batch_min == 0) return;
   if (options.batch_max == 0) throw InputError("--batch-min", "", "needs --batch-max: the adaptive batch's bounds");
@@ -237,11 +236,6 @@ void RequireBatchRange(const TrainOptions& options, const WorkerPlan& plan) {
     throw InputError(plan.file, "global_batch",
                      "is " + std::to_string(plan.global_batch) + ", outside --batch-min " +
                          std::to_string(options.batch_min) + " to --batch-max " + std::to_string(options.batch_max));
-  }
-  if (!options.resume.empty()) {
-    throw InputError("--resume", "",
-                     "a run with an adaptive batch (--batch-min) cannot resume yet: checkpoints do not record the "
-                     "samples a changing batch consumed");
   }
 }
 
@@ -383,6 +377,9 @@ class TrainingRun {
   void CheckpointAfter(std::int64_t step);
   // From the next step on, `plan` trains.
   void SwitchTo(WorkerPlan plan, std::int64_t step);
+  // The steps from `step` (counted from 0) on train batches of `batch` samples: the
+  // sequence records it, the learning rate follows it.
+  void TrainBatchFrom(std::int64_t batch, std::int64_t step);
   // What a checkpoint records of the loss scaler, when one runs.
   std::optional<LossScaleRecord> LossScaleNow() const;
 
@@ -398,7 +395,8 @@ class TrainingRun {
   std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
   std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
   PlanSwitches switches_;
-  std::int64_t samples_done_ = 0;  // samples of the steps trained: the next step's first is this one
+  std::int64_t samples_done_ = 0;      // samples of the steps trained: the next step's first is this one
+  std::vector<BatchStretch> batches_;  // the run's batch sequence (a checkpoint's "batch")
   NoiseScale noise_;
   double slowdown_ = 1.0;  // an emulated device's, this step (TrainOptions::later_slowdown)
   double tokens_per_step_ = 0;
@@ -437,9 +435,18 @@ TrainingRun::TrainingRun(const TrainOptions& options)
                      "plan, or they were lost with it); the run would start over from step 0");
   }
   first_step_ = resumed ? resumed->step : 0;
-  samples_done_ = first_step_ * plan.global_batch;
+  // The batches so far: the checkpoint's sequence, or this plan's batch from step 0 (a
+  // fresh run, a checkpoint of a fixed batch).
+  if (resumed && resumed->batch) {
+    batches_ = resumed->batch->sequence;
+    samples_done_ = resumed->batch->samples_done;
+  } else {
+    batches_ = {{0, plan.global_batch}};
+    samples_done_ = first_step_ * plan.global_batch;
+  }
   local_.metrics.Start(/*append=*/resumed.has_value());
   engine_ = MakeAgreedEngine();
+  TrainBatchFrom(plan.global_batch, first_step_);
   if (options.loss_scale == "dynamic" || (options.loss_scale.empty() && options.precision == "fp16")) {
     scaler_.emplace(options.scaler);
   }
@@ -519,13 +526,24 @@ void TrainingRun::Step(std::int64_t step) {
   if (figures.next_plan) SwitchTo(*figures.next_plan, step + 1);
 }
 
+void TrainingRun::TrainBatchFrom(std::int64_t batch, std::int64_t step) {
+  if (batches_.back().batch != batch) {
+    if (batches_.back().from_step == step) {
+      batches_.back().batch = batch;  // a stretch of no step yet
+    } else {
+      batches_.push_back({step, batch});
+    }
+    if (batches_.size() >= 2 && batches_[batches_.size() - 2].batch == batch) batches_.pop_back();
+  }
+  // The square-root rule: a batch of B trains at --lr times sqrt(B / the run's first batch).
+  engine_->SetLearningRateFactor(std::sqrt(static_cast<double>(batch) / static_cast<double>(batches_.front().batch)));
+}
+
 void TrainingRun::SwitchTo(WorkerPlan plan, std::int64_t step) {
   local_.plan = std::move(plan);
   last_computing_entry_ = LastComputingEntry(local_.plan, env_.rank);
   tokens_per_step_ = static_cast<double>(local_.plan.global_batch) * local_.config.block_size;
-  // The square-root rule: a batch of B trains at --lr times sqrt(B / the run's first batch).
-  engine_->SetLearningRateFactor(
-      std::sqrt(static_cast<double>(local_.plan.global_batch) / static_cast<double>(recipe_.global_batch)));
+  TrainBatchFrom(local_.plan.global_batch, step);
   if (local_.evaluation) {
     local_.evaluation->share = EvalShareOf(local_.plan, env_.rank, local_.evaluation->samples);
   }
@@ -743,6 +761,7 @@ void TrainingRun::CheckpointAfter(std::int64_t step) {
   const bool rank0 = env_.rank == 0;
   const std::optional<std::int64_t> replaced = writer_ ? writer_->DropWaiting() : std::nullopt;
   Checkpoint checkpoint{step + 1, engine_->FullState(rank0), engine_->GatherMoments(rank0), LossScaleNow()};
+  if (options_.batch_min > 0) checkpoint.batch = BatchRecord{batches_, samples_done_};
   if (writer_) writer_->Start(std::move(checkpoint));
   if (replaced) {
     std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced

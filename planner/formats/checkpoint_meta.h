@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "planner/formats/checkpoint_line.h"
 #include "planner/formats/training_recipe.h"
@@ -27,12 +28,29 @@ struct LossScaleRecord {
 // meta.json's "loss_scale" object.
 nlohmann::ordered_json LossScaleObject(const LossScaleRecord& record);
 
+// The batches of an adaptive batch's run up to the checkpoint (docs/worker.md,
+// "Adaptive batch"), from step 0: each stretch of steps trained at one global batch, in
+// order, and the samples they consumed (where the next step's batch starts). The first
+// stretch's batch is the learning-rate rule's base.
+struct BatchStretch {
+  std::int64_t from_step = 0;
+  std::int64_t batch = 0;
+};
+struct BatchRecord {
+  std::vector<BatchStretch> sequence;
+  std::int64_t samples_done = 0;
+};
+
+// meta.json's "batch" object.
+nlohmann::ordered_json BatchObject(const BatchRecord& record);
+
 struct CheckpointMeta {
   std::int64_t step = 0;
   nlohmann::json model;  // the model configuration object, as written
   TrainingRecipe training;
   CheckpointLine line;
   std::optional<LossScaleRecord> loss_scale;  // "loss_scale", when a scaler ran
+  std::optional<BatchRecord> batch;           // "batch", from a run with an adaptive batch
 };
 
 // `text`, the contents of `path` (named in errors), read as strictly as every file poplar

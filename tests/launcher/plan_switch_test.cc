@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/input_error.h"
+#include "planner/base/text_file.h"
 #include "planner/formats/worker_plan.h"
 #include "worker_harness.h"
 
@@ -165,6 +166,51 @@ TEST_P(AdaptiveBatch, EqualsOneDeviceTrainingTheSameBatchSequence) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryStage, AdaptiveBatch, ::testing::Values(0, 1, 2, 3));
+
+// A checkpoint of an adaptive run records its batch sequence; a resume goes on with it:
+// the next batch starts where the sequence ended and the learning rate keeps the run's
+// first batch as its base, whatever batch the resuming plan trains. Batches 14 and 20,
+// a checkpoint after step 2, then 8 and 8 in a resumed run equal the run that never
+// stopped.
+TEST(AdaptiveBatch, AResumeGoesOnWithTheCheckpointsBatchSequence) {
+  ScratchDir scratch("poplar_adaptive_resume");
+  WriteModelConfig(scratch);
+  WriteTokens(scratch, 6000);
+  const std::vector<std::string> bounds = {"--batch-min", "6", "--batch-max", "24"};
+  const std::string folder = scratch.path() + "/switches";
+  fs::create_directories(folder);
+  fs::rename(WritePlan(scratch, "p.json", 2, {{10}, {10}}), folder + "/plan-1.json");
+  fs::rename(WritePlan(scratch, "p.json", 2, {{3}, {5}}), folder + "/plan-2.json");
+  std::vector<std::string> flags = {"--plan-switches",    folder, "--checkpoint-dir", scratch.path() + "/checkpoints",
+                                    "--checkpoint-every", "2"};
+  flags.insert(flags.end(), bounds.begin(), bounds.end());
+  const std::string first = WritePlan(scratch, "first.json", 2, {{5, 3}, {4, 2}});
+  const JobOutcome whole = RunJob(scratch, 2, Args(scratch, first, "whole", flags));
+  ASSERT_TRUE(whole.AllSucceeded()) << whole.Describe();
+  const std::string step2 = scratch.path() + "/checkpoints/step-00000002";
+  const std::string meta = ReadTextFile(step2 + "/meta.json");
+  EXPECT_TRUE(Contains(meta, "\"samples_done\": 34")) << meta;
+
+  // The resumed run starts on a plan of batch 8, another split of it.
+  std::vector<std::string> resume = {"--resume", step2};
+  resume.insert(resume.end(), bounds.begin(), bounds.end());
+  const std::string eight = WritePlan(scratch, "eight.json", 2, {{1, 1}, {2, 4}});
+  const JobOutcome resumed = RunJob(scratch, 2, Args(scratch, eight, "resumed", resume));
+  ASSERT_TRUE(resumed.AllSucceeded()) << resumed.Describe();
+  EXPECT_FALSE(Contains(resumed.errors[0], "otherwise than the run that wrote it")) << resumed.errors[0];
+  const double difference =
+      MaxAbsDifference(ReadStateDict(scratch.path() + "/whole.pt"), ReadStateDict(scratch.path() + "/resumed.pt"));
+  std::cout << "max |difference| = " << difference << "\n";
+  EXPECT_LT(difference, 1e-5);
+  const auto lines = ReadLines(scratch.path() + "/resumed-0.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto record = nlohmann::json::parse(lines[i]);
+    EXPECT_EQ(record["global_batch"], 8);
+    EXPECT_EQ(record["first_sample"], 34 + 8 * static_cast<int>(i));
+    EXPECT_NEAR(record["lr"].get<double>(), 1e-3 * std::sqrt(8 / 14.0), 1e-12);
+  }
+}
 
 TEST(AdaptiveBatch, BoundsAreCheckedBeforeTheRendezvous) {
   ScratchDir scratch("poplar_adaptive_batch_bounds");
