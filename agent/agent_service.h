@@ -14,6 +14,7 @@
 #include "agent/job.h"
 #include "agent/profiler.h"
 #include "agent/spawner.h"
+#include "planner/formats/job_settings.h"
 #include "poplar/v1/agent.grpc.pb.h"
 
 namespace poplar {
@@ -59,6 +60,7 @@ class AgentService final : public v1::Agent::Service {
     std::string launch_id;  // the launch that started it (LaunchRequest.launch_id)
     bool train = false;     // a training job (not a network one): it takes plan switches
     int plan_switches = 0;  // plans handed to it (SwitchPlan), numbered from 1
+    JobSettings settings;   // as launched (the adaptive batch's bounds hold its switches)
   };
   std::map<std::string, RunningJob> jobs_;  // by job id
   DeviceHolders busy_;                      // devices in use by a job or a profile

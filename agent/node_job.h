@@ -16,6 +16,7 @@
 #include "agent/agent_config.h"
 #include "agent/devices.h"
 #include "agent/job.h"
+#include "planner/formats/job_settings.h"
 
 namespace poplar {
 
@@ -57,9 +58,11 @@ std::filesystem::path CheckpointFolder(const AgentConfig& config, const std::str
 
 // Writes `plan_json` where rank 0 of job `job_id` reads its plan switches, as
 // plans/plan-<number>.json of the job's folder, once it is a plan that can replace the
-// job's (RequireSwitchable against the folder's plan.json). Throws InputError naming
+// job's (RequireSwitchable against the folder's plan.json, its global batch within the
+// job's batch_min and batch_max where `settings` set them). Throws InputError naming
 // plan_json and the key.
-void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number);
+void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number,
+                     const JobSettings& settings);
 
 // How long the job's stopped ranks may take to end before SIGKILL (Job's stop_grace).
 std::chrono::seconds StopGrace(const LaunchSettings& settings);

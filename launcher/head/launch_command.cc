@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "launcher/head/agent_job.h"
+#include "launcher/head/batch_chooser.h"
 #include "launcher/head/head_agents.h"
 #include "launcher/head/head_commands.h"
 #include "launcher/head/interruption.h"
@@ -304,6 +305,40 @@ std::optional<Rebalancer> RebalancerFor(const LaunchOptions& options, const Clus
   return std::make_optional<Rebalancer>(cluster, prepared.profiles, prepared.plan, rebalancing);
 }
 
+// The run's batch chooser (job.batch: adaptive), said in one line; none otherwise. Throws
+// InputError naming the cluster file's job.batch when the plan's profiles are unknown (no
+// throughput to predict), or job.batch_min / job.batch_max when the plan's stage has no
+// schedule for that batch on these devices.
+std::optional<BatchChooser> BatchChooserFor(const ClusterSpec& cluster, const JobSpec& job,
+                                            const PreparedPlan& prepared) {
+  const JobSettings& settings = job.settings;
+  if (settings.batch.value_or("fixed") != "adaptive") return std::nullopt;
+  if (prepared.profiles.empty()) {
+    throw InputError(cluster.file, "job.batch",
+                     "adaptive needs the devices' profiles to predict each batch's speed, and the plan has none "
+                     "(plan with poplar plan, or give training.profiles)");
+  }
+  for (const auto& [key, batch] :
+       {std::make_pair("job.batch_min", *settings.batch_min), std::make_pair("job.batch_max", *settings.batch_max)}) {
+    try {
+      ReplanRunningJob(cluster, prepared.profiles, prepared.plan, batch);
+    } catch (const InputError& error) {
+      throw InputError(
+          cluster.file, key,
+          "is " + std::to_string(batch) + ", a batch the plan's stage cannot train here: " + error.reason());
+    }
+  }
+  BatchChoiceOptions options;
+  options.batch_min = *settings.batch_min;
+  options.batch_max = *settings.batch_max;
+  options.every = static_cast<int>(settings.batch_every.value_or(options.every));
+  options.last_step = *settings.steps;
+  std::cout << "adaptive batch: " << options.batch_min << " to " << options.batch_max
+            << " samples, chosen for goodput every " << Count(options.every, "step") << " (from "
+            << prepared.plan.global_batch << ")" << std::endl;
+  return std::make_optional<BatchChooser>(cluster, prepared.plan, options);
+}
+
 // What one attempt of the job ended with: its agents' outcome, and what the monitor saw.
 struct AttemptEnd {
   AgentJobOutcome outcome;
@@ -366,20 +401,49 @@ AttemptEnd RunAttempt(const LaunchOptions& options, const ClusterSpec& whole, co
     monitor.TakingBack("node '" + Join(back, "', '") + "' answers again: taken back after the checkpoint of step " +
                        std::to_string(step - 1));
   };
-  const auto rebalance = [&](int rank, const std::string& line) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-    take_back(rank, record);
-    if (!rebalancer || taking_back) return;
-    const std::optional<Rebalance> proposal = rebalancer->Metrics(rank, record);
-    if (!proposal) return;
+  std::optional<BatchChooser> chooser = BatchChooserFor(cluster, job, prepared);
+  const std::string choices_file = (fs::path(run_dir) / "batch_choices.json").string();
+  // Hands rank 0 a proposed plan; its number, or none when the agent refused it.
+  const auto hand = [&](const std::string& plan_text, const std::string& reason,
+                        const std::string& proposer) -> std::optional<int> {
     try {
-      rebalancer->Handed(rank0_agent.SwitchPlan(job_id, proposal->plan_text, "rebalanced: " + proposal->reason));
+      return rank0_agent.SwitchPlan(job_id, plan_text, reason);
     } catch (const AgentError& error) {
-      rebalancer->NotHanded();
-      std::cout << "rebalancing: the new plan was not handed to rank 0: " << error.what() << std::endl;
+      std::cout << proposer << ": the new plan was not handed to rank 0: " << error.what() << std::endl;
+      return std::nullopt;
     }
   };
-  end.outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout, rebalance);
+  // The rebalancer and the batch chooser propose in turn: each follows the other's plan
+  // and proposes nothing while one waits to train.
+  const auto follow = [&](int rank, const std::string& line) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    take_back(rank, record);
+    if (taking_back) return;
+    if (rebalancer) {
+      if (const std::optional<Rebalance> proposal = rebalancer->Metrics(rank, record)) {
+        const auto number = hand(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
+        if (!number) return rebalancer->NotHanded();
+        rebalancer->Handed(*number);
+        if (chooser) chooser->Following(ParseWorkerPlan(proposal->plan_text, "the rebalanced plan"), *number);
+        return;
+      }
+    }
+    if (!chooser) return;
+    const std::size_t judged = chooser->judgements().size();
+    const std::optional<BatchChoice> choice =
+        chooser->Metrics(rank, record, rebalancer ? rebalancer->CorrectedProfiles() : prepared.profiles);
+    if (chooser->judgements().size() == judged) return;
+    WriteFileAtomically(choices_file, chooser->judgements().dump(2) + "\n");
+    if (!choice) {
+      std::cout << "adaptive batch: " << chooser->last_line() << std::endl;
+      return;
+    }
+    const auto number = hand(choice->plan_text, choice->reason, "adaptive batch");
+    if (!number) return chooser->NotHanded();
+    chooser->Handed(*number);
+    if (rebalancer) rebalancer->Following(ParseWorkerPlan(choice->plan_text, "the adaptive batch's plan"), *number);
+  };
+  end.outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout, follow);
   return end;
 }
 

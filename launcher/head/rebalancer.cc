@@ -51,7 +51,7 @@ Rebalancer::Rebalancer(ClusterSpec cluster, std::map<std::string, DeviceProfile>
 void Rebalancer::Follow(const WorkerPlan& plan, int number) {
   plan_ = plan;
   number_ = number;
-  predicted_ = PredictRankCompute(cluster_, profiles_, plan_);
+  predicted_ = PredictRankCompute(AtGlobalBatch(cluster_, plan_.global_batch), profiles_, plan_);
   ratios_.assign(predicted_.size(), {});
   warmed_up_.assign(predicted_.size(), false);
 }
@@ -59,6 +59,15 @@ void Rebalancer::Follow(const WorkerPlan& plan, int number) {
 void Rebalancer::Handed(int number) { awaited_ = number; }
 
 void Rebalancer::NotHanded() { proposed_.reset(); }
+
+void Rebalancer::Following(const WorkerPlan& plan, int number) {
+  proposed_ = plan;
+  awaited_ = number;
+}
+
+std::map<std::string, DeviceProfile> Rebalancer::CorrectedProfiles() const {
+  return Corrected(profiles_, corrections_);
+}
 
 std::optional<Rebalance> Rebalancer::Metrics(int rank, const nlohmann::json& record) {
   if (rank < 0 || rank >= static_cast<int>(predicted_.size()) || !record.is_object()) return std::nullopt;
@@ -115,7 +124,7 @@ std::optional<Rebalance> Rebalancer::Judge() {
   }
   Replan replan;
   try {
-    replan = ReplanRunningJob(cluster_, Corrected(profiles_, corrections_), plan_);
+    replan = ReplanRunningJob(cluster_, CorrectedProfiles(), plan_);
   } catch (const InputError&) {
     return std::nullopt;  // no schedule of the stage fits the corrected profiles: the plan stays
   }

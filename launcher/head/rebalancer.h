@@ -19,7 +19,9 @@
 // switch costs (the most a record's switch_s showed; 50 ms before any did). The windows
 // then start over; after a proposal, nothing is measured until the records name the new
 // plan. A type given no samples keeps the correction it last measured. Records of a plan
-// it did not propose (a switch by hand) are not measured: the plan is the user's.
+// it did not propose (a switch by hand) are not measured: the plan is the user's; a plan
+// another proposer handed (Following) is measured as its own. Its plans keep the running
+// plan's global batch.
 //
 // Hysteresis: corrections are against the profiles, not the running plan, and move only
 // past the dead band, so a device still as slow after the switch yields the same
@@ -68,6 +70,13 @@ class Rebalancer {
   void Handed(int number);
   // The plan proposed last was not handed (the agent refused it): measuring goes on.
   void NotHanded();
+
+  // Another proposer's plan (the adaptive batch's) was handed to the job as plan
+  // `number`: it is followed and measured as the rebalancer's own once it trains.
+  void Following(const WorkerPlan& plan, int number);
+
+  // The profiles with each type's correction applied: the devices as measured now.
+  std::map<std::string, DeviceProfile> CorrectedProfiles() const;
 
   // Device type -> its correction now (1: as profiled).
   const std::map<std::string, double>& corrections() const { return corrections_; }

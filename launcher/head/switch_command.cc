@@ -1,12 +1,14 @@
 // `poplar switch`: hands a running job a plan that replaces its plan between two steps
-// (docs/operations.md, "Plan switches"): the same ranks, global batch, ZeRO stage and
-// state shares, other micro-batches. The plan is checked against the cluster and, where
+// (docs/operations.md, "Plan switches"): the same ranks, ZeRO stage and state shares,
+// other micro-batches, and the same global batch or, in a job with an adaptive batch,
+// one within its bounds. The plan is checked against the cluster and, where
 // its profiles are known (ProfilesOfPlan), against the devices' memory, then sent to the
 // agent of rank 0's node, which refuses a plan the job cannot take. The job's `poplar
 // launch` shows the step it trains from.
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "launcher/head/head_agents.h"
 #include "launcher/head/head_commands.h"
@@ -29,10 +31,24 @@ struct SwitchOptions {
   std::string reason;
 };
 
+// `cluster` at the batch of `plan` where the job's adaptive batch bounds hold it: the
+// plan is checked and predicted at its own batch.
+ClusterSpec AtPlanBatch(ClusterSpec cluster, const WorkerPlan& plan) {
+  if (!cluster.job || !cluster.job->settings.batch_min) return cluster;
+  const JobSettings& settings = cluster.job->settings;
+  if (plan.global_batch < *settings.batch_min || plan.global_batch > *settings.batch_max) {
+    throw InputError(plan.file, "global_batch",
+                     "is " + std::to_string(plan.global_batch) + ", outside the job's adaptive batch bounds " +
+                         std::to_string(*settings.batch_min) + " to " + std::to_string(*settings.batch_max) + " (" +
+                         cluster.file + ": job.batch_min, job.batch_max)");
+  }
+  return AtGlobalBatch(std::move(cluster), plan.global_batch);
+}
+
 void RunSwitch(const SwitchOptions& options) {
-  const ClusterSpec cluster = LoadClusterFile(options.cluster_file);
   std::string text = ReadTextFile(options.plan_file);
   const WorkerPlan plan = ParseWorkerPlan(text, options.plan_file);
+  const ClusterSpec cluster = AtPlanBatch(LoadClusterFile(options.cluster_file), plan);
   RequirePlanForCluster(cluster, plan);
   const std::string& rank0_node = plan.placement.at(0).node;
   if (rank0_node.empty()) {
@@ -77,7 +93,8 @@ void RegisterSwitchCommand(CLI::App& app) {
   command->add_option("--job-id", options->job_id, "The running job")->required()->check(JobIdValidator());
   command
       ->add_option("--plan", options->plan_file,
-                   "The plan that takes over: the job's ranks, global batch, stage and state shares")
+                   "The plan that takes over: the job's ranks, stage, state shares and global batch (or one "
+                   "within job.batch_min and job.batch_max)")
       ->required()
       ->check(CLI::ExistingFile);
   command->add_option("--reason", options->reason, "Why, for the launch's progress and run directory")

@@ -116,10 +116,23 @@ JobSettings ReadJobSettings(YamlFields& fields) {
   return settings;
 }
 
-JobSpec ParseJob(YamlFields fields, const std::string& base_folder) {
+JobSpec ParseJob(YamlFields fields, const std::string& base_folder, std::int64_t global_batch) {
   JobSpec job;
   job.model_config = ResolveAgainst(base_folder, fields.String("model"));
   job.settings = ReadJobSettings(fields);
+  // An adaptive batch's bounds hold the batch the job starts with (training.global_batch).
+  if (const auto low = job.settings.batch_min) {
+    const auto high = job.settings.batch_max;
+    if (!high) fields.Fail("batch_min", "is the adaptive batch's bound, with batch_max: add batch_max");
+    if (*high < *low) {
+      fields.Fail("batch_max", "is " + std::to_string(*high) + ", below batch_min " + std::to_string(*low));
+    }
+    if (global_batch < *low || global_batch > *high) {
+      fields.Fail("batch_min", "the bounds " + std::to_string(*low) + " to " + std::to_string(*high) +
+                                   " must hold the batch the job starts with, training.global_batch " +
+                                   std::to_string(global_batch));
+    }
+  }
   fields.Finish();
   try {
     ResolveJobSchedule(job.settings, "steps");
@@ -314,7 +327,7 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   if (fields.Has("credentials")) {
     cluster.credentials = ParseCredentials(fields.Map("credentials"), ParentFolder(file));
   }
-  if (fields.Has("job")) cluster.job = ParseJob(fields.Map("job"), ParentFolder(file));
+  if (fields.Has("job")) cluster.job = ParseJob(fields.Map("job"), ParentFolder(file), cluster.global_batch);
 
   if (fields.Has("network")) {
     YamlFields network = fields.Map("network");
@@ -339,6 +352,11 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   if (!cluster.measured_network_file.empty() && read == ClusterRead::kComplete) {
     AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
   }
+  return cluster;
+}
+
+ClusterSpec AtGlobalBatch(ClusterSpec cluster, std::int64_t global_batch) {
+  cluster.global_batch = global_batch;
   return cluster;
 }
 

@@ -156,6 +156,10 @@ ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::s
 // the collectives (planning throws InputError naming `network` when there are none).
 ClusterSpec WithNodes(const ClusterSpec& cluster, const std::vector<std::string>& names);
 
+// `cluster` training with a global batch of `global_batch` samples: what an adaptive
+// batch's plans are made, checked and predicted for (job.batch_min to job.batch_max).
+ClusterSpec AtGlobalBatch(ClusterSpec cluster, std::int64_t global_batch);
+
 // The cluster's job.model (the cluster must have a job), read and checked as the worker
 // will: `text` is what the head sends the agents. Throws InputError naming the cluster
 // file and job.model when the file cannot be read (missing, a folder), or the model

@@ -62,6 +62,10 @@ std::vector<JobSetting> MakeTable() {
       {"batch_max", "--batch-max", CountSetting{&S::batch_max, 1, kMostGlobalBatch}, "a number of samples",
        "Adaptive batch: a plan switch may set the global batch up to this (with --batch-min)", false, "batch_min",
        "is the adaptive batch's bound, with batch_min"},
+      {"batch", "", ChoiceSetting{&S::batch, {"fixed", "adaptive"}}, "", "", false, "batch_max",
+       "is chosen within the bounds batch_min and batch_max"},
+      {"batch_every", "", CountSetting{&S::batch_every, 1, kMostJobSteps}, "a number of steps", "", false, "batch",
+       "is how often an adaptive batch is chosen"},
   };
 }
 

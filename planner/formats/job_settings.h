@@ -42,6 +42,10 @@ struct JobSettings {
   // Adaptive batch (docs/worker.md, "Adaptive batch"): plan switches may set the global
   // batch from batch_min to batch_max.
   std::optional<std::int64_t> batch_min, batch_max;
+  // The head's own (docs/operations.md, "Adaptive batch"): with batch "adaptive", `poplar
+  // launch` chooses the global batch within the bounds every batch_every steps.
+  std::optional<std::string> batch;
+  std::optional<std::int64_t> batch_every;
 };
 
 // A whole number from `low` to `high`.

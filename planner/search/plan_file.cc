@@ -263,20 +263,28 @@ std::vector<double> PredictRankCompute(const ClusterSpec& cluster, const std::ma
 }
 
 Replan ReplanRunningJob(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
-                        const WorkerPlan& running) {
-  RequirePlanForCluster(cluster, running);
+                        const WorkerPlan& running, std::int64_t global_batch) {
+  const ClusterSpec now = AtGlobalBatch(cluster, running.global_batch);
+  const ClusterSpec next = AtGlobalBatch(cluster, global_batch > 0 ? global_batch : running.global_batch);
+  RequirePlanForCluster(now, running);
+  const std::vector<double> shares = ClassSharesOfPlan(now, running);
+  const StageProblem running_problem = BuildStageProblem(now, profiles, running.stage, shares);
   StageOutcome outcome;
-  outcome.problem = BuildStageProblem(cluster, profiles, running.stage, ClassSharesOfPlan(cluster, running));
-  if (!outcome.problem.feasible) {
-    throw InputError(running.file, "stage",
-                     "stage " + std::to_string(running.stage) + " cannot run on " + cluster.file + ": " +
-                         outcome.problem.infeasible_reason);
+  outcome.problem = BuildStageProblem(next, profiles, running.stage, shares);
+  for (const StageProblem* problem : {&running_problem, static_cast<const StageProblem*>(&outcome.problem)}) {
+    if (!problem->feasible) {
+      throw InputError(running.file, "stage",
+                       "stage " + std::to_string(running.stage) + " cannot run on " + cluster.file + ": " +
+                           problem->infeasible_reason);
+    }
   }
   Replan replan;
-  replan.running = Simulate(outcome.problem, ScheduleOfPlan(cluster, outcome.problem, running));
+  replan.running = Simulate(running_problem, ScheduleOfPlan(now, running_problem, running));
   const std::optional<Schedule> schedule = ScheduleFor(Policy::kPoplar, outcome.problem);
   if (!schedule) {
-    throw InputError(running.file, "stage", "no schedule of stage " + std::to_string(running.stage) + " fits now");
+    throw InputError(running.file, "stage",
+                     "no schedule of stage " + std::to_string(running.stage) + " fits a global batch of " +
+                         std::to_string(next.global_batch) + " now");
   }
   outcome.feasible = true;
   outcome.schedule = *schedule;
@@ -285,7 +293,7 @@ Replan ReplanRunningJob(const ClusterSpec& cluster, const std::map<std::string, 
   PlanResult result;
   result.stages.push_back(std::move(outcome));
   result.chosen_stage = 0;
-  replan.plan = PlanToJson(cluster, profiles, result);
+  replan.plan = PlanToJson(next, profiles, result);
   // The running plan's own share values: a switch keeps them exactly (RequireSwitchable).
   for (std::size_t rank = 0; rank < running.state_shares.size(); ++rank) {
     replan.plan["ranks"][rank]["state_share"] = running.state_shares[rank];

@@ -57,14 +57,17 @@ std::vector<double> PredictRankCompute(const ClusterSpec& cluster, const std::ma
 // A plan that can replace `running` in its job (RequireSwitchable): the poplar policy's
 // best schedule at `running`'s stage and state shares, on `cluster` with `profiles` that
 // may have changed since it was made (a device measured slower than profiled), with its
-// prediction beside the running plan's on the same profiles. Throws InputError as
-// PredictPlan, and when the stage has no schedule with those profiles.
+// prediction beside the running plan's on the same profiles. The new plan trains
+// `global_batch` samples a step (an adaptive batch's choice; 0: `running`'s); each plan
+// is predicted at its own batch, whatever `cluster`'s (the batch the job started with).
+// Throws InputError as PredictPlan, and when the stage has no schedule with those
+// profiles.
 struct Replan {
   nlohmann::ordered_json plan;  // a plan file, "predicted" included
   StepPrediction prediction;
   StepPrediction running;
 };
 Replan ReplanRunningJob(const ClusterSpec& cluster, const std::map<std::string, DeviceProfile>& profiles,
-                        const WorkerPlan& running);
+                        const WorkerPlan& running, std::int64_t global_batch = 0);
 
 }  // namespace poplar

@@ -761,6 +761,62 @@ TEST_F(TwoAgents, APlanSwitchedMidRunTrainsAsTheUninterruptedRun) {
   EXPECT_TRUE(Contains(gone.err, "no training job 'job-switched' runs on this node")) << gone.err;
 }
 
+// job.batch: adaptive: the head judges the batch every 4 steps from the ranks' noise
+// scale and the planner's predictions, and hands the plan of a better batch to the job
+// between steps; every step trains a batch within the bounds, each starting where the
+// last ended, and every judgement is in the run directory.
+TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
+  std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
+  const std::string every = "checkpoint_every: 5,";
+  ASSERT_NE(yaml.find(every), std::string::npos);
+  yaml.replace(yaml.find(every), every.size(), "batch: adaptive, batch_min: 8, batch_max: 64, batch_every: 4,");
+  dir_.Write("adaptive.yaml", yaml);
+  // A switch to a batch beyond the bounds is refused before any agent is asked.
+  const auto beyond = Poplar({"switch", "adaptive.yaml", "--job-id", "adaptive", "--plan",
+                              dir_.Write("beyond.json", R"({"stage": 2, "global_batch": 100, "ranks": [
+      {"rank": 0, "node": "a", "host": "127.0.0.1", "device_type": "emu-fast", "micro_batches": [60]},
+      {"rank": 1, "node": "b", "host": "127.0.0.1", "device_type": "emu-slow", "micro_batches": [40]}]})")});
+  EXPECT_EQ(beyond.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(beyond.err, {"beyond.json: global_batch: is 100, outside the job's adaptive batch bounds 8 "
+                                       "to 64 (adaptive.yaml: job.batch_min, job.batch_max)"}))
+      << beyond.err;
+  const auto plan = Poplar({"plan", "adaptive.yaml", "-o", "plan-adaptive.json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto launch = Poplar({"launch", "adaptive.yaml", "--plan", "plan-adaptive.json", "--run-dir", "run", "--job-id",
+                              "adaptive", "--steps", "32", "--rebalance", "off", "--progress-every", "0"});
+  ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
+  EXPECT_TRUE(Contains(launch.out, "adaptive batch: 8 to 64 samples, chosen for goodput every 4 steps (from 24)"))
+      << launch.out;
+  const auto judgements = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/batch_choices.json"));
+  std::cout << "judgements: " << judgements.dump() << "\n";
+  ASSERT_GE(judgements.size(), 4u) << judgements.dump();
+  for (const auto& judgement : judgements) {
+    EXPECT_GE(judgement["chosen"].get<int>(), 8) << judgement.dump();
+    EXPECT_LE(judgement["chosen"].get<int>(), 64) << judgement.dump();
+    if (judgement["noise_scale"].get<double>() > 0) EXPECT_GE(judgement["candidates"].size(), 8u) << judgement.dump();
+  }
+  // Step by step: a batch within the bounds, starting where the last ended; a change
+  // of batch only where a plan the chooser handed took over.
+  const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/summary.json"));
+  std::int64_t next_sample = 0, batch = 24;
+  int changes = 0;
+  for (const std::string& line : ReadLines(dir_.path() + "/run/metrics/rank-0.jsonl")) {
+    const auto record = nlohmann::json::parse(line);
+    EXPECT_EQ(record["first_sample"], next_sample) << line;
+    const std::int64_t now = record["global_batch"];
+    EXPECT_GE(now, 8) << line;
+    EXPECT_LE(now, 64) << line;
+    changes += now != batch;
+    batch = now;
+    next_sample += now;
+  }
+  EXPECT_EQ(next_sample > 0, true);
+  ASSERT_EQ(summary["plan_switches"].size(), static_cast<std::size_t>(changes)) << summary.dump();
+  for (const auto& entry : summary["plan_switches"]) {
+    EXPECT_TRUE(Contains(entry["reason"].get<std::string>(), "adaptive batch: noise scale")) << entry.dump();
+  }
+}
+
 // A device that slows down in the middle of a run (the emulation's `later`: node b's
 // from 3x to 12x from step 6) is noticed against its profile, and the head moves work
 // off it between steps (the rebalancer), naming why.

@@ -334,6 +334,23 @@ TEST(ClusterFile, ParsesTheJobAndRejectsItsBadValues) {
   ExpectRejected(with_job("eval_every: 100"), "job.eval_every", "is for an evaluation: add eval_data");
   ExpectRejected(with_job("eval_samples: 64"), "job.eval_samples", "is for an evaluation: add eval_data");
   ExpectRejected(with_job("eval_data: valid.bin, eval_every: -1"), "job.eval_every", "got -1");
+  // The adaptive batch: bounds in order around training.global_batch (512), chosen by
+  // the head with batch: adaptive.
+  const JobSpec adaptive =
+      *ParseClusterYaml(with_job("batch: adaptive, batch_min: 128, batch_max: 2048, batch_every: 30"), kFile).job;
+  EXPECT_EQ(adaptive.settings.batch, "adaptive");
+  EXPECT_EQ(adaptive.settings.batch_min, 128);
+  EXPECT_EQ(adaptive.settings.batch_max, 2048);
+  EXPECT_EQ(adaptive.settings.batch_every, 30);
+  ExpectRejected(with_job("batch: adaptive"), "job.batch",
+                 "is chosen within the bounds batch_min and batch_max: add batch_max");
+  ExpectRejected(with_job("batch: sometimes, batch_min: 1, batch_max: 1024"), "job.batch",
+                 "must be fixed or adaptive, got 'sometimes'");
+  ExpectRejected(with_job("batch_min: 128"), "job.batch_min", "with batch_max: add batch_max");
+  ExpectRejected(with_job("batch_min: 1024, batch_max: 256"), "job.batch_max", "is 256, below batch_min 1024");
+  ExpectRejected(with_job("batch_min: 1024, batch_max: 4096"), "job.batch_min",
+                 "the bounds 1024 to 4096 must hold the batch the job starts with, training.global_batch 512");
+  ExpectRejected(with_job("batch_every: 10"), "job.batch_every", "is how often an adaptive batch is chosen: add batch");
   // Token files are in each agent's work_dir, which every agent refuses to leave: refused
   // here, before any profiling, rather than by the agents at the launch.
   ExpectRejected(std::string(kValidCluster) + Replaced(kJob, "data: tokens.bin", "data: /etc/passwd"), "job.data",

@@ -30,7 +30,9 @@ std::map<std::string, std::string> EverySettingSet() {
           {"init", "llama-hf"},
           {"save_format", "safetensors"},
           {"batch_min", "8"},
-          {"batch_max", "64"}};
+          {"batch_max", "64"},
+          {"batch", "adaptive"},
+          {"batch_every", "25"}};
 }
 
 std::string RefusalOf(const std::map<std::string, std::string>& texts) {
