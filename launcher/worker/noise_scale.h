@@ -9,9 +9,13 @@
 //
 //   |G|^2 ~ (B |g_B|^2 - b |g_b|^2) / (B - b),   tr(S) ~ (|g_b|^2 - |g_B|^2) / (1/b - 1/B).
 //
-// Uneven plans give every rank and round its own b; the pairs' estimates are averaged
-// over every rank (their sums travel in the step's loss all-reduce, so every rank gets
-// the same), then smoothed over steps; the noise scale B_simple = tr(S) / |G|^2 is the
+// Uneven plans give every rank and round its own b. The pairs are combined over every
+// rank as ratios of sums, each estimate's numerator summed over the sum of its
+// denominators (B - b and 1/b - 1/B), which stays unbiased (the denominators depend on
+// the split alone) and weighs each pair by what it tells: a small batch of nearly the
+// whole batch, whose estimates' variance grows as 1/(B - b), counts little. The sums
+// travel in the step's loss all-reduce, so every rank gets the same; the step's
+// estimates are then smoothed over steps; the noise scale B_simple = tr(S) / |G|^2 is the
 // ratio of the smoothed values, the batch size beyond which a larger batch stops paying
 // for itself. Torch-free, so that it is tested alone against a closed form.
 #pragma once
@@ -28,11 +32,13 @@ struct SmallBatchNorm {
   double norm_sq = 0;
 };
 
-// Sums over pairs (small batch, whole batch) of the two estimates, and the pairs
-// counted: what the ranks add up.
+// Sums over pairs (small batch b, whole batch B) of the two estimates' numerators and
+// denominators, and the pairs counted: what the ranks add up.
 struct NoiseSums {
-  double gradient_sq = 0;  // sum of |G|^2 estimates
-  double trace = 0;        // sum of tr(S) estimates
+  double gradient_sq = 0;         // sum of B |g_B|^2 - b |g_b|^2
+  double gradient_sq_weight = 0;  // sum of B - b
+  double trace = 0;               // sum of |g_b|^2 - |g_B|^2
+  double trace_weight = 0;        // sum of 1/b - 1/B
   double pairs = 0;
 };
 
@@ -47,7 +53,7 @@ class NoiseScale {
   explicit NoiseScale(double decay = 0.95);
 
   struct Estimate {
-    double gradient_sq = 0;  // this step's |G|^2 estimate (the pairs' mean)
+    double gradient_sq = 0;  // this step's |G|^2 estimate (over every pair)
     double trace = 0;        // this step's tr(S) estimate
     double noise_scale = 0;  // smoothed tr(S) / smoothed |G|^2, in samples; 0 when not positive
   };

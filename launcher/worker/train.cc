@@ -591,7 +591,8 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // Then this rank's sums of the noise scale's pair estimates (noise_scale.h).
   auto loss = torch::tensor(
                   {loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0, offer ? offer->number : 0.0,
-                   offer ? static_cast<double>(offer->text.size()) : 0.0, noise.gradient_sq, noise.trace, noise.pairs},
+                   offer ? static_cast<double>(offer->text.size()) : 0.0, noise.gradient_sq, noise.gradient_sq_weight,
+                   noise.trace, noise.trace_weight, noise.pairs},
                   torch::kFloat64)
                   .to(device);
   communicator_.AllReduceSum(loss);
@@ -600,7 +601,8 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   const double ranks_not_finite = totals[1].item<double>();
   const int offered = static_cast<int>(totals[2].item<double>());
   if (options_.noise_scale) {
-    figures.noise = noise_.Add({totals[4].item<double>(), totals[5].item<double>(), totals[6].item<double>()});
+    figures.noise = noise_.Add({totals[4].item<double>(), totals[5].item<double>(), totals[6].item<double>(),
+                                totals[7].item<double>(), totals[8].item<double>()});
   }
   // With a loss scaler, gradients that overflowed on every rank skipped the step on every
   // rank (the engine's norm is the same on all): the scale backs off. Ranks that

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
@@ -53,12 +54,64 @@ TEST(NoiseScale, PairEstimatesAreUnbiasedOnSyntheticGradients) {
     for (int j = 0; j < kDims; ++j) whole_sq += (whole[j] / batch) * (whole[j] / batch);
     const NoiseSums sums = PairEstimates(small, batch, whole_sq);
     total.gradient_sq += sums.gradient_sq;
+    total.gradient_sq_weight += sums.gradient_sq_weight;
     total.trace += sums.trace;
+    total.trace_weight += sums.trace_weight;
     total.pairs += sums.pairs;
   }
   EXPECT_EQ(total.pairs, 3.0 * kTrials);
-  EXPECT_NEAR(total.gradient_sq / total.pairs, true_gradient_sq, 0.05 * true_gradient_sq);
-  EXPECT_NEAR(total.trace / total.pairs, true_trace, 0.03 * true_trace);
+  EXPECT_NEAR(total.gradient_sq / total.gradient_sq_weight, true_gradient_sq, 0.05 * true_gradient_sq);
+  EXPECT_NEAR(total.trace / total.trace_weight, true_trace, 0.03 * true_trace);
+}
+
+// A split of 13 and 3 of 16 (a fast and a slow rank): the pair of 13, nearly the whole
+// batch, divides by 1/13 - 1/16; weighed by that, it no longer swamps the estimate. The
+// step's tr(S) estimate varies less than half as much as the plain mean of the two pairs'.
+TEST(NoiseScale, APairOfNearlyTheWholeBatchCountsLittle) {
+  constexpr int kDims = 8, kTrials = 3000, kBatch = 16;
+  const std::vector<int> splits = {13, 3};
+  std::mt19937_64 random(7);
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> weighted, plain;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    std::vector<double> whole(kDims, 0);
+    std::vector<SmallBatchNorm> small;
+    for (int size : splits) {
+      std::vector<double> sum(kDims, 0);
+      for (int s = 0; s < size; ++s) {
+        for (int j = 0; j < kDims; ++j) sum[j] += 0.1 + 0.3 * normal(random);
+      }
+      double norm_sq = 0;
+      for (int j = 0; j < kDims; ++j) {
+        norm_sq += (sum[j] / size) * (sum[j] / size);
+        whole[j] += sum[j];
+      }
+      small.push_back({size, norm_sq});
+    }
+    double whole_sq = 0;
+    for (int j = 0; j < kDims; ++j) whole_sq += (whole[j] / kBatch) * (whole[j] / kBatch);
+    const NoiseSums sums = PairEstimates(small, kBatch, whole_sq);
+    weighted.push_back(sums.trace / sums.trace_weight);
+    double mean = 0;
+    for (const SmallBatchNorm& pair : small) mean += PairEstimates({pair}, kBatch, whole_sq).trace /
+                                                     PairEstimates({pair}, kBatch, whole_sq).trace_weight / 2;
+    plain.push_back(mean);
+  }
+  const auto variance = [](const std::vector<double>& values) {
+    double mean = 0, square = 0;
+    for (double v : values) mean += v / values.size();
+    for (double v : values) square += (v - mean) * (v - mean) / values.size();
+    return square;
+  };
+  const auto average = [](const std::vector<double>& values) {
+    double mean = 0;
+    for (double v : values) mean += v / values.size();
+    return mean;
+  };
+  const double true_trace = kDims * 0.09;
+  EXPECT_NEAR(average(weighted), true_trace, 0.05 * true_trace);
+  std::cout << "tr(S) estimate variance: weighted " << variance(weighted) << ", plain mean " << variance(plain) << "\n";
+  EXPECT_LT(variance(weighted), variance(plain) / 2);
 }
 
 TEST(NoiseScale, PairsNeedASmallerBatchAndFiniteNorms) {
@@ -68,28 +121,28 @@ TEST(NoiseScale, PairsNeedASmallerBatchAndFiniteNorms) {
   // One pair, by hand: b = 4, B = 16, |g_b|^2 = 1, |g_B|^2 = 0.5.
   const NoiseSums one = PairEstimates({{4, 1.0}}, 16, 0.5);
   EXPECT_EQ(one.pairs, 1);
-  EXPECT_DOUBLE_EQ(one.gradient_sq, (16 * 0.5 - 4 * 1.0) / 12);
-  EXPECT_DOUBLE_EQ(one.trace, (1.0 - 0.5) / (0.25 - 1.0 / 16));
+  EXPECT_DOUBLE_EQ(one.gradient_sq / one.gradient_sq_weight, (16 * 0.5 - 4 * 1.0) / 12);
+  EXPECT_DOUBLE_EQ(one.trace / one.trace_weight, (1.0 - 0.5) / (0.25 - 1.0 / 16));
 }
 
 TEST(NoiseScale, SmoothsBothEstimatesAndDividesThem) {
   NoiseScale noise(0.9);
-  EXPECT_FALSE(noise.Add({0, 0, 0}));
+  EXPECT_FALSE(noise.Add({0, 0, 0, 0, 0}));
   // Bias-corrected: the first step's ratio is its own.
-  const auto first = noise.Add({2.0, 40.0, 2});
+  const auto first = noise.Add({2.0, 2.0, 40.0, 2.0, 2});
   ASSERT_TRUE(first);
   EXPECT_DOUBLE_EQ(first->gradient_sq, 1.0);
   EXPECT_DOUBLE_EQ(first->trace, 20.0);
   EXPECT_NEAR(first->noise_scale, 20.0, 1e-12);
   // Then a moving average of each: a step of 1.0 and 10.0 moves the ratio part way.
-  const auto second = noise.Add({1.0, 10.0, 1});
+  const auto second = noise.Add({1.0, 1.0, 10.0, 1.0, 1});
   ASSERT_TRUE(second);
   const double gradient_sq = (0.9 * 0.1 * 1.0 + 0.1 * 1.0) / (0.9 * 0.1 + 0.1);
   const double trace = (0.9 * 0.1 * 20.0 + 0.1 * 10.0) / (0.9 * 0.1 + 0.1);
   EXPECT_NEAR(second->noise_scale, trace / gradient_sq, 1e-12);
   // A noise scale that is not positive says 0.
   NoiseScale negative;
-  EXPECT_EQ(negative.Add({1.0, -1.0, 1})->noise_scale, 0.0);
+  EXPECT_EQ(negative.Add({1.0, 1.0, -1.0, 1.0, 1})->noise_scale, 0.0);
 }
 
 // In training: the same split of the batch (rank 0 five samples, rank 1 three, one round
