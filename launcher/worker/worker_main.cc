@@ -197,10 +197,7 @@ void AddTrainCommand(CLI::App& app, poplar::TrainOptions& o) {
       ->default_str("on");
   train->add_flag("--resume-required", o.resume_required,
                   "Fail, rather than start over from step 0, when no rank holds a checkpoint (--resume)");
-  // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 initialised as 1 did.
-  train->add_option("--seed", o.seed, "Seed of the initial parameters when there is no --init (0 to 2^32-1)")
-      ->check(poplar::WholeNumberIn(0, (std::int64_t{1} << 32) - 1))
-      ->capture_default_str();
+  AddSettingFlag(train, "seed", o.seed);
   train->add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective gives up")
       ->check(poplar::WholeNumberIn(1, 86400))
       ->capture_default_str();

@@ -28,6 +28,9 @@ std::vector<JobSetting> MakeTable() {
       {"init", "--init", WorkFileSetting{&S::init, true}, "",
        "Initial weights: a torch.save(dict) state dict, a .safetensors file or a Hugging Face model folder"},
       {"save_format", "", ChoiceSetting{&S::save_format, {"pt", "safetensors"}}, "", ""},
+      // libtorch's CPU generator keeps 32 bits of a seed: 2^32 + 1 would initialise as 1 does.
+      {"seed", "--seed", CountSetting{&S::seed, 0, (std::int64_t{1} << 32) - 1}, "a seed",
+       "Seed of the initial parameters when there is no --init"},
       {"lr", "--lr", NumberSetting{&S::lr, false, kMostLearningRate, "at most 1e6 (a larger rate only diverges)"}, "",
        "AdamW learning rate, at most 1e6"},
       {"weight_decay", "--weight-decay", NumberSetting{&S::weight_decay, true}, "",

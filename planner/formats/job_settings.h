@@ -32,6 +32,7 @@ struct JobSettings {
   std::optional<std::string> save_format;  // the agent's own: the final weights' file (pt, safetensors)
   std::optional<double> lr, weight_decay, grad_clip;
   std::optional<std::int64_t> warmup_steps;
+  std::optional<std::int64_t> seed;  // of the initial parameters, without init
   std::optional<std::string> lr_decay;
   std::optional<std::int64_t> decay_steps;
   std::optional<double> min_lr;

@@ -29,7 +29,8 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
       {"lr", "0.002"},           {"weight_decay", "0"},  {"grad_clip", "0.5"},      {"warmup_steps", "2"},
       {"lr_decay", "linear"},    {"decay_steps", "4"},   {"min_lr", "0.0002"},      {"checkpoint_every", "1"},
       {"keep_checkpoints", "2"}, {"stop_grace_s", "60"}, {"eval_data", "eval.bin"}, {"eval_every", "2"},
-      {"eval_samples", "8"},     {"batch_min", "2"},     {"batch_max", "8"}};
+      {"eval_samples", "8"},     {"batch_min", "2"},     {"batch_max", "8"},        {"batch", "adaptive"},
+      {"batch_every", "5"},      {"seed", "7"}};
   ASSERT_EQ(texts.size(), JobSettingTable().size()) << "a setting this test does not set";
   const std::vector<std::string> flags =
       WorkerFlags(ParseJobSettings(texts, "settings"),
