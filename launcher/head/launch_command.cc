@@ -21,6 +21,7 @@
 #include "launcher/head/node_watch.h"
 #include "launcher/head/rebalancer.h"
 #include "launcher/head/run_directory.h"
+#include "launcher/head/timeline.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
 #include "planner/base/run_app.h"
@@ -55,8 +56,9 @@ struct LaunchOptions {
   int progress_every = 10;
   std::int64_t trace_step = 0;  // 0: no step traced
   bool resume = false;
-  bool json = false;     // the summary alone on stdout, every other line on stderr
-  bool elastic = false;  // restart from the newest checkpoint after a failure
+  bool json = false;      // the summary alone on stdout, every other line on stderr
+  bool timeline = false;  // run_dir/timeline.json, a Chrome trace of every rank's steps
+  bool elastic = false;   // restart from the newest checkpoint after a failure
   int max_restarts = 3;
   std::string rebalance = "on";  // on: where the plan's profiles are known (rebalancer.h)
   RebalanceOptions rebalancing;
@@ -230,8 +232,10 @@ v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& plac
 
 // run_dir/summary.json: the plan's policy and stage, what the monitor measured, and the
 // failure, if any.
-nlohmann::ordered_json WriteSummary(const std::string& run_dir, const std::string& job_id, const PreparedPlan& prepared,
-                                    const LaunchMonitor& monitor) {
+// The summary, with the straggler of each plan trained (timeline.h); with --timeline,
+// run_dir/timeline.json too. Both from the run directory's metrics, every attempt's.
+nlohmann::ordered_json WriteSummary(const LaunchOptions& options, const std::string& run_dir, const std::string& job_id,
+                                    const PreparedPlan& prepared, const LaunchMonitor& monitor) {
   nlohmann::ordered_json summary;
   summary["job_id"] = job_id;
   summary["policy"] = prepared.plan.policy.value_or("from file");
@@ -239,6 +243,16 @@ nlohmann::ordered_json WriteSummary(const std::string& run_dir, const std::strin
   summary["ok"] = !monitor.failed();
   const nlohmann::ordered_json measured = monitor.Summary();
   for (const auto& [key, value] : measured.items()) summary[key] = value;
+  std::vector<std::string> nodes, types;
+  for (const RankPlacement& placement : prepared.plan.placement) {
+    nodes.push_back(placement.node);
+    types.push_back(placement.device_type);
+  }
+  const std::vector<RankRecords> records = ReadRankRecords(run_dir, nodes, types);
+  summary["stragglers"] = StragglerReport(records);
+  if (options.timeline) {
+    WriteFileAtomically((fs::path(run_dir) / "timeline.json").string(), TimelineTrace(job_id, records).dump() + "\n");
+  }
   if (monitor.failed()) summary["failure"] = monitor.RootCause();
   WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
   return summary;
@@ -260,8 +274,23 @@ void SayWhatWasTrained(const nlohmann::ordered_json& summary, const std::string&
             << "; step " << Seconds(summary["measured_step_s"].get<double>()) << " measured (median) "
             << (predicted > 0 ? "vs " + Seconds(predicted) + " predicted" + of_plan + "; "
                               : "(the plan predicts none); ")
-            << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n"
-            << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json)\n";
+            << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n";
+  // The last plan's straggler: the rank the others wait for.
+  if (!summary["stragglers"].empty() && summary["stragglers"].back().contains("straggler")) {
+    const nlohmann::ordered_json& last = summary["stragglers"].back();
+    const nlohmann::ordered_json& straggler = last["straggler"];
+    std::string others;
+    for (const auto& [rank, share] : last["idle_share"].items()) {
+      if (rank == std::to_string(straggler["rank"].get<int>())) continue;
+      others += (others.empty() ? "" : ", ") + ("rank " + rank + " " + Fixed(100 * share.get<double>(), 0) + "%");
+    }
+    std::cout << "straggler" << of_plan << ": rank " << straggler["rank"].get<int>() << " ("
+              << straggler["device_type"].get<std::string>() << " on node " << straggler["node"].get<std::string>()
+              << "), idle " << Fixed(100 * straggler["idle_share"].get<double>(), 0) << "% of its steps"
+              << (others.empty() ? "" : "; the others idle " + others) << "\n";
+  }
+  std::cout << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json"
+            << (std::filesystem::exists(fs::path(run_dir) / "timeline.json") ? ", timeline.json" : "") << ")\n";
 }
 
 // --json: while it lives, what the launch writes to stdout goes to stderr; Print writes
@@ -523,7 +552,7 @@ void RunLaunch(const LaunchOptions& options) {
     if (attempt == 0 && !previous_attempt.empty()) {
       std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
     }
-    const nlohmann::ordered_json summary = WriteSummary(run_dir, job_id, prepared, monitor);
+    const nlohmann::ordered_json summary = WriteSummary(options, run_dir, job_id, prepared, monitor);
     const Ending ending = EndingOf(options, end, restarts);
     if (json && (ending == Ending::kTrained || ending == Ending::kGiveUp)) json->Print(summary);
     if (ending == Ending::kTrained) {
@@ -646,6 +675,9 @@ void RegisterLaunchCommand(CLI::App& app) {
                    "How far off its profile (a fraction) a device type's compute must be to be corrected")
       ->check(NumberWhere([](double v) { return v > 0 && v <= 10; }, "a fraction above 0, at most 10"))
       ->capture_default_str();
+  command->add_flag("--timeline", options->timeline,
+                    "Write the run directory's timeline.json: every rank's steps on one clock, a Chrome trace "
+                    "(open it in ui.perfetto.dev)");
   command->add_flag("--json", options->json,
                     "Print the run's summary (summary.json) as one JSON document on stdout; progress goes to stderr");
   command->add_flag("--elastic", options->elastic,

@@ -1,6 +1,7 @@
 #include "launcher/worker/train.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -332,6 +333,13 @@ struct StepFigures {
   // receiving it took (part of step_s).
   std::optional<WorkerPlan> next_plan;
   double switch_s = 0;
+  // The step on the job's clock (seconds since every rank left the rendezvous's
+  // barrier), and where its time went, each span from the step's start: the
+  // micro-batches ([start, wall, compute, samples]: their wall time holds their waits in
+  // collectives), the optimizer step and the loss's all-reduce ([start, wall]).
+  double start_s = 0;
+  std::vector<std::array<double, 4>> micro_batch_spans;
+  std::array<double, 2> optimizer_span = {0, 0}, loss_span = {0, 0};
 };
 
 // The held-out loss after a step, when one is due.
@@ -367,7 +375,9 @@ class TrainingRun {
   // The rank's micro-batches of step `step`, the optimizer step and the loss.
   StepFigures TrainStep(std::int64_t step);
   // The rank's micro-batches: the loss summed over their tokens, and their compute time.
-  std::pair<double, double> MicroBatches(std::int64_t step);
+  // Fills `spans` with each micro-batch's [start, wall, compute, samples] from `step_start`.
+  std::pair<double, double> MicroBatches(std::int64_t step, Clock::time_point step_start,
+                                         std::vector<std::array<double, 4>>& spans);
   // This rank's pairs for the noise scale: its local gradients' norms (the engine's, as
   // scaled by `loss_scale` / tokens per step) as mean gradients, against the step's
   // gradient norm. None with --noise-scale off.
@@ -395,6 +405,7 @@ class TrainingRun {
   std::optional<LossScaler> scaler_;                           // --loss-scale dynamic (the default in fp16)
   std::optional<std::pair<std::int64_t, int>> overflow_test_;  // POPLAR_TEST_OVERFLOW: (step, rank)
   PlanSwitches switches_;
+  Clock::time_point job_epoch_;        // the job's clock starts here, on every rank at once
   std::int64_t samples_done_ = 0;      // samples of the steps trained: the next step's first is this one
   std::vector<BatchStretch> batches_;  // the run's batch sequence (a checkpoint's "batch")
   NoiseScale noise_;
@@ -469,6 +480,11 @@ TrainingRun::TrainingRun(const TrainOptions& options)
   }
   trace_.emplace(MetricsWriter::PathFor(options.trace, env_.rank), options.trace_step, first_step_, options.steps,
                  local_.device, env_.rank);
+  // The job's clock: every rank leaves this barrier within a collective's latency of the
+  // others, so the records' start_s line the ranks up on one time axis, whatever their
+  // machines' clocks say (the head's timeline, docs/operations.md).
+  communicator_.Barrier();
+  job_epoch_ = Clock::now();
 }
 
 std::unique_ptr<TrainingEngine> TrainingRun::MakeAgreedEngine() {
@@ -572,7 +588,8 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
     backward_scale = std::numeric_limits<double>::infinity();
   }
   engine_->SetBackwardScale(backward_scale);
-  const auto [loss_sum, compute_s] = MicroBatches(step);
+  figures.start_s = std::chrono::duration<double>(step_start - job_epoch_).count();
+  const auto [loss_sum, compute_s] = MicroBatches(step, step_start, figures.micro_batch_spans);
   figures.compute_s = compute_s;
   // The optimizer step's own time: Step() less its waits in collectives (scaling,
   // norm, clipping, AdamW), what a profile's optimizer_step_s times at world size 1,
@@ -580,8 +597,10 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // all-gather rather than before; the loss's all-reduce below makes every rank wait
   // for it the same.)
   const OwnTime step_phase(communicator_);
+  figures.optimizer_span[0] = SecondsSince(step_start);
   figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
   figures.optimizer_s = StretchCompute(step_phase.Seconds(), slowdown_);
+  figures.optimizer_span[1] = SecondsSince(step_start) - figures.optimizer_span[0];
   const NoiseSums noise = LocalNoiseSums(figures.grad_norm, backward_scale * tokens_per_step_);
   figures.noise_s = engine_->TakeLocalNormSeconds();
   // With the loss, the ranks whose gradient norm is not finite: at stage 0 each rank
@@ -589,14 +608,15 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // and rank 0's offer of a plan for the next steps (its number and size; 0 from others).
   const std::optional<PlanOffer> offer = switches_.Next(local_.plan);
   // Then this rank's sums of the noise scale's pair estimates (noise_scale.h).
-  auto loss = torch::tensor(
-                  {loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0, offer ? offer->number : 0.0,
-                   offer ? static_cast<double>(offer->text.size()) : 0.0, noise.gradient_sq, noise.gradient_sq_weight,
-                   noise.trace, noise.trace_weight, noise.pairs},
-                  torch::kFloat64)
+  auto loss = torch::tensor({loss_sum, std::isfinite(figures.grad_norm) ? 0.0 : 1.0, offer ? offer->number : 0.0,
+                             offer ? static_cast<double>(offer->text.size()) : 0.0, noise.gradient_sq,
+                             noise.gradient_sq_weight, noise.trace, noise.trace_weight, noise.pairs},
+                            torch::kFloat64)
                   .to(device);
+  figures.loss_span[0] = SecondsSince(step_start);
   communicator_.AllReduceSum(loss);
   const auto totals = loss.cpu();  // waits for the device
+  figures.loss_span[1] = SecondsSince(step_start) - figures.loss_span[0];
   figures.mean_loss = totals[0].item<double>() / tokens_per_step_;
   const double ranks_not_finite = totals[1].item<double>();
   const int offered = static_cast<int>(totals[2].item<double>());
@@ -632,7 +652,8 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   return figures;
 }
 
-std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
+std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step, Clock::time_point step_start,
+                                                    std::vector<std::array<double, 4>>& spans) {
   const WorkerPlan& plan = local_.plan;
   const std::vector<int>& micro_batches = plan.micro_batches[env_.rank];
   double loss_sum = 0, compute_s = 0;
@@ -641,6 +662,7 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
     const int size = micro_batches[entry];
     if (size > 0) {
       MicroBatchResult result;
+      const double start = SecondsSince(step_start);
       try {
         result = RunMicroBatch(*engine_, communicator_, local_.data, first, size, entry == last_computing_entry_,
                                slowdown_, local_.device);
@@ -653,6 +675,7 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step) {
       }
       loss_sum += result.loss_sum;
       compute_s += result.seconds;
+      spans.push_back({start, SecondsSince(step_start) - start, result.seconds, static_cast<double>(size)});
       first += size;
     }
     engine_->EndRound(size > 0);
@@ -725,6 +748,10 @@ void TrainingRun::Report(std::int64_t step, const StepFigures& figures, const st
     record["noise_scale"] = figures.noise->noise_scale;
   }
   if (options_.noise_scale) record["noise_s"] = figures.noise_s;
+  record["start_s"] = figures.start_s;
+  record["spans"] = {{"micro_batches", figures.micro_batch_spans},
+                     {"optimizer", figures.optimizer_span},
+                     {"loss_all_reduce", figures.loss_span}};
   if (figures.next_plan) {
     record["next_plan"] = switches_.number();
     record["switch_s"] = figures.switch_s;
@@ -762,8 +789,9 @@ void TrainingRun::CheckpointAfter(std::int64_t step) {
   StopIfAsked();
   const bool rank0 = env_.rank == 0;
   const std::optional<std::int64_t> replaced = writer_ ? writer_->DropWaiting() : std::nullopt;
-  Checkpoint checkpoint{step + 1, engine_->FullState(rank0), engine_->GatherMoments(rank0), LossScaleNow()};
-  if (options_.batch_min > 0) checkpoint.batch = BatchRecord{batches_, samples_done_};
+  std::optional<BatchRecord> batch;
+  if (options_.batch_min > 0) batch = BatchRecord{batches_, samples_done_};
+  Checkpoint checkpoint{step + 1, engine_->FullState(rank0), engine_->GatherMoments(rank0), LossScaleNow(), batch};
   if (writer_) writer_->Start(std::move(checkpoint));
   if (replaced) {
     std::cerr << "poplar-worker[rank 0]: warning: the checkpoint of step " << *replaced

@@ -764,7 +764,8 @@ TEST_F(TwoAgents, APlanSwitchedMidRunTrainsAsTheUninterruptedRun) {
 // job.batch: adaptive: the head judges the batch every 4 steps from the ranks' noise
 // scale and the planner's predictions, and hands the plan of a better batch to the job
 // between steps; every step trains a batch within the bounds, each starting where the
-// last ended, and every judgement is in the run directory.
+// last ended, and every judgement is in the run directory. --timeline draws every
+// rank's steps; the summary names each plan's straggler.
 TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
   std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
   const std::string every = "checkpoint_every: 5,";
@@ -782,8 +783,9 @@ TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
       << beyond.err;
   const auto plan = Poplar({"plan", "adaptive.yaml", "-o", "plan-adaptive.json"});
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  const auto launch = Poplar({"launch", "adaptive.yaml", "--plan", "plan-adaptive.json", "--run-dir", "run", "--job-id",
-                              "adaptive", "--steps", "32", "--rebalance", "off", "--progress-every", "0"});
+  const auto launch =
+      Poplar({"launch", "adaptive.yaml", "--plan", "plan-adaptive.json", "--run-dir", "run", "--job-id", "adaptive",
+              "--steps", "32", "--rebalance", "off", "--progress-every", "0", "--timeline"});
   ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
   EXPECT_TRUE(Contains(launch.out, "adaptive batch: 8 to 64 samples, chosen for goodput every 4 steps (from 24)"))
       << launch.out;
@@ -793,7 +795,9 @@ TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
   for (const auto& judgement : judgements) {
     EXPECT_GE(judgement["chosen"].get<int>(), 8) << judgement.dump();
     EXPECT_LE(judgement["chosen"].get<int>(), 64) << judgement.dump();
-    if (judgement["noise_scale"].get<double>() > 0) EXPECT_GE(judgement["candidates"].size(), 8u) << judgement.dump();
+    if (judgement["noise_scale"].get<double>() > 0) {
+      EXPECT_GE(judgement["candidates"].size(), 8u) << judgement.dump();
+    }
   }
   // Step by step: a batch within the bounds, starting where the last ended; a change
   // of batch only where a plan the chooser handed took over.
@@ -815,6 +819,17 @@ TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
   for (const auto& entry : summary["plan_switches"]) {
     EXPECT_TRUE(Contains(entry["reason"].get<std::string>(), "adaptive batch: noise scale")) << entry.dump();
   }
+
+  // --timeline: a track per rank with each of its 32 steps; the straggler of each plan.
+  const auto trace = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/timeline.json"));
+  std::map<int, int> steps_of;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "X" && event["name"].get<std::string>().rfind("step ", 0) == 0) ++steps_of[event["tid"]];
+  }
+  EXPECT_EQ(steps_of, (std::map<int, int>{{0, 32}, {1, 32}}));
+  EXPECT_TRUE(ContainsAll(launch.out, {"straggler", "timeline.json"})) << launch.out;
+  ASSERT_EQ(summary["stragglers"].size(), static_cast<std::size_t>(changes + 1)) << summary.dump();
+  for (const auto& entry : summary["stragglers"]) EXPECT_TRUE(entry.contains("straggler")) << entry.dump();
 }
 
 // A device that slows down in the middle of a run (the emulation's `later`: node b's

@@ -93,8 +93,8 @@ TEST(NoiseScale, APairOfNearlyTheWholeBatchCountsLittle) {
     const NoiseSums sums = PairEstimates(small, kBatch, whole_sq);
     weighted.push_back(sums.trace / sums.trace_weight);
     double mean = 0;
-    for (const SmallBatchNorm& pair : small) mean += PairEstimates({pair}, kBatch, whole_sq).trace /
-                                                     PairEstimates({pair}, kBatch, whole_sq).trace_weight / 2;
+    for (const SmallBatchNorm& pair : small)
+      mean += PairEstimates({pair}, kBatch, whole_sq).trace / PairEstimates({pair}, kBatch, whole_sq).trace_weight / 2;
     plain.push_back(mean);
   }
   const auto variance = [](const std::vector<double>& values) {
