@@ -69,6 +69,14 @@ AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, c
   config.file = path;
   config.listen = fields.String("listen");
   if (const std::string problem = HostPortProblem(config.listen, 0); !problem.empty()) fields.Fail("listen", problem);
+  if (const auto metrics = fields.OptionalString("metrics")) {
+    // A bare port serves on loopback: what the node's scraper reaches, nobody else.
+    config.metrics_listen = metrics->find(':') == std::string::npos ? "127.0.0.1:" + *metrics : *metrics;
+    if (const std::string problem = HostPortProblem(config.metrics_listen, 1); !problem.empty()) {
+      fields.Fail("metrics", problem);
+    }
+    if (config.metrics_listen == config.listen) fields.Fail("metrics", "is the agent's listen address too");
+  }
   config.credentials = ParseCredentials(fields.Map("credentials"), base);
   config.work_dir = Folder(fields, "work_dir", fields.String("work_dir"), base, folders);
   const std::string cache =

@@ -2,6 +2,7 @@
 // the cluster, where it works, and which devices it offers (docs/formats.md):
 //
 //   listen: 127.0.0.1:7150          # host:port to bind; the agent binds nowhere else
+//   metrics: 127.0.0.1:9150         # optional; Prometheus metrics over HTTP (a bare port: on 127.0.0.1)
 //   credentials: {ca: ca.pem, cert: nodes/a.pem, key: nodes/a.key, token: token, crl: crl}
 //   work_dir: /var/lib/poplar/work  # jobs/<id>/ and the token files requests name
 //   cache_dir: /var/lib/poplar/cache  # optional; default <work_dir>/../cache
@@ -40,6 +41,9 @@ struct EmulatedDeviceSpec {
 struct AgentConfig {
   std::string file;
   std::string listen;
+  // host:port where GET /metrics answers in Prometheus' text format (agent/prometheus.h);
+  // empty: not served.
+  std::string metrics_listen;
   CredentialPaths credentials;
   std::string work_dir;   // absolute; made, and canonical, by LoadAgentConfig
   std::string cache_dir;  // the same

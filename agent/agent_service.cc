@@ -8,6 +8,7 @@
 
 #include "agent/devices.h"
 #include "agent/node_job.h"
+#include "agent/prometheus.h"
 #include "agent/worker_settings.h"
 #include "planner/base/free_port.h"
 #include "planner/base/input_error.h"
@@ -193,6 +194,10 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
         }
         continue;
       }
+      if (event.kind == JobEvent::Kind::kMetrics) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        jobs_.at(settings.job_id).latest_metrics[event.rank] = event.text;
+      }
       v1::LaunchEvent out;
       out.set_kind(KindOf(event.kind));
       out.set_rank(event.rank);
@@ -270,6 +275,29 @@ grpc::Status AgentService::SwitchPlan(grpc::ServerContext*, const v1::SwitchPlan
     response->set_number(number);
     return grpc::Status::OK;
   });
+}
+
+std::string AgentService::MetricsText() {
+  const std::vector<DeviceInfo> devices = ListDevices(config_);  // NVML: outside the lock
+  std::vector<DeviceState> states;
+  std::vector<RankState> ranks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::map<std::string, std::string> job_of;  // device key -> the job holding it
+    for (const auto& [id, running] : jobs_) {
+      for (const std::string& device : running.job->devices()) job_of[device] = id;
+      for (const auto& [rank, text] : running.latest_metrics) {
+        ranks.push_back({id, rank, nlohmann::json::parse(text, nullptr, false)});
+      }
+    }
+    for (const DeviceInfo& device : devices) {
+      const std::string key = DeviceKey(device);
+      const auto job = job_of.find(key);
+      states.push_back(
+          {key, device.type, device.memory_bytes, busy_.count(key) > 0, job == job_of.end() ? "" : job->second});
+    }
+  }
+  return PrometheusText(HostName(), states, ranks);
 }
 
 grpc::Status AgentService::Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopResponse* response) {

@@ -40,6 +40,10 @@ class AgentService final : public v1::Agent::Service {
   grpc::Status FreePort(grpc::ServerContext* context, const v1::FreePortRequest* request,
                         v1::FreePortResponse* response) override;
 
+  // The agent's devices and its running jobs' latest step records, in Prometheus' text
+  // format (agent/prometheus.h): what GET /metrics answers. Safe from any thread.
+  std::string MetricsText();
+
   // Stops every job (the agent is shutting down). Returns the longest stop grace among
   // them (zero when none runs): how long their ranks may still take to end.
   std::chrono::milliseconds StopAll(const std::string& reason);
@@ -57,10 +61,11 @@ class AgentService final : public v1::Agent::Service {
   std::mutex mutex_;
   struct RunningJob {
     std::shared_ptr<Job> job;
-    std::string launch_id;  // the launch that started it (LaunchRequest.launch_id)
-    bool train = false;     // a training job (not a network one): it takes plan switches
-    int plan_switches = 0;  // plans handed to it (SwitchPlan), numbered from 1
-    JobSettings settings;   // as launched (the adaptive batch's bounds hold its switches)
+    std::string launch_id;                      // the launch that started it (LaunchRequest.launch_id)
+    bool train = false;                         // a training job (not a network one): it takes plan switches
+    int plan_switches = 0;                      // plans handed to it (SwitchPlan), numbered from 1
+    JobSettings settings;                       // as launched (the adaptive batch's bounds hold its switches)
+    std::map<int, std::string> latest_metrics;  // local rank -> its last metrics record
   };
   std::map<std::string, RunningJob> jobs_;  // by job id
   DeviceHolders busy_;                      // devices in use by a job or a profile

@@ -21,6 +21,7 @@
 #include "agent/agent_config.h"
 #include "agent/agent_service.h"
 #include "agent/devices.h"
+#include "agent/metrics_server.h"
 #include "agent/rpc/grpc_log.h"
 #include "agent/rpc/keepalive.h"
 #include "agent/rpc/tls.h"
@@ -188,6 +189,13 @@ void Serve(const AgentOptions& options) {
   std::fprintf(stderr, "poplar-agent: listening on %s (TLS, client certificate and token required); devices: %s; %s\n",
                address.c_str(), device_list.empty() ? "none" : device_list.c_str(), worker_version.c_str());
   ReportGpuReadiness(config, has_gpu, why_no_gpu, worker_version);
+  // Stops before the service goes: its threads ask the service.
+  std::optional<MetricsServer> metrics;
+  if (!config.metrics_listen.empty()) {
+    metrics.emplace(
+        config.metrics_listen, [&service] { return service.MetricsText(); }, config.file);
+    std::fprintf(stderr, "poplar-agent: Prometheus metrics on http://%s/metrics\n", config.metrics_listen.c_str());
+  }
 
   std::thread stopper([&] {
     int received = 0;

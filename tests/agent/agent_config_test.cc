@@ -71,6 +71,16 @@ TEST_F(AgentFile, ReadsEveryKeyWithPathsRelativeToTheFile) {
   EXPECT_DOUBLE_EQ(config.emulated[1].slowdown, 2.5);
 }
 
+// `metrics`: a bare port serves on loopback; an address as written; none: not served.
+TEST_F(AgentFile, MetricsAddressDefaultsToLoopback) {
+  EXPECT_EQ(LoadAgentConfig(WriteWith("", ""), "").metrics_listen, "");
+  EXPECT_EQ(LoadAgentConfig(WriteWith("gpus: none", "gpus: none\nmetrics: 9150"), "").metrics_listen, "127.0.0.1:9150");
+  EXPECT_EQ(LoadAgentConfig(WriteWith("gpus: none", "gpus: none\nmetrics: 0.0.0.0:9150"), "").metrics_listen,
+            "0.0.0.0:9150");
+  ExpectRejected("gpus: none", "gpus: none\nmetrics: 99999", "metrics", {"99999"});
+  ExpectRejected("gpus: none", "gpus: none\nmetrics: 127.0.0.1:7150", "metrics", {"the agent's listen address"});
+}
+
 // Each refusal names the key, the reason, what was written, and its line.
 TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   ExpectRejected("slowdown: 2.5", "slowdown: 0.5", "emulated[1].slowdown",

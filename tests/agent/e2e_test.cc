@@ -1,10 +1,14 @@
 // End to end on loopback: real poplar-agent processes with emulated devices, the real
 // `poplar` command line, real poplar-worker ranks. Credentials come from
 // scripts/make-cluster-credentials, as a user makes them.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -85,7 +89,9 @@ class TwoAgents : public ::testing::Test {
               spec.node + ".pem, key: creds/nodes/" + spec.node +
               ".key, token: creds/token, crl: creds/crl}\n"
               "work_dir: " +
-              spec.node + "/work\n" + (shared_dir_ ? "shared_dir: shared\n" : "") + "worker: " + worker_ +
+              spec.node + "/work\n" + (shared_dir_ ? "shared_dir: shared\n" : "") +
+              (spec.node == "a" && metrics_port_a_ > 0 ? "metrics: " + std::to_string(metrics_port_a_) + "\n" : "") +
+              "worker: " + worker_ +
               "\n"
               "gpus: none\n"
               "emulated:\n  - {type: " +
@@ -224,6 +230,7 @@ class TwoAgents : public ::testing::Test {
   ScratchDir dir_{"e2e"};
   std::string worker_ = POPLAR_WORKER_BINARY;  // what the agents start
   std::string later_b_;                        // node b's device's `later` emulation, ", later: {...}"
+  int metrics_port_a_ = 0;                     // node a's agent file's `metrics` port (0: none)
   bool shared_dir_ = false;                    // both agents keep checkpoints in one shared_dir
   std::vector<std::unique_ptr<ChildProcess>> agents_;
   std::vector<int> ports_;
@@ -830,6 +837,62 @@ TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
   EXPECT_TRUE(ContainsAll(launch.out, {"straggler", "timeline.json"})) << launch.out;
   ASSERT_EQ(summary["stragglers"].size(), static_cast<std::size_t>(changes + 1)) << summary.dump();
   for (const auto& entry : summary["stragglers"]) EXPECT_TRUE(entry.contains("straggler")) << entry.dump();
+}
+
+// What GET /metrics on 127.0.0.1:`port` answers, headers and body ("" when nothing listens).
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t got; (got = read(fd, buffer, sizeof(buffer))) > 0;) answer.append(buffer, got);
+    }
+  }
+  close(fd);
+  return answer;
+}
+
+// Node a's agent serves Prometheus metrics (its agent file's `metrics`): its device, the
+// job holding it and the job's rank on it, step by step; after the job, the device is free.
+class ScrapedAgent : public TwoAgents {
+ protected:
+  ScrapedAgent() { metrics_port_a_ = poplar::FindFreePort(); }
+};
+
+TEST_F(ScrapedAgent, ServesItsDevicesAndItsRanksSteps) {
+  const std::string idle = Scrape(metrics_port_a_);
+  EXPECT_TRUE(ContainsAll(
+      idle, {"HTTP/1.1 200 OK", "Content-Type: text/plain; version=0.0.4", "# TYPE poplar_device_busy gauge",
+             "device=\"emu-fast 0\",type=\"emu-fast\"} 0", "poplar_device_memory_bytes{"}))
+      << idle;
+  Training training = StartTraining("scraped", 3);
+  ASSERT_TRUE(training.started());
+  const std::string busy = Scrape(metrics_port_a_);
+  training.launch->Signal(SIGINT);  // Ctrl-C: the job stops everywhere
+  training.launch->Wait(std::chrono::seconds(60));
+  EXPECT_TRUE(ContainsAll(
+      busy, {"device=\"emu-fast 0\",type=\"emu-fast\"} 1", "type=\"emu-fast\",job=\"job-scraped\"} 1",
+             "poplar_rank_step{", "job=\"job-scraped\",rank=\"0\"}", "poplar_rank_idle_seconds{", "poplar_rank_loss{"}))
+      << busy;
+  EXPECT_FALSE(Contains(busy, "rank=\"1\"")) << "rank 1 runs on node b: " << busy;
+  // The step it reports is one rank 0 trained.
+  const std::string key = "poplar_rank_step{";
+  const auto at = busy.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const auto value = busy.find("} ", at);
+  EXPECT_GE(std::stod(busy.substr(value + 2)), 3.0) << busy;
+  for (int i = 0; i < 200 && Contains(Scrape(metrics_port_a_), "job-scraped"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const std::string after = Scrape(metrics_port_a_);
+  EXPECT_TRUE(Contains(after, "type=\"emu-fast\"} 0")) << after;
+  EXPECT_FALSE(Contains(after, "job-scraped")) << after;
 }
 
 // A device that slows down in the middle of a run (the emulation's `later`: node b's
