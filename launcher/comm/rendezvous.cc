@@ -73,9 +73,14 @@ bool SaysTimedOut(const std::string& what) {
 
 DistributedEnv DistributedEnv::FromEnvironment() {
   DistributedEnv env;
-  env.world_size = IntegerVariable("WORLD_SIZE", 1, 1, 1 << 20);
-  env.rank = IntegerVariable("RANK", 0, 0, env.world_size - 1);
-  env.local_rank = IntegerVariable("LOCAL_RANK", 0, 0, 1 << 20);
+  // Each torchrun variable, or in a Slurm task its Slurm counterpart.
+  const bool slurm_task = std::getenv("SLURM_PROCID") != nullptr;
+  const auto variable = [&](const char* name, const char* slurm_name) {
+    return std::getenv(name) != nullptr || !slurm_task ? name : slurm_name;
+  };
+  env.world_size = IntegerVariable(variable("WORLD_SIZE", "SLURM_NTASKS"), 1, 1, 1 << 20);
+  env.rank = IntegerVariable(variable("RANK", "SLURM_PROCID"), 0, 0, env.world_size - 1);
+  env.local_rank = IntegerVariable(variable("LOCAL_RANK", "SLURM_LOCALID"), 0, 0, 1 << 20);
   env.master_port = IntegerVariable("MASTER_PORT", 29500, 1, 65535);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
     if (*addr == '\0') throw InputError("environment MASTER_ADDR", "", "is set but empty");

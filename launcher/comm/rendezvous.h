@@ -25,7 +25,10 @@ class Store;
 namespace poplar {
 
 // The torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
-// Without WORLD_SIZE the process is rank 0 of 1. Throws InputError naming the variable.
+// Without WORLD_SIZE the process is rank 0 of 1. In a Slurm task (`srun`: SLURM_PROCID
+// is set), RANK, WORLD_SIZE and LOCAL_RANK that are unset are Slurm's SLURM_PROCID,
+// SLURM_NTASKS and SLURM_LOCALID; MASTER_ADDR and MASTER_PORT come from the launcher
+// either way. Throws InputError naming the variable.
 struct DistributedEnv {
   int rank = 0;
   int world_size = 1;

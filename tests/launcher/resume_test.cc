@@ -629,7 +629,8 @@ TEST_F(Resume, PruningCountsOnlyTheCheckpointsOfItsOwnLine) {
     SCOPED_TRACE("abandoned run " + std::to_string(abandoned));
     const std::string checkpoints = scratch.path() + "/checkpoints" + std::to_string(abandoned);
     const auto write = [&](std::int64_t step, const CheckpointLine& line) {
-      WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}, std::nullopt}, config, TrainingRecipe{}, line);
+      WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}, std::nullopt, std::nullopt}, config,
+                      TrainingRecipe{}, line);
     };
     const CheckpointLine first{abandoned, {}};
     for (std::int64_t step : {2, 4, 6, 8, 10}) write(step, first);  // the abandoned run, every 2 steps
@@ -659,7 +660,8 @@ TEST_F(Resume, PruningAfterTwoResumesFollowsTheLineThroughEveryRun) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const ModelConfig config{Architecture::kGpt, 2, 2, 32, 256, 16};
   const auto write = [&](std::int64_t step, const CheckpointLine& line) {
-    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}, std::nullopt}, config, TrainingRecipe{}, line);
+    WriteCheckpoint(checkpoints, {step, {{"w", torch::ones({3})}}, {}, std::nullopt, std::nullopt}, config,
+                    TrainingRecipe{}, line);
   };
   const CheckpointLine a{0xa, {}};
   for (std::int64_t step : {2, 4, 6, 8}) write(step, a);
@@ -765,12 +767,12 @@ TEST_F(Resume, AnOutputInsideTheCheckpointItResumesFromIsRefused) {
 TEST_F(Resume, ACheckpointHoldingInfOrNanIsNotWritten) {
   const std::string checkpoints = scratch.path() + "/checkpoints";
   const ModelConfig config{Architecture::kGpt, 2, 2, 32, 256, 16};
-  Checkpoint good{1, {{"w", torch::ones({3})}}, {}, std::nullopt};
+  Checkpoint good{1, {{"w", torch::ones({3})}}, {}, std::nullopt, std::nullopt};
   WriteCheckpoint(checkpoints, good, config, TrainingRecipe{}, {});
   for (const bool in_moments : {false, true}) {
     torch::Tensor bad = torch::ones({3});
     bad[1] = std::numeric_limits<float>::infinity();
-    Checkpoint checkpoint{2, {{"w", in_moments ? torch::ones({3}) : bad}}, {}, std::nullopt};
+    Checkpoint checkpoint{2, {{"w", in_moments ? torch::ones({3}) : bad}}, {}, std::nullopt, std::nullopt};
     if (in_moments) checkpoint.moments["w"] = {torch::zeros({3}), bad};
     try {
       WriteCheckpoint(checkpoints, checkpoint, config, TrainingRecipe{}, {});
