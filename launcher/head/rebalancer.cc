@@ -122,6 +122,10 @@ std::optional<Rebalance> Rebalancer::Judge() {
     }
     speeds += (speeds.empty() ? "" : ", ") + type + " " + Fixed(ratio, 2) + "x";
   }
+  // A type whose new speed awaits its confirmation makes the picture half known: a plan
+  // for the others' confirmed speeds and its old one could give it more work just as it
+  // slows down. The next judgement confirms or drops the reading first.
+  if (!candidates_.empty()) return std::nullopt;
   Replan replan;
   try {
     replan = ReplanRunningJob(cluster_, CorrectedProfiles(), plan_);

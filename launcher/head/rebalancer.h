@@ -11,10 +11,11 @@
 // full window, a type whose ratio departs from its correction (1 at the start) by more
 // than `threshold` of it in two consecutive windows that agree within `threshold` gets
 // their mean as its new correction (the others keep theirs: a dead band around what is
-// known, and a reading confirmed, so that noise and a warm-up move nothing); the
-// profiles' compute and optimizer times are multiplied by the corrections, and the
-// running job is re-planned at its stage and state shares (ReplanRunningJob). The new
-// plan is proposed when, on the corrected profiles, it predicts a step shorter than the
+// known, and a reading confirmed, so that noise and a warm-up move nothing); while any
+// type's reading awaits its confirmation nothing is proposed (a plan on half the new
+// picture could give a type more work just as it slows down). The profiles' compute and
+// optimizer times are multiplied by the corrections, and the running job is re-planned at its stage and state shares
+// (ReplanRunningJob). The new plan is proposed when, on the corrected profiles, it predicts a step shorter than the
 // running plan's by more than `min_gain` of it, and the steps left gain more than the
 // switch costs (the most a record's switch_s showed; 50 ms before any did). The windows
 // then start over; after a proposal, nothing is measured until the records name the new

@@ -115,6 +115,28 @@ TEST_F(RebalancerTest, AReadingTheNextWindowDoesNotConfirmMovesNothing) {
   EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 1.0);
 }
 
+// The V100s slow down 1.5x from step 10, the T4s 3x from step 18: at step 25 the V100s'
+// reading is confirmed and the T4s' only seen once. A plan then would give the T4s more
+// work just as they slow down; nothing is proposed until both are known (step 33), and
+// that plan gives the T4s less.
+TEST_F(RebalancerTest, NothingIsProposedWhileATypesReadingAwaitsConfirmation) {
+  Rebalancer rebalancer(cluster_, profiles_, plan_, {});
+  const auto factor = [&](int step) {
+    return [this, step](int rank) {
+      if (plan_.placement[rank].device_type == "T4-16GB") return step >= 18 ? 3.0 : 1.0;
+      return step >= 10 ? 1.5 : 1.0;
+    };
+  };
+  std::optional<Rebalance> proposal;
+  int step = 1;
+  for (; step <= 33 && !proposal; ++step) proposal = Step(rebalancer, step, 0, plan_, factor(step));
+  ASSERT_TRUE(proposal) << "no proposal by step 33";
+  EXPECT_EQ(step - 1, 33);
+  EXPECT_DOUBLE_EQ(rebalancer.corrections().at("V100-16GB"), 1.5);
+  EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 3.0);
+  EXPECT_LT(Samples(ParseWorkerPlan(proposal->plan_text, "rebalanced.json"), "T4-16GB"), Samples(plan_, "T4-16GB"));
+}
+
 TEST_F(RebalancerTest, NoSwitchWhereNoStepIsLeftToGainOn) {
   RebalanceOptions options;
   options.last_step = 25;  // confirmed at step 25: no step left to gain on
