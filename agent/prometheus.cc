@@ -1,13 +1,12 @@
 #include "agent/prometheus.h"
 
-#include <algorithm>
-#include <cmath>
 #include <functional>
 #include <optional>
 #include <sstream>
 #include <utility>
 
 #include "planner/base/number_text.h"
+#include "planner/formats/metrics_record.h"
 
 namespace poplar {
 namespace {
@@ -61,33 +60,23 @@ std::string PrometheusText(const std::string& node, const std::vector<DeviceStat
         << " 1\n";
   }
   // A running job's local ranks, from their latest records.
-  const auto number = [](const nlohmann::json& record, const char* key) -> std::optional<double> {
-    const auto found = record.find(key);
-    if (found == record.end() || !found->is_number() || !std::isfinite(found->get<double>())) return std::nullopt;
-    return found->get<double>();
-  };
   struct Gauge {
     const char* name;
     const char* help;
     std::function<std::optional<double>(const nlohmann::json&)> value;
   };
   const std::vector<Gauge> gauges = {
-      {"poplar_rank_step", "The last step the rank reported.", [&](const auto& r) { return number(r, "step"); }},
-      {"poplar_rank_step_seconds", "Its step's wall time.", [&](const auto& r) { return number(r, "step_s"); }},
+      {"poplar_rank_step", "The last step the rank reported.", [](const auto& r) { return RecordNumber(r, "step"); }},
+      {"poplar_rank_step_seconds", "Its step's wall time.", [](const auto& r) { return RecordNumber(r, "step_s"); }},
       {"poplar_rank_samples_per_second", "The job's global batch over the step's time.",
-       [&](const auto& r) { return number(r, "samples_per_s"); }},
+       [](const auto& r) { return RecordNumber(r, "samples_per_s"); }},
       {"poplar_rank_loss", "The step's mean loss over the global batch.",
-       [&](const auto& r) { return number(r, "loss"); }},
+       [](const auto& r) { return RecordNumber(r, "loss"); }},
       {"poplar_rank_compute_seconds", "The rank's micro-batches' compute in the step.",
-       [&](const auto& r) { return number(r, "compute_s"); }},
+       [](const auto& r) { return RecordNumber(r, "compute_s"); }},
       {"poplar_rank_communication_seconds", "What the rank waited in collectives in the step.",
-       [&](const auto& r) { return number(r, "communication_s"); }},
-      {"poplar_rank_idle_seconds", "The step's time the rank neither computed nor stepped the optimizer.",
-       [&](const auto& r) -> std::optional<double> {
-         const auto step = number(r, "step_s"), compute = number(r, "compute_s"), optimizer = number(r, "optimizer_s");
-         if (!step || !compute) return std::nullopt;
-         return std::max(0.0, *step - *compute - optimizer.value_or(0));
-       }},
+       [](const auto& r) { return RecordNumber(r, "communication_s"); }},
+      {"poplar_rank_idle_seconds", "The step's time the rank neither computed nor stepped the optimizer.", IdleSeconds},
   };
   for (const Gauge& gauge : gauges) {
     Header(out, gauge.name, gauge.help);

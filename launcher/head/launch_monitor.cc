@@ -12,6 +12,7 @@
 #include "planner/base/median.h"
 #include "planner/base/text_file.h"
 #include "planner/base/text_table.h"
+#include "planner/formats/metrics_record.h"
 #include "planner/formats/step_cadence.h"
 
 namespace poplar {
@@ -21,19 +22,13 @@ namespace fs = std::filesystem;
 
 constexpr double kNoNumber = std::numeric_limits<double>::quiet_NaN();
 
-// A record's number at `key`, or `otherwise` where it has none (absent; null, as a
-// worker writes nan; not a number): records come from workers on other nodes, and an
-// odd one must not stop the head.
+// A record's number at `key`, or `otherwise` where it has none (RecordNumber).
 double NumberOf(const nlohmann::json& record, const char* key, double otherwise = 0.0) {
-  const auto found = record.find(key);
-  return found != record.end() && found->is_number() ? found->get<double>() : otherwise;
+  return RecordNumber(record, key).value_or(otherwise);
 }
 
 // A record's held-out loss (val_loss), where its step was evaluated.
-std::optional<double> HeldOutLoss(const nlohmann::json& record) {
-  const double loss = NumberOf(record, "val_loss", kNoNumber);
-  return std::isnan(loss) ? std::nullopt : std::optional<double>(loss);
-}
+std::optional<double> HeldOutLoss(const nlohmann::json& record) { return RecordNumber(record, "val_loss"); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "planner/base/input_error.h"
 #include "planner/base/median.h"
 #include "planner/base/text_table.h"
+#include "planner/formats/metrics_record.h"
 #include "planner/search/plan_file.h"
 
 namespace poplar {
@@ -27,13 +28,6 @@ std::map<std::string, DeviceProfile> Corrected(std::map<std::string, DeviceProfi
     }
   }
   return profiles;
-}
-
-// A record's number at `key`, if it is one.
-std::optional<double> NumberAt(const nlohmann::json& record, const char* key) {
-  const auto found = record.find(key);
-  if (found == record.end() || !found->is_number()) return std::nullopt;
-  return found->get<double>();
 }
 
 }  // namespace
@@ -72,11 +66,11 @@ std::map<std::string, DeviceProfile> Rebalancer::CorrectedProfiles() const {
 std::optional<Rebalance> Rebalancer::Metrics(int rank, const nlohmann::json& record) {
   if (rank < 0 || rank >= static_cast<int>(predicted_.size()) || !record.is_object()) return std::nullopt;
   const auto plan = record.find("plan");
-  const auto step = NumberAt(record, "step");
-  const auto compute = NumberAt(record, "compute_s");
+  const auto step = RecordNumber(record, "step");
+  const auto compute = RecordNumber(record, "compute_s");
   if (plan == record.end() || !plan->is_number_integer() || !step || !compute) return std::nullopt;
   step_ = std::max(step_, static_cast<std::int64_t>(*step));
-  if (const auto switch_s = NumberAt(record, "switch_s")) switch_cost_s_ = std::max(switch_cost_s_, *switch_s);
+  if (const auto switch_s = RecordNumber(record, "switch_s")) switch_cost_s_ = std::max(switch_cost_s_, *switch_s);
   if (awaited_) {
     if (plan->get<int>() != *awaited_) return std::nullopt;
     Follow(*proposed_, *awaited_);

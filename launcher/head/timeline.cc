@@ -8,17 +8,10 @@
 #include <optional>
 
 #include "planner/base/median.h"
+#include "planner/formats/metrics_record.h"
 
 namespace poplar {
 namespace {
-
-// A number of the record at `key` (a finite one), or nothing.
-std::optional<double> NumberAt(const nlohmann::json& record, const char* key) {
-  if (!record.is_object()) return std::nullopt;
-  const auto found = record.find(key);
-  if (found == record.end() || !found->is_number() || !std::isfinite(found->get<double>())) return std::nullopt;
-  return found->get<double>();
-}
 
 // [start, wall, ...] as numbers, at least `size` of them and all finite; empty otherwise.
 std::vector<double> Span(const nlohmann::json& span, std::size_t size) {
@@ -58,7 +51,7 @@ std::vector<std::vector<std::optional<double>>> Starts(const std::vector<RankRec
     int attempt = 0;
     double last = -1;
     for (const nlohmann::json& record : rank.records) {
-      const auto start = NumberAt(record, "start_s");
+      const auto start = RecordNumber(record, "start_s");
       if (!start) {
         mine.push_back(std::nullopt);
         continue;
@@ -75,7 +68,7 @@ std::vector<std::vector<std::optional<double>>> Starts(const std::vector<RankRec
       if (!placed[0][i]) continue;
       const auto [attempt, start] = *placed[0][i];
       while (static_cast<int>(shifts.size()) <= attempt) shifts.push_back(end + 1.0);
-      end = std::max(end, shifts[attempt] + start + NumberAt(ranks[0].records[i], "step_s").value_or(0));
+      end = std::max(end, shifts[attempt] + start + RecordNumber(ranks[0].records[i], "step_s").value_or(0));
     }
   }
   std::vector<std::vector<std::optional<double>>> starts;
@@ -111,18 +104,18 @@ nlohmann::json TimelineTrace(const std::string& job_id, const std::vector<RankRe
         {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", rank.rank}, {"args", {{"sort_index", r}}}});
     for (std::size_t i = 0; i < rank.records.size(); ++i) {
       const nlohmann::json& record = rank.records[i];
-      const auto step_s = NumberAt(record, "step_s");
+      const auto step_s = RecordNumber(record, "step_s");
       if (!starts[r][i] || !step_s || !record.contains("spans") || !record["spans"].is_object()) continue;
       const double start = *starts[r][i];
       const nlohmann::json& spans = record["spans"];
-      const double compute = NumberAt(record, "compute_s").value_or(0);
-      const double optimizer = NumberAt(record, "optimizer_s").value_or(0);
+      const double compute = RecordNumber(record, "compute_s").value_or(0);
+      const double optimizer = RecordNumber(record, "optimizer_s").value_or(0);
       nlohmann::json args = {{"plan", record.value("plan", 0)},
                              {"samples", record.value("samples", 0)},
                              {"compute_ms", compute * 1e3},
                              {"optimizer_ms", optimizer * 1e3},
-                             {"idle_ms", std::max(0.0, *step_s - compute - optimizer) * 1e3}};
-      if (const auto loss = NumberAt(record, "loss")) args["loss"] = *loss;
+                             {"idle_ms", IdleSeconds(record).value_or(0) * 1e3}};
+      if (const auto loss = RecordNumber(record, "loss")) args["loss"] = *loss;
       events.push_back(
           Slice("step " + std::to_string(record.value("step", 0)), "step", rank.rank, start, *step_s, std::move(args)));
       if (spans.contains("micro_batches") && spans["micro_batches"].is_array()) {
@@ -155,8 +148,8 @@ nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks) {
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     std::optional<int> previous;
     for (const nlohmann::json& record : ranks[r].records) {
-      const auto plan = NumberAt(record, "plan");
-      const auto step_s = NumberAt(record, "step_s");
+      const auto plan = RecordNumber(record, "plan");
+      const auto step_s = RecordNumber(record, "step_s");
       if (!plan || !step_s || *step_s <= 0) continue;
       const int number = static_cast<int>(*plan);
       if (std::find(order.begin(), order.end(), number) == order.end()) order.push_back(number);
@@ -164,8 +157,7 @@ nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks) {
       const bool first_of_plan = previous != number;
       previous = number;
       if (first_of_plan) continue;  // a warm-up
-      const double busy = NumberAt(record, "compute_s").value_or(0) + NumberAt(record, "optimizer_s").value_or(0);
-      idle[number][r].push_back(std::clamp((*step_s - busy) / *step_s, 0.0, 1.0));
+      if (const auto idle_s = IdleSeconds(record)) idle[number][r].push_back(std::min(1.0, *idle_s / *step_s));
     }
   }
   nlohmann::json report = nlohmann::json::array();
