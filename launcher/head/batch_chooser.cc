@@ -6,6 +6,7 @@
 
 #include "planner/base/input_error.h"
 #include "planner/base/text_table.h"
+#include "planner/formats/metrics_record.h"
 #include "planner/search/plan_file.h"
 
 namespace poplar {
@@ -52,8 +53,7 @@ void BatchChooser::Following(const WorkerPlan& plan, int number) {
   awaited_ = number;
 }
 
-std::optional<BatchChoice> BatchChooser::Metrics(int rank, const nlohmann::json& record,
-                                                 const std::map<std::string, DeviceProfile>& profiles) {
+std::optional<BatchChoice> BatchChooser::Metrics(int rank, const nlohmann::json& record, const Profiles& profiles) {
   if (rank != 0 || !record.is_object()) return std::nullopt;
   const auto plan = record.find("plan");
   const auto step = record.find("step");
@@ -72,9 +72,7 @@ std::optional<BatchChoice> BatchChooser::Metrics(int rank, const nlohmann::json&
   if (proposed_ || plan->get<int>() != number_) return std::nullopt;
   if (++since_judged_ < options_.every) return std::nullopt;
   since_judged_ = 0;
-  const auto noise = record.find("noise_scale");
-  const double noise_scale = noise != record.end() && noise->is_number() ? noise->get<double>() : 0.0;
-  return Judge(step->get<std::int64_t>(), noise_scale, profiles);
+  return Judge(step->get<std::int64_t>(), RecordNumber(record, "noise_scale").value_or(0), profiles());
 }
 
 std::optional<BatchChoice> BatchChooser::Judge(std::int64_t step, double noise_scale,

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -80,10 +81,13 @@ class BatchChooser {
   // `plan`: the job's starting plan, made for `cluster`.
   BatchChooser(ClusterSpec cluster, const WorkerPlan& plan, BatchChoiceOptions options);
 
-  // A rank's metrics record (only rank 0's count) and the devices' profiles as known now.
-  // Returns a plan to hand the job when one is due.
-  std::optional<BatchChoice> Metrics(int rank, const nlohmann::json& record,
-                                     const std::map<std::string, DeviceProfile>& profiles);
+  // The devices' profiles as known now (the rebalancer's corrected ones), asked for only
+  // when a judgement is due.
+  using Profiles = std::function<std::map<std::string, DeviceProfile>()>;
+
+  // A rank's metrics record (only rank 0's count). Returns a plan to hand the job when
+  // one is due.
+  std::optional<BatchChoice> Metrics(int rank, const nlohmann::json& record, const Profiles& profiles);
 
   // As the rebalancer's (rebalancer.h): the proposal was handed as plan `number`, or
   // not; another proposer's plan was handed as `number` (the same batch, other

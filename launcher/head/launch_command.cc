@@ -459,8 +459,8 @@ AttemptEnd RunAttempt(const LaunchOptions& options, const ClusterSpec& whole, co
     }
     if (!chooser) return;
     const std::size_t judged = chooser->judgements().size();
-    const std::optional<BatchChoice> choice =
-        chooser->Metrics(rank, record, rebalancer ? rebalancer->CorrectedProfiles() : prepared.profiles);
+    const std::optional<BatchChoice> choice = chooser->Metrics(
+        rank, record, [&] { return rebalancer ? rebalancer->CorrectedProfiles() : prepared.profiles; });
     if (chooser->judgements().size() == judged) return;
     WriteFileAtomically(choices_file, chooser->judgements().dump(2) + "\n");
     if (!choice) {

@@ -82,8 +82,8 @@ class BatchChooserTest : public ::testing::Test {
     std::vector<std::int64_t> batches;
     for (; *step <= last; ++*step) {
       batches.push_back(running_.global_batch);
-      const auto choice = chooser.Metrics(0, Record(*step, number_, noise(*step)), profiles_);
-      EXPECT_FALSE(chooser.Metrics(1, Record(*step, number_, noise(*step)), profiles_)) << "rank 1 counts";
+      const auto choice = chooser.Metrics(0, Record(*step, number_, noise(*step)), Known());
+      EXPECT_FALSE(chooser.Metrics(1, Record(*step, number_, noise(*step)), Known())) << "rank 1 counts";
       if (!choice) continue;
       const WorkerPlan next = ParseWorkerPlan(choice->plan_text, "plan-" + std::to_string(number_ + 1) + ".json");
       EXPECT_EQ(next.global_batch, choice->global_batch);
@@ -92,6 +92,11 @@ class BatchChooserTest : public ::testing::Test {
       running_ = next;
     }
     return batches;
+  }
+
+  // The profiles as the launch hands them to the chooser.
+  BatchChooser::Profiles Known() const {
+    return [this] { return profiles_; };
   }
 
   ClusterSpec cluster_;
@@ -155,17 +160,17 @@ TEST_F(BatchChooserTest, NoNoiseScaleOrNoStepLeftKeepsTheBatch) {
 // goes on counting the batch's steps; a plan switched by hand is not judged.
 TEST_F(BatchChooserTest, FollowsTheRebalancersPlansAndLeavesAHandSwitchAlone) {
   BatchChooser chooser(cluster_, plan_, {32, 1024, 10, 0.05, 400});
-  for (std::int64_t step = 1; step <= 5; ++step) ASSERT_FALSE(chooser.Metrics(0, Record(step, 0, 1e9), profiles_));
+  for (std::int64_t step = 1; step <= 5; ++step) ASSERT_FALSE(chooser.Metrics(0, Record(step, 0, 1e9), Known()));
   chooser.Following(plan_, 1);
   std::optional<BatchChoice> choice;
-  for (std::int64_t step = 6; step <= 10; ++step) choice = chooser.Metrics(0, Record(step, 1, 1e9), profiles_);
+  for (std::int64_t step = 6; step <= 10; ++step) choice = chooser.Metrics(0, Record(step, 1, 1e9), Known());
   ASSERT_TRUE(choice) << "judged at 10 steps of the batch, plans 0 and 1";
   EXPECT_GT(choice->global_batch, 128) << choice->reason;  // no noise: the most throughput
   EXPECT_TRUE(Contains(choice->reason, "adaptive batch: noise scale 1000000000.0 samples; batch 128 -> "))
       << choice->reason;
   chooser.NotHanded();
   // Plan 2 arrives by hand: nothing is judged on it.
-  for (std::int64_t step = 11; step <= 40; ++step) EXPECT_FALSE(chooser.Metrics(0, Record(step, 2, 1e9), profiles_));
+  for (std::int64_t step = 11; step <= 40; ++step) EXPECT_FALSE(chooser.Metrics(0, Record(step, 2, 1e9), Known()));
 }
 
 }  // namespace
