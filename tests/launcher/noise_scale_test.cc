@@ -16,6 +16,37 @@
 namespace poplar::testing {
 namespace {
 
+// One step of synthetic per-sample gradients g = mean + sigma * N(0, 1) per coordinate,
+// its batch split into small batches of the sizes `splits`: each small batch's squared
+// mean-gradient norm, and the whole batch's.
+struct SyntheticStep {
+  std::vector<SmallBatchNorm> small;
+  double whole_sq = 0;
+};
+SyntheticStep DrawStep(const std::vector<double>& mean, const std::vector<double>& sigma,
+                       const std::vector<int>& splits, std::mt19937_64& random) {
+  std::normal_distribution<double> normal(0, 1);
+  const std::size_t dims = mean.size();
+  std::vector<double> whole(dims, 0);
+  SyntheticStep step;
+  int batch = 0;
+  for (int size : splits) {
+    std::vector<double> sum(dims, 0);
+    for (int s = 0; s < size; ++s) {
+      for (std::size_t j = 0; j < dims; ++j) sum[j] += mean[j] + sigma[j] * normal(random);
+    }
+    double norm_sq = 0;
+    for (std::size_t j = 0; j < dims; ++j) {
+      norm_sq += (sum[j] / size) * (sum[j] / size);
+      whole[j] += sum[j];
+    }
+    step.small.push_back({size, norm_sq});
+    batch += size;
+  }
+  for (std::size_t j = 0; j < dims; ++j) step.whole_sq += (whole[j] / batch) * (whole[j] / batch);
+  return step;
+}
+
 // Per-sample gradients g = G + noise, noise_j ~ N(0, sigma_j^2): |G|^2 and tr(S) =
 // sum sigma_j^2 are known. A step's batch of B samples is split into small batches of
 // the sizes given (a plan's ranks or rounds); the estimates averaged over many steps
@@ -33,26 +64,10 @@ TEST(NoiseScale, PairEstimatesAreUnbiasedOnSyntheticGradients) {
   const std::vector<int> splits = {3, 5, 8};  // an uneven plan's local batches, B = 16
   const int batch = 16;
   std::mt19937_64 random(42);
-  std::normal_distribution<double> normal(0, 1);
   NoiseSums total;
   for (int trial = 0; trial < kTrials; ++trial) {
-    std::vector<double> whole(kDims, 0);
-    std::vector<SmallBatchNorm> small;
-    for (int size : splits) {
-      std::vector<double> sum(kDims, 0);
-      for (int s = 0; s < size; ++s) {
-        for (int j = 0; j < kDims; ++j) sum[j] += mean[j] + sigma[j] * normal(random);
-      }
-      double norm_sq = 0;
-      for (int j = 0; j < kDims; ++j) {
-        norm_sq += (sum[j] / size) * (sum[j] / size);
-        whole[j] += sum[j];
-      }
-      small.push_back({size, norm_sq});
-    }
-    double whole_sq = 0;
-    for (int j = 0; j < kDims; ++j) whole_sq += (whole[j] / batch) * (whole[j] / batch);
-    const NoiseSums sums = PairEstimates(small, batch, whole_sq);
+    const SyntheticStep step = DrawStep(mean, sigma, splits, random);
+    const NoiseSums sums = PairEstimates(step.small, batch, step.whole_sq);
     total.gradient_sq += sums.gradient_sq;
     total.gradient_sq_weight += sums.gradient_sq_weight;
     total.trace += sums.trace;
@@ -71,42 +86,29 @@ TEST(NoiseScale, APairOfNearlyTheWholeBatchCountsLittle) {
   constexpr int kDims = 8, kTrials = 3000, kBatch = 16;
   const std::vector<int> splits = {13, 3};
   std::mt19937_64 random(7);
-  std::normal_distribution<double> normal(0, 1);
+  const std::vector<double> mean(kDims, 0.1), sigma(kDims, 0.3);
   std::vector<double> weighted, plain;
   for (int trial = 0; trial < kTrials; ++trial) {
-    std::vector<double> whole(kDims, 0);
-    std::vector<SmallBatchNorm> small;
-    for (int size : splits) {
-      std::vector<double> sum(kDims, 0);
-      for (int s = 0; s < size; ++s) {
-        for (int j = 0; j < kDims; ++j) sum[j] += 0.1 + 0.3 * normal(random);
-      }
-      double norm_sq = 0;
-      for (int j = 0; j < kDims; ++j) {
-        norm_sq += (sum[j] / size) * (sum[j] / size);
-        whole[j] += sum[j];
-      }
-      small.push_back({size, norm_sq});
-    }
-    double whole_sq = 0;
-    for (int j = 0; j < kDims; ++j) whole_sq += (whole[j] / kBatch) * (whole[j] / kBatch);
-    const NoiseSums sums = PairEstimates(small, kBatch, whole_sq);
+    const SyntheticStep step = DrawStep(mean, sigma, splits, random);
+    const NoiseSums sums = PairEstimates(step.small, kBatch, step.whole_sq);
     weighted.push_back(sums.trace / sums.trace_weight);
-    double mean = 0;
-    for (const SmallBatchNorm& pair : small)
-      mean += PairEstimates({pair}, kBatch, whole_sq).trace / PairEstimates({pair}, kBatch, whole_sq).trace_weight / 2;
-    plain.push_back(mean);
+    double mean_of_pairs = 0;
+    for (const SmallBatchNorm& pair : step.small) {
+      const NoiseSums one = PairEstimates({pair}, kBatch, step.whole_sq);
+      mean_of_pairs += one.trace / one.trace_weight / 2;
+    }
+    plain.push_back(mean_of_pairs);
   }
-  const auto variance = [](const std::vector<double>& values) {
-    double mean = 0, square = 0;
-    for (double v : values) mean += v / values.size();
-    for (double v : values) square += (v - mean) * (v - mean) / values.size();
-    return square;
-  };
   const auto average = [](const std::vector<double>& values) {
     double mean = 0;
     for (double v : values) mean += v / values.size();
     return mean;
+  };
+  const auto variance = [&](const std::vector<double>& values) {
+    const double mean = average(values);
+    double square = 0;
+    for (double v : values) square += (v - mean) * (v - mean) / values.size();
+    return square;
   };
   const double true_trace = kDims * 0.09;
   EXPECT_NEAR(average(weighted), true_trace, 0.05 * true_trace);
