@@ -27,59 +27,56 @@ void WarnOfRecipeChanges(const RestoredCheckpoint& checkpoint, const TrainingRec
             << checkpoint.step << " otherwise than the run that wrote it: " << Join(changes, "; ") << std::endl;
 }
 
-// Sends `line` from rank `source` to every rank (rank 0, which writes checkpoints, may
-// not hold the one the job resumed from): its ancestor count, then the run ids (as
-// their bits) and steps.
-CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source, torch::Device device) {
+// `values` of rank `source` on every rank (the others' `values` are not read): their
+// count, then the values.
+std::vector<std::int64_t> BroadcastLongs(Communicator& communicator, const std::vector<std::int64_t>& values,
+                                         int source, torch::Device device) {
   const auto longs = torch::TensorOptions(torch::kLong);
-  auto count = torch::tensor({static_cast<std::int64_t>(line.ancestors.size())}, longs).to(device);
+  const bool sending = communicator.rank() == source;
+  auto count = torch::tensor({sending ? static_cast<std::int64_t>(values.size()) : std::int64_t{0}}, longs).to(device);
   communicator.Broadcast(count, source);
-  const std::int64_t ancestors = count.cpu().item<std::int64_t>();
-  std::vector<std::int64_t> values(1 + 2 * ancestors, 0);
-  if (communicator.rank() == source) {
-    values[0] = static_cast<std::int64_t>(line.run);
-    for (std::int64_t i = 0; i < ancestors; ++i) {
-      values[1 + 2 * i] = static_cast<std::int64_t>(line.ancestors[i].run);
-      values[2 + 2 * i] = line.ancestors[i].step;
-    }
-  }
-  auto sent = torch::tensor(values, longs).to(device);
+  const std::int64_t size = count.cpu().item<std::int64_t>();
+  if (size == 0) return {};
+  auto sent = (sending ? torch::tensor(values, longs) : torch::zeros({size}, longs)).to(device);
   communicator.Broadcast(sent, source);
   sent = sent.cpu();
-  CheckpointLine received{static_cast<std::uint64_t>(sent[0].item<std::int64_t>()), {}};
-  for (std::int64_t i = 0; i < ancestors; ++i) {
-    received.ancestors.push_back(
-        {static_cast<std::uint64_t>(sent[1 + 2 * i].item<std::int64_t>()), sent[2 + 2 * i].item<std::int64_t>()});
+  return std::vector<std::int64_t>(sent.data_ptr<std::int64_t>(), sent.data_ptr<std::int64_t>() + size);
+}
+
+// Sends `line` from rank `source` to every rank (rank 0, which writes checkpoints, may
+// not hold the one the job resumed from): its run id, then each ancestor's run id (as
+// their bits) and step.
+CheckpointLine BroadcastLine(Communicator& communicator, const CheckpointLine& line, int source, torch::Device device) {
+  std::vector<std::int64_t> values = {static_cast<std::int64_t>(line.run)};
+  for (const auto& ancestor : line.ancestors) {
+    values.push_back(static_cast<std::int64_t>(ancestor.run));
+    values.push_back(ancestor.step);
+  }
+  const std::vector<std::int64_t> sent = BroadcastLongs(communicator, values, source, device);
+  CheckpointLine received{static_cast<std::uint64_t>(sent.at(0)), {}};
+  for (std::size_t i = 1; i + 1 < sent.size(); i += 2) {
+    received.ancestors.push_back({static_cast<std::uint64_t>(sent[i]), sent[i + 1]});
   }
   return received;
 }
 
-// The source's adaptive batch record (the checkpoint's) on every rank: its stretch count
-// (0: none), then samples_done and each stretch's first step and batch.
+// The source's adaptive batch record (the checkpoint's) on every rank: samples_done, then
+// each stretch's first step and batch (nothing: no record).
 std::optional<BatchRecord> BroadcastBatch(Communicator& communicator, const std::optional<BatchRecord>& record,
                                           int source, torch::Device device) {
-  const auto longs = torch::TensorOptions(torch::kLong);
-  auto count =
-      torch::tensor({record ? static_cast<std::int64_t>(record->sequence.size()) : std::int64_t{0}}, longs).to(device);
-  communicator.Broadcast(count, source);
-  const std::int64_t stretches = count.cpu().item<std::int64_t>();
-  if (stretches == 0) return std::nullopt;
-  std::vector<std::int64_t> values(1 + 2 * stretches, 0);
-  if (communicator.rank() == source) {
-    values[0] = record->samples_done;
-    for (std::int64_t i = 0; i < stretches; ++i) {
-      values[1 + 2 * i] = record->sequence[i].from_step;
-      values[2 + 2 * i] = record->sequence[i].batch;
+  std::vector<std::int64_t> values;
+  if (record) {
+    values.push_back(record->samples_done);
+    for (const BatchStretch& stretch : record->sequence) {
+      values.push_back(stretch.from_step);
+      values.push_back(stretch.batch);
     }
   }
-  auto sent = torch::tensor(values, longs).to(device);
-  communicator.Broadcast(sent, source);
-  sent = sent.cpu();
+  const std::vector<std::int64_t> sent = BroadcastLongs(communicator, values, source, device);
+  if (sent.empty()) return std::nullopt;
   BatchRecord received;
-  received.samples_done = sent[0].item<std::int64_t>();
-  for (std::int64_t i = 0; i < stretches; ++i) {
-    received.sequence.push_back({sent[1 + 2 * i].item<std::int64_t>(), sent[2 + 2 * i].item<std::int64_t>()});
-  }
+  received.samples_done = sent[0];
+  for (std::size_t i = 1; i + 1 < sent.size(); i += 2) received.sequence.push_back({sent[i], sent[i + 1]});
   return received;
 }
 
