@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "planner/base/input_error.h"
@@ -88,18 +89,20 @@ std::optional<BatchChoice> BatchChooser::Judge(std::int64_t step, double noise_s
     return std::nullopt;
   }
   std::vector<BatchCandidate> candidates;
-  std::map<std::int64_t, nlohmann::ordered_json> plans;
+  std::map<std::int64_t, std::pair<std::string, WorkerPlan>> plans;  // batch -> its plan's text, parsed
   for (const std::int64_t batch : CandidateBatches(options_.batch_min, options_.batch_max, now)) {
     try {
       const Replan replan = ReplanRunningJob(cluster_, profiles, plan_, batch);
-      if (!MeasuresNoise(ParseWorkerPlan(replan.plan.dump(), "a candidate plan"))) continue;
+      std::string text = replan.plan.dump(2) + "\n";
+      WorkerPlan plan = ParseWorkerPlan(text, "the adaptive batch's plan");
+      if (!MeasuresNoise(plan)) continue;
       BatchCandidate candidate;
       candidate.batch = batch;
       candidate.step_s = replan.prediction.step_s;
       candidate.efficiency = StatisticalEfficiency(noise_scale, batch, now);
       candidate.goodput = static_cast<double>(batch) / candidate.step_s * candidate.efficiency;
       candidates.push_back(candidate);
-      plans[batch] = replan.plan;
+      plans[batch] = {std::move(text), std::move(plan)};
     } catch (const InputError&) {
       // No schedule of the stage holds this batch on the devices as they are.
     }
@@ -125,13 +128,13 @@ std::optional<BatchChoice> BatchChooser::Judge(std::int64_t step, double noise_s
     choice.emplace();
     choice->global_batch = best->batch;
     choice->predicted_step_s = best->step_s;
-    choice->plan_text = plans.at(best->batch).dump(2) + "\n";
+    std::tie(choice->plan_text, choice->plan) = plans.at(best->batch);
     choice->reason =
         "adaptive batch: " + noise_text + "; batch " + std::to_string(now) + " -> " + std::to_string(best->batch) +
         ", goodput +" + Fixed(100 * (best->goodput / current->goodput - 1), 0) + "% (" +
         Fixed(static_cast<double>(best->batch) / best->step_s, 0) + " samples/s x " + Fixed(best->efficiency, 2) +
         " efficiency against " + Fixed(static_cast<double>(now) / current->step_s, 0) + " samples/s)";
-    proposed_ = ParseWorkerPlan(choice->plan_text, "the adaptive batch's plan");
+    proposed_ = choice->plan;
     last_line_ = "step " + std::to_string(step) + ": " + choice->reason;
   } else {
     const std::int64_t best_batch = best != candidates.end() ? best->batch : now;

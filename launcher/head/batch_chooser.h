@@ -71,6 +71,7 @@ struct BatchCandidate {
 
 struct BatchChoice {
   std::string plan_text;  // the plan file to hand the job
+  WorkerPlan plan;        // the same, parsed
   std::string reason;     // in words, for the progress and the run directory
   std::int64_t global_batch = 0;
   double predicted_step_s = 0;

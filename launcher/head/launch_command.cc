@@ -453,7 +453,7 @@ AttemptEnd RunAttempt(const LaunchOptions& options, const ClusterSpec& whole, co
         const auto number = hand(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
         if (!number) return rebalancer->NotHanded();
         rebalancer->Handed(*number);
-        if (chooser) chooser->Following(ParseWorkerPlan(proposal->plan_text, "the rebalanced plan"), *number);
+        if (chooser) chooser->Following(proposal->plan, *number);
         return;
       }
     }
@@ -470,7 +470,7 @@ AttemptEnd RunAttempt(const LaunchOptions& options, const ClusterSpec& whole, co
     const auto number = hand(choice->plan_text, choice->reason, "adaptive batch");
     if (!number) return chooser->NotHanded();
     chooser->Handed(*number);
-    if (rebalancer) rebalancer->Following(ParseWorkerPlan(choice->plan_text, "the adaptive batch's plan"), *number);
+    if (rebalancer) rebalancer->Following(choice->plan, *number);
   };
   end.outcome = RunAgentJob(cluster, agents, job_id, requests, monitor, std::cout, follow);
   return end;

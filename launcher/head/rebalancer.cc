@@ -138,7 +138,8 @@ std::optional<Rebalance> Rebalancer::Judge() {
   rebalance.reason = "compute against the profiles (median of " + std::to_string(options_.window) +
                      " steps): " + speeds + "; at these speeds the running plan takes " +
                      Seconds(replan.running.step_s) + " per step, the new one " + Seconds(replan.prediction.step_s);
-  proposed_ = ParseWorkerPlan(rebalance.plan_text, "the rebalanced plan");
+  rebalance.plan = ParseWorkerPlan(rebalance.plan_text, "the rebalanced plan");
+  proposed_ = rebalance.plan;
   return rebalance;
 }
 

@@ -53,6 +53,7 @@ struct RebalanceOptions {
 
 struct Rebalance {
   std::string plan_text;  // the plan file to hand the job
+  WorkerPlan plan;        // the same, parsed
   std::string reason;     // in words, for the progress and the run directory
   double predicted_step_s = 0;
 };
