@@ -3,13 +3,11 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <set>
 
 #include "planner/base/host_port.h"
 #include "planner/base/input_error.h"
 #include "planner/base/text_file.h"
 #include "planner/base/yaml_fields.h"
-#include "planner/formats/profile.h"
 
 namespace poplar {
 namespace {
@@ -30,31 +28,6 @@ std::string Folder(YamlFields& fields, const std::string& key, const std::string
     fields.Fail(key, refusal.reason());
   }
   return fs::canonical(path).string();
-}
-
-EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
-  EmulatedDeviceSpec device;
-  device.type = fields.String("type");
-  // The rule cluster files apply: a type the head refuses could never be used.
-  if (const std::string problem = DeviceTypeProblem(device.type); !problem.empty()) fields.Fail("type", problem);
-  if (fields.Has("count")) {
-    device.count = static_cast<int>(fields.IntegerIn("count", 1, 1024, "a number of devices"));
-  }
-  if (fields.Has("threads")) {
-    device.threads = static_cast<int>(fields.IntegerIn("threads", 1, 1024, "a number of threads"));
-  }
-  if (fields.Has("slowdown")) {
-    device.slowdown = fields.NumberIn("slowdown", 1, 1000, "a slowdown factor");
-  }
-  device.memory_bytes = fields.IntegerIn("memory_mib", 1, std::int64_t{1} << 30, "a number of MiB") << 20;
-  if (fields.Has("later")) {
-    YamlFields later = fields.Map("later");
-    device.later_step = later.IntegerIn("step", 1, std::int64_t{1} << 40, "a step of the run");
-    device.later_slowdown = later.NumberIn("slowdown", 1, 1000, "a slowdown factor");
-    later.Finish();
-  }
-  fields.Finish();
-  return device;
 }
 
 }  // namespace
@@ -99,18 +72,7 @@ AgentConfig ParseAgentConfig(const std::string& text, const std::string& path, c
     config.nvml_library = library->find('/') == std::string::npos ? *library : ResolveAgainst(base, *library);
   }
 
-  if (fields.Has("emulated")) {
-    YAML::Node list = fields.Child("emulated");
-    if (!list.IsSequence()) fields.Fail("emulated", "must be a list of {type, count, threads, slowdown, memory_mib}");
-    std::set<std::string> types;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string key = "emulated[" + std::to_string(i) + "]";
-      config.emulated.push_back(ParseEmulated(YamlFields(list[i], path, fields.KeyPath(key))));
-      if (!types.insert(config.emulated.back().type).second) {
-        throw InputError(path, key + ".type", "'" + config.emulated.back().type + "' is declared twice");
-      }
-    }
-  }
+  config.emulated = ParseEmulatedDevices(fields, "emulated");
   fields.Finish();
   return config;
 }

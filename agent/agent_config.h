@@ -22,21 +22,9 @@
 #include <vector>
 
 #include "planner/cluster/credentials.h"
+#include "planner/cluster/emulated_device.h"
 
 namespace poplar {
-
-struct EmulatedDeviceSpec {
-  std::string type;
-  int count = 1;
-  int threads = 1;                // intra-op CPU threads of each worker
-  double slowdown = 1.0;          // compute time is stretched by this factor (>= 1)
-  std::int64_t memory_bytes = 0;  // enforced cap (> 0)
-  // `later`: from this step of every training run on, compute is stretched by
-  // later_slowdown instead (a device that throttles, or recovers); profiles measure
-  // `slowdown`. 0: never.
-  std::int64_t later_step = 0;
-  double later_slowdown = 1.0;
-};
 
 struct AgentConfig {
   std::string file;

@@ -13,7 +13,7 @@
 #include "agent/agent_config.h"
 #include "agent/job.h"
 #include "agent/profiler.h"
-#include "agent/spawner.h"
+#include "planner/base/spawner.h"
 #include "planner/formats/job_settings.h"
 #include "poplar/v1/agent.grpc.pb.h"
 

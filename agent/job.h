@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/spawner.h"
+#include "planner/base/spawner.h"
 #include "planner/formats/stop_grace.h"
 
 namespace poplar {

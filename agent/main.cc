@@ -1,7 +1,7 @@
 // `poplar-agent --config AGENT.yaml`: serves the Agent API (proto/poplar/v1) on the
 // address its config names, over TLS with the cluster's credentials, until SIGTERM or
 // SIGINT; then it stops every job it runs and exits. Its workers die with it even if it
-// is killed (agent/spawner.h).
+// is killed (planner/base/spawner.h).
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>

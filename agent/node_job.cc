@@ -4,11 +4,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "agent/spawner.h"
 #include "agent/work_dir.h"
 #include "agent/worker_settings.h"
 #include "planner/base/input_error.h"
 #include "planner/base/number_text.h"
+#include "planner/base/spawner.h"
 #include "planner/base/text_file.h"
 #include "planner/formats/job_id.h"
 #include "planner/formats/job_settings.h"

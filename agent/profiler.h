@@ -12,7 +12,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/devices.h"
-#include "agent/spawner.h"
+#include "planner/base/spawner.h"
 
 namespace poplar {
 

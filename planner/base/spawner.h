@@ -1,10 +1,11 @@
-// Spawner: starts child processes so that none can outlive the agent.
+// Spawner: starts child processes so that none can outlive their owner (the agent's
+// workers and profiles; the head's srun under Slurm).
 //
-// Every child is started from one thread that lives as long as the Spawner (the
-// agent's lifetime), because Linux delivers PR_SET_PDEATHSIG when the *thread* that
+// Every child is started from one thread that lives as long as the Spawner (its
+// owner's lifetime), because Linux delivers PR_SET_PDEATHSIG when the *thread* that
 // forked a child exits, not the process: forking from a gRPC handler thread, which the
 // server may retire at any time, would kill healthy workers. Each child:
-//   - gets SIGKILL if the agent dies (PR_SET_PDEATHSIG), even by SIGKILL;
+//   - gets SIGKILL if its owner dies (PR_SET_PDEATHSIG), even by SIGKILL;
 //   - leads its own process group, so a stop reaches anything it starts;
 //   - has stdin from /dev/null and stdout and stderr on one pipe the caller reads;
 //   - gets exactly the environment given, and the working folder given.

@@ -1,4 +1,4 @@
-#include "agent/spawner.h"
+#include "planner/base/spawner.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,0 +1,62 @@
+#include "planner/cluster/emulated_device.h"
+
+#include <set>
+
+#include "planner/base/input_error.h"
+#include "planner/base/number_text.h"
+#include "planner/base/yaml_fields.h"
+#include "planner/formats/profile.h"
+
+namespace poplar {
+namespace {
+
+EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
+  EmulatedDeviceSpec device;
+  device.type = fields.String("type");
+  // The rule cluster files apply: a type the head refuses could never be used.
+  if (const std::string problem = DeviceTypeProblem(device.type); !problem.empty()) fields.Fail("type", problem);
+  if (fields.Has("count")) {
+    device.count = static_cast<int>(fields.IntegerIn("count", 1, 1024, "a number of devices"));
+  }
+  if (fields.Has("threads")) {
+    device.threads = static_cast<int>(fields.IntegerIn("threads", 1, 1024, "a number of threads"));
+  }
+  if (fields.Has("slowdown")) {
+    device.slowdown = fields.NumberIn("slowdown", 1, 1000, "a slowdown factor");
+  }
+  device.memory_bytes = fields.IntegerIn("memory_mib", 1, std::int64_t{1} << 30, "a number of MiB") << 20;
+  if (fields.Has("later")) {
+    YamlFields later = fields.Map("later");
+    device.later_step = later.IntegerIn("step", 1, std::int64_t{1} << 40, "a step of the run");
+    device.later_slowdown = later.NumberIn("slowdown", 1, 1000, "a slowdown factor");
+    later.Finish();
+  }
+  fields.Finish();
+  return device;
+}
+
+}  // namespace
+
+std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const std::string& key) {
+  std::vector<EmulatedDeviceSpec> devices;
+  if (!fields.Has(key)) return devices;
+  YAML::Node list = fields.Child(key);
+  if (!list.IsSequence()) fields.Fail(key, "must be a list of {type, count, threads, slowdown, memory_mib}");
+  std::set<std::string> types;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string item = key + "[" + std::to_string(i) + "]";
+    devices.push_back(ParseEmulated(YamlFields(list[i], fields.file(), fields.KeyPath(item))));
+    if (!types.insert(devices.back().type).second) {
+      throw InputError(fields.file(), fields.KeyPath(item) + ".type",
+                       "'" + devices.back().type + "' is declared twice");
+    }
+  }
+  return devices;
+}
+
+std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec) {
+  return {"--threads",      std::to_string(spec.threads),     "--slowdown", ShortestText(spec.slowdown),
+          "--memory-bytes", std::to_string(spec.memory_bytes)};
+}
+
+}  // namespace poplar

@@ -1,0 +1,37 @@
+// Emulated CPU devices (docs/worker.md, "Emulated devices"): a type, a count, and how
+// each worker stretches and caps its compute. Agent files declare the devices their node
+// offers (`emulated:`); a cluster file's `slurm.emulated` declares those of every node
+// of a Slurm allocation. Both are read here, the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace poplar {
+
+class YamlFields;
+
+struct EmulatedDeviceSpec {
+  std::string type;
+  int count = 1;
+  int threads = 1;                // intra-op CPU threads of each worker
+  double slowdown = 1.0;          // compute time is stretched by this factor (>= 1)
+  std::int64_t memory_bytes = 0;  // enforced cap (> 0)
+  // `later`: from this step of every training run on, compute is stretched by
+  // later_slowdown instead (a device that throttles, or recovers); profiles measure
+  // `slowdown`. 0: never.
+  std::int64_t later_step = 0;
+  double later_slowdown = 1.0;
+};
+
+// The list at `key` of `fields` ({type, count, threads, slowdown, memory_mib, later:
+// {step, slowdown}} each): throws InputError naming the file and the key of what is
+// wrong (a bad value, a type declared twice). Empty when `key` is absent.
+std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const std::string& key);
+
+// The worker's flags for a device of `spec`: --threads, --slowdown, --memory-bytes, and
+// --later-slowdown-step with --later-slowdown when it changes later.
+std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec);
+
+}  // namespace poplar
