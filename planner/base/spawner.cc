@@ -127,7 +127,10 @@ std::vector<std::string> InheritedEnvironment() {
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string variable = *entry;
     const std::string name = variable.substr(0, variable.find('='));
-    bool keep = name.rfind("NCCL_", 0) == 0 || name.rfind("GLOO_", 0) == 0;
+    // OpenBLAS's kernel settings (OPENBLAS_CORETYPE) change the arithmetic; its thread
+    // count is the device's (OMP_NUM_THREADS, set per worker), never inherited.
+    const bool blas = name.rfind("OPENBLAS_", 0) == 0 && name != "OPENBLAS_NUM_THREADS";
+    bool keep = name.rfind("NCCL_", 0) == 0 || name.rfind("GLOO_", 0) == 0 || blas;
     for (const char* wanted : kNames) keep = keep || name == wanted;
     if (keep) env.push_back(variable);
   }

@@ -57,7 +57,9 @@ class Spawner {
 };
 
 // The environment variables a worker inherits from the agent (PATH, LD_LIBRARY_PATH,
-// HOME, LANG, TMPDIR, and NCCL_*/GLOO_* settings), as "NAME=value".
+// HOME, LANG, TMPDIR, NCCL_*/GLOO_* settings, and OpenBLAS's kernel settings, such as
+// OPENBLAS_CORETYPE, but not OPENBLAS_NUM_THREADS), as "NAME=value": the same arithmetic
+// as a worker started by hand or by srun, which inherit them too.
 std::vector<std::string> InheritedEnvironment();
 
 // A child's wait status (waitpid) as the shell's exit code: its exit status, or 128 plus
