@@ -14,8 +14,10 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "agent/agent_config.h"
@@ -120,7 +122,31 @@ std::string WorkerVersion(Spawner& spawner, const AgentConfig& config) {
 struct AgentOptions {
   std::string config;
   std::string port_file;
+  bool list_gpus = false;
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
+
+// --list-gpus: this node's NVIDIA GPUs as one JSON line, {"node", "gpus": [{type, index,
+// memory_bytes}], "why_none"}: what `poplar launch --slurm` asks each node of its
+// allocation (launcher/head/slurm_allocation.h). The node is Slurm's name for it
+// (SLURMD_NODENAME) inside a job step, else the host name.
+void ListGpus(const AgentOptions& options) {
+  std::string why_none;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const DeviceInfo& gpu : DiscoverNvidiaGpus(options.nvml_library, &why_none)) {
+    gpus.push_back({{"type", gpu.type}, {"index", gpu.index}, {"memory_bytes", gpu.memory_bytes}});
+  }
+  std::string node;
+  if (const char* slurm_name = std::getenv("SLURMD_NODENAME")) node = slurm_name;
+  if (node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    node = host;
+  }
+  nlohmann::json line = {{"node", node}, {"gpus", gpus}};
+  if (gpus.empty()) line["why_none"] = why_none.empty() ? "NVML lists no GPU" : why_none;
+  std::printf("%s\n", line.dump().c_str());
+}
 
 void Serve(const AgentOptions& options) {
   // SIGINT, SIGTERM and SIGHUP are taken by a waiting thread; block them in every thread
@@ -224,7 +250,14 @@ int main(int argc, char** argv) {
   app.add_option("--config", options.config, "Agent file (YAML; required)")->check(CLI::ExistingFile);
   app.add_option("--port-file", options.port_file, "Write the port it listens on here (for listen: host:0)")
       ->check(poplar::NotEmpty());
+  auto* list = app.add_flag("--list-gpus", options.list_gpus,
+                            "Print this node's NVIDIA GPUs (NVML) as one JSON line and exit (what `poplar launch "
+                            "--slurm` asks each node of its allocation)");
+  app.add_option("--nvml-library", options.nvml_library, "With --list-gpus: the NVML library to open")
+      ->needs(list)
+      ->capture_default_str();
   app.callback([&] {
+    if (options.list_gpus) return poplar::ListGpus(options);
     if (options.config.empty()) throw CLI::RequiredError("--config");
     poplar::Serve(options);
   });

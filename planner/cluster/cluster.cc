@@ -64,6 +64,41 @@ DeviceGroupSpec ParseDeviceGroup(YamlFields fields) {
   return group;
 }
 
+SlurmSpec ParseSlurm(YamlFields fields) {
+  SlurmSpec slurm;
+  const std::string gpus = fields.OptionalString("gpus").value_or("auto");
+  if (gpus != "auto" && gpus != "none") fields.Fail("gpus", "must be auto or none, got '" + gpus + "'");
+  slurm.discover_gpus = gpus == "auto";
+  slurm.emulated = ParseEmulatedDevices(fields, "emulated");
+  fields.Finish();
+  if (!slurm.discover_gpus && slurm.emulated.empty()) {
+    fields.Fail("gpus", "is none and there are no emulated devices: the nodes would offer no device");
+  }
+  return slurm;
+}
+
+// What the nodes need of the network section: the links their collectives cross,
+// unless the network is measured; the measured network read (kComplete).
+void CheckNetwork(ClusterSpec& cluster, ClusterRead read) {
+  const bool measured = !cluster.measured_network_file.empty() || read == ClusterRead::kNetworkElsewhere;
+  const auto several = [](const NodeSpec& node) {
+    int devices = 0;
+    for (const auto& group : node.devices) devices += group.count;
+    return devices > 1;
+  };
+  if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {
+    throw InputError(cluster.file, "network.inter_node",
+                     "is required when the cluster has more than one node (or network.measured)");
+  }
+  if (std::any_of(cluster.nodes.begin(), cluster.nodes.end(), several) && !cluster.intra_node && !measured) {
+    throw InputError(cluster.file, "network.intra_node",
+                     "is required when a node has more than one device (or network.measured)");
+  }
+  if (!cluster.measured_network_file.empty() && read == ClusterRead::kComplete) {
+    AttachMeasuredNetwork(cluster, cluster.measured_network_file, cluster.file, "network.measured");
+  }
+}
+
 NodeSpec ParseNode(YamlFields fields) {
   NodeSpec node;
   node.name = fields.String("name");
@@ -294,11 +329,15 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   }
   ParseTraining(fields.Map("training"), cluster);
 
-  YAML::Node nodes = fields.List("nodes", "a non-empty list of nodes");
+  if (fields.Has("slurm")) cluster.slurm = ParseSlurm(fields.Map("slurm"));
+  // Under Slurm the allocation's nodes are the cluster's (OnNodes); `nodes` may be there
+  // for launches through agents.
+  YAML::Node nodes = read == ClusterRead::kSlurmAllocation && !fields.Has("nodes")
+                         ? YAML::Node(YAML::NodeType::Sequence)
+                         : fields.List("nodes", "a non-empty list of nodes");
   std::set<std::string> names;
   std::map<std::string, std::string> agents;  // address -> the node it serves
   std::int64_t devices = 0;
-  bool multi_device_node = false;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const std::string path = "nodes[" + std::to_string(i) + "]";
     cluster.nodes.push_back(ParseNode(YamlFields(nodes[i], file, path)));
@@ -307,7 +346,6 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
     // int and the planner's memory.
     std::int64_t node_devices = 0;
     for (const auto& group : node.devices) node_devices += group.count;
-    multi_device_node = multi_device_node || node_devices > 1;
     devices += node_devices;
     if (devices > kMostClusterDevices) {
       throw InputError(file, "nodes",
@@ -342,16 +380,17 @@ ClusterSpec ParseClusterYaml(const std::string& text, const std::string& file, C
   }
   // Every key is read: a misspelt one ("netwrok") is named before what its absence means.
   fields.Finish();
-  const bool measured = !cluster.measured_network_file.empty() || read == ClusterRead::kNetworkElsewhere;
-  if (cluster.nodes.size() > 1 && !cluster.inter_node && !measured) {
-    fields.Fail("network.inter_node", "is required when the cluster has more than one node (or network.measured)");
+  if (read == ClusterRead::kSlurmAllocation) {
+    if (!cluster.slurm) fields.Fail("slurm", "is required to launch under Slurm (--slurm): the devices of each node");
+    return cluster;
   }
-  if (multi_device_node && !cluster.intra_node && !measured) {
-    fields.Fail("network.intra_node", "is required when a node has more than one device (or network.measured)");
-  }
-  if (!cluster.measured_network_file.empty() && read == ClusterRead::kComplete) {
-    AttachMeasuredNetwork(cluster, cluster.measured_network_file, file, "network.measured");
-  }
+  CheckNetwork(cluster, read);
+  return cluster;
+}
+
+ClusterSpec OnNodes(ClusterSpec cluster, std::vector<NodeSpec> nodes) {
+  cluster.nodes = std::move(nodes);
+  CheckNetwork(cluster, ClusterRead::kComplete);
   return cluster;
 }
 

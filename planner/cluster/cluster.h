@@ -20,6 +20,9 @@
 //       agent: 10.0.0.1:7150        # optional, its poplar-agent; defaults to host:7150
 //       devices:
 //         - {type: A100-80GB, count: 8}
+//   slurm:                          # poplar launch --slurm: the nodes of the allocation
+//     gpus: auto                    #   auto (each node's NVIDIA GPUs, NVML through srun) | none
+//     emulated: [{type: emu-fast, count: 1, slowdown: 1.0, memory_mib: 48}]  # on every node
 //   credentials: {ca: ..., cert: ..., key: ..., token: ...}   # to reach the agents
 //   job:                            # what `poplar launch` trains (optional)
 //     model: models/gpt-small.json  # model config, relative to this file
@@ -38,6 +41,7 @@
 
 #include "planner/base/text_file.h"
 #include "planner/cluster/credentials.h"
+#include "planner/cluster/emulated_device.h"
 #include "planner/formats/job_settings.h"
 #include "planner/formats/lr_schedule.h"
 #include "planner/formats/model_config.h"
@@ -86,6 +90,14 @@ struct RankSlot {
   int local_index = 0;  // among the node's devices
 };
 
+// The cluster file's `slurm` section: what every node of a Slurm allocation offers, for
+// `poplar launch --slurm` (launcher/head/slurm_allocation.h), whose nodes are the
+// allocation's rather than the file's `nodes`.
+struct SlurmSpec {
+  bool discover_gpus = true;                 // gpus: auto; none: no GPU is looked for
+  std::vector<EmulatedDeviceSpec> emulated;  // on every node, after its GPUs
+};
+
 struct ClusterSpec {
   std::string file;  // the path it was read from, for error messages
   std::string name;
@@ -104,6 +116,7 @@ struct ClusterSpec {
   std::string measured_network_file;                // network.measured, resolved; empty if not given
   std::optional<MeasuredNetwork> measured_network;  // read unless kNetworkElsewhere
   std::vector<NodeSpec> nodes;
+  std::optional<SlurmSpec> slurm;
   std::optional<CredentialPaths> credentials;
   std::optional<JobSpec> job;
 
@@ -129,7 +142,9 @@ struct ClusterSpec {
 // kNetworkElsewhere: `network.measured` is recorded, not read, and declared links are
 // not required: for `poplar network`, which makes that file, and for `--network FILE`,
 // which replaces it (AttachMeasuredNetwork).
-enum class ClusterRead { kComplete, kNetworkElsewhere };
+// kSlurmAllocation: `nodes` may be absent and the network is not checked yet, for
+// `poplar launch --slurm`, which places the cluster on its allocation's nodes (OnNodes).
+enum class ClusterRead { kComplete, kNetworkElsewhere, kSlurmAllocation };
 
 // Parses and validates YAML text. `file` names the source in errors. Throws InputError;
 // also when the measured network was measured on another shape of cluster (ranks,
@@ -149,6 +164,12 @@ ClusterSpec LoadClusterFile(const std::string& path, ClusterRead read = ClusterR
 // --network FILE they take) empty, as it is; else with that network file in place of
 // the file's `network` section (errors name --network).
 ClusterSpec LoadClusterFileWithNetworkFlag(const std::string& path, const std::string& network_flag);
+
+// `cluster` (read with kSlurmAllocation) on `nodes`, a Slurm allocation's, with its
+// network checked and its measured network read as a complete read does. Throws
+// InputError naming the cluster file: a link the nodes need is not declared, or the
+// measured network was measured on other nodes.
+ClusterSpec OnNodes(ClusterSpec cluster, std::vector<NodeSpec> nodes);
 
 // `cluster` with only the nodes named in `names` (in the cluster's order), as an
 // elastic launch re-plans over the nodes still reachable. A measured network is of the

@@ -841,5 +841,71 @@ TEST(ClusterFileExamples, EveryShippedExampleParses) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Under Slurm: the slurm section, and the allocation's nodes in place of `nodes`.
+
+constexpr char kSlurmCluster[] = R"(name: hpc
+training: {global_batch: 64, precision: fp32}
+network:
+  intra_node: {bandwidth_gbps: 20, latency_us: 30}
+slurm:
+  gpus: none
+  emulated:
+    - {type: emu-fast, count: 1, slowdown: 1.0, memory_mib: 48}
+    - {type: emu-slow, count: 2, slowdown: 2.5, memory_mib: 20, threads: 2}
+)";
+
+InputError SlurmReadError(const std::string& text) {
+  try {
+    ParseClusterYaml(text, kFile, ClusterRead::kSlurmAllocation);
+    ADD_FAILURE() << "parsed without error:\n" << text;
+  } catch (const InputError& error) {
+    return error;
+  }
+  return InputError("<none>", "<none>", "<no error was thrown>");
+}
+
+TEST(ClusterFile, ASlurmClusterTakesItsNodesFromTheAllocation) {
+  const ClusterSpec read = ParseClusterYaml(kSlurmCluster, kFile, ClusterRead::kSlurmAllocation);
+  ASSERT_TRUE(read.slurm.has_value());
+  EXPECT_FALSE(read.slurm->discover_gpus);
+  ASSERT_EQ(read.slurm->emulated.size(), 2u);
+  EXPECT_EQ(read.slurm->emulated[1].count, 2);
+  EXPECT_EQ(read.slurm->emulated[1].threads, 2);
+  EXPECT_EQ(read.slurm->emulated[1].memory_bytes, std::int64_t{20} << 20);
+  EXPECT_TRUE(read.nodes.empty());
+
+  const ClusterSpec placed = OnNodes(read, {{"n1", "10.0.0.1", "", {{"emu-fast", 1}, {"emu-slow", 2}}}});
+  EXPECT_EQ(placed.DeviceCount(), 3);
+  EXPECT_EQ(placed.Ranks()[2].device_type, "emu-slow");
+  // Two nodes need the link between nodes, which this file does not declare.
+  try {
+    OnNodes(read, {{"n1", "10.0.0.1", "", {{"emu-fast", 1}}}, {"n2", "10.0.0.2", "", {{"emu-fast", 1}}}});
+    ADD_FAILURE() << "two nodes without network.inter_node were accepted";
+  } catch (const InputError& error) {
+    EXPECT_EQ(error.key(), "network.inter_node");
+  }
+}
+
+TEST(ClusterFile, RefusesASlurmSectionThatOffersNothingAndNodesMissingOutsideSlurm) {
+  const InputError nothing = SlurmReadError(Replaced(kSlurmCluster, R"(  emulated:
+    - {type: emu-fast, count: 1, slowdown: 1.0, memory_mib: 48}
+    - {type: emu-slow, count: 2, slowdown: 2.5, memory_mib: 20, threads: 2}
+)",
+                                                     ""));
+  EXPECT_EQ(nothing.key(), "slurm.gpus");
+  EXPECT_TRUE(Contains(nothing.reason(), "would offer no device"));
+  const InputError twice = SlurmReadError(Replaced(kSlurmCluster, "type: emu-slow", "type: emu-fast"));
+  EXPECT_EQ(twice.key(), "slurm.emulated[1].type");
+  const InputError slowdown = SlurmReadError(Replaced(kSlurmCluster, "slowdown: 2.5", "slowdown: 0.5"));
+  EXPECT_EQ(slowdown.key(), "slurm.emulated[1].slowdown");
+  EXPECT_EQ(SlurmReadError(Replaced(kSlurmCluster, "gpus: none", "gpus: some")).key(), "slurm.gpus");
+  // Under Slurm the section is required; elsewhere, nodes are.
+  const std::string no_slurm = kSlurmCluster;
+  EXPECT_EQ(SlurmReadError(no_slurm.substr(0, no_slurm.find("slurm:"))).key(), "slurm");
+  const InputError no_nodes = ParseError(kSlurmCluster);
+  EXPECT_EQ(no_nodes.key(), "nodes");
+}
+
 }  // namespace
 }  // namespace poplar

@@ -1,0 +1,178 @@
+#include "launcher/head/slurm_allocation.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "planner/base/command_failed.h"
+#include "planner/base/input_error.h"
+#include "planner/base/json_fields.h"
+#include "planner/base/spawner.h"
+#include "planner/formats/profile.h"
+
+extern char** environ;
+
+namespace poplar {
+namespace {
+
+std::vector<std::string> WholeEnvironment() {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) env.emplace_back(*entry);
+  return env;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::string FindInPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream folders(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string folder; std::getline(folders, folder, ':');) {
+    const std::string candidate = (std::filesystem::path(folder.empty() ? "." : folder) / name).string();
+    if (::access(candidate.c_str(), X_OK) == 0 && !std::filesystem::is_directory(candidate)) {
+      return std::filesystem::absolute(candidate).string();
+    }
+  }
+  throw CommandFailed("--slurm: " + name + " is not in PATH; is Slurm's client (slurm-client) installed here?");
+}
+
+std::string RunToEnd(const std::vector<std::string>& argv) {
+  Spawner spawner;
+  Spawned child;
+  try {
+    child = spawner.Spawn({argv.at(0), {argv.begin() + 1, argv.end()}, WholeEnvironment(), ""});
+  } catch (const std::runtime_error& error) {
+    throw CommandFailed(std::string("--slurm: ") + error.what());
+  }
+  std::string output;
+  char buffer[4096];
+  for (ssize_t got; (got = ::read(child.output_fd, buffer, sizeof buffer)) != 0;) {
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    output.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(child.output_fd);
+  int status = 0;
+  while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (ExitCodeOf(status) != 0) {
+    std::string command;
+    for (const std::string& arg : argv) command += (command.empty() ? "" : " ") + arg;
+    throw CommandFailed("--slurm: `" + command + "` " + DescribeWaitStatus(status) +
+                        (output.empty() ? "" : ":\n" + output));
+  }
+  return output;
+}
+
+SlurmAllocation CurrentSlurmAllocation() {
+  SlurmAllocation allocation;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+  if (job == nullptr || nodelist == nullptr || *job == '\0' || *nodelist == '\0') {
+    throw CommandFailed(
+        "--slurm: not inside a Slurm allocation (SLURM_JOB_ID and SLURM_JOB_NODELIST are not set); run it in "
+        "`salloc --nodes=N ...` or in an sbatch script (docs/operations.md, \"Running under Slurm\")");
+  }
+  allocation.job_id = job;
+  const std::string scontrol = FindInPath("scontrol");
+  allocation.nodes = Lines(RunToEnd({scontrol, "show", "hostnames", nodelist}));
+  if (allocation.nodes.empty()) {
+    throw CommandFailed("--slurm: SLURM_JOB_NODELIST '" + std::string(nodelist) + "' names no node");
+  }
+  // One line per node: "NodeName=n1 Arch=... NodeAddr=10.0.0.1 NodeHostName=n1 ...".
+  for (const std::string& line : Lines(RunToEnd({scontrol, "--oneliner", "show", "node", nodelist}))) {
+    std::string name, address;
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word.rfind("NodeName=", 0) == 0) name = word.substr(9);
+      if (word.rfind("NodeAddr=", 0) == 0) address = word.substr(9);
+    }
+    if (!name.empty() && !address.empty()) allocation.addresses[name] = address;
+  }
+  for (const std::string& node : allocation.nodes) {
+    if (allocation.addresses.count(node) == 0) {
+      throw CommandFailed("--slurm: `scontrol show node " + node + "` gives no NodeAddr for node '" + node + "'");
+    }
+  }
+  return allocation;
+}
+
+NodeGpus ParseNodeGpus(const std::string& line, const std::string& source) {
+  const nlohmann::json json = ParseJsonObject(line, source);
+  JsonFields fields(json, source, "");
+  NodeGpus node;
+  node.node = fields.String("node");
+  node.why_none = fields.OptionalString("why_none").value_or("");
+  const nlohmann::json& gpus = fields.Child("gpus");
+  if (!gpus.is_array()) fields.Fail("gpus", "must be a list of {type, index, memory_bytes}");
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    JsonFields gpu(gpus[i], source, "gpus[" + std::to_string(i) + "]");
+    const std::string type = gpu.String("type");
+    if (const std::string problem = DeviceTypeProblem(type); !problem.empty()) gpu.Fail("type", problem);
+    const int index = static_cast<int>(gpu.IntegerIn("index", 0, 1 << 20, "a GPU index"));
+    gpu.IntegerIn("memory_bytes", 0, std::int64_t{1} << 50, "a number of bytes");
+    gpu.Finish();
+    node.gpus.push_back({type, index});
+  }
+  fields.Finish();
+  return node;
+}
+
+std::vector<NodeGpus> ListAllocationGpus(const SlurmAllocation& allocation, const std::string& srun,
+                                         const std::string& agent) {
+  const std::string nodes = std::to_string(allocation.nodes.size());
+  const std::string output = RunToEnd({srun, "--nodes=" + nodes, "--ntasks=" + nodes, "--ntasks-per-node=1",
+                                       "--kill-on-bad-exit=1", agent, "--list-gpus"});
+  std::vector<NodeGpus> listed;
+  for (const std::string& line : Lines(output)) {
+    if (line.front() != '{') continue;  // srun's own notes
+    listed.push_back(ParseNodeGpus(line, "poplar-agent --list-gpus"));
+  }
+  return listed;
+}
+
+std::vector<NodeSpec> AllocationNodes(const SlurmAllocation& allocation, const SlurmSpec& slurm,
+                                      const std::vector<NodeGpus>& gpus) {
+  std::vector<NodeSpec> nodes;
+  for (const std::string& name : allocation.nodes) {
+    NodeSpec node;
+    node.name = name;
+    node.host = allocation.addresses.at(name);
+    std::string why_none = slurm.discover_gpus ? "its GPUs were not listed" : "slurm.gpus is none";
+    for (const NodeGpus& listed : gpus) {
+      if (listed.node != name) continue;
+      for (const ListedGpu& gpu : listed.gpus) {
+        if (!node.devices.empty() && node.devices.back().type == gpu.type) {
+          ++node.devices.back().count;
+        } else {
+          node.devices.push_back({gpu.type, 1});
+        }
+      }
+      why_none = listed.why_none.empty() ? "NVML lists no GPU" : listed.why_none;
+    }
+    for (const EmulatedDeviceSpec& device : slurm.emulated) node.devices.push_back({device.type, device.count});
+    if (node.devices.empty()) {
+      throw CommandFailed("--slurm: node '" + name + "' of the allocation offers no device: " + why_none +
+                          ", and the cluster file's slurm.emulated declares none");
+    }
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
+}  // namespace poplar
