@@ -258,7 +258,7 @@ nlohmann::ordered_json WriteSummary(const LaunchOptions& options, const std::str
     types.push_back(placement.device_type);
   }
   const std::vector<RankRecords> records = ReadRankRecords(run_dir, nodes, types);
-  summary["stragglers"] = StragglerReport(records);
+  summary["stragglers"] = StragglerReport(records, ReadPredictedBusy(run_dir));
   if (options.timeline) {
     WriteFileAtomically((fs::path(run_dir) / "timeline.json").string(), TimelineTrace(job_id, records).dump() + "\n");
   }
@@ -303,6 +303,16 @@ void SayWhatWasTrained(const nlohmann::ordered_json& summary, const JobSpec& job
               << straggler["device_type"].get<std::string>() << " on node " << straggler["node"].get<std::string>()
               << "), idle " << Fixed(100 * straggler["idle_share"].get<double>(), 0) << "% of its steps"
               << (others.empty() ? "" : "; the others idle " + others) << "\n";
+  }
+  // How far each type's compute is from the plan's prediction: far off, re-profile it.
+  if (!summary["stragglers"].empty() && summary["stragglers"].back().contains("busy")) {
+    std::vector<std::string> ratios;
+    for (const auto& [type, busy] : summary["stragglers"].back()["busy"].items()) {
+      ratios.push_back(type + " " + Fixed(busy["ratio"].get<double>(), 2) + "x (" +
+                       Seconds(busy["measured_s"].get<double>()) + " vs " + Seconds(busy["predicted_s"].get<double>()) +
+                       ")");
+    }
+    std::cout << "compute per step vs the plan" << of_plan << ": " << Join(ratios, ", ") << "\n";
   }
   std::cout << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json"
             << (std::filesystem::exists(fs::path(run_dir) / "timeline.json") ? ", timeline.json" : "") << ")\n";

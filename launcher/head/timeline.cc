@@ -141,10 +141,34 @@ nlohmann::json TimelineTrace(const std::string& job_id, const std::vector<RankRe
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
 }
 
-nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks) {
+PredictedBusy ReadPredictedBusy(const std::string& run_dir) {
+  PredictedBusy predicted;
+  const auto read = [&](int plan, const std::filesystem::path& file) {
+    std::ifstream in(file);
+    if (!in) return;
+    const nlohmann::json json = nlohmann::json::parse(in, nullptr, false);
+    if (!json.is_object() || !json.contains("device_types") || !json["device_types"].is_array()) return;
+    for (const nlohmann::json& type : json["device_types"]) {
+      const auto busy = RecordNumber(type, "busy_s");
+      if (type.is_object() && type.contains("type") && type["type"].is_string() && busy && *busy > 0) {
+        predicted[plan][type["type"].get<std::string>()] = *busy;
+      }
+    }
+  };
+  read(0, std::filesystem::path(run_dir) / "plan.json");
+  for (int plan = 1;
+       std::filesystem::exists(std::filesystem::path(run_dir) / "plans" / ("plan-" + std::to_string(plan) + ".json"));
+       ++plan) {
+    read(plan, std::filesystem::path(run_dir) / "plans" / ("plan-" + std::to_string(plan) + ".json"));
+  }
+  return predicted;
+}
+
+nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks, const PredictedBusy& predicted) {
   std::vector<int> order;                                          // plans in the order they first trained
   std::map<int, std::int64_t> steps;                               // plan -> rank 0's steps of it
   std::map<int, std::map<std::size_t, std::vector<double>>> idle;  // plan -> rank index -> idle shares
+  std::map<int, std::map<std::string, std::vector<double>>> busy;  // plan -> device type -> compute_s
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     std::optional<int> previous;
     for (const nlohmann::json& record : ranks[r].records) {
@@ -158,6 +182,8 @@ nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks) {
       previous = number;
       if (first_of_plan) continue;  // a warm-up
       if (const auto idle_s = IdleSeconds(record)) idle[number][r].push_back(std::min(1.0, *idle_s / *step_s));
+      if (const auto compute_s = RecordNumber(record, "compute_s"))
+        busy[number][ranks[r].device_type].push_back(*compute_s);
     }
   }
   nlohmann::json report = nlohmann::json::array();
@@ -178,6 +204,18 @@ nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks) {
       const RankRecords& rank = ranks[*straggler];
       entry["straggler"] = {
           {"rank", rank.rank}, {"device_type", rank.device_type}, {"node", rank.node}, {"idle_share", least}};
+    }
+    const auto said = predicted.find(plan);
+    if (said != predicted.end()) {
+      nlohmann::json measured_busy = nlohmann::json::object();
+      for (const auto& [type, predicted_s] : said->second) {
+        const auto values = busy[plan].find(type);
+        if (values == busy[plan].end() || values->second.empty()) continue;
+        const double measured_s = Median(values->second);
+        measured_busy[type] = {
+            {"measured_s", measured_s}, {"predicted_s", predicted_s}, {"ratio", measured_s / predicted_s}};
+      }
+      if (!measured_busy.empty()) entry["busy"] = std::move(measured_busy);
     }
     report.push_back(std::move(entry));
   }

@@ -15,9 +15,12 @@
 // A rank's idle time in a step is what its micro-batches and optimizer did not compute:
 // step_s - compute_s - optimizer_s. The straggler of a stretch of the run (a plan) is
 // the rank idle least (the others wait for it); the report gives each its median idle
-// share, so that a user sees which device holds the step.
+// share, so that a user sees which device holds the step. Where the plans say what
+// each device type should compute per step (their `device_types[].busy_s`), the report
+// sets the measured compute beside it, so that a user sees whether to re-profile.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -36,11 +39,21 @@ struct RankRecords {
 // (a worker of another version, a line that is not an object) are left out.
 nlohmann::json TimelineTrace(const std::string& job_id, const std::vector<RankRecords>& ranks);
 
+// What each plan predicts a device type computes per step: plan number -> device type
+// -> seconds (a plan file's `device_types[].busy_s`).
+using PredictedBusy = std::map<int, std::map<std::string, double>>;
+
+// The predictions of run_dir/plan.json (plan 0) and run_dir/plans/plan-N.json (plan N),
+// where they say; a plan unreadable or without `device_types` adds nothing.
+PredictedBusy ReadPredictedBusy(const std::string& run_dir);
+
 // Per plan trained (the records' `plan`, in the order they first trained): its steps,
 // each rank's median idle share (idle / step_s, after the plan's first step) and its
 // straggler, the rank idle least: [{"plan", "steps", "straggler": {"rank",
-// "device_type", "node", "idle_share"}, "idle_share": {rank: share}}].
-nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks);
+// "device_type", "node", "idle_share"}, "idle_share": {rank: share}}]; with `busy`, per
+// device type the plan predicts: the median over its ranks' steps (after the first) of
+// compute_s beside the prediction, {type: {"measured_s", "predicted_s", "ratio"}}.
+nlohmann::json StragglerReport(const std::vector<RankRecords>& ranks, const PredictedBusy& predicted = {});
 
 // The ranks' records from `run_dir`/metrics/rank-N.jsonl, N from 0 to the size of
 // `ranks` (node and device type of each); lines that are not JSON are left out.

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_support.h"
+
 namespace poplar {
 namespace {
 
@@ -108,6 +110,33 @@ TEST(StragglerReport, NamesTheRankIdleLeastInEachPlan) {
   EXPECT_EQ(report[1]["plan"], 1);
   EXPECT_EQ(report[1]["straggler"]["rank"], 0);
   EXPECT_NEAR(report[1]["idle_share"]["1"].get<double>(), 0.99, 1e-9);
+  EXPECT_FALSE(report[0].contains("busy")) << "no plan said what the devices compute";
+}
+
+TEST(StragglerReport, SetsEachTypesComputeBesideThePlansPrediction) {
+  const PredictedBusy predicted = {{0, {{"emu-fast", 0.05}, {"emu-slow", 0.09}, {"emu-absent", 1.0}}}};
+  const nlohmann::json report = StragglerReport(TwoRanks(), predicted);
+  ASSERT_EQ(report.size(), 1u);
+  ASSERT_TRUE(report[0].contains("busy"));
+  const nlohmann::json& busy = report[0]["busy"];
+  EXPECT_NEAR(busy["emu-fast"]["measured_s"].get<double>(), 0.04, 1e-12);
+  EXPECT_NEAR(busy["emu-fast"]["predicted_s"].get<double>(), 0.05, 1e-12);
+  EXPECT_NEAR(busy["emu-fast"]["ratio"].get<double>(), 0.8, 1e-9);
+  EXPECT_NEAR(busy["emu-slow"]["ratio"].get<double>(), 1.0, 1e-9);
+  EXPECT_FALSE(busy.contains("emu-absent")) << "a type no rank trained on";
+}
+
+TEST(StragglerReport, ReadsThePredictionsOfEveryPlanOfTheRunDirectory) {
+  testing::ScratchDir run("poplar_predicted_busy");
+  run.Write("plan.json", R"({"device_types": [{"type": "emu-fast", "busy_s": 0.05}, {"type": "emu-slow"}]})");
+  run.Write("plans/plan-1.json", R"({"device_types": [{"type": "emu-fast", "busy_s": 0.07}]})");
+  run.Write("plans/plan-2.json", "{not json");
+  run.Write("plans/plan-4.json", R"({"device_types": [{"type": "emu-fast", "busy_s": 0.09}]})");
+  const PredictedBusy predicted = ReadPredictedBusy(run.path());
+  ASSERT_EQ(predicted.size(), 2u);
+  EXPECT_EQ(predicted.at(0).size(), 1u) << "a type without busy_s says nothing";
+  EXPECT_DOUBLE_EQ(predicted.at(0).at("emu-fast"), 0.05);
+  EXPECT_DOUBLE_EQ(predicted.at(1).at("emu-fast"), 0.07);
 }
 
 }  // namespace
