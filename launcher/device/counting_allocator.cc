@@ -13,14 +13,15 @@
 namespace poplar {
 namespace {
 
-// Each block carries its size in a header, so the deleter knows what to subtract; the
-// header is one alignment unit, keeping the data 64-byte aligned like libtorch's own
-// CPU allocator.
+// Each block carries in a header the bytes it counted (0 for host memory), so the
+// deleter knows what to subtract; the header is one alignment unit, keeping the data
+// 64-byte aligned like libtorch's own CPU allocator.
 constexpr std::size_t kHeader = 64;
 
 std::atomic<std::int64_t> in_use{0};
 std::atomic<std::int64_t> peak{0};
 std::atomic<std::int64_t> capacity{0};
+thread_local int host_scopes = 0;  // HostMemory scopes alive on this thread
 
 void Release(void* data) {
   if (data == nullptr) return;
@@ -41,7 +42,7 @@ void Release(void* data) {
 class Counting final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t bytes) POPLAR_ALLOCATE_CONST override {
-    const auto size = static_cast<std::int64_t>(bytes);
+    const auto size = host_scopes > 0 ? 0 : static_cast<std::int64_t>(bytes);
     const std::int64_t now = in_use.fetch_add(size) + size;
     const std::int64_t limit = capacity.load();
     if (limit > 0 && now > limit) {
@@ -58,7 +59,7 @@ class Counting final : public c10::Allocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "out of memory: cannot allocate ", bytes, " bytes");
     }
     char* block = static_cast<char*>(raw);
-    *reinterpret_cast<std::size_t*>(block) = bytes;
+    *reinterpret_cast<std::size_t*>(block) = static_cast<std::size_t>(size);
     void* data = block + kHeader;
     return {data, data, &Release, c10::Device(c10::DeviceType::CPU)};
   }
@@ -87,5 +88,8 @@ std::int64_t CountingAllocator::Peak() { return peak.load(); }
 void CountingAllocator::ResetPeak() { peak = in_use.load(); }
 void CountingAllocator::SetCapacity(std::int64_t bytes) { capacity = bytes; }
 std::int64_t CountingAllocator::Capacity() { return capacity.load(); }
+
+CountingAllocator::HostMemory::HostMemory() { ++host_scopes; }
+CountingAllocator::HostMemory::~HostMemory() { --host_scopes; }
 
 }  // namespace poplar

@@ -19,6 +19,17 @@ class CountingAllocator {
   // 0: unlimited.
   static void SetCapacity(std::int64_t bytes);
   static std::int64_t Capacity();
+
+  // While one lives, its thread's CPU allocations are host memory, not the emulated
+  // device's: neither counted in InUse nor held to the capacity, as a GPU's copies of
+  // its tensors in the host's RAM (a checkpoint's) are not on the GPU. Nests.
+  class HostMemory {
+   public:
+    HostMemory();
+    ~HostMemory();
+    HostMemory(const HostMemory&) = delete;
+    HostMemory& operator=(const HostMemory&) = delete;
+  };
 };
 
 }  // namespace poplar

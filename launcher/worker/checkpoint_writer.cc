@@ -3,6 +3,7 @@
 #include <exception>
 #include <iostream>
 
+#include "launcher/device/counting_allocator.h"
 #include "launcher/worker/stop_signals.h"
 
 namespace poplar {
@@ -71,6 +72,7 @@ void CheckpointWriter::Finish() {
 }
 
 void CheckpointWriter::WriteQueued() {
+  const CountingAllocator::HostMemory host;  // what writing allocates is the host's, not a device's
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     changed_.wait(lock, [this] { return waiting_.has_value() || closing_; });

@@ -1,7 +1,8 @@
 // Rank 0's checkpoints, written in the background while training goes on.
 //
 // A checkpoint's tensors are gathered in the training loop (collectives: every rank
-// takes part), as CPU copies that nothing else touches; writing them to the disk is
+// takes part), as CPU copies that nothing else touches (host memory, which an emulated
+// device does not count: CountingAllocator::HostMemory); writing them to the disk is
 // rank 0's alone and runs on a thread of its own. So a slow disk costs no step time,
 // and no rank waits in a collective while rank 0 writes: a large model's checkpoint,
 // flushed to the disk, can take longer than --timeout, and the other ranks would give up

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "launcher/device/counting_allocator.h"
 #include "launcher/device/device.h"
 #include "launcher/zero/zero3_engine.h"
 #include "launcher/zero/zero_engine.h"
@@ -110,6 +111,7 @@ StateDict ShardedAdamW::MasterState(bool keep) {
   }
   StateDict state;
   if (!keep) return state;
+  const CountingAllocator::HostMemory host;  // a GPU's copies are in the host's RAM
   for (const FlatSlot& slot : layout_.slots()) {
     state[slot.name] = full.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone();
   }
@@ -167,6 +169,7 @@ std::map<std::string, AdamMoments> ShardedAdamW::GatherMoments(bool keep) {
   }
   std::map<std::string, AdamMoments> moments;
   if (!keep) return moments;
+  const CountingAllocator::HostMemory host;  // a GPU's copies are in the host's RAM
   for (const FlatSlot& slot : layout_.slots()) {
     moments[slot.name] = {full_avg.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone(),
                           full_avg_sq.narrow(0, slot.offset, slot.numel).view(slot.shape).cpu().clone()};

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <set>
 
+#include "launcher/device/counting_allocator.h"
+
 namespace poplar {
 namespace {
 
@@ -322,6 +324,7 @@ StateDict Zero3Engine::FullState(bool keep) {
     for (int index : layout_.buckets()[b].slots) {
       if (!keep) break;
       const FlatSlot& slot = layout_.slots()[index];
+      const CountingAllocator::HostMemory host;  // a GPU's copies are in the host's RAM
       state[slot.name] = slot.parameter.detach().cpu().clone();
     }
     Release({b});

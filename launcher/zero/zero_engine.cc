@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/function_hook.h>
 
+#include "launcher/device/counting_allocator.h"
+
 namespace poplar {
 
 // Runs after a parameter's gradient accumulator has added this backward's gradient.
@@ -212,6 +214,13 @@ double ZeroEngine::Step(double divisor) {
   if (stage_ == 2) gradient_shard_.zero_();
   if (graphs_) graphs_->EndWarmUp();  // every size of the plan has run eagerly
   return norm;
+}
+
+StateDict ZeroEngine::FullState(bool keep) {
+  if (Mixed()) return MasterState(keep);
+  if (!keep) return {};
+  const CountingAllocator::HostMemory host;  // a GPU's copies are in the host's RAM
+  return ModelStateDict(*model_);
 }
 
 CollectiveParams ZeroEngine::CollectivePlan() const {

@@ -38,10 +38,7 @@ class ZeroEngine final : public ShardedAdamW {
   void EndRound(bool computed) override;
   double EvalMicroBatch(const torch::Tensor& inputs, const torch::Tensor& targets) override;
   double Step(double divisor) override;
-  StateDict FullState(bool keep) override {
-    if (Mixed()) return MasterState(keep);
-    return keep ? ModelStateDict(*model_) : StateDict{};
-  }
+  StateDict FullState(bool keep) override;
   CollectiveParams CollectivePlan() const override;
   bool ReplayFromGraphs(bool on) override;
   bool Replays(std::int64_t size) const override { return graphs_ && graphs_->Replays(size); }

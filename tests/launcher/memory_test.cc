@@ -1,11 +1,13 @@
 // Measured model-state memory per rank agrees with the planner's ZeRO accounting
-// (planner/model/memory_model.h) within 10%, for stages 0-3.
+// (planner/model/memory_model.h) within 10%, for stages 0-3; an emulated device counts
+// its own memory, not the host's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "launcher/device/counting_allocator.h"
 #include "launcher/model/decoder.h"
 #include "planner/model/memory_model.h"
 #include "worker_harness.h"
@@ -145,6 +147,27 @@ TEST(PeakMemory, TheMixedPrecisionStepHoldsOneBucketOfFp32GradientsAtATime) {
   }
   std::cout << "[ bf16 step ] " << above_states << " bytes above the states at the peak; " << params << " parameters\n";
   EXPECT_LT(above_states, 2 * params);  // every gradient in fp32 at once: 4 bytes a parameter
+}
+
+// A checkpoint's copies are in the host's RAM on a GPU: on an emulated device they are
+// neither counted nor held to its capacity, which would otherwise refuse a micro-batch
+// the plan sized while a checkpoint is written in the background.
+TEST(CountingAllocator, HostMemoryIsNeitherCountedNorHeldToTheCapacity) {
+  CountingAllocator::Install();
+  const std::int64_t before = CountingAllocator::InUse();
+  constexpr std::int64_t kFloats = 1 << 20;  // 4 MiB
+  CountingAllocator::SetCapacity(before + 1024);
+  {
+    const CountingAllocator::HostMemory host;
+    const torch::Tensor copy = torch::ones({kFloats});
+    EXPECT_EQ(CountingAllocator::InUse(), before);
+    EXPECT_EQ(copy.sum().item<double>(), kFloats);
+  }
+  EXPECT_EQ(CountingAllocator::InUse(), before) << "host memory freed subtracts nothing";
+  EXPECT_THROW(torch::ones({kFloats}), c10::OutOfMemoryError) << "the device's own memory is held to its capacity";
+  CountingAllocator::SetCapacity(0);
+  const torch::Tensor counted = torch::ones({kFloats});
+  EXPECT_EQ(CountingAllocator::InUse(), before + kFloats * 4);
 }
 
 }  // namespace

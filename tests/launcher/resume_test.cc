@@ -527,6 +527,31 @@ TEST_F(Resume, AStopWaitsForTheCheckpointInFlight) {
   EXPECT_LE(nlohmann::json::parse(lines.back()).at("step").get<std::int64_t>(), latest_step + 1) << lines.back();
 }
 
+// A checkpoint's copies, alive while a slow disk takes its time, are the host's memory,
+// not the device's: the steps trained meanwhile peak where they do without checkpoints
+// (an emulated device counted them, and a plan that filled it ran out of memory).
+TEST_F(Resume, ACheckpointBeingWrittenTakesNoneOfTheDevicesMemory) {
+  const std::string one = WritePlan(scratch, "one.json", 0, {{4}});
+  ASSERT_TRUE(RunJob(scratch, 1, Args(scratch, one, 4, {"--metrics", "plain.jsonl"})).AllSucceeded());
+  const std::string checkpoints = scratch.path() + "/checkpoints";
+  const JobOutcome job = [&] {
+    const SlowDisk slow_disk(300);
+    return RunJob(scratch, 1,
+                  Args(scratch, one, 4,
+                       {"--checkpoint-dir", checkpoints, "--checkpoint-every", "1", "--metrics", "writing.jsonl"}));
+  }();
+  ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
+  const std::vector<std::string> plain = ReadLines(scratch.path() + "/plain.jsonl");
+  const std::vector<std::string> writing = ReadLines(scratch.path() + "/writing.jsonl");
+  ASSERT_EQ(plain.size(), 4u);
+  ASSERT_EQ(writing.size(), 4u);
+  for (std::size_t i = 1; i < 4; ++i) {
+    const auto without = nlohmann::json::parse(plain[i]).at("peak_bytes").get<std::int64_t>();
+    const auto with = nlohmann::json::parse(writing[i]).at("peak_bytes").get<std::int64_t>();
+    EXPECT_NEAR(with, without, 4096) << "step " << i + 1;
+  }
+}
+
 // A second stop (a second or more after the first) does not wait: it ends the rank at
 // once, the checkpoint being written left as a temporary (the next run removes it) and
 // `latest` on the one before.
