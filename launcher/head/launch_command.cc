@@ -624,8 +624,12 @@ std::vector<std::string> OneTaskOn(const std::string& node) {
 }
 
 // The cluster file under Slurm: its `slurm` section's devices on the allocation's nodes.
+// The file is read first, so that a broken one is named before Slurm is asked anything.
 ClusterSpec SlurmCluster(const LaunchOptions& options, SlurmPlace& place) {
   ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kSlurmAllocation);
+  place.allocation = CurrentSlurmAllocation();
+  place.srun = FindInPath("srun");
+  place.worker = options.worker.empty() ? ProgramBesideHead("poplar-worker", "launcher") : options.worker;
   if (cluster.slurm->discover_gpus) {
     place.gpus = ListAllocationGpus(place.allocation, place.srun, ProgramBesideHead("poplar-agent", "agent"));
   }
@@ -900,12 +904,7 @@ void RunLaunch(const LaunchOptions& options) {
   std::optional<SummaryOnStdout> json;
   if (options.json) json.emplace();
   std::optional<SlurmPlace> slurm;
-  if (options.slurm) {
-    slurm.emplace();
-    slurm->allocation = CurrentSlurmAllocation();
-    slurm->srun = FindInPath("srun");
-    slurm->worker = options.worker.empty() ? ProgramBesideHead("poplar-worker", "launcher") : options.worker;
-  }
+  if (options.slurm) slurm.emplace();
   const ClusterSpec cluster = slurm ? SlurmCluster(options, *slurm)
                                     : LoadClusterFileWithNetworkFlag(options.cluster_file, options.network_file);
   JobPlace place;

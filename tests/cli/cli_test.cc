@@ -506,6 +506,39 @@ TEST_F(Cli, LaunchRefusesAResumeWithoutItsJobAndAFileAsRunDirectory) {
   EXPECT_TRUE(ContainsAll(run_dir.err, {"--run-dir", "a file is in the way"})) << run_dir.err;
 }
 
+// Under Slurm: a broken cluster file is named before Slurm is asked anything, outside an
+// allocation the launch says where to run it, and the flags that make no sense there
+// are refused.
+TEST_F(Cli, LaunchUnderSlurmNeedsAnAllocationAndItsSection) {
+  const std::string cluster =
+      Write("slurm.yaml",
+            "training: {global_batch: 8, precision: fp32}\n"
+            "slurm: {gpus: none, emulated: [{type: emu, memory_mib: 48}]}\n"
+            "job: {model: " +
+                std::string(POPLAR_SOURCE_DIR) + "/configs/models/gpt-tiny.json, data: t.bin, steps: 2}\n");
+  ::poplar::testing::ChildOptions outside = ::poplar::testing::Command({POPLAR_BINARY, "launch", cluster, "--slurm"});
+  outside.cwd = work_;
+  outside.env = {{"SLURM_JOB_ID", ""}, {"SLURM_JOB_NODELIST", ""}};
+  const auto not_inside = ::poplar::testing::RunProcess(outside, io_);
+  EXPECT_EQ(not_inside.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(not_inside.err)) << not_inside.err;
+  EXPECT_TRUE(ContainsAll(not_inside.err, {"--slurm: not inside a Slurm allocation", "salloc"})) << not_inside.err;
+
+  const Outcome no_section = Poplar({"launch", ExampleCluster("v100-and-t4"), "--slurm"});
+  EXPECT_EQ(no_section.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(no_section.err, {"v100-and-t4.yaml", "slurm", "is required to launch under Slurm"}))
+      << no_section.err;
+  const Outcome no_nodes = Poplar({"launch", cluster});
+  EXPECT_EQ(no_nodes.exit_code, 1);
+  EXPECT_TRUE(ContainsAll(no_nodes.err, {"slurm.yaml", "nodes"})) << no_nodes.err;
+  const Outcome elastic = Poplar({"launch", cluster, "--slurm", "--elastic"});
+  EXPECT_EQ(elastic.exit_code, 2);
+  EXPECT_TRUE(ContainsAll(elastic.err, {"--slurm", "--elastic"})) << elastic.err;
+  const Outcome worker = Poplar({"launch", cluster, "--worker", cluster});
+  EXPECT_EQ(worker.exit_code, 2);
+  EXPECT_TRUE(ContainsAll(worker.err, {"--worker", "--slurm"})) << worker.err;
+}
+
 // A --steps that leaves a decay ending at the job's last step no step after its warm-up
 // is refused before any agent is asked, naming --steps (the worker would refuse it on
 // every rank).
