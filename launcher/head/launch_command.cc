@@ -647,18 +647,24 @@ ClusterSpec SlurmCluster(const LaunchOptions& options, SlurmPlace& place) {
 }
 
 // The profiles of every device type: the cluster file's `profiles` folder has those it
-// has (the cache); each other type is measured on its first node by one srun task of
-// `poplar-worker profile`. All go to run_dir/profiles.
+// has, else the attempt before this one (`previous`, a resume's attempts/N: a requeued
+// job measures nothing again); each other type is measured on its first node by one
+// srun task of `poplar-worker profile`. All go to run_dir/profiles.
 std::map<std::string, DeviceProfile> SlurmProfiles(const ClusterSpec& cluster, const SlurmPlace& place,
-                                                   const std::string& model_file, const std::string& run_dir) {
+                                                   const std::string& model_file, const std::string& run_dir,
+                                                   const std::string& previous) {
   const fs::path dir = fs::path(run_dir) / "profiles";
   MakeOutputFolder(dir.string(), dir.string());
   for (const std::string& type : cluster.DeviceTypes()) {
-    const fs::path cached = fs::path(cluster.profiles_dir) / (type + ".json");
     const fs::path kept = dir / (type + ".json");
-    if (!cluster.profiles_dir.empty() && fs::is_regular_file(cached)) {
-      WriteFileAtomically(kept.string(), ReadTextFile(cached.string()));
-      std::cout << "profile of " << type << ": " << cached.string() << std::endl;
+    std::optional<fs::path> cached;
+    for (const std::string& folder : {cluster.profiles_dir, previous.empty() ? "" : previous + "/profiles"}) {
+      const fs::path file = fs::path(folder) / (type + ".json");
+      if (!cached && !folder.empty() && fs::is_regular_file(file)) cached = file;
+    }
+    if (cached) {
+      WriteFileAtomically(kept.string(), ReadTextFile(cached->string()));
+      std::cout << "profile of " << type << ": " << cached->string() << std::endl;
       continue;
     }
     std::string node;
@@ -684,9 +690,9 @@ std::map<std::string, DeviceProfile> SlurmProfiles(const ClusterSpec& cluster, c
 
 // A plan made now under Slurm: the profiles (SlurmProfiles), then the planner's search.
 PreparedPlan PlanThroughSrun(const LaunchOptions& options, const ClusterSpec& cluster, const SlurmPlace& place,
-                             const std::string& model_file, const std::string& run_dir) {
+                             const std::string& model_file, const std::string& run_dir, const std::string& previous) {
   PreparedPlan prepared;
-  prepared.profiles = SlurmProfiles(cluster, place, model_file, run_dir);
+  prepared.profiles = SlurmProfiles(cluster, place, model_file, run_dir, previous);
   const PlanResult result = MakePlan(cluster, prepared.profiles, *ParsePolicy(options.policy));
   prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
   std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
@@ -831,7 +837,8 @@ void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
   fs::create_directories(model_file.parent_path());
   WriteFileAtomically(model_file.string(), job_place.model);
   const PreparedPlan prepared =
-      given ? *std::move(given) : PlanThroughSrun(options, cluster, place, model_file.string(), run_dir);
+      given ? *std::move(given)
+            : PlanThroughSrun(options, cluster, place, model_file.string(), run_dir, previous_attempt);
   StopIfInterrupted(interruption, job_id);
   job_place.plan_text = prepared.text;
   job_place.precision = prepared.precision.name;
