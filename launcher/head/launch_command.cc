@@ -5,8 +5,6 @@
 // Run directory (default runs/<job id>; run_directory.h): job_id, plan.json, profiles/
 // (when it planned), logs/rank-N.log, metrics/rank-N.jsonl, summary.json, and after a
 // resume attempts/N/ with the earlier attempts' plan, profiles and summary.
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -21,11 +19,11 @@
 #include "launcher/head/head_commands.h"
 #include "launcher/head/interruption.h"
 #include "launcher/head/launch_monitor.h"
+#include "launcher/head/launch_run.h"
 #include "launcher/head/node_watch.h"
 #include "launcher/head/rebalancer.h"
 #include "launcher/head/run_directory.h"
-#include "launcher/head/slurm_allocation.h"
-#include "launcher/head/srun_step.h"
+#include "launcher/head/slurm_launch.h"
 #include "launcher/head/timeline.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
@@ -46,40 +44,142 @@
 #include "planner/search/planner.h"
 
 namespace poplar {
-namespace {
 
 namespace fs = std::filesystem;
 
-struct LaunchOptions {
-  std::string cluster_file;
-  std::string plan_file;
-  std::string network_file;  // when planning: a measured network instead of the cluster file's
-  std::string policy = "poplar";
-  std::string run_dir;
-  std::string job_id;
-  std::int64_t steps = 0;
-  int master_port = 0;  // 0: a port rank 0's agent finds free
-  int timeout_s = 0;
-  int progress_every = 10;
-  std::int64_t trace_step = 0;  // 0: no step traced
-  bool resume = false;
-  bool json = false;      // the summary alone on stdout, every other line on stderr
-  bool timeline = false;  // run_dir/timeline.json, a Chrome trace of every rank's steps
-  bool elastic = false;   // restart from the newest checkpoint after a failure
-  int max_restarts = 3;
-  std::string rebalance = "on";  // on: where the plan's profiles are known (rebalancer.h)
-  RebalanceOptions rebalancing;
-  bool slurm = false;  // inside a Slurm allocation: its nodes, one srun of the ranks, no agents
-  std::string worker;  // --slurm: poplar-worker on every node (default: the one beside poplar)
-};
+void StopIfInterrupted(const Interruption& interruption, const std::string& job_id) {
+  if (const int signal = interruption.signal(); signal != 0) {
+    throw CommandFailed("job " + job_id + " was not started: stopped by the user (" + InterruptionName(signal) +
+                            "); no worker was started",
+                        128 + signal);
+  }
+}
 
-struct PreparedPlan {
-  std::string text;             // the plan file, as written to the run directory and sent to the agents
-  WorkerPlan plan;              // the same, parsed; its predicted step from the profiles when it says none
-  std::string checked_against;  // --plan: the profiles folder it was checked against, if any
-  std::map<std::string, DeviceProfile> profiles;  // and its profiles, by device type
-  WorkerPrecisionChoice precision;                // what the workers train in, and why
-};
+nlohmann::ordered_json WriteSummary(const LaunchOptions& options, const std::string& run_dir, const std::string& job_id,
+                                    const PreparedPlan& prepared, const LaunchMonitor& monitor) {
+  nlohmann::ordered_json summary;
+  summary["job_id"] = job_id;
+  summary["policy"] = prepared.plan.policy.value_or("from file");
+  summary["stage"] = prepared.plan.stage;
+  summary["ok"] = !monitor.failed();
+  const nlohmann::ordered_json measured = monitor.Summary();
+  for (const auto& [key, value] : measured.items()) summary[key] = value;
+  std::vector<std::string> nodes, types;
+  for (const RankPlacement& placement : prepared.plan.placement) {
+    nodes.push_back(placement.node);
+    types.push_back(placement.device_type);
+  }
+  const std::vector<RankRecords> records = ReadRankRecords(run_dir, nodes, types);
+  summary["stragglers"] = StragglerReport(records, ReadPredictedBusy(run_dir));
+  if (options.timeline) {
+    WriteFileAtomically((fs::path(run_dir) / "timeline.json").string(), TimelineTrace(job_id, records).dump() + "\n");
+  }
+  if (monitor.failed()) summary["failure"] = monitor.RootCause();
+  WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
+  return summary;
+}
+
+void SayWhatWasTrained(const nlohmann::ordered_json& summary, const JobSpec& job, const std::string& run_dir) {
+  if (!summary.contains("first_loss")) {
+    std::cout << "no step was trained (the job was already at step " << *job.settings.steps
+              << "); run directory: " << run_dir << "\n";
+    return;
+  }
+  const double predicted = summary["predicted_step_s"].get<double>();
+  const int plan = summary["plan"].get<int>();
+  const std::string of_plan = plan > 0 ? " (plan " + std::to_string(plan) + "'s steps)" : "";
+  const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
+  const std::int64_t last_step = summary["steps"].get<std::int64_t>();
+  std::cout << "trained "
+            << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
+                               : Count(last_step, "step"))
+            << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
+            << Fixed(summary["last_loss"].get<double>(), 3)
+            << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
+            << "; step " << Seconds(summary["measured_step_s"].get<double>()) << " measured (median) "
+            << (predicted > 0 ? "vs " + Seconds(predicted) + " predicted" + of_plan + "; "
+                              : "(the plan predicts none); ")
+            << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n";
+  // The last plan's straggler: the rank the others wait for.
+  if (!summary["stragglers"].empty() && summary["stragglers"].back().contains("straggler")) {
+    const nlohmann::ordered_json& last = summary["stragglers"].back();
+    const nlohmann::ordered_json& straggler = last["straggler"];
+    std::string others;
+    for (const auto& [rank, share] : last["idle_share"].items()) {
+      if (rank == std::to_string(straggler["rank"].get<int>())) continue;
+      others += (others.empty() ? "" : ", ") + ("rank " + rank + " " + Fixed(100 * share.get<double>(), 0) + "%");
+    }
+    std::cout << "straggler" << of_plan << ": rank " << straggler["rank"].get<int>() << " ("
+              << straggler["device_type"].get<std::string>() << " on node " << straggler["node"].get<std::string>()
+              << "), idle " << Fixed(100 * straggler["idle_share"].get<double>(), 0) << "% of its steps"
+              << (others.empty() ? "" : "; the others idle " + others) << "\n";
+  }
+  // How far each type's compute is from the plan's prediction: far off, re-profile it.
+  if (!summary["stragglers"].empty() && summary["stragglers"].back().contains("busy")) {
+    std::vector<std::string> ratios;
+    for (const auto& [type, busy] : summary["stragglers"].back()["busy"].items()) {
+      ratios.push_back(type + " " + Fixed(busy["ratio"].get<double>(), 2) + "x (" +
+                       Seconds(busy["measured_s"].get<double>()) + " vs " + Seconds(busy["predicted_s"].get<double>()) +
+                       ")");
+    }
+    std::cout << "compute per step vs the plan" << of_plan << ": " << Join(ratios, ", ") << "\n";
+  }
+  std::cout << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json"
+            << (std::filesystem::exists(fs::path(run_dir) / "timeline.json") ? ", timeline.json" : "") << ")\n";
+}
+
+std::size_t NodeIndex(const ClusterSpec& cluster, const std::string& name) {
+  for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
+    if (cluster.nodes[i].name == name) return i;
+  }
+  throw InputError(cluster.file, "nodes", "has no node '" + name + "'");
+}
+
+std::optional<Rebalancer> RebalancerFor(const LaunchOptions& options, const ClusterSpec& cluster,
+                                        const PreparedPlan& prepared, std::int64_t steps) {
+  if (options.rebalance != "on") return std::nullopt;
+  if (prepared.profiles.empty()) {
+    std::cout << "rebalancing: off (no profiles to compare the devices' speed with)" << std::endl;
+    return std::nullopt;
+  }
+  RebalanceOptions rebalancing = options.rebalancing;
+  rebalancing.last_step = steps;
+  std::cout << "rebalancing: on (a device type " << Fixed(100 * rebalancing.threshold, 0) << "% off its profile over "
+            << rebalancing.window << " steps is re-planned for)" << std::endl;
+  return std::make_optional<Rebalancer>(cluster, prepared.profiles, prepared.plan, rebalancing);
+}
+
+std::optional<BatchChooser> BatchChooserFor(const ClusterSpec& cluster, const JobSpec& job,
+                                            const PreparedPlan& prepared) {
+  const JobSettings& settings = job.settings;
+  if (settings.batch.value_or("fixed") != "adaptive") return std::nullopt;
+  if (prepared.profiles.empty()) {
+    throw InputError(cluster.file, "job.batch",
+                     "adaptive needs the devices' profiles to predict each batch's speed, and the plan has none "
+                     "(plan with poplar plan, or give training.profiles)");
+  }
+  for (const auto& [key, batch] :
+       {std::make_pair("job.batch_min", *settings.batch_min), std::make_pair("job.batch_max", *settings.batch_max)}) {
+    try {
+      ReplanRunningJob(cluster, prepared.profiles, prepared.plan, batch);
+    } catch (const InputError& error) {
+      throw InputError(
+          cluster.file, key,
+          "is " + std::to_string(batch) + ", a batch the plan's stage cannot train here: " + error.reason());
+    }
+  }
+  BatchChoiceOptions options;
+  options.batch_min = *settings.batch_min;
+  options.batch_max = *settings.batch_max;
+  options.every = static_cast<int>(settings.batch_every.value_or(options.every));
+  options.last_step = *settings.steps;
+  std::cout << "adaptive batch: " << options.batch_min << " to " << options.batch_max
+            << " samples, chosen for goodput every " << Count(options.every, "step") << " (from "
+            << prepared.plan.global_batch << ")" << std::endl;
+  return std::make_optional<BatchChooser>(cluster, prepared.plan, options);
+}
+
+namespace {
 
 // A plan checked against profiles fits the devices only if they still have the memory
 // the profiles were measured with: a device since given less (a lower emulated cap, a
@@ -150,16 +250,6 @@ PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& 
   return prepared;
 }
 
-// A signal received before any worker was started ends the launch at the next step,
-// which leaves the run directory as it found it (RunDirectory) and starts nothing.
-void StopIfInterrupted(const Interruption& interruption, const std::string& job_id) {
-  if (const int signal = interruption.signal(); signal != 0) {
-    throw CommandFailed("job " + job_id + " was not started: stopped by the user (" + InterruptionName(signal) +
-                            "); no worker was started",
-                        128 + signal);
-  }
-}
-
 // The cluster file's job, with --steps applied.
 JobSpec JobOf(const LaunchOptions& options, const ClusterSpec& cluster) {
   JobSpec job = *cluster.job;
@@ -203,24 +293,6 @@ std::vector<std::size_t> NodesInJob(const ClusterSpec& cluster, const std::vecto
   return nodes;
 }
 
-// Where a job runs and meets: its id, its plan and model, rank 0's address.
-struct JobPlace {
-  std::string job_id;
-  std::string plan_text;
-  std::string precision;  // the workers' --precision
-  std::string model;
-  std::string master_addr;
-  int master_port = 0;
-};
-
-// The Launch request of one node: the job's settings, the same on every node.
-// Whether an attempt goes on from a checkpoint: `resume` when one is there, and with
-// `require_checkpoint` never from step 0 (the ranks refuse).
-struct Resumption {
-  bool resume = false;
-  bool require_checkpoint = false;
-};
-
 v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& place, const JobSpec& job,
                                    const LaunchOptions& options, const Resumption& resumption) {
   v1::LaunchRequest request;
@@ -238,210 +310,6 @@ v1::LaunchRequest LaunchRequestFor(const std::string& node, const JobPlace& plac
   request.set_require_checkpoint(resumption.require_checkpoint);
   return request;
 }
-
-// run_dir/summary.json: the plan's policy and stage, what the monitor measured, and the
-// failure, if any.
-// The summary, with the straggler of each plan trained (timeline.h); with --timeline,
-// run_dir/timeline.json too. Both from the run directory's metrics, every attempt's.
-nlohmann::ordered_json WriteSummary(const LaunchOptions& options, const std::string& run_dir, const std::string& job_id,
-                                    const PreparedPlan& prepared, const LaunchMonitor& monitor) {
-  nlohmann::ordered_json summary;
-  summary["job_id"] = job_id;
-  summary["policy"] = prepared.plan.policy.value_or("from file");
-  summary["stage"] = prepared.plan.stage;
-  summary["ok"] = !monitor.failed();
-  const nlohmann::ordered_json measured = monitor.Summary();
-  for (const auto& [key, value] : measured.items()) summary[key] = value;
-  std::vector<std::string> nodes, types;
-  for (const RankPlacement& placement : prepared.plan.placement) {
-    nodes.push_back(placement.node);
-    types.push_back(placement.device_type);
-  }
-  const std::vector<RankRecords> records = ReadRankRecords(run_dir, nodes, types);
-  summary["stragglers"] = StragglerReport(records, ReadPredictedBusy(run_dir));
-  if (options.timeline) {
-    WriteFileAtomically((fs::path(run_dir) / "timeline.json").string(), TimelineTrace(job_id, records).dump() + "\n");
-  }
-  if (monitor.failed()) summary["failure"] = monitor.RootCause();
-  WriteFileAtomically((fs::path(run_dir) / "summary.json").string(), summary.dump(2) + "\n");
-  return summary;
-}
-
-// The last lines of a run that trained: the loss, the measured and predicted step, the
-// straggler; or that no step was left to train.
-void SayWhatWasTrained(const nlohmann::ordered_json& summary, const JobSpec& job, const std::string& run_dir) {
-  if (!summary.contains("first_loss")) {
-    std::cout << "no step was trained (the job was already at step " << *job.settings.steps
-              << "); run directory: " << run_dir << "\n";
-    return;
-  }
-  const double predicted = summary["predicted_step_s"].get<double>();
-  const int plan = summary["plan"].get<int>();
-  const std::string of_plan = plan > 0 ? " (plan " + std::to_string(plan) + "'s steps)" : "";
-  const std::int64_t first_step = summary["first_step"].get<std::int64_t>();
-  const std::int64_t last_step = summary["steps"].get<std::int64_t>();
-  std::cout << "trained "
-            << (first_step > 1 ? "steps " + std::to_string(first_step) + "-" + std::to_string(last_step)
-                               : Count(last_step, "step"))
-            << ": loss " << Fixed(summary["first_loss"].get<double>(), 3) << " -> "
-            << Fixed(summary["last_loss"].get<double>(), 3)
-            << (summary.contains("val_loss") ? ", held-out " + Fixed(summary["val_loss"].get<double>(), 3) : "")
-            << "; step " << Seconds(summary["measured_step_s"].get<double>()) << " measured (median) "
-            << (predicted > 0 ? "vs " + Seconds(predicted) + " predicted" + of_plan + "; "
-                              : "(the plan predicts none); ")
-            << Fixed(summary["samples_per_s"].get<double>(), 1) << " samples/s\n";
-  // The last plan's straggler: the rank the others wait for.
-  if (!summary["stragglers"].empty() && summary["stragglers"].back().contains("straggler")) {
-    const nlohmann::ordered_json& last = summary["stragglers"].back();
-    const nlohmann::ordered_json& straggler = last["straggler"];
-    std::string others;
-    for (const auto& [rank, share] : last["idle_share"].items()) {
-      if (rank == std::to_string(straggler["rank"].get<int>())) continue;
-      others += (others.empty() ? "" : ", ") + ("rank " + rank + " " + Fixed(100 * share.get<double>(), 0) + "%");
-    }
-    std::cout << "straggler" << of_plan << ": rank " << straggler["rank"].get<int>() << " ("
-              << straggler["device_type"].get<std::string>() << " on node " << straggler["node"].get<std::string>()
-              << "), idle " << Fixed(100 * straggler["idle_share"].get<double>(), 0) << "% of its steps"
-              << (others.empty() ? "" : "; the others idle " + others) << "\n";
-  }
-  // How far each type's compute is from the plan's prediction: far off, re-profile it.
-  if (!summary["stragglers"].empty() && summary["stragglers"].back().contains("busy")) {
-    std::vector<std::string> ratios;
-    for (const auto& [type, busy] : summary["stragglers"].back()["busy"].items()) {
-      ratios.push_back(type + " " + Fixed(busy["ratio"].get<double>(), 2) + "x (" +
-                       Seconds(busy["measured_s"].get<double>()) + " vs " + Seconds(busy["predicted_s"].get<double>()) +
-                       ")");
-    }
-    std::cout << "compute per step vs the plan" << of_plan << ": " << Join(ratios, ", ") << "\n";
-  }
-  std::cout << "run directory: " << run_dir << " (plan.json, logs/, metrics/, summary.json"
-            << (std::filesystem::exists(fs::path(run_dir) / "timeline.json") ? ", timeline.json" : "") << ")\n";
-}
-
-// --json: while it lives, what the launch writes to stdout goes to stderr; Print writes
-// the one document to the real stdout.
-class SummaryOnStdout {
- public:
-  SummaryOnStdout() : stdout_(std::cout.rdbuf(std::cerr.rdbuf())) {}
-  ~SummaryOnStdout() { std::cout.rdbuf(stdout_); }
-  SummaryOnStdout(const SummaryOnStdout&) = delete;
-  SummaryOnStdout& operator=(const SummaryOnStdout&) = delete;
-  void Print(const nlohmann::ordered_json& summary) {
-    std::ostream out(stdout_);
-    out << summary.dump(2) << "\n" << std::flush;
-  }
-
- private:
-  std::streambuf* stdout_;
-};
-
-// The index in `cluster` of the node named `name` (one the plan was checked to have).
-std::size_t NodeIndex(const ClusterSpec& cluster, const std::string& name) {
-  for (std::size_t i = 0; i < cluster.nodes.size(); ++i) {
-    if (cluster.nodes[i].name == name) return i;
-  }
-  throw InputError(cluster.file, "nodes", "has no node '" + name + "'");
-}
-
-// The run's rebalancer (--rebalance on, where the plan's profiles are known), said in
-// one line; none otherwise.
-std::optional<Rebalancer> RebalancerFor(const LaunchOptions& options, const ClusterSpec& cluster,
-                                        const PreparedPlan& prepared, std::int64_t steps) {
-  if (options.rebalance != "on") return std::nullopt;
-  if (prepared.profiles.empty()) {
-    std::cout << "rebalancing: off (no profiles to compare the devices' speed with)" << std::endl;
-    return std::nullopt;
-  }
-  RebalanceOptions rebalancing = options.rebalancing;
-  rebalancing.last_step = steps;
-  std::cout << "rebalancing: on (a device type " << Fixed(100 * rebalancing.threshold, 0) << "% off its profile over "
-            << rebalancing.window << " steps is re-planned for)" << std::endl;
-  return std::make_optional<Rebalancer>(cluster, prepared.profiles, prepared.plan, rebalancing);
-}
-
-// The run's batch chooser (job.batch: adaptive), said in one line; none otherwise. Throws
-// InputError naming the cluster file's job.batch when the plan's profiles are unknown (no
-// throughput to predict), or job.batch_min / job.batch_max when the plan's stage has no
-// schedule for that batch on these devices.
-std::optional<BatchChooser> BatchChooserFor(const ClusterSpec& cluster, const JobSpec& job,
-                                            const PreparedPlan& prepared) {
-  const JobSettings& settings = job.settings;
-  if (settings.batch.value_or("fixed") != "adaptive") return std::nullopt;
-  if (prepared.profiles.empty()) {
-    throw InputError(cluster.file, "job.batch",
-                     "adaptive needs the devices' profiles to predict each batch's speed, and the plan has none "
-                     "(plan with poplar plan, or give training.profiles)");
-  }
-  for (const auto& [key, batch] :
-       {std::make_pair("job.batch_min", *settings.batch_min), std::make_pair("job.batch_max", *settings.batch_max)}) {
-    try {
-      ReplanRunningJob(cluster, prepared.profiles, prepared.plan, batch);
-    } catch (const InputError& error) {
-      throw InputError(
-          cluster.file, key,
-          "is " + std::to_string(batch) + ", a batch the plan's stage cannot train here: " + error.reason());
-    }
-  }
-  BatchChoiceOptions options;
-  options.batch_min = *settings.batch_min;
-  options.batch_max = *settings.batch_max;
-  options.every = static_cast<int>(settings.batch_every.value_or(options.every));
-  options.last_step = *settings.steps;
-  std::cout << "adaptive batch: " << options.batch_min << " to " << options.batch_max
-            << " samples, chosen for goodput every " << Count(options.every, "step") << " (from "
-            << prepared.plan.global_batch << ")" << std::endl;
-  return std::make_optional<BatchChooser>(cluster, prepared.plan, options);
-}
-
-// The rebalancer and the batch chooser of one attempt, given every metrics record: they
-// propose in turn, each following the other's plans and proposing nothing while one
-// waits to train; `hand` gives rank 0 a plan and returns its number, or none when it was
-// not handed (said why).
-class PlanProposers {
- public:
-  using Hand = std::function<std::optional<int>(const std::string& plan_text, const std::string& reason,
-                                                const std::string& proposer)>;
-  PlanProposers(std::optional<Rebalancer> rebalancer, std::optional<BatchChooser> chooser, const PreparedPlan& prepared,
-                const std::string& run_dir, Hand hand)
-      : rebalancer_(std::move(rebalancer)),
-        chooser_(std::move(chooser)),
-        prepared_(prepared),
-        choices_file_((fs::path(run_dir) / "batch_choices.json").string()),
-        hand_(std::move(hand)) {}
-
-  void Metrics(int rank, const nlohmann::json& record) {
-    if (rebalancer_) {
-      if (const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record)) {
-        const auto number = hand_(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
-        if (!number) return rebalancer_->NotHanded();
-        rebalancer_->Handed(*number);
-        if (chooser_) chooser_->Following(proposal->plan, *number);
-        return;
-      }
-    }
-    if (!chooser_) return;
-    const std::size_t judged = chooser_->judgements().size();
-    const std::optional<BatchChoice> choice = chooser_->Metrics(
-        rank, record, [&] { return rebalancer_ ? rebalancer_->CorrectedProfiles() : prepared_.profiles; });
-    if (chooser_->judgements().size() == judged) return;
-    WriteFileAtomically(choices_file_, chooser_->judgements().dump(2) + "\n");
-    if (!choice) {
-      std::cout << "adaptive batch: " << chooser_->last_line() << std::endl;
-      return;
-    }
-    const auto number = hand_(choice->plan_text, choice->reason, "adaptive batch");
-    if (!number) return chooser_->NotHanded();
-    chooser_->Handed(*number);
-    if (rebalancer_) rebalancer_->Following(choice->plan, *number);
-  }
-
- private:
-  std::optional<Rebalancer> rebalancer_;
-  std::optional<BatchChooser> chooser_;
-  const PreparedPlan& prepared_;
-  std::string choices_file_;
-  Hand hand_;
-};
 
 // What one attempt of the job ended with: its agents' outcome, and what the monitor saw.
 struct AttemptEnd {
@@ -554,354 +422,6 @@ Ending EndingOf(const LaunchOptions& options, const AttemptEnd& end, int restart
   if (!monitor.TakeBack().empty()) return Ending::kTakeBack;
   if (!options.elastic || restarts >= options.max_restarts) return Ending::kGiveUp;
   return Ending::kRestart;
-}
-
-// ---- Under Slurm (--slurm): the allocation's nodes, profiles and ranks through srun.
-
-// `name` installed beside the running `poplar`, or in the build tree's `subfolder`
-// (build/planner/poplar, build/launcher/poplar-worker, build/agent/poplar-agent).
-std::string ProgramBesideHead(const std::string& name, const std::string& subfolder) {
-  std::error_code error;
-  const fs::path self = fs::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    for (const fs::path& candidate : {self.parent_path() / name, self.parent_path().parent_path() / subfolder / name}) {
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    }
-  }
-  return FindInPath(name);
-}
-
-// `text` as one word of a POSIX shell: in single quotes, each ' written '\''.
-std::string ShellWord(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// What the Slurm path knows of the allocation: its nodes' devices, and the programs.
-struct SlurmPlace {
-  SlurmAllocation allocation;
-  std::vector<NodeGpus> gpus;  // slurm.gpus: auto
-  std::string srun;
-  std::string worker;
-};
-
-// The flags and environment of the `k`-th device of `type` on `node`: an emulated
-// device's stretch and cap, or a GPU's NVML index as CUDA's only device.
-struct DeviceFlags {
-  std::vector<std::string> args;
-  std::vector<std::string> env;
-  const EmulatedDeviceSpec* emulated = nullptr;  // null for a GPU
-};
-
-DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, const std::string& node,
-                          const std::string& type, int k) {
-  DeviceFlags flags;
-  for (const NodeGpus& listed : place.gpus) {
-    if (listed.node != node) continue;
-    for (const ListedGpu& gpu : listed.gpus) {
-      if (gpu.type != type || k-- != 0) continue;
-      flags.args = {"--device", "cuda"};
-      flags.env = {"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu.index)};
-      return flags;
-    }
-  }
-  for (const EmulatedDeviceSpec& device : cluster.slurm->emulated) {
-    if (device.type != type) continue;
-    flags.emulated = &device;
-    flags.args = {"--device", "cpu"};
-    const std::vector<std::string> emulated = EmulatedWorkerFlags(device);
-    flags.args.insert(flags.args.end(), emulated.begin(), emulated.end());
-    flags.env = {"OMP_NUM_THREADS=" + std::to_string(device.threads)};
-    return flags;
-  }
-  throw CommandFailed("node '" + node + "' has no device " + std::to_string(k + 1) + " of type " + type);
-}
-
-// srun's options that place one task on `node` (for profiling, one task per device type).
-std::vector<std::string> OneTaskOn(const std::string& node) {
-  return {"--nodes=1", "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=1"};
-}
-
-// The cluster file under Slurm: its `slurm` section's devices on the allocation's nodes.
-// The file is read first, so that a broken one is named before Slurm is asked anything.
-ClusterSpec SlurmCluster(const LaunchOptions& options, SlurmPlace& place) {
-  ClusterSpec cluster = LoadClusterFile(options.cluster_file, ClusterRead::kSlurmAllocation);
-  place.allocation = CurrentSlurmAllocation();
-  place.srun = FindInPath("srun");
-  place.worker = options.worker.empty() ? ProgramBesideHead("poplar-worker", "launcher") : options.worker;
-  if (cluster.slurm->discover_gpus) {
-    place.gpus = ListAllocationGpus(place.allocation, place.srun, ProgramBesideHead("poplar-agent", "agent"));
-  }
-  cluster = OnNodes(cluster, AllocationNodes(place.allocation, *cluster.slurm, place.gpus));
-  std::vector<std::string> described;
-  for (const NodeSpec& node : cluster.nodes) {
-    std::vector<std::string> devices;
-    for (const DeviceGroupSpec& group : node.devices)
-      devices.push_back(std::to_string(group.count) + " x " + group.type);
-    described.push_back(node.name + " (" + node.host + ": " + Join(devices, ", ") + ")");
-  }
-  std::cout << "Slurm job " << place.allocation.job_id << ": " << Count(cluster.nodes.size(), "node") << ", "
-            << Join(described, "; ") << std::endl;
-  return cluster;
-}
-
-// The profiles of every device type: the cluster file's `profiles` folder has those it
-// has, else the attempt before this one (`previous`, a resume's attempts/N: a requeued
-// job measures nothing again); each other type is measured on its first node by one
-// srun task of `poplar-worker profile`. All go to run_dir/profiles.
-std::map<std::string, DeviceProfile> SlurmProfiles(const ClusterSpec& cluster, const SlurmPlace& place,
-                                                   const std::string& model_file, const std::string& run_dir,
-                                                   const std::string& previous) {
-  const fs::path dir = fs::path(run_dir) / "profiles";
-  MakeOutputFolder(dir.string(), dir.string());
-  for (const std::string& type : cluster.DeviceTypes()) {
-    const fs::path kept = dir / (type + ".json");
-    std::optional<fs::path> cached;
-    for (const std::string& folder : {cluster.profiles_dir, previous.empty() ? "" : previous + "/profiles"}) {
-      const fs::path file = fs::path(folder) / (type + ".json");
-      if (!cached && !folder.empty() && fs::is_regular_file(file)) cached = file;
-    }
-    if (cached) {
-      WriteFileAtomically(kept.string(), ReadTextFile(cached->string()));
-      std::cout << "profile of " << type << ": " << cached->string() << std::endl;
-      continue;
-    }
-    std::string node;
-    for (const NodeSpec& candidate : cluster.nodes) {
-      for (const DeviceGroupSpec& group : candidate.devices) {
-        if (node.empty() && group.type == type) node = candidate.name;
-      }
-    }
-    const DeviceFlags device = DeviceFlagsOf(cluster, place, node, type, 0);
-    std::vector<std::string> argv = {place.srun};
-    for (const std::string& option : OneTaskOn(node)) argv.push_back(option);
-    argv.push_back("/usr/bin/env");
-    argv.insert(argv.end(), device.env.begin(), device.env.end());
-    argv.insert(argv.end(), {place.worker, "profile", "--model-config", model_file, "--device-type", type, "-o",
-                             kept.string(), "--precision", WorkerPrecisionName(cluster.precision)});
-    argv.insert(argv.end(), device.args.begin(), device.args.end());
-    if (cluster.stage) argv.insert(argv.end(), {"--stage", std::to_string(*cluster.stage)});
-    std::cout << "profiling " << type << " on node " << node << " (srun poplar-worker profile)" << std::endl;
-    RunToEnd(argv);
-  }
-  return LoadClusterProfiles(cluster, dir.string());
-}
-
-// A plan made now under Slurm: the profiles (SlurmProfiles), then the planner's search.
-PreparedPlan PlanThroughSrun(const LaunchOptions& options, const ClusterSpec& cluster, const SlurmPlace& place,
-                             const std::string& model_file, const std::string& run_dir, const std::string& previous) {
-  PreparedPlan prepared;
-  prepared.profiles = SlurmProfiles(cluster, place, model_file, run_dir, previous);
-  const PlanResult result = MakePlan(cluster, prepared.profiles, *ParsePolicy(options.policy));
-  prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
-  std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
-  prepared.text = PlanToJson(cluster, prepared.profiles, result).dump(2) + "\n";
-  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");
-  return prepared;
-}
-
-// A file a job setting names (data, eval_data, init): under Slurm, a path relative to
-// the launch's working folder, which every node sees (a shared file system).
-std::string SlurmJobFile(const ClusterSpec& cluster, const std::string& key, const std::string& path) {
-  const std::string resolved = fs::absolute(path).lexically_normal().string();
-  const bool folder = std::get<WorkFileSetting>(JobSettingNamed(key).kind).folder;
-  std::error_code error;
-  if (!fs::is_regular_file(resolved, error) && !(folder && fs::is_directory(resolved, error))) {
-    throw InputError(cluster.file, "job." + key,
-                     "'" + path + "' is not a file" + (folder ? " or a folder" : "") +
-                         " (under --slurm, job files are relative to the folder poplar launch runs in, which "
-                         "every node must see)");
-  }
-  return resolved;
-}
-
-// The one srun step of the plan's ranks: run_dir/slurm/ holds its host file (rank r's
-// node on line r, for --distribution=arbitrary), ranks.sh (what task r runs: rank r's
-// torchrun environment, device and `poplar-worker train`), the model, the ranks'
-// metrics files and the plans handed to rank 0.
-SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, const SlurmPlace& place,
-                   const JobPlace& job_place, const JobSpec& job, const PreparedPlan& prepared,
-                   const std::string& run_dir, const Resumption& resumption) {
-  const fs::path dir = fs::absolute(fs::path(run_dir) / "slurm");
-  fs::remove_all(dir / "metrics");
-  fs::remove_all(dir / "plans");  // plans are numbered per launch, as the agents' are
-  fs::create_directories(dir / "metrics");
-  fs::create_directories(dir / "plans");
-  const fs::path checkpoints = fs::absolute(fs::path(run_dir) / "checkpoints");
-  const std::string model_file = (dir / "model.json").string();
-  WriteFileAtomically(model_file, job_place.model);
-  const std::string plan_file = fs::absolute(fs::path(run_dir) / "plan.json").string();
-  const std::vector<std::string> settings = WorkerFlags(
-      job.settings, [&](const std::string& key, const std::string& path) { return SlurmJobFile(cluster, key, path); });
-  const std::string save =
-      (fs::absolute(fs::path(run_dir)) / ("model." + job.settings.save_format.value_or("pt"))).string();
-
-  SrunStep step;
-  step.srun = place.srun;
-  step.cwd = fs::current_path().string();
-  step.stop_grace = std::chrono::seconds(StopGraceSeconds(job.settings));
-  const int world = prepared.plan.WorldSize();
-  std::string hosts;
-  std::string script = "#!/bin/sh\n# What srun's task N runs: rank N of job " + job_place.job_id +
-                       " (poplar launch --slurm).\ncase \"$SLURM_PROCID\" in\n";
-  std::map<std::string, int> on_node;                       // node -> ranks placed so far
-  std::map<std::pair<std::string, std::string>, int> seen;  // (node, type) -> ranks placed so far
-  std::map<std::string, int> node_ranks;
-  for (const RankPlacement& placement : prepared.plan.placement) ++node_ranks[placement.node];
-  for (int rank = 0; rank < world; ++rank) {
-    const RankPlacement& placement = prepared.plan.placement[rank];
-    const DeviceFlags device = DeviceFlagsOf(cluster, place, placement.node, placement.device_type,
-                                             seen[{placement.node, placement.device_type}]++);
-    std::vector<std::string> env = {"RANK=" + std::to_string(rank),
-                                    "WORLD_SIZE=" + std::to_string(world),
-                                    "LOCAL_RANK=" + std::to_string(on_node[placement.node]++),
-                                    "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks[placement.node]),
-                                    "MASTER_ADDR=" + job_place.master_addr,
-                                    "MASTER_PORT=" + std::to_string(job_place.master_port)};
-    env.insert(env.end(), device.env.begin(), device.env.end());
-    std::vector<std::string> argv = {place.worker,       "train",
-                                     "--plan",           plan_file,
-                                     "--model-config",   model_file,
-                                     "--precision",      job_place.precision,
-                                     "--metrics",        (dir / "metrics" / "rank-{rank}.jsonl").string(),
-                                     "--checkpoint-dir", checkpoints.string(),
-                                     "--plan-switches",  (dir / "plans").string(),
-                                     "--save",           save};
-    argv.insert(argv.end(), settings.begin(), settings.end());
-    if (options.trace_step > 0) {
-      argv.insert(argv.end(), {"--trace", (dir / "traces" / "rank-{rank}.json").string(), "--trace-step",
-                               std::to_string(options.trace_step)});
-    }
-    if (resumption.resume && fs::exists(checkpoints / "latest"))
-      argv.insert(argv.end(), {"--resume", checkpoints.string()});
-    if (resumption.require_checkpoint) argv.push_back("--resume-required");
-    if (options.timeout_s > 0) argv.insert(argv.end(), {"--timeout", std::to_string(options.timeout_s)});
-    argv.insert(argv.end(), device.args.begin(), device.args.end());
-    if (device.emulated != nullptr && device.emulated->later_step > 0) {
-      argv.insert(argv.end(), {"--later-slowdown-step", std::to_string(device.emulated->later_step), "--later-slowdown",
-                               ShortestText(device.emulated->later_slowdown)});
-    }
-    script += std::to_string(rank) + ") exec /usr/bin/env";
-    for (const std::string& word : env) script += " " + ShellWord(word);
-    for (const std::string& word : argv) script += " " + ShellWord(word);
-    script += " ;;\n";
-    hosts += placement.node + "\n";
-    step.metrics_files.push_back((dir / "metrics" / ("rank-" + std::to_string(rank) + ".jsonl")).string());
-    step.nodes.push_back(placement.node);
-  }
-  script += "*) echo \"poplar: task $SLURM_PROCID is not a rank of the plan (" + std::to_string(world) +
-            " ranks)\" >&2; exit 1 ;;\nesac\n";
-  if (options.trace_step > 0) fs::create_directories(dir / "traces");
-  WriteFileAtomically((dir / "hostfile").string(), hosts);
-  WriteFileAtomically((dir / "ranks.sh").string(), script);
-  step.args = {
-      "--ntasks=" + std::to_string(world), "--distribution=arbitrary", "--kill-on-bad-exit=1", "--label", "/bin/sh",
-      (dir / "ranks.sh").string()};
-  for (char** entry = environ; *entry != nullptr; ++entry) step.env.emplace_back(*entry);
-  step.env.push_back("SLURM_HOSTFILE=" + (dir / "hostfile").string());
-  return step;
-}
-
-// The rendezvous port under Slurm: --master-port, else one derived from the Slurm job
-// id, so that two allocations sharing a node do not choose the same.
-int SlurmMasterPort(const LaunchOptions& options, const SlurmAllocation& allocation) {
-  if (options.master_port > 0) return options.master_port;
-  std::uint64_t id = 0;
-  for (char c : allocation.job_id) id = id * 31 + static_cast<unsigned char>(c);
-  return 20000 + static_cast<int>(id % 20000);
-}
-
-// What a launch has before it starts anything, through agents or under Slurm.
-struct LaunchStart {
-  const LaunchOptions& options;
-  const Interruption& interruption;
-  std::optional<SummaryOnStdout>& json;
-  const ClusterSpec& cluster;
-  JobPlace& place;
-  const JobSpec& job;
-  const std::string& run_dir;
-  RunDirectory& directory;
-  std::optional<PreparedPlan>& given;
-};
-
-// A launch under Slurm: one attempt, as one srun step (--elastic is refused: Slurm
-// requeues the job).
-void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
-  const auto& [options, interruption, json, cluster, job_place, job, run_dir, directory, given] = start;
-  const std::string& job_id = job_place.job_id;
-  StopIfInterrupted(interruption, job_id);
-  const std::string previous_attempt = options.resume ? directory.KeepPreviousAttempt() : "";
-  directory.Record();
-  const fs::path model_file = fs::absolute(fs::path(run_dir) / "slurm" / "model.json");
-  fs::create_directories(model_file.parent_path());
-  WriteFileAtomically(model_file.string(), job_place.model);
-  const PreparedPlan prepared =
-      given ? *std::move(given)
-            : PlanThroughSrun(options, cluster, place, model_file.string(), run_dir, previous_attempt);
-  StopIfInterrupted(interruption, job_id);
-  job_place.plan_text = prepared.text;
-  job_place.precision = prepared.precision.name;
-  // Rank 0's node as Slurm reaches it, whatever host a plan made elsewhere says.
-  job_place.master_addr = cluster.nodes.at(NodeIndex(cluster, prepared.plan.placement.at(0).node)).host;
-  job_place.master_port = SlurmMasterPort(options, place.allocation);
-  WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), prepared.text);
-  const Resumption resumption{options.resume, false};
-  const SrunStep step = SlurmStep(options, cluster, place, job_place, job, prepared, run_dir, resumption);
-
-  std::vector<RankInfo> ranks;
-  for (const RankPlacement& placement : prepared.plan.placement)
-    ranks.push_back({placement.node, placement.device_type});
-  std::cout << "launching job " << job_id << " as one srun step of Slurm job " << place.allocation.job_id << ": "
-            << Count(ranks.size(), "rank") << " on " << Count(cluster.nodes.size(), "node") << ", "
-            << Count(*job.settings.steps, "step") << "; rendezvous " << job_place.master_addr << ":"
-            << job_place.master_port << "; run directory " << run_dir << std::endl;
-  LaunchMonitor monitor(run_dir, ranks, *job.settings.steps, options.progress_every, std::cout);
-  monitor.StartingPlan(prepared.plan.predicted_step_s);
-  if (options.resume) monitor.ExpectResume(job_id);
-  const fs::path plans = fs::path(run_dir) / "slurm" / "plans";
-  int handed = 0;
-  // Rank 0 reads the plans the head writes into run_dir/slurm/plans.
-  const auto hand = [&](const std::string& plan_text, const std::string& reason,
-                        const std::string& proposer) -> std::optional<int> {
-    try {
-      RequireSwitchable(prepared.plan, ParseWorkerPlan(plan_text, "the new plan"), job.settings.batch_min.value_or(0),
-                        job.settings.batch_max.value_or(0));
-    } catch (const InputError& error) {
-      std::cout << proposer << ": the new plan was not handed to rank 0: " << error.what() << std::endl;
-      return std::nullopt;
-    }
-    const int number = ++handed;
-    WriteFileAtomically((plans / ("plan-" + std::to_string(number) + ".json")).string(), plan_text);
-    nlohmann::ordered_json announced = {{"number", number}, {"reason", reason}};
-    announced["plan"] = nlohmann::ordered_json::parse(plan_text);
-    monitor.PlanSwitch(announced.dump());
-    return number;
-  };
-  PlanProposers proposers(RebalancerFor(options, cluster, prepared, *job.settings.steps),
-                          BatchChooserFor(cluster, job, prepared), prepared, run_dir, hand);
-  const SrunOutcome outcome = RunSrunStep(
-      step, monitor, interruption, std::cout,
-      [&](int rank, const std::string& line) { proposers.Metrics(rank, nlohmann::json::parse(line, nullptr, false)); });
-  const int exit_status = outcome.signal != 0 ? 128 + outcome.signal : 1;
-  if (!outcome.started) {
-    throw CommandFailed("job " + job_id + " failed: " + monitor.RootCause() + "; no worker was started", exit_status);
-  }
-  directory.Keep();
-  if (!previous_attempt.empty()) {
-    std::cout << "the previous attempt's plan and summary are kept in " << previous_attempt << "\n";
-  }
-  const nlohmann::ordered_json summary = WriteSummary(options, run_dir, job_id, prepared, monitor);
-  if (json) json->Print(summary);
-  if (!monitor.failed()) return SayWhatWasTrained(summary, job, run_dir);
-  const std::string user_stop = monitor.UserStop();
-  const std::string what = user_stop.empty() ? "failed: " + monitor.RootCause() : "was " + user_stop;
-  const std::string kept =
-      monitor.CheckpointsKept(job.settings.checkpoint_every.value_or(0), (fs::path(run_dir) / "checkpoints").string());
-  throw CommandFailed("job " + job_id + " " + what + "; every rank was stopped; " + kept + "; logs in " + run_dir +
-                          "/logs; resume with: poplar launch " + options.cluster_file + " --slurm --job-id " + job_id +
-                          " --resume",
-                      exit_status);
 }
 
 void RunLaunch(const LaunchOptions& options) {
