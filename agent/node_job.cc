@@ -7,9 +7,9 @@
 #include "agent/work_dir.h"
 #include "agent/worker_settings.h"
 #include "planner/base/input_error.h"
-#include "planner/base/number_text.h"
 #include "planner/base/spawner.h"
 #include "planner/base/text_file.h"
+#include "planner/cluster/emulated_device.h"
 #include "planner/formats/job_id.h"
 #include "planner/formats/job_settings.h"
 #include "planner/formats/precision.h"
@@ -125,10 +125,18 @@ std::vector<std::string> NetworkArgs(const LaunchSettings& settings, const fs::p
 
 }  // namespace
 
-void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env) {
+void AddDeviceSettings(const DeviceInfo& device, bool training, std::vector<std::string>& args,
+                       std::vector<std::string>& env) {
   if (device.emulated) {
-    args.insert(args.end(), {"--threads", std::to_string(device.threads), "--slowdown", ShortestText(device.slowdown),
-                             "--memory-bytes", std::to_string(device.memory_bytes)});
+    EmulatedDeviceSpec spec;
+    spec.type = device.type;
+    spec.threads = device.threads;
+    spec.slowdown = device.slowdown;
+    spec.memory_bytes = device.memory_bytes;
+    spec.later_step = device.later_step;
+    spec.later_slowdown = device.later_slowdown;
+    const std::vector<std::string> flags = EmulatedWorkerFlags(spec, training);
+    args.insert(args.end(), flags.begin(), flags.end());
     env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
   } else {
     // NVML numbers GPUs in PCI bus order; make CUDA agree before selecting one.
@@ -203,11 +211,7 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
                     {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(plan.WorldSize()),
                      "LOCAL_RANK=" + std::to_string(local), "LOCAL_WORLD_SIZE=" + std::to_string(node_ranks.size()),
                      "MASTER_ADDR=" + settings.master_addr, "MASTER_PORT=" + std::to_string(settings.master_port)});
-    AddDeviceSettings(*assigned[local], spec.args, spec.env);
-    if (train && assigned[local]->later_step > 0) {
-      spec.args.insert(spec.args.end(), {"--later-slowdown-step", std::to_string(assigned[local]->later_step),
-                                         "--later-slowdown", ShortestText(assigned[local]->later_slowdown)});
-    }
+    AddDeviceSettings(*assigned[local], train, spec.args, spec.env);
     processes.push_back(std::move(process));
   }
   return processes;

@@ -72,7 +72,9 @@ std::chrono::seconds StopGrace(const LaunchSettings& settings);
 void RemoveJobFolder(const AgentConfig& config, const std::string& job_id);
 
 // The emulation flags and environment for a worker on `device` (none for a GPU, which
-// gets CUDA_VISIBLE_DEVICES instead). Shared by training and profiling.
-void AddDeviceSettings(const DeviceInfo& device, std::vector<std::string>& args, std::vector<std::string>& env);
+// gets CUDA_VISIBLE_DEVICES instead), for `training` or profiling
+// (planner/cluster/emulated_device.h's EmulatedWorkerFlags).
+void AddDeviceSettings(const DeviceInfo& device, bool training, std::vector<std::string>& args,
+                       std::vector<std::string>& env);
 
 }  // namespace poplar

@@ -189,7 +189,7 @@ std::string Profiler::MeasureStages(const ProfileSettings& settings, const Devic
     spec.args.insert(spec.args.end(), {"--largest-micro-batch", std::to_string(settings.largest_micro_batch)});
   }
   spec.env = InheritedEnvironment();
-  AddDeviceSettings(device, spec.args, spec.env);
+  AddDeviceSettings(device, /*training=*/false, spec.args, spec.env);
 
   Job job("profile-" + stem, {process}, std::chrono::seconds(2));
   job.Start(spawner_);

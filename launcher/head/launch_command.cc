@@ -47,6 +47,18 @@ namespace poplar {
 
 namespace fs = std::filesystem;
 
+PreparedPlan PlanFromProfiles(const LaunchOptions& options, const ClusterSpec& cluster,
+                              std::map<std::string, DeviceProfile> profiles) {
+  PreparedPlan prepared;
+  prepared.profiles = std::move(profiles);
+  const PlanResult result = MakePlan(cluster, prepared.profiles, *ParsePolicy(options.policy));
+  prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
+  std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
+  prepared.text = PlanToJson(cluster, prepared.profiles, result).dump(2) + "\n";
+  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");  // its policy and prediction too
+  return prepared;
+}
+
 void StopIfInterrupted(const Interruption& interruption, const std::string& job_id) {
   if (const int signal = interruption.signal(); signal != 0) {
     throw CommandFailed("job " + job_id + " was not started: stopped by the user (" + InterruptionName(signal) +
@@ -238,16 +250,8 @@ PreparedPlan PlanFromFile(const LaunchOptions& options, const ClusterSpec& clust
 // A plan made now: the agents profile their devices, and the planner searches.
 PreparedPlan PlanThroughAgents(const LaunchOptions& options, const ClusterSpec& cluster, ClusterAgents& agents,
                                const std::string& run_dir) {
-  PreparedPlan prepared;
-  const auto profiles = FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {});
-  const PlanResult result = MakePlan(cluster, profiles, *ParsePolicy(options.policy));
-  const auto plan = PlanToJson(cluster, profiles, result);
-  prepared.precision = ChooseWorkerPrecision(cluster, profiles);
-  prepared.profiles = profiles;
-  std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
-  prepared.text = plan.dump(2) + "\n";
-  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");  // its policy and prediction too
-  return prepared;
+  return PlanFromProfiles(options, cluster,
+                          FetchProfiles(cluster, agents, (fs::path(run_dir) / "profiles").string(), {}));
 }
 
 // The cluster file's job, with --steps applied.
@@ -401,14 +405,9 @@ PreparedPlan Replan(const LaunchOptions& options, const ClusterSpec& cluster, Cl
   const std::vector<std::string> types = cluster.DeviceTypes();
   const auto profiled = [&](const std::string& type) { return known.count(type) > 0; };
   if (!std::all_of(types.begin(), types.end(), profiled)) return PlanThroughAgents(options, cluster, agents, run_dir);
-  PreparedPlan prepared;
-  for (const std::string& type : types) prepared.profiles[type] = known.at(type);
-  const PlanResult result = MakePlan(cluster, prepared.profiles, *ParsePolicy(options.policy));
-  prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
-  std::cout << PlanReport(cluster, result) << std::flush;
-  prepared.text = PlanToJson(cluster, prepared.profiles, result).dump(2) + "\n";
-  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");
-  return prepared;
+  std::map<std::string, DeviceProfile> profiles;
+  for (const std::string& type : types) profiles[type] = known.at(type);
+  return PlanFromProfiles(options, cluster, std::move(profiles));
 }
 
 // How an attempt ends the launch, or goes on: trained; stopped to take a node back

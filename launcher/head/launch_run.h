@@ -58,6 +58,11 @@ struct PreparedPlan {
   WorkerPrecisionChoice precision;                // what the workers train in, and why
 };
 
+// The plan the planner makes from `profiles` (one per device type of `cluster`), with
+// the precision the workers train in; its report and precision said on stdout.
+PreparedPlan PlanFromProfiles(const LaunchOptions& options, const ClusterSpec& cluster,
+                              std::map<std::string, DeviceProfile> profiles);
+
 // A signal received before any worker was started ends the launch at the next step,
 // which leaves the run directory as it found it (RunDirectory) and starts nothing.
 void StopIfInterrupted(const Interruption& interruption, const std::string& job_id);

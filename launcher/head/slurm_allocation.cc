@@ -15,16 +15,8 @@
 #include "planner/base/spawner.h"
 #include "planner/formats/profile.h"
 
-extern char** environ;
-
 namespace poplar {
 namespace {
-
-std::vector<std::string> WholeEnvironment() {
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry != nullptr; ++entry) env.emplace_back(*entry);
-  return env;
-}
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;

@@ -12,7 +12,7 @@
 #include "planner/base/command_failed.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
-#include "planner/base/number_text.h"
+#include "planner/base/spawner.h"
 #include "planner/base/text_file.h"
 #include "planner/base/text_table.h"
 #include "planner/cluster/cluster_profiles.h"
@@ -22,8 +22,6 @@
 #include "planner/search/plan_file.h"
 #include "planner/search/plan_report.h"
 #include "planner/search/planner.h"
-
-extern char** environ;
 
 namespace poplar {
 namespace {
@@ -50,16 +48,16 @@ std::string ShellWord(const std::string& text) {
   return quoted + "'";
 }
 
-// The flags and environment of the `k`-th device of `type` on `node`: an emulated
-// device's stretch and cap, or a GPU's NVML index as CUDA's only device.
+// The flags and environment of the `k`-th device of `type` on `node`, for `training` or
+// a profile: an emulated device's stretch and cap, or a GPU's NVML index as CUDA's
+// only device.
 struct DeviceFlags {
   std::vector<std::string> args;
   std::vector<std::string> env;
-  const EmulatedDeviceSpec* emulated = nullptr;  // null for a GPU
 };
 
 DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, const std::string& node,
-                          const std::string& type, int k) {
+                          const std::string& type, int k, bool training) {
   DeviceFlags flags;
   for (const NodeGpus& listed : place.gpus) {
     if (listed.node != node) continue;
@@ -72,19 +70,13 @@ DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, c
   }
   for (const EmulatedDeviceSpec& device : cluster.slurm->emulated) {
     if (device.type != type) continue;
-    flags.emulated = &device;
     flags.args = {"--device", "cpu"};
-    const std::vector<std::string> emulated = EmulatedWorkerFlags(device);
+    const std::vector<std::string> emulated = EmulatedWorkerFlags(device, training);
     flags.args.insert(flags.args.end(), emulated.begin(), emulated.end());
     flags.env = {"OMP_NUM_THREADS=" + std::to_string(device.threads)};
     return flags;
   }
   throw CommandFailed("node '" + node + "' has no device " + std::to_string(k + 1) + " of type " + type);
-}
-
-// srun's options that place one task on `node` (for profiling, one task per device type).
-std::vector<std::string> OneTaskOn(const std::string& node) {
-  return {"--nodes=1", "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=1"};
 }
 
 // The profiles of every device type: the cluster file's `profiles` folder has those it
@@ -114,10 +106,10 @@ std::map<std::string, DeviceProfile> SlurmProfiles(const ClusterSpec& cluster, c
         if (node.empty() && group.type == type) node = candidate.name;
       }
     }
-    const DeviceFlags device = DeviceFlagsOf(cluster, place, node, type, 0);
-    std::vector<std::string> argv = {place.srun};
-    for (const std::string& option : OneTaskOn(node)) argv.push_back(option);
-    argv.push_back("/usr/bin/env");
+    const DeviceFlags device = DeviceFlagsOf(cluster, place, node, type, 0, /*training=*/false);
+    // One task on the type's node.
+    std::vector<std::string> argv = {
+        place.srun, "--nodes=1", "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=1", "/usr/bin/env"};
     argv.insert(argv.end(), device.env.begin(), device.env.end());
     argv.insert(argv.end(), {place.worker, "profile", "--model-config", model_file, "--device-type", type, "-o",
                              kept.string(), "--precision", WorkerPrecisionName(cluster.precision)});
@@ -127,19 +119,6 @@ std::map<std::string, DeviceProfile> SlurmProfiles(const ClusterSpec& cluster, c
     RunToEnd(argv);
   }
   return LoadClusterProfiles(cluster, dir.string());
-}
-
-// A plan made now under Slurm: the profiles (SlurmProfiles), then the planner's search.
-PreparedPlan PlanThroughSrun(const LaunchOptions& options, const ClusterSpec& cluster, const SlurmPlace& place,
-                             const std::string& model_file, const std::string& run_dir, const std::string& previous) {
-  PreparedPlan prepared;
-  prepared.profiles = SlurmProfiles(cluster, place, model_file, run_dir, previous);
-  const PlanResult result = MakePlan(cluster, prepared.profiles, *ParsePolicy(options.policy));
-  prepared.precision = ChooseWorkerPrecision(cluster, prepared.profiles);
-  std::cout << PlanReport(cluster, result) << "precision: " << prepared.precision.reason << "\n" << std::flush;
-  prepared.text = PlanToJson(cluster, prepared.profiles, result).dump(2) + "\n";
-  prepared.plan = ParseWorkerPlan(prepared.text, "the plan");
-  return prepared;
 }
 
 // A file a job setting names (data, eval_data, init): under Slurm, a path relative to
@@ -159,19 +138,17 @@ std::string SlurmJobFile(const ClusterSpec& cluster, const std::string& key, con
 
 // The one srun step of the plan's ranks: run_dir/slurm/ holds its host file (rank r's
 // node on line r, for --distribution=arbitrary), ranks.sh (what task r runs: rank r's
-// torchrun environment, device and `poplar-worker train`), the model, the ranks'
-// metrics files and the plans handed to rank 0.
+// torchrun environment, device and `poplar-worker train`), the ranks' metrics files
+// and the plans handed to rank 0; `model_file` is the job's model, written there.
 SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, const SlurmPlace& place,
                    const JobPlace& job_place, const JobSpec& job, const PreparedPlan& prepared,
-                   const std::string& run_dir, const Resumption& resumption) {
+                   const std::string& run_dir, const std::string& model_file, const Resumption& resumption) {
   const fs::path dir = fs::absolute(fs::path(run_dir) / "slurm");
   fs::remove_all(dir / "metrics");
   fs::remove_all(dir / "plans");  // plans are numbered per launch, as the agents' are
   fs::create_directories(dir / "metrics");
   fs::create_directories(dir / "plans");
   const fs::path checkpoints = fs::absolute(fs::path(run_dir) / "checkpoints");
-  const std::string model_file = (dir / "model.json").string();
-  WriteFileAtomically(model_file, job_place.model);
   const std::string plan_file = fs::absolute(fs::path(run_dir) / "plan.json").string();
   const std::vector<std::string> settings = WorkerFlags(
       job.settings, [&](const std::string& key, const std::string& path) { return SlurmJobFile(cluster, key, path); });
@@ -193,7 +170,7 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
   for (int rank = 0; rank < world; ++rank) {
     const RankPlacement& placement = prepared.plan.placement[rank];
     const DeviceFlags device = DeviceFlagsOf(cluster, place, placement.node, placement.device_type,
-                                             seen[{placement.node, placement.device_type}]++);
+                                             seen[{placement.node, placement.device_type}]++, /*training=*/true);
     std::vector<std::string> env = {"RANK=" + std::to_string(rank),
                                     "WORLD_SIZE=" + std::to_string(world),
                                     "LOCAL_RANK=" + std::to_string(on_node[placement.node]++),
@@ -219,10 +196,6 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
     if (resumption.require_checkpoint) argv.push_back("--resume-required");
     if (options.timeout_s > 0) argv.insert(argv.end(), {"--timeout", std::to_string(options.timeout_s)});
     argv.insert(argv.end(), device.args.begin(), device.args.end());
-    if (device.emulated != nullptr && device.emulated->later_step > 0) {
-      argv.insert(argv.end(), {"--later-slowdown-step", std::to_string(device.emulated->later_step), "--later-slowdown",
-                               ShortestText(device.emulated->later_slowdown)});
-    }
     script += std::to_string(rank) + ") exec /usr/bin/env";
     for (const std::string& word : env) script += " " + ShellWord(word);
     for (const std::string& word : argv) script += " " + ShellWord(word);
@@ -239,7 +212,7 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
   step.args = {
       "--ntasks=" + std::to_string(world), "--distribution=arbitrary", "--kill-on-bad-exit=1", "--label", "/bin/sh",
       (dir / "ranks.sh").string()};
-  for (char** entry = environ; *entry != nullptr; ++entry) step.env.emplace_back(*entry);
+  step.env = WholeEnvironment();
   step.env.push_back("SLURM_HOSTFILE=" + (dir / "hostfile").string());
   return step;
 }
@@ -287,7 +260,8 @@ void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
   WriteFileAtomically(model_file.string(), job_place.model);
   const PreparedPlan prepared =
       given ? *std::move(given)
-            : PlanThroughSrun(options, cluster, place, model_file.string(), run_dir, previous_attempt);
+            : PlanFromProfiles(options, cluster,
+                               SlurmProfiles(cluster, place, model_file.string(), run_dir, previous_attempt));
   StopIfInterrupted(interruption, job_id);
   job_place.plan_text = prepared.text;
   job_place.precision = prepared.precision.name;
@@ -296,7 +270,8 @@ void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
   job_place.master_port = SlurmMasterPort(options, place.allocation);
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), prepared.text);
   const Resumption resumption{options.resume, false};
-  const SrunStep step = SlurmStep(options, cluster, place, job_place, job, prepared, run_dir, resumption);
+  const SrunStep step =
+      SlurmStep(options, cluster, place, job_place, job, prepared, run_dir, model_file.string(), resumption);
 
   std::vector<RankInfo> ranks;
   for (const RankPlacement& placement : prepared.plan.placement)

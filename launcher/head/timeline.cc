@@ -155,11 +155,12 @@ PredictedBusy ReadPredictedBusy(const std::string& run_dir) {
       }
     }
   };
-  read(0, std::filesystem::path(run_dir) / "plan.json");
-  for (int plan = 1;
-       std::filesystem::exists(std::filesystem::path(run_dir) / "plans" / ("plan-" + std::to_string(plan) + ".json"));
-       ++plan) {
-    read(plan, std::filesystem::path(run_dir) / "plans" / ("plan-" + std::to_string(plan) + ".json"));
+  const std::filesystem::path dir(run_dir);
+  read(0, dir / "plan.json");
+  for (int plan = 1;; ++plan) {
+    const std::filesystem::path file = dir / "plans" / ("plan-" + std::to_string(plan) + ".json");
+    if (!std::filesystem::exists(file)) break;
+    read(plan, file);
   }
   return predicted;
 }

@@ -61,6 +61,8 @@ class Spawner {
 // OPENBLAS_CORETYPE, but not OPENBLAS_NUM_THREADS), as "NAME=value": the same arithmetic
 // as a worker started by hand or by srun, which inherit them too.
 std::vector<std::string> InheritedEnvironment();
+// This process's whole environment, as "NAME=value": what srun's tasks inherit.
+std::vector<std::string> WholeEnvironment();
 
 // A child's wait status (waitpid) as the shell's exit code: its exit status, or 128 plus
 // the signal that killed it.

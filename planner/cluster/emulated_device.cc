@@ -54,9 +54,15 @@ std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const s
   return devices;
 }
 
-std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec) {
-  return {"--threads",      std::to_string(spec.threads),     "--slowdown", ShortestText(spec.slowdown),
-          "--memory-bytes", std::to_string(spec.memory_bytes)};
+std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, bool training) {
+  std::vector<std::string> flags = {"--threads",      std::to_string(spec.threads),
+                                    "--slowdown",     ShortestText(spec.slowdown),
+                                    "--memory-bytes", std::to_string(spec.memory_bytes)};
+  if (training && spec.later_step > 0) {
+    flags.insert(flags.end(), {"--later-slowdown-step", std::to_string(spec.later_step), "--later-slowdown",
+                               ShortestText(spec.later_slowdown)});
+  }
+  return flags;
 }
 
 }  // namespace poplar

@@ -30,8 +30,9 @@ struct EmulatedDeviceSpec {
 // wrong (a bad value, a type declared twice). Empty when `key` is absent.
 std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const std::string& key);
 
-// The worker's flags for a device of `spec`: --threads, --slowdown, --memory-bytes, and
-// --later-slowdown-step with --later-slowdown when it changes later.
-std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec);
+// The worker's flags for a device of `spec`: --threads, --slowdown, --memory-bytes and,
+// for `training` (a profile measures `slowdown`), --later-slowdown-step with
+// --later-slowdown when it changes later.
+std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, bool training);
 
 }  // namespace poplar
