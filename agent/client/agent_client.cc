@@ -86,8 +86,8 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
                 message,
             AgentError::Kind::kTlsHandshake);
       }
-      reason = "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message;
-      break;
+      return AgentError(node_, "agent unreachable at " + address_ + " (is poplar-agent running there?): " + message,
+                        AgentError::Kind::kUnreachable);
     }
     case grpc::StatusCode::UNAUTHENTICATED:
       reason = "the agent at " + address_ + " refused our credentials: " + status.error_message();
@@ -104,9 +104,10 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
   return AgentError(node_, reason);
 }
 
-v1::DescribeResponse AgentClient::Describe(std::chrono::seconds deadline) {
+v1::DescribeResponse AgentClient::Describe(std::chrono::seconds deadline, bool wait_for_ready) {
   grpc::ClientContext context;
   SetDeadline(context, deadline);
+  context.set_wait_for_ready(wait_for_ready);
   v1::DescribeResponse response;
   const grpc::Status status = stub_->Describe(&context, v1::DescribeRequest(), &response);
   if (!status.ok()) throw Failure(status, "Describe");

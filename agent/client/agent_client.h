@@ -27,6 +27,8 @@ class AgentError : public std::runtime_error {
     kLostAgent,     // a launch stream broke after events had arrived: the agent went away
     kTlsHandshake,  // the agent answered but the TLS handshake failed: another CA's
                     // certificate on one side, or the agent refused ours
+    kUnreachable,   // no connection was made: nothing listens there (yet), or the
+                    // connection attempt failed on the way; asking again may answer
   };
   AgentError(const std::string& node, std::string reason, Kind kind = Kind::kOther)
       : std::runtime_error("node '" + node + "': " + reason), reason_(std::move(reason)), kind_(kind) {}
@@ -74,7 +76,9 @@ class AgentClient {
   const std::string& node() const { return node_; }
   const std::string& address() const { return address_; }
 
-  v1::DescribeResponse Describe(std::chrono::seconds deadline = std::chrono::seconds(10));
+  // `wait_for_ready`: an agent not reachable yet is waited for until `deadline` (the call
+  // then fails DEADLINE_EXCEEDED); otherwise the call fails at once, kUnreachable.
+  v1::DescribeResponse Describe(std::chrono::seconds deadline = std::chrono::seconds(10), bool wait_for_ready = false);
   v1::StatusResponse Status(std::chrono::seconds deadline = std::chrono::seconds(10));
   // A port free on the agent's node now (the rendezvous of a job whose rank 0 runs there).
   int FreePort();

@@ -57,7 +57,16 @@ v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds dea
     return client.Describe(deadline);
   } catch (const AgentError& error) {
     if (error.kind() == AgentError::Kind::kTlsHandshake) log.Take();  // the error quotes it; the rest is written out
-    throw;
+    if (error.kind() != AgentError::Kind::kUnreachable) throw;
+    try {
+      return client.Describe(std::min(deadline, std::chrono::seconds(2)), /*wait_for_ready=*/true);
+    } catch (const AgentError& again) {
+      if (again.kind() == AgentError::Kind::kTlsHandshake) {
+        log.Take();
+        throw;
+      }
+      throw error;
+    }
   }
 }
 

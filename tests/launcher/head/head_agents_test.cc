@@ -1,11 +1,16 @@
 // The head's check that a node runs its own version of poplar: the head, the agents
 // and the workers share one protocol and one job contract, so a node on another
 // version is refused before anything starts there, naming the node and both versions.
+// And its Describe of an agent: one that starts listening a moment late still answers.
 #include "launcher/head/head_agents.h"
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "planner/base/command_failed.h"
 
@@ -44,6 +49,60 @@ TEST(CheckVersion, ANodeOfAnotherVersionIsRefusedNamingItAndBothVersions) {
   EXPECT_NE(Refusal(Described("poplar-agent " POPLAR_VERSION "1", "poplar-worker " POPLAR_VERSION "1 (x)")), "");
   const std::string silent = Refusal(Described("", ""));
   EXPECT_NE(silent.find("reports (no version given) and worker (no version given)"), std::string::npos) << silent;
+}
+
+// An agent that answers Describe alone, served on loopback at `port` (0: a free one).
+class DescribingAgent : public v1::Agent::Service {
+ public:
+  explicit DescribingAgent(int port = 0) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~DescribingAgent() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  int port() const { return port_; }
+  grpc::Status Describe(grpc::ServerContext*, const v1::DescribeRequest*, v1::DescribeResponse* response) override {
+    response->set_node("b");
+    return grpc::Status::OK;
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A loopback port nothing listens on now.
+int FreedPort() {
+  DescribingAgent agent;
+  return agent.port();
+}
+
+TEST(DescribeAgent, AnAgentThatStartsListeningAMomentLateAnswers) {
+  const int port = FreedPort();
+  AgentClient client("b", "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  std::unique_ptr<DescribingAgent> agent;
+  std::thread start([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    agent = std::make_unique<DescribingAgent>(port);
+  });
+  v1::DescribeResponse description;
+  EXPECT_NO_THROW(description = DescribeAgent(client, std::chrono::seconds(5)));
+  start.join();
+  EXPECT_EQ(description.node(), "b");
+}
+
+TEST(DescribeAgent, AnAgentThatNeverListensIsUnreachableWithItsAddress) {
+  const std::string address = "127.0.0.1:" + std::to_string(FreedPort());
+  AgentClient client("b", address, grpc::InsecureChannelCredentials());
+  try {
+    DescribeAgent(client, std::chrono::seconds(5));
+    ADD_FAILURE() << "no AgentError";
+  } catch (const AgentError& error) {
+    EXPECT_EQ(error.kind(), AgentError::Kind::kUnreachable);
+    EXPECT_NE(std::string(error.what()).find("node 'b': agent unreachable at " + address), std::string::npos)
+        << error.what();
+  }
 }
 
 }  // namespace
