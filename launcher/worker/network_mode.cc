@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -64,24 +65,37 @@ torch::Tensor GatherOverRanks(Communicator& communicator, const std::vector<doub
   return all.view({communicator.world_size(), static_cast<std::int64_t>(values.size())}).cpu();
 }
 
-// `runs` timed runs, each started together after a barrier; the slowest rank's time of
-// each (the same on every rank).
+// How long the rank that arrives last waits before it calls: long enough for the others,
+// waiting inside the collective, to have gone idle (a CPU thread asleep, a virtual CPU
+// halted) as they have in training, where they wait for the slowest rank's compute.
+constexpr auto kLateArrival = std::chrono::milliseconds(2);
+
+// `runs` timed runs as training meets a collective: after a barrier, every rank but one
+// calls at once and waits; that one, rank `run % world size`, calls kLateArrival later,
+// and the run's time is its own, from its call to the collective's end there (what the
+// step on the critical path pays). The same on every rank.
 std::vector<double> TimeRuns(Communicator& communicator, Collective collective, Buffers& buffers, int runs,
                              torch::Device device) {
   std::vector<double> mine;
   for (int run = 0; run < runs; ++run) {
     communicator.Barrier();
     Synchronize(device);
+    const bool late = run % communicator.world_size() == communicator.rank();
+    if (late) std::this_thread::sleep_for(kLateArrival);
     const auto start = Clock::now();
     RunOnce(communicator, collective, buffers);
     Synchronize(device);
     mine.push_back(SecondsSince(start));
   }
-  const torch::Tensor slowest = GatherOverRanks(communicator, mine, device).amax(0).contiguous();
-  return std::vector<double>(slowest.data_ptr<double>(), slowest.data_ptr<double>() + runs);
+  const torch::Tensor all = GatherOverRanks(communicator, mine, device);
+  std::vector<double> times;
+  for (int run = 0; run < runs; ++run) {
+    times.push_back(all[run % communicator.world_size()][run].item<double>());
+  }
+  return times;
 }
 
-// The median of the slowest rank's times over at least `repeats` runs, and over more
+// The median of the late rank's times over at least `repeats` runs, and over more
 // for fast collectives: as many as fill kBudgetSeconds, at most kMostRuns. The count
 // comes from one timed run that every rank sees alike, so all ranks run as many.
 double TimeCollective(Communicator& communicator, Collective collective, Buffers& buffers, int repeats,

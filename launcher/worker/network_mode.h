@@ -6,10 +6,11 @@
 // For each payload size (4 KiB, then x4 up to `max_bytes`, and below an eighth of the
 // smallest emulated memory among the ranks)
 // and each collective (all-reduce, reduce-scatter, all-gather), every rank runs three
-// warm-ups and then timed runs, each started together after a barrier and timed until
-// the device is done: at least `repeats`, and for fast collectives as many as fill 50 ms
-// (at most 50). A run takes as long as its slowest rank; the point is the median over
-// the runs. Rank 0 writes a line per point to --metrics:
+// warm-ups and then timed runs as training meets a collective, the others waiting in it
+// for the last rank to arrive: after a barrier every rank calls at once but one, which
+// calls 2 ms later (each rank in turn), and the run's time is that rank's, from its call
+// until its device is done. At least `repeats` runs, and for fast collectives as many as
+// fill 50 ms (at most 50); the point is the median over the runs. Rank 0 writes a line per point to --metrics:
 //   {"collective": "all_gather", "bytes": 65536, "seconds": 0.00042, "world_size": 3,
 //    "backend": "gloo"}
 // and a readable line to stdout. The payload is the caller's tensor (an all-reduce's
