@@ -107,23 +107,37 @@ class StageProfiler {
   // What the stage's engine hands to its collectives (recorded for the cost model).
   CollectiveParams CollectivePlan() const { return engine_->CollectivePlan(); }
 
-  // The optimizer step as training takes it: after a last micro-batch (here of one
-  // sample) has left real gradients. One untimed step, then one timed.
-  double OptimizerStepSeconds() {
+  // The optimizer step as training takes it: after a last micro-batch that left real
+  // gradients, of `size` samples (the stage's largest that fit), stretched on an emulated
+  // device as training stretches it. The step runs on what its micro-batches left in the
+  // caches, and after the emulation's wait; after a micro-batch of one sample and no wait
+  // it reads faster than training sustains (docs/cost-model.md, "Optimizer"). A size that
+  // does not fit this time (fragmentation at the edge of memory) is halved. One untimed
+  // step, then one timed.
+  double OptimizerStepSeconds(int size) {
     engine_->Step(1.0);  // clears what the measurements accumulated
-    double seconds = 0;
-    for (int run = 0; run <= 1; ++run) {  // run 0 warms up
-      auto inputs = torch::randint(config_.vocab_size, {1, config_.block_size},
-                                   torch::TensorOptions(torch::kLong).device(device_));
-      engine_->MicroBatch(inputs, inputs, /*last=*/true);
-      engine_->EndRound(true);
-      Synchronize(device_);
-      const auto start = Clock::now();
-      engine_->Step(static_cast<double>(config_.block_size));
-      Synchronize(device_);
-      seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
+    const auto timed = [&](int samples) {
+      double seconds = 0;
+      for (int run = 0; run <= 1; ++run) {  // run 0 warms up
+        auto inputs = torch::randint(config_.vocab_size, {samples, config_.block_size},
+                                     torch::TensorOptions(torch::kLong).device(device_));
+        const auto micro_batch = Clock::now();
+        engine_->MicroBatch(inputs, inputs, /*last=*/true);
+        StretchCompute(SecondsSince(micro_batch), options_.device.slowdown);  // as long as in training
+        engine_->EndRound(true);
+        Synchronize(device_);
+        const auto start = Clock::now();
+        engine_->Step(static_cast<double>(samples) * config_.block_size);
+        Synchronize(device_);
+        seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
+      }
+      return seconds;
+    };
+    for (; size > 1; size /= 2) {
+      double seconds = 0;
+      if (Fits([&] { seconds = timed(size); })) return seconds;
     }
-    return seconds;
+    return timed(1);  // what a measured size needed: running out of memory here is an error
   }
 
  private:
@@ -188,6 +202,8 @@ struct StageSamples {
   std::map<int, std::vector<Sample>> runs;     // by micro-batch size
   std::map<int, std::vector<double>> replays;  // by size: from CUDA graphs (TimeReplays)
   std::vector<double> optimizer_steps;
+  // Stages 1-3: the optimizer step holding half of state_share (HalfShareOptimizerSeconds).
+  std::vector<double> half_share_optimizer_steps;
   CollectiveParams collectives;
   // The most elements its reduce-scatters and all-gathers had in flight at once, over
   // every pass (Communicator::most_elements_in_flight since the pass's engine was made),
@@ -254,7 +270,7 @@ StageSamples FitStage(const ModelConfig& config, int stage, double state_share, 
   }
   result.max_micro_batch = low;
   TimeReplays(profiler, result, /*first_pass=*/true);
-  if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
+  if (low > 0) result.optimizer_steps.push_back(profiler.OptimizerStepSeconds(low));
   result.elements_in_flight = communicator.most_elements_in_flight();
   std::cerr << "poplar-worker profile: pass 1: stage " << stage
             << (state_share < 1 ? " holding " + HeldShareText(state_share) + " of the state" : "")
@@ -267,21 +283,35 @@ StageSamples FitStage(const ModelConfig& config, int stage, double state_share, 
   return result;
 }
 
+// Stages 1-3: the optimizer step of a rank holding half the stage's share, after a
+// micro-batch of the same size, on an engine of its own (made once the stage's is gone).
+// Beside the step at the whole share it tells the part that shrinks with the state a
+// rank holds from the part that does not (StageProfile::optimizer_fixed_s).
+void MeasureHalfShareOptimizer(StageSamples& samples, const ModelConfig& config, const ProfileOptions& options,
+                               Communicator& communicator, torch::Device device) {
+  if (samples.stage == 0 || samples.max_micro_batch == 0) return;
+  StageProfiler half(config, samples.stage, samples.state_share / 2, options, communicator, device);
+  samples.half_share_optimizer_steps.push_back(half.OptimizerStepSeconds(samples.max_micro_batch));
+}
+
 // A later pass of a stage: a fresh model and engine, one warm-up run at the largest size,
 // then every size that fit timed again (as point_seconds says), and the optimizer step.
 // A size that does not fit this time (fragmentation at the edge of memory) keeps its
 // earlier samples.
 void RemeasureStage(StageSamples& samples, int pass, const ModelConfig& config, const ProfileOptions& options,
                     Communicator& communicator, torch::Device device) {
-  StageProfiler profiler(config, samples.stage, samples.state_share, options, communicator, device);
-  profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
   const std::size_t runs_before = TimedRuns(samples);
-  for (auto& [size, runs] : samples.runs) {
-    if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) runs.insert(runs.end(), timed->begin(), timed->end());
+  {
+    StageProfiler profiler(config, samples.stage, samples.state_share, options, communicator, device);
+    profiler.Measure(samples.max_micro_batch, /*warm_ups=*/1, /*timed=*/false);
+    for (auto& [size, runs] : samples.runs) {
+      if (auto timed = profiler.Measure(size, /*warm_ups=*/0)) runs.insert(runs.end(), timed->begin(), timed->end());
+    }
+    TimeReplays(profiler, samples, /*first_pass=*/false);
+    samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds(samples.max_micro_batch));
+    samples.elements_in_flight = std::max(samples.elements_in_flight, communicator.most_elements_in_flight());
   }
-  TimeReplays(profiler, samples, /*first_pass=*/false);
-  samples.optimizer_steps.push_back(profiler.OptimizerStepSeconds());
-  samples.elements_in_flight = std::max(samples.elements_in_flight, communicator.most_elements_in_flight());
+  MeasureHalfShareOptimizer(samples, config, options, communicator, device);
   std::cerr << "poplar-worker profile: pass " << pass << ": stage " << samples.stage << ": "
             << TimedRuns(samples) - runs_before << " timed runs\n";
 }
@@ -308,6 +338,11 @@ StageProfile Summarize(const StageSamples& samples) {
     result.points.push_back(point);  // std::map: sizes ascending
   }
   if (!samples.optimizer_steps.empty()) result.optimizer_step_s = Median(samples.optimizer_steps);
+  if (!samples.half_share_optimizer_steps.empty()) {
+    // step(f) = fixed + slope f, measured at f and f / 2.
+    const double half = Median(samples.half_share_optimizer_steps);
+    result.optimizer_fixed_s = std::clamp(2 * half - result.optimizer_step_s, 0.0, result.optimizer_step_s);
+  }
   return result;
 }
 
@@ -362,6 +397,7 @@ void Profile(const ProfileOptions& options) {
       }
       if (fitted && !fitted->runs.empty()) {
         samples.push_back(std::move(*fitted));
+        MeasureHalfShareOptimizer(samples.back(), config, options, communicator, device);
         break;
       }
       if (stage == 0 || share <= kLeastProfiledShare) {

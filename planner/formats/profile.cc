@@ -84,6 +84,13 @@ StageProfile ParseStage(JsonFields fields, std::int64_t model_params) {
       static_cast<int>(fields.IntegerIn("max_micro_batch", 0, kMostMicroBatch, "a number of samples"));
   stage.optimizer_step_s =
       fields.NumberIn("optimizer_step_s", 0, kMostMeasuredSeconds, "a number of seconds from 0 to 86400");
+  if (fields.Has("optimizer_fixed_s")) {
+    if (stage.stage == 0) fields.Fail("optimizer_fixed_s", "stage 0 updates every parameter: nothing scales");
+    stage.optimizer_fixed_s = fields.NumberIn("optimizer_fixed_s", 0, stage.optimizer_step_s,
+                                              "a number of seconds from 0 to optimizer_step_s");
+  } else {
+    fields.Child("optimizer_fixed_s");
+  }
   if (fields.Has("collectives")) {
     stage.collectives = ParseCollectiveParams(fields.Map("collectives"), model_params);
   } else {
@@ -230,6 +237,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     if (stage.state_share) entry["state_share"] = *stage.state_share;
     entry["max_micro_batch"] = stage.max_micro_batch;
     entry["optimizer_step_s"] = stage.optimizer_step_s;
+    if (stage.optimizer_fixed_s > 0) entry["optimizer_fixed_s"] = stage.optimizer_fixed_s;
     if (stage.collectives) {
       nlohmann::ordered_json collectives;
       for (const auto& [key, field] : kCollectiveParamsFields) {

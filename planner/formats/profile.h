@@ -8,7 +8,7 @@
 //    "emulated": false, "source": "measured on ... | derived from public specifications",
 //    "model": {"name": "gpt2-medium", "params": 354823168, "precision": "mixed"},
 //    "stages": [{"stage": 0, "world_size": 1, "max_micro_batch": 24,
-//                "optimizer_step_s": 0.011,
+//                "optimizer_step_s": 0.011, "optimizer_fixed_s": 0.002,  // fixed: optional
 //                "collectives": {"all_reduce_per_step": {"params": 354823168, "calls": 15},
 //                                ...},                                     // optional
 //                "points": [{"micro_batch": 1, "compute_s": 0.031, "peak_bytes": 9.1e9,
@@ -20,7 +20,8 @@
 // optional) the fraction of the partitioned state the measuring rank held when not
 // 1/world_size: together they set the model-state bytes in the peaks (docs/cost-model.md);
 // `optimizer_step_s` is the time of one optimizer step over the parameters that rank
-// updated.
+// updated, and `optimizer_fixed_s` (stages 1-3, optional) the part of it that does not
+// shrink with the state a rank holds (docs/cost-model.md, "Optimizer").
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,7 @@ struct StageProfile {
   std::optional<double> state_share;            // in (0, 1], stages 1-3; absent: 1/world_size
   int max_micro_batch = 0;                      // largest micro-batch that fit, >= 0
   double optimizer_step_s = 0;                  // >= 0
+  double optimizer_fixed_s = 0;                 // in [0, optimizer_step_s]; 0 at stage 0
   std::optional<CollectiveParams> collectives;  // "collectives", optional
   // The most elements the stage's reduce-scatters and all-gathers had in flight at once
   // over a step (Communicator::most_elements_in_flight), >= 0; absent: 0. The measuring

@@ -1,5 +1,6 @@
 #include "planner/model/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace poplar {
@@ -54,10 +55,12 @@ StageCommunication CommunicationForStage(const CollectiveParams& moved, Precisio
   return comm;
 }
 
-double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params, double profiled_share, double share) {
+double OptimizerSeconds(double profiled_step_s, double fixed_s, int stage, std::int64_t params, double profiled_share,
+                        double share) {
   const double measured = UpdatedParams(stage, params, profiled_share);
   if (measured <= 0) return 0;
-  return profiled_step_s * UpdatedParams(stage, params, share) / measured;
+  const double fixed = std::clamp(fixed_s, 0.0, profiled_step_s);
+  return fixed + (profiled_step_s - fixed) * UpdatedParams(stage, params, share) / measured;
 }
 
 }  // namespace poplar

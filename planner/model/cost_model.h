@@ -41,10 +41,13 @@ struct StageCommunication {
 StageCommunication CommunicationForStage(const CollectiveParams& moved, Precision precision,
                                          const CollectiveTimes& collectives, double slice_pace = 1.0);
 
-// Optimizer step time on one device: the profiled time scaled by the number of
-// parameters the rank updates (all of them at stage 0, ceil(f P) from stage 1 on for a
-// rank holding the fraction f of the partitioned state: 1/N for ZeRO's even split).
-// `profiled_share`: the fraction the profiling rank held (StageProfile::HeldShare).
-double OptimizerSeconds(double profiled_step_s, int stage, std::int64_t params, double profiled_share, double share);
+// Optimizer step time on one device: the profiled time's fixed part as it is, the rest
+// scaled by the number of parameters the rank updates (all of them at stage 0, ceil(f P)
+// from stage 1 on for a rank holding the fraction f of the partitioned state: 1/N for
+// ZeRO's even split). `profiled_share`: the fraction the profiling rank held
+// (StageProfile::HeldShare); `fixed_s` (StageProfile::optimizer_fixed_s) at most
+// `profiled_step_s`.
+double OptimizerSeconds(double profiled_step_s, double fixed_s, int stage, std::int64_t params, double profiled_share,
+                        double share);
 
 }  // namespace poplar

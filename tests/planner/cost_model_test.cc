@@ -178,14 +178,24 @@ TEST(StageProblem, ChargesTheTrainingLoopsScalarAllReducesPerStep) {
 TEST(OptimizerSeconds, ScalesWithTheParametersARankUpdates) {
   // Profiled holding the whole state: stage 0 updates everything at any size, stage 2 on
   // 8 ranks an eighth.
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0, 800, 1.0, 1.0 / 8), 0.8);
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 2, 800, 1.0, 1.0 / 8), 0.1);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0, 0, 800, 1.0, 1.0 / 8), 0.8);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0, 2, 800, 1.0, 1.0 / 8), 0.1);
   // Profiled on 2 ranks, planned on 4: half the time.
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 1, 800, 0.5, 0.25), 0.4);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0, 1, 800, 0.5, 0.25), 0.4);
   // Profiled holding 1/64 of the state (a device too small for all of it), planned to
   // hold half: 32 times as long; a share of 0 updates nothing.
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.1, 3, 6400, 1.0 / 64, 0.5), 3.2);
-  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.1, 3, 6400, 1.0 / 64, 0.0), 0.0);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.1, 0, 3, 6400, 1.0 / 64, 0.5), 3.2);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.1, 0, 3, 6400, 1.0 / 64, 0.0), 0.0);
+}
+
+TEST(OptimizerSeconds, AFixedPartDoesNotShrinkWithTheState) {
+  // 0.2 s of the 0.8 s profiled holding everything is fixed: an eighth of the state takes
+  // 0.2 + 0.6 / 8; a rank holding nothing still pays the fixed part.
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0.2, 2, 800, 1.0, 1.0 / 8), 0.2 + 0.6 / 8);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0.2, 2, 800, 1.0, 0.0), 0.2);
+  // At stage 0 nothing scales; a fixed part above the whole is the whole.
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 0.2, 0, 800, 1.0, 1.0 / 8), 0.8);
+  EXPECT_DOUBLE_EQ(OptimizerSeconds(0.8, 1.5, 1, 800, 1.0, 0.5), 0.8);
 }
 
 }  // namespace

@@ -494,6 +494,24 @@ TEST(ProfileFile, RejectsNegativeOptimizerStep) {
                  "must be a number of seconds from 0 to 86400");
 }
 
+TEST(ProfileFile, KeepsTheOptimizersFixedPartWithinItsStep) {
+  Json json = SampleJson();
+  json["stages"][1]["optimizer_step_s"] = 0.004;
+  json["stages"][1]["optimizer_fixed_s"] = 0.001;
+  const DeviceProfile parsed = ParseProfileJson(json.dump(), kFile);
+  EXPECT_EQ(parsed.Stage(3)->optimizer_fixed_s, 0.001);
+  EXPECT_EQ(parsed.Stage(0)->optimizer_fixed_s, 0.0);  // absent
+  EXPECT_EQ(ParseProfileJson(ProfileToJson(parsed), kFile).Stage(3)->optimizer_fixed_s, 0.001);
+  ExpectRejected(
+      [](Json& j) {
+        j["stages"][1]["optimizer_step_s"] = 0.004;
+        j["stages"][1]["optimizer_fixed_s"] = 0.005;
+      },
+      "stages[1].optimizer_fixed_s", "from 0 to optimizer_step_s");
+  ExpectRejected([](Json& j) { j["stages"][0]["optimizer_fixed_s"] = 0.001; }, "stages[0].optimizer_fixed_s",
+                 "stage 0 updates every parameter");
+}
+
 // Times beyond a day are typing mistakes: 1e308 s printed steps of 1e308 s.
 TEST(ProfileFile, RejectsTimesBeyondADay) {
   ExpectRejected([](Json& j) { j["stages"][0]["optimizer_step_s"] = 1e300; }, "stages[0].optimizer_step_s",
