@@ -202,7 +202,7 @@ struct StageSamples {
   std::map<int, std::vector<Sample>> runs;     // by micro-batch size
   std::map<int, std::vector<double>> replays;  // by size: from CUDA graphs (TimeReplays)
   std::vector<double> optimizer_steps;
-  // Stages 1-3: the optimizer step holding half of state_share (HalfShareOptimizerSeconds).
+  // Stages 1-3: the optimizer step holding half of state_share (MeasureHalfShareOptimizer).
   std::vector<double> half_share_optimizer_steps;
   CollectiveParams collectives;
   // The most elements its reduce-scatters and all-gathers had in flight at once, over
@@ -286,12 +286,17 @@ StageSamples FitStage(const ModelConfig& config, int stage, double state_share, 
 // Stages 1-3: the optimizer step of a rank holding half the stage's share, after a
 // micro-batch of the same size, on an engine of its own (made once the stage's is gone).
 // Beside the step at the whole share it tells the part that shrinks with the state a
-// rank holds from the part that does not (StageProfile::optimizer_fixed_s).
+// rank holds from the part that does not (StageProfile::optimizer_fixed_s). A device
+// that runs out of memory for it measures nothing: the whole step then scales.
 void MeasureHalfShareOptimizer(StageSamples& samples, const ModelConfig& config, const ProfileOptions& options,
                                Communicator& communicator, torch::Device device) {
   if (samples.stage == 0 || samples.max_micro_batch == 0) return;
-  StageProfiler half(config, samples.stage, samples.state_share / 2, options, communicator, device);
-  samples.half_share_optimizer_steps.push_back(half.OptimizerStepSeconds(samples.max_micro_batch));
+  try {
+    StageProfiler half(config, samples.stage, samples.state_share / 2, options, communicator, device);
+    samples.half_share_optimizer_steps.push_back(half.OptimizerStepSeconds(samples.max_micro_batch));
+  } catch (const c10::OutOfMemoryError&) {
+    ReleaseCachedMemory(device);
+  }
 }
 
 // A later pass of a stage: a fresh model and engine, one warm-up run at the largest size,
