@@ -93,8 +93,7 @@ AgentError AgentClient::Failure(const grpc::Status& status, const std::string& w
       reason = "the agent at " + address_ + " refused our credentials: " + status.error_message();
       break;
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      reason = "the agent at " + address_ + " did not answer in time";
-      break;
+      return AgentError(node_, "the agent at " + address_ + " did not answer in time", AgentError::Kind::kNoAnswer);
     case grpc::StatusCode::CANCELLED:
       reason = what + " was cancelled";
       break;

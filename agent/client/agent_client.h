@@ -29,6 +29,7 @@ class AgentError : public std::runtime_error {
                     // certificate on one side, or the agent refused ours
     kUnreachable,   // no connection was made: nothing listens there (yet), or the
                     // connection attempt failed on the way; asking again may answer
+    kNoAnswer,      // the call's deadline passed first
   };
   AgentError(const std::string& node, std::string reason, Kind kind = Kind::kOther)
       : std::runtime_error("node '" + node + "': " + reason), reason_(std::move(reason)), kind_(kind) {}
@@ -77,7 +78,7 @@ class AgentClient {
   const std::string& address() const { return address_; }
 
   // `wait_for_ready`: an agent not reachable yet is waited for until `deadline` (the call
-  // then fails DEADLINE_EXCEEDED); otherwise the call fails at once, kUnreachable.
+  // then fails kNoAnswer); otherwise the call fails at once, kUnreachable.
   v1::DescribeResponse Describe(std::chrono::seconds deadline = std::chrono::seconds(10), bool wait_for_ready = false);
   v1::StatusResponse Status(std::chrono::seconds deadline = std::chrono::seconds(10));
   // A port free on the agent's node now (the rendezvous of a job whose rank 0 runs there).

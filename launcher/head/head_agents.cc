@@ -61,11 +61,10 @@ v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds dea
     try {
       return client.Describe(std::min(deadline, std::chrono::seconds(2)), /*wait_for_ready=*/true);
     } catch (const AgentError& again) {
-      if (again.kind() == AgentError::Kind::kTlsHandshake) {
-        log.Take();
-        throw;
-      }
-      throw error;
+      // Still no connection: the first error says why. An agent that answered this time
+      // and refused (our token, the call) says more itself.
+      if (again.kind() == AgentError::Kind::kNoAnswer) throw error;
+      throw;
     }
   }
 }

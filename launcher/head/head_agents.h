@@ -27,8 +27,8 @@ ClusterAgents ClientsFor(const ClusterSpec& cluster);
 
 // The agent's Describe. An agent unreachable at the first try is asked once more, waiting
 // up to 2 s (within `deadline`) for a connection: a connection attempt can fail on the way
-// (a TLS session not set up, an agent restarting under systemd); if that fails too, the
-// first error is thrown. gRPC's own log line about a failed TLS handshake is held back:
+// (a TLS session not set up, an agent restarting under systemd); if that gets no answer
+// either, the first error is thrown. gRPC's own log line about a failed TLS handshake is held back:
 // the AgentError already quotes it (every other line is written out as usual).
 v1::DescribeResponse DescribeAgent(AgentClient& client, std::chrono::seconds deadline = std::chrono::seconds(10));
 
