@@ -10,7 +10,8 @@
 // for the last rank to arrive: after a barrier every rank calls at once but one, which
 // calls 2 ms later (each rank in turn), and the run's time is that rank's, from its call
 // until its device is done. At least `repeats` runs, and for fast collectives as many as
-// fill 50 ms (at most 50); the point is the median over the runs. Rank 0 writes a line per point to --metrics:
+// fill 50 ms (at most 50); the point is the median over the runs. Rank 0 writes a line
+// per point to --metrics:
 //   {"collective": "all_gather", "bytes": 65536, "seconds": 0.00042, "world_size": 3,
 //    "backend": "gloo"}
 // and a readable line to stdout. The payload is the caller's tensor (an all-reduce's
