@@ -21,7 +21,7 @@ std::map<std::string, DeviceProfile> Corrected(std::map<std::string, DeviceProfi
     if (found == corrections.end() || found->second == 1.0) continue;
     for (StageProfile& stage : profile.stages) {
       stage.optimizer_step_s *= found->second;
-      stage.optimizer_fixed_s *= found->second;
+      if (stage.optimizer_fixed_s) *stage.optimizer_fixed_s *= found->second;
       for (ProfilePoint& point : stage.points) {
         point.compute_s *= found->second;
         point.graph_compute_s *= found->second;

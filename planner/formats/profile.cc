@@ -237,7 +237,7 @@ std::string ProfileToJson(const DeviceProfile& profile) {
     if (stage.state_share) entry["state_share"] = *stage.state_share;
     entry["max_micro_batch"] = stage.max_micro_batch;
     entry["optimizer_step_s"] = stage.optimizer_step_s;
-    if (stage.optimizer_fixed_s > 0) entry["optimizer_fixed_s"] = stage.optimizer_fixed_s;
+    if (stage.optimizer_fixed_s) entry["optimizer_fixed_s"] = *stage.optimizer_fixed_s;
     if (stage.collectives) {
       nlohmann::ordered_json collectives;
       for (const auto& [key, field] : kCollectiveParamsFields) {

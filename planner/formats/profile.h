@@ -80,7 +80,7 @@ struct StageProfile {
   std::optional<double> state_share;            // in (0, 1], stages 1-3; absent: 1/world_size
   int max_micro_batch = 0;                      // largest micro-batch that fit, >= 0
   double optimizer_step_s = 0;                  // >= 0
-  double optimizer_fixed_s = 0;                 // in [0, optimizer_step_s]; 0 at stage 0
+  std::optional<double> optimizer_fixed_s;      // in [0, optimizer_step_s]; stages 1-3, where measured
   std::optional<CollectiveParams> collectives;  // "collectives", optional
   // The most elements the stage's reduce-scatters and all-gathers had in flight at once
   // over a step (Communicator::most_elements_in_flight), >= 0; absent: 0. The measuring

@@ -91,8 +91,8 @@ StageProblem BuildStageProblem(const ClusterSpec& cluster, const std::map<std::s
         static_cast<int>(std::min<std::int64_t>(device_class.memory.max_micro_batch, cluster.global_batch));
     device_class.compute = CurveOf(*measured, ranks);
     device_class.optimizer_s =
-        OptimizerSeconds(measured->optimizer_step_s, measured->optimizer_fixed_s, stage, profile.model.params,
-                         measured->HeldShare(), share ? *share : 1.0 / ranks);
+        OptimizerSeconds(measured->optimizer_step_s, measured->optimizer_fixed_s.value_or(0), stage,
+                         profile.model.params, measured->HeldShare(), share ? *share : 1.0 / ranks);
     const MemoryFit& memory = device_class.memory;
     if (!memory.states_fit && reason.empty() && memory.construction_bytes > memory.capacity_bytes) {
       reason = "building the engine (the model whole in fp32 beside the rank's states: " +

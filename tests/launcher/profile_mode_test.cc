@@ -98,13 +98,14 @@ TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
     // Peak memory grows with the micro-batch.
     EXPECT_GT(stage.points.back().peak_bytes, stage.points.front().peak_bytes);
     EXPECT_GT(stage.optimizer_step_s, 0);
-    // Stages 1-3 also time the step holding half the state: the part that does not shrink
-    // with it (a small model's step is mostly that: launching its many small operations).
+    // Stages 1-3 also time the step holding half the state, for the part that does not
+    // shrink with it (how large it comes out is a timing, left to the benchmarks).
     if (stage.stage == 0) {
-      EXPECT_EQ(stage.optimizer_fixed_s, 0);
+      EXPECT_FALSE(stage.optimizer_fixed_s.has_value());
     } else {
-      EXPECT_GT(stage.optimizer_fixed_s, 0) << "stage " << stage.stage;
-      EXPECT_LE(stage.optimizer_fixed_s, stage.optimizer_step_s) << "stage " << stage.stage;
+      ASSERT_TRUE(stage.optimizer_fixed_s.has_value()) << "stage " << stage.stage;
+      EXPECT_GE(*stage.optimizer_fixed_s, 0) << "stage " << stage.stage;
+      EXPECT_LE(*stage.optimizer_fixed_s, stage.optimizer_step_s) << "stage " << stage.stage;
     }
   }
 

@@ -500,7 +500,7 @@ TEST(ProfileFile, KeepsTheOptimizersFixedPartWithinItsStep) {
   json["stages"][1]["optimizer_fixed_s"] = 0.001;
   const DeviceProfile parsed = ParseProfileJson(json.dump(), kFile);
   EXPECT_EQ(parsed.Stage(3)->optimizer_fixed_s, 0.001);
-  EXPECT_EQ(parsed.Stage(0)->optimizer_fixed_s, 0.0);  // absent
+  EXPECT_FALSE(parsed.Stage(0)->optimizer_fixed_s.has_value());  // absent
   EXPECT_EQ(ParseProfileJson(ProfileToJson(parsed), kFile).Stage(3)->optimizer_fixed_s, 0.001);
   ExpectRejected(
       [](Json& j) {
