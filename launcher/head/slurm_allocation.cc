@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -71,6 +72,57 @@ std::string RunToEnd(const std::vector<std::string>& argv) {
   return output;
 }
 
+std::vector<int> ParseCpusPerNode(const std::string& text, std::size_t nodes) {
+  const auto malformed = [&](const std::string& why) {
+    return CommandFailed("--slurm: SLURM_JOB_CPUS_PER_NODE '" + text + "' " + why);
+  };
+  // A count of at most 7 digits: no node has ten million CPUs.
+  const auto count = [&](const std::string& digits) {
+    if (digits.empty() || digits.size() > 7 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      throw malformed("is not a list of CPU counts, each N or N(xK)");
+    }
+    const int value = std::stoi(digits);
+    if (value == 0) throw malformed("gives a node no CPU");
+    return value;
+  };
+  std::vector<int> cpus;
+  std::istringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    int repeat = 1;
+    if (const auto open = item.find("(x"); open != std::string::npos) {
+      if (item.back() != ')') throw malformed("is not a list of CPU counts, each N or N(xK)");
+      repeat = count(item.substr(open + 2, item.size() - open - 3));
+      item.resize(open);
+    }
+    const int each = count(item);
+    if (static_cast<std::size_t>(repeat) > nodes - std::min(nodes, cpus.size())) {
+      throw malformed("names more nodes than the allocation's " + std::to_string(nodes));
+    }
+    cpus.insert(cpus.end(), repeat, each);
+  }
+  if (cpus.size() != nodes) {
+    throw malformed("names " + std::to_string(cpus.size()) + " nodes, the allocation " + std::to_string(nodes));
+  }
+  return cpus;
+}
+
+int CpusPerRank(const std::map<std::string, int>& cpus, const std::map<std::string, int>& ranks) {
+  int share = 0;
+  for (const auto& [node, count] : ranks) {
+    const auto held = cpus.find(node);
+    if (held == cpus.end()) return 0;
+    if (held->second < count) {
+      throw CommandFailed("--slurm: node '" + node + "' holds " + std::to_string(held->second) +
+                          " CPU(s) of this allocation for " + std::to_string(count) +
+                          " ranks of the plan: ask Slurm for one CPU per rank at least (salloc or sbatch "
+                          "--ntasks-per-node, --cpus-per-task)");
+    }
+    const int even = held->second / count;
+    share = share == 0 ? even : std::min(share, even);
+  }
+  return share;
+}
+
 SlurmAllocation CurrentSlurmAllocation() {
   SlurmAllocation allocation;
   const char* job = std::getenv("SLURM_JOB_ID");
@@ -100,6 +152,10 @@ SlurmAllocation CurrentSlurmAllocation() {
     if (allocation.addresses.count(node) == 0) {
       throw CommandFailed("--slurm: `scontrol show node " + node + "` gives no NodeAddr for node '" + node + "'");
     }
+  }
+  if (const char* cpus = std::getenv("SLURM_JOB_CPUS_PER_NODE"); cpus != nullptr && *cpus != '\0') {
+    const std::vector<int> counts = ParseCpusPerNode(cpus, allocation.nodes.size());
+    for (std::size_t i = 0; i < counts.size(); ++i) allocation.cpus[allocation.nodes[i]] = counts[i];
   }
   return allocation;
 }

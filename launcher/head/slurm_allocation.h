@@ -18,11 +18,23 @@ struct SlurmAllocation {
   std::string job_id;                            // SLURM_JOB_ID
   std::vector<std::string> nodes;                // Slurm's node names, in its order
   std::map<std::string, std::string> addresses;  // node -> its NodeAddr
+  std::map<std::string, int> cpus;               // node -> the CPUs it holds; empty: unknown
 };
 
 // The allocation this process runs in. Throws CommandFailed saying why: not inside one
 // (no SLURM_JOB_ID or SLURM_JOB_NODELIST), Slurm's commands missing or failing.
 SlurmAllocation CurrentSlurmAllocation();
+
+// SLURM_JOB_CPUS_PER_NODE ("72(x2),36": 72 CPUs on each of the first two nodes, 36 on
+// the third) as one count per node, in the allocation's node order. Throws CommandFailed
+// quoting `text` when it is malformed or does not cover exactly `nodes` nodes.
+std::vector<int> ParseCpusPerNode(const std::string& text, std::size_t nodes);
+
+// The CPUs srun gives each rank of a step placing `ranks` (node -> ranks on it) on nodes
+// holding `cpus`: an even share of each node's CPUs, the smallest over the nodes (srun
+// gives every task of a step alike). 0 when a node's CPUs are unknown. Throws
+// CommandFailed naming a node with fewer CPUs than ranks.
+int CpusPerRank(const std::map<std::string, int>& cpus, const std::map<std::string, int>& ranks);
 
 // The absolute path of `name` in PATH. Throws CommandFailed naming it when none is.
 std::string FindInPath(const std::string& name);

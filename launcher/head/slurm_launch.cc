@@ -54,6 +54,7 @@ std::string ShellWord(const std::string& text) {
 struct DeviceFlags {
   std::vector<std::string> args;
   std::vector<std::string> env;
+  int threads = 0;  // an emulated device's compute threads; 0 for a GPU
 };
 
 DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, const std::string& node,
@@ -74,6 +75,7 @@ DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, c
     const std::vector<std::string> emulated = EmulatedWorkerFlags(device, training);
     flags.args.insert(flags.args.end(), emulated.begin(), emulated.end());
     flags.env = {"OMP_NUM_THREADS=" + std::to_string(device.threads)};
+    flags.threads = device.threads;
     return flags;
   }
   throw CommandFailed("node '" + node + "' has no device " + std::to_string(k + 1) + " of type " + type);
@@ -108,8 +110,10 @@ std::map<std::string, DeviceProfile> SlurmProfiles(const ClusterSpec& cluster, c
     }
     const DeviceFlags device = DeviceFlagsOf(cluster, place, node, type, 0, /*training=*/false);
     // One task on the type's node.
-    std::vector<std::string> argv = {
-        place.srun, "--nodes=1", "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=1", "/usr/bin/env"};
+    std::vector<std::string> argv = {place.srun, "--nodes=1", "--ntasks=1", "--nodelist=" + node,
+                                     "--kill-on-bad-exit=1"};
+    if (device.threads > 0) argv.push_back("--cpus-per-task=" + std::to_string(device.threads));
+    argv.push_back("/usr/bin/env");
     argv.insert(argv.end(), device.env.begin(), device.env.end());
     argv.insert(argv.end(), {place.worker, "profile", "--model-config", model_file, "--device-type", type, "-o",
                              kept.string(), "--precision", WorkerPrecisionName(cluster.precision)});
@@ -167,10 +171,21 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
   std::map<std::pair<std::string, std::string>, int> seen;  // (node, type) -> ranks placed so far
   std::map<std::string, int> node_ranks;
   for (const RankPlacement& placement : prepared.plan.placement) ++node_ranks[placement.node];
+  // srun gives a task one CPU unless told (since Slurm 22.05 it no longer takes sbatch's
+  // --cpus-per-task): each rank gets its even share of its node's CPUs.
+  const int cpus_per_rank = CpusPerRank(place.allocation.cpus, node_ranks);
   for (int rank = 0; rank < world; ++rank) {
     const RankPlacement& placement = prepared.plan.placement[rank];
     const DeviceFlags device = DeviceFlagsOf(cluster, place, placement.node, placement.device_type,
                                              seen[{placement.node, placement.device_type}]++, /*training=*/true);
+    if (cpus_per_rank > 0 && device.threads > cpus_per_rank) {
+      throw CommandFailed("--slurm: " + placement.device_type + " computes with " + Count(device.threads, "thread") +
+                          " (slurm.emulated in " + cluster.file + "), but each rank of the plan gets " +
+                          Count(cpus_per_rank, "CPU") + " of node '" + placement.node + "' (" +
+                          Count(place.allocation.cpus.at(placement.node), "CPU") + " for " +
+                          Count(node_ranks[placement.node], "rank") +
+                          "): ask Slurm for more CPUs (--cpus-per-task), or give the device fewer threads");
+    }
     std::vector<std::string> env = {"RANK=" + std::to_string(rank),
                                     "WORLD_SIZE=" + std::to_string(world),
                                     "LOCAL_RANK=" + std::to_string(on_node[placement.node]++),
@@ -209,9 +224,10 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
   if (options.trace_step > 0) fs::create_directories(dir / "traces");
   WriteFileAtomically((dir / "hostfile").string(), hosts);
   WriteFileAtomically((dir / "ranks.sh").string(), script);
-  step.args = {
-      "--ntasks=" + std::to_string(world), "--distribution=arbitrary", "--kill-on-bad-exit=1", "--label", "/bin/sh",
-      (dir / "ranks.sh").string()};
+  step.args = {"--ntasks=" + std::to_string(world), "--distribution=arbitrary", "--kill-on-bad-exit=1", "--label"};
+  if (cpus_per_rank > 0) step.args.push_back("--cpus-per-task=" + std::to_string(cpus_per_rank));
+  step.args.insert(step.args.end(), {"/bin/sh", (dir / "ranks.sh").string()});
+  step.cpus_per_rank = cpus_per_rank;
   step.env = WholeEnvironment();
   step.env.push_back("SLURM_HOSTFILE=" + (dir / "hostfile").string());
   return step;
@@ -277,7 +293,8 @@ void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
   for (const RankPlacement& placement : prepared.plan.placement)
     ranks.push_back({placement.node, placement.device_type});
   std::cout << "launching job " << job_id << " as one srun step of Slurm job " << place.allocation.job_id << ": "
-            << Count(ranks.size(), "rank") << " on " << Count(cluster.nodes.size(), "node") << ", "
+            << Count(ranks.size(), "rank") << " on " << Count(cluster.nodes.size(), "node")
+            << (step.cpus_per_rank > 0 ? " (" + Count(step.cpus_per_rank, "CPU") + " each)" : "") << ", "
             << Count(*job.settings.steps, "step") << "; rendezvous " << job_place.master_addr << ":"
             << job_place.master_port << "; run directory " << run_dir << std::endl;
   LaunchMonitor monitor(run_dir, ranks, *job.settings.steps, options.progress_every, std::cout);

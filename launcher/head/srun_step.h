@@ -30,6 +30,7 @@ struct SrunStep {
   std::string cwd;
   std::vector<std::string> metrics_files;  // rank r's metrics file, read from its start
   std::vector<std::string> nodes;          // rank r's node, for the failures
+  int cpus_per_rank = 0;                   // srun's --cpus-per-task; 0: srun's default (one)
   std::chrono::seconds stop_grace{30};
 };
 

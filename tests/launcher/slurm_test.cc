@@ -78,8 +78,9 @@ std::string WriteNodePlan(const ScratchDir& scratch) {
 
 // `poplar ARGS` inside a new allocation of the local Slurm (salloc), from the scratch folder.
 ChildOptions InAllocation(const ScratchDir& scratch, const std::string& slurm_conf,
-                          const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/salloc", "--nodes=1", "--ntasks=2", "--quiet", POPLAR_BINARY};
+                          const std::vector<std::string>& args, int tasks = 2) {
+  std::vector<std::string> argv = {"/usr/bin/salloc", "--nodes=1", "--ntasks=" + std::to_string(tasks), "--quiet",
+                                   POPLAR_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   ChildOptions options = Command(argv);
   options.cwd = scratch.path();
@@ -131,6 +132,8 @@ TEST_F(LocalSlurm, LaunchInsideAnAllocationTrainsAsThroughAnAgent) {
   EXPECT_NE(slurm.out.find("Slurm job "), std::string::npos) << slurm.out;
   EXPECT_NE(slurm.out.find("poplar1 (127.0.0.1: 1 x emu-fast, 1 x emu-slow)"), std::string::npos) << slurm.out;
   EXPECT_NE(slurm.out.find("as one srun step"), std::string::npos) << slurm.out;
+  // The allocation's 2 CPUs (--ntasks=2), one for each rank.
+  EXPECT_NE(slurm.out.find("2 ranks on 1 node (1 CPU each)"), std::string::npos) << slurm.out;
   EXPECT_NE(slurm.out.find("trained 6 steps"), std::string::npos) << slurm.out;
 
   const double difference =
@@ -201,6 +204,38 @@ TEST_F(LocalSlurm, ACancelledJobKeepsItsCheckpointAndResumes) {
   const auto summary = nlohmann::json::parse(ReadTextFile(root + "/runs/cancelled/summary.json"));
   EXPECT_EQ(summary["ok"], true);
   EXPECT_EQ(summary["steps"], static_cast<std::int64_t>(trained + 3));
+}
+
+// srun gives each task one CPU unless told: the launch asks for each rank's share of
+// its node's CPUs, and refuses, before any worker starts, an allocation holding fewer
+// CPUs than the plan's ranks, or an emulated device more threads than its share.
+TEST_F(LocalSlurm, EachRankGetsItsShareOfTheNodesCpusOrTheLaunchSaysWhy) {
+  const std::string& root = scratch_.path();
+  WriteTokens(scratch_, 6000);
+  WriteSlurmCluster(scratch_, 1, 4);  // no agent: its address is never called
+  WriteNodePlan(scratch_);
+  const std::vector<std::string> launch = {"launch",   "cluster.yaml", "--slurm",
+                                           "--plan",   "plan.json",    "--job-id",
+                                           "few-cpus", "--worker",     POPLAR_WORKER_BINARY};
+  const ProcessOutcome one_cpu = RunProcess(InAllocation(scratch_, slurm_conf_, launch, 1), root);
+  EXPECT_EQ(one_cpu.exit_code, 1) << one_cpu.out << one_cpu.err;
+  EXPECT_NE(one_cpu.err.find("node 'poplar1' holds 1 CPU(s) of this allocation for 2 ranks of the plan"),
+            std::string::npos)
+      << one_cpu.err;
+  EXPECT_FALSE(fs::exists(root + "/runs/few-cpus")) << "a refused launch leaves no run directory";
+
+  std::string cluster = ReadTextFile(root + "/cluster.yaml");
+  const std::string one_thread = "{type: emu-slow, threads: 1";
+  ASSERT_NE(cluster.find(one_thread), std::string::npos);
+  cluster.replace(cluster.find(one_thread), one_thread.size(), "{type: emu-slow, threads: 2");
+  scratch_.Write("cluster.yaml", cluster);
+  const ProcessOutcome threads = RunProcess(InAllocation(scratch_, slurm_conf_, launch, 2), root);
+  EXPECT_EQ(threads.exit_code, 1) << threads.out << threads.err;
+  EXPECT_NE(threads.err.find("emu-slow computes with 2 threads (slurm.emulated in cluster.yaml), but each rank of "
+                             "the plan gets 1 CPU of node 'poplar1' (2 CPUs for 2 ranks)"),
+            std::string::npos)
+      << threads.err;
+  EXPECT_FALSE(fs::exists(root + "/runs/few-cpus"));
 }
 
 TEST_F(LocalSlurm, SrunTasksTrainAsTorchrunRanks) {

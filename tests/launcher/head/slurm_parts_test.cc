@@ -1,5 +1,6 @@
 // The parts of `poplar launch --slurm` that read Slurm's words: srun's report of a failed
-// task, `poplar-agent --list-gpus`'s line, and the allocation's nodes with their devices.
+// task, `poplar-agent --list-gpus`'s line, the allocation's nodes with their devices, and
+// the CPUs each node holds and each rank gets.
 #include <gtest/gtest.h>
 
 #include "launcher/head/slurm_allocation.h"
@@ -100,6 +101,49 @@ TEST(AllocationNodes, ANodeWithNoDeviceIsNamedWithWhyNvmlFoundNone) {
   } catch (const CommandFailed& error) {
     EXPECT_TRUE(Contains(error.what(), "node 'cpu1'")) << error.what();
     EXPECT_TRUE(Contains(error.what(), "no NVIDIA driver")) << error.what();
+  }
+}
+
+TEST(CpusPerNode, RunsOfNodesAreExpandedInTheAllocationsOrder) {
+  EXPECT_EQ(ParseCpusPerNode("72(x2),36", 3), (std::vector<int>{72, 72, 36}));
+  EXPECT_EQ(ParseCpusPerNode("2", 1), (std::vector<int>{2}));
+  EXPECT_EQ(ParseCpusPerNode("8,16(x1),4", 3), (std::vector<int>{8, 16, 4}));
+}
+
+TEST(CpusPerNode, AMalformedOrMismatchedListIsQuotedWithWhy) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "names 0 nodes, the allocation 2"},
+      {"4", "names 1 nodes, the allocation 2"},
+      {"4(x3)", "names more nodes than the allocation's 2"},
+      {"4(x99999999999)", "each N or N(xK)"},
+      {"4(x2", "each N or N(xK)"},
+      {"four,4", "each N or N(xK)"},
+      {"0,4", "gives a node no CPU"},
+      {"-4,4", "each N or N(xK)"},
+      {"4,,4", "each N or N(xK)"},
+      {"4(x0),4", "gives a node no CPU"},
+  };
+  for (const auto& [text, why] : cases) {
+    try {
+      ParseCpusPerNode(text, 2);
+      ADD_FAILURE() << "'" << text << "' was accepted";
+    } catch (const CommandFailed& error) {
+      EXPECT_TRUE(Contains(error.what(), "SLURM_JOB_CPUS_PER_NODE '" + text + "'")) << error.what();
+      EXPECT_TRUE(Contains(error.what(), why)) << text << ": " << error.what();
+    }
+  }
+}
+
+TEST(CpusPerRank, EachRankGetsTheSmallestEvenShareOfItsNode) {
+  // 4 ranks on a node of 32 CPUs, 2 on one of 12: srun gives every task 6.
+  EXPECT_EQ(CpusPerRank({{"a", 32}, {"b", 12}, {"c", 2}}, {{"a", 4}, {"b", 2}}), 6);
+  EXPECT_EQ(CpusPerRank({{"a", 7}}, {{"a", 2}}), 3);
+  EXPECT_EQ(CpusPerRank({}, {{"a", 2}}), 0) << "unknown CPUs: srun's default";
+  try {
+    CpusPerRank({{"a", 1}}, {{"a", 2}});
+    ADD_FAILURE() << "two ranks on one CPU were accepted";
+  } catch (const CommandFailed& error) {
+    EXPECT_TRUE(Contains(error.what(), "node 'a' holds 1 CPU(s) of this allocation for 2 ranks")) << error.what();
   }
 }
 
