@@ -142,11 +142,17 @@ class PlanProposers {
         chooser_(std::move(chooser)),
         prepared_(prepared),
         choices_file_((std::filesystem::path(run_dir) / "batch_choices.json").string()),
+        rebalance_file_((std::filesystem::path(run_dir) / "rebalance_judgements.json").string()),
         hand_(std::move(hand)) {}
 
   void Metrics(int rank, const nlohmann::json& record) {
     if (rebalancer_) {
-      if (const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record)) {
+      const std::size_t judged = rebalancer_->judgements().size();
+      const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record);
+      if (rebalancer_->judgements().size() != judged) {
+        WriteFileAtomically(rebalance_file_, rebalancer_->judgements().dump(2) + "\n");
+      }
+      if (proposal) {
         const auto number = hand_(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
         if (!number) return rebalancer_->NotHanded();
         rebalancer_->Handed(*number);
@@ -175,6 +181,7 @@ class PlanProposers {
   std::optional<BatchChooser> chooser_;
   const PreparedPlan& prepared_;
   std::string choices_file_;
+  std::string rebalance_file_;
   Hand hand_;
 };
 

@@ -103,13 +103,16 @@ std::optional<Rebalance> Rebalancer::Judge() {
   for (auto& window : ratios_) window.clear();  // the next judgement is of fresh steps
   std::string speeds;
   for (const auto& [type, ratio] : measured) {
-    // A new speed counts once two windows in a row agree on it (within the band): one
-    // window's reading (a warm-up, a neighbour's burst) moves nothing.
+    // A new speed counts once two windows in a row are off the correction the same way
+    // (both slower, or both faster, past the band), at their mean: one window's reading
+    // (a warm-up, a neighbour's burst) moves nothing, and a speed still drifting (a
+    // load that grows) is followed rather than awaited.
     double& correction = corrections_[type];
     const auto candidate = candidates_.find(type);
-    if (std::abs(ratio / correction - 1.0) <= options_.threshold) {
+    const double off = ratio / correction - 1.0;
+    if (std::abs(off) <= options_.threshold) {
       candidates_.erase(type);
-    } else if (candidate != candidates_.end() && std::abs(ratio / candidate->second - 1.0) <= options_.threshold) {
+    } else if (candidate != candidates_.end() && (candidate->second / correction - 1.0) * off > 0) {
       correction = (ratio + candidate->second) / 2;
       candidates_.erase(candidate);
     } else {
@@ -117,22 +120,35 @@ std::optional<Rebalance> Rebalancer::Judge() {
     }
     speeds += (speeds.empty() ? "" : ", ") + type + " " + Fixed(ratio, 2) + "x";
   }
+  nlohmann::ordered_json& judgement = judgements_.emplace_back();
+  judgement["step"] = step_;
+  judgement["readings"] = measured;
+  judgement["corrections"] = corrections_;
+  judgement["awaiting"] = candidates_;
+  const auto outcome = [&](const std::string& words) {
+    judgement["outcome"] = words;
+    return std::nullopt;
+  };
   // A type whose new speed awaits its confirmation makes the picture half known: a plan
   // for the others' confirmed speeds and its old one could give it more work just as it
   // slows down. The next judgement confirms or drops the reading first.
-  if (!candidates_.empty()) return std::nullopt;
+  if (!candidates_.empty()) return outcome("a reading awaits its confirmation");
   Replan replan;
   try {
     replan = ReplanRunningJob(cluster_, CorrectedProfiles(), plan_);
-  } catch (const InputError&) {
-    return std::nullopt;  // no schedule of the stage fits the corrected profiles: the plan stays
+  } catch (const InputError& error) {
+    // No schedule of the stage fits the corrected profiles: the plan stays.
+    return outcome("no plan fits the corrected profiles: " + error.reason());
   }
   const double gain_s = replan.running.step_s - replan.prediction.step_s;
   const std::int64_t steps_left = options_.last_step > 0 ? options_.last_step - step_ : 1'000'000;
-  if (gain_s <= options_.min_gain * replan.running.step_s ||
-      gain_s * static_cast<double>(steps_left) <= switch_cost_s_) {
-    return std::nullopt;
+  const std::string steps = "the running plan takes " + Seconds(replan.running.step_s) + " per step, the best " +
+                            Seconds(replan.prediction.step_s);
+  if (gain_s <= options_.min_gain * replan.running.step_s) return outcome(steps + ": too little to gain");
+  if (gain_s * static_cast<double>(steps_left) <= switch_cost_s_) {
+    return outcome(steps + ": the steps left gain less than the switch costs");
   }
+  judgement["outcome"] = "proposed: " + steps;
   Rebalance rebalance;
   rebalance.plan_text = replan.plan.dump(2) + "\n";
   rebalance.predicted_step_s = replan.prediction.step_s;

@@ -9,9 +9,10 @@
 // last `window` steps of a plan (its first step, a warm-up, left out); a device type's
 // is its slowest rank's, since the step waits for it. Once every rank with samples has a
 // full window, a type whose ratio departs from its correction (1 at the start) by more
-// than `threshold` of it in two consecutive windows that agree within `threshold` gets
-// their mean as its new correction (the others keep theirs: a dead band around what is
-// known, and a reading confirmed, so that noise and a warm-up move nothing); while any
+// than `threshold` of it in two consecutive windows, the same way (both slower or both
+// faster), gets their mean as its new correction (the others keep theirs: a dead band
+// around what is known, and a reading confirmed, so that noise and a warm-up move
+// nothing, while a speed that keeps drifting is followed); while any
 // type's reading awaits its confirmation nothing is proposed (a plan on half the new
 // picture could give a type more work just as it slows down). The profiles' compute and
 // optimizer times are multiplied by the corrections, and the running job is re-planned at its stage and state shares
@@ -83,6 +84,11 @@ class Rebalancer {
   // Device type -> its correction now (1: as profiled).
   const std::map<std::string, double>& corrections() const { return corrections_; }
 
+  // Every judgement in order, for the run directory (rebalance_judgements.json): the
+  // step, each type's reading, the corrections and the readings awaiting confirmation
+  // after it, and what came of it ("outcome", in words).
+  const nlohmann::ordered_json& judgements() const { return judgements_; }
+
  private:
   void Follow(const WorkerPlan& plan, int number);
   std::optional<Rebalance> Judge();
@@ -102,6 +108,7 @@ class Rebalancer {
   std::optional<int> awaited_;                // handed as this number, not yet training
   std::int64_t step_ = 0;                     // the latest step reported
   double switch_cost_s_ = 0.05;
+  nlohmann::ordered_json judgements_ = nlohmann::ordered_json::array();
 };
 
 }  // namespace poplar

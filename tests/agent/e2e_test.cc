@@ -929,6 +929,9 @@ TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
                                        "profiles (median of 4 steps)"}))
       << launch.out;
   const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/summary.json"));
+  // Every judgement is on record; the one that proposed the switch says so.
+  const std::string judgements = ReadWholeFile(dir_.path() + "/run/rebalance_judgements.json");
+  EXPECT_TRUE(Contains(judgements, "\"outcome\": \"proposed: the running plan takes")) << judgements;
   // A switch after the slowdown, for it.
   int noticed_from = 0;
   for (const auto& entry : summary["plan_switches"]) {
@@ -939,7 +942,7 @@ TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
     const double ratio = at == std::string::npos ? 0 : std::stod(reason.substr(at + 9));
     if (noticed_from == 0 && entry["from_step"].get<int>() > 6 && ratio >= 3) noticed_from = entry["from_step"];
   }
-  ASSERT_GT(noticed_from, 0) << summary["plan_switches"].dump(2) << launch.out;
+  ASSERT_GT(noticed_from, 0) << summary["plan_switches"].dump(2) << launch.out << judgements;
   // That switch moved work off emu-slow (rank 1): its samples in the step before it (the
   // plan it was throttled under; under load an earlier switch may have changed the
   // starting plan's) against its last step's.

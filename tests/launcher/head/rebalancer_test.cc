@@ -99,6 +99,9 @@ TEST_F(RebalancerTest, NoiseWithinTheThresholdProposesNothing) {
   for (int step = 301; step <= 400; ++step) {
     ASSERT_FALSE(Step(rebalancer, step, 0, plan_, [](int) { return 1.8; })) << "step " << step;
   }
+  ASSERT_FALSE(rebalancer.judgements().empty());
+  EXPECT_TRUE(Contains(rebalancer.judgements().back()["outcome"].get<std::string>(), "too little to gain"))
+      << rebalancer.judgements().back();
 }
 
 // One window's reading, unconfirmed by the next (a warm-up, a neighbour's burst), moves
@@ -110,6 +113,37 @@ TEST_F(RebalancerTest, AReadingTheNextWindowDoesNotConfirmMovesNothing) {
     // Steps 2-9 slow, then as profiled; later, every other window slow.
     const bool slow = step <= 9 || (step > 41 && ((step - 2) / 8) % 2 == 1);
     ASSERT_FALSE(Step(rebalancer, step, 0, plan_, [&](int rank) { return slow ? t4_slow(rank) : 1.0; }))
+        << "step " << step;
+  }
+  EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 1.0);
+}
+
+// A load that grows: the T4s read 2x their profile in one window and 3x in the next.
+// Two windows off the same way confirm the change, at their mean, and the T4s get less
+// work at once rather than after the drift stops.
+TEST_F(RebalancerTest, ASpeedStillDriftingIsFollowed) {
+  Rebalancer rebalancer(cluster_, profiles_, plan_, {});
+  const auto t4 = [&](double factor) {
+    return [this, factor](int rank) { return plan_.placement[rank].device_type == "T4-16GB" ? factor : 1.0; };
+  };
+  std::optional<Rebalance> proposal;
+  int step = 1;
+  for (; step <= 9; ++step) ASSERT_FALSE(Step(rebalancer, step, 0, plan_, kAsProfiled)) << step;
+  for (; step <= 17; ++step) ASSERT_FALSE(Step(rebalancer, step, 0, plan_, t4(2.0))) << step;
+  for (; step <= 25 && !proposal; ++step) proposal = Step(rebalancer, step, 0, plan_, t4(3.0));
+  ASSERT_TRUE(proposal) << rebalancer.judgements().dump(2);
+  EXPECT_EQ(step - 1, 25);
+  EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 2.5);
+  EXPECT_LT(Samples(ParseWorkerPlan(proposal->plan_text, "rebalanced.json"), "T4-16GB"), Samples(plan_, "T4-16GB"));
+}
+
+// A reading off one way, then the other (a burst, then a lull), moves nothing.
+TEST_F(RebalancerTest, WindowsOffOppositeWaysMoveNothing) {
+  Rebalancer rebalancer(cluster_, profiles_, plan_, {});
+  for (int step = 1; step <= 100; ++step) {
+    const double factor = step <= 9 ? 1.0 : (((step - 2) / 8) % 2 == 0 ? 2.0 : 0.5);
+    ASSERT_FALSE(Step(rebalancer, step, 0, plan_,
+                      [&](int rank) { return plan_.placement[rank].device_type == "T4-16GB" ? factor : 1.0; }))
         << "step " << step;
   }
   EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 1.0);
@@ -135,6 +169,17 @@ TEST_F(RebalancerTest, NothingIsProposedWhileATypesReadingAwaitsConfirmation) {
   EXPECT_DOUBLE_EQ(rebalancer.corrections().at("V100-16GB"), 1.5);
   EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 3.0);
   EXPECT_LT(Samples(ParseWorkerPlan(proposal->plan_text, "rebalanced.json"), "T4-16GB"), Samples(plan_, "T4-16GB"));
+  // Every judgement is on record, with why nothing came of it.
+  const nlohmann::ordered_json& judgements = rebalancer.judgements();
+  ASSERT_EQ(judgements.size(), 4u) << judgements.dump(2);  // steps 9, 17, 25, 33
+  EXPECT_EQ(judgements[2]["step"], 25);
+  EXPECT_DOUBLE_EQ(judgements[2]["readings"]["T4-16GB"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(judgements[2]["corrections"]["V100-16GB"].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(judgements[2]["awaiting"]["T4-16GB"].get<double>(), 3.0);
+  EXPECT_EQ(judgements[2]["outcome"], "a reading awaits its confirmation");
+  EXPECT_TRUE(Contains(judgements[3]["outcome"].get<std::string>(), "proposed: the running plan takes"))
+      << judgements[3];
+  EXPECT_TRUE(judgements[3]["awaiting"].empty());
 }
 
 TEST_F(RebalancerTest, NoSwitchWhereNoStepIsLeftToGainOn) {
