@@ -512,10 +512,19 @@ void RunLaunch(const LaunchOptions& options) {
       throw CommandFailed("job " + job_id + " " + what + "; no node's agent answers to go on with; " + kept,
                           exit_status);
     }
-    const ClusterSpec next = WithNodes(cluster, answering);
+    ClusterSpec next = WithNodes(cluster, answering);
+    // An adaptive batch goes on at the batch it last trained, not the cluster file's.
+    if (job.settings.batch.value_or("fixed") == "adaptive") {
+      next.global_batch = monitor.LastGlobalBatch().value_or(prepared.plan.global_batch);
+    }
     agents = ConnectAgents(next);
     const auto same_node = [](const NodeSpec& a, const NodeSpec& b) { return a.name == b.name; };
-    if (!std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node)) {
+    if (!std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node) ||
+        next.global_batch != prepared.plan.global_batch) {
+      if (next.global_batch != prepared.plan.global_batch) {
+        std::cout << "adaptive batch: the job goes on at batch " << next.global_batch << ", the last it trained"
+                  << std::endl;
+      }
       prepared = Replan(options, next, agents, known, run_dir);
       known.insert(prepared.profiles.begin(), prepared.profiles.end());
     }

@@ -168,6 +168,13 @@ bool LaunchMonitor::CheckpointDue(std::int64_t checkpoint_every) const {
   return resumed || (checkpoint_every > 0 && last >= first_due);
 }
 
+std::optional<std::int64_t> LaunchMonitor::LastGlobalBatch() const {
+  if (rank0_steps_.empty()) return std::nullopt;
+  const auto batch = rank0_steps_.back().find("global_batch");
+  if (batch == rank0_steps_.back().end() || !batch->is_number_integer()) return std::nullopt;
+  return batch->get<std::int64_t>();
+}
+
 std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
   const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
   const std::int64_t first_due = checkpoint_every > 0 ? std::min(checkpoint_every, steps_) : steps_;

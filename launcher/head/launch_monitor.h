@@ -78,6 +78,8 @@ class LaunchMonitor {
   // `checkpoint_every` steps, and at the run's last), or the run resumed from one: a
   // restart must then go on from a checkpoint, never from step 0.
   bool CheckpointDue(std::int64_t checkpoint_every) const;
+  // The global batch of rank 0's last step reported; none before its first.
+  std::optional<std::int64_t> LastGlobalBatch() const;
 
   // The summary of a finished run: steps, first and last loss, the median step time
   // over the steps after the first fifth (warm-up) of those the last plan trained, with

@@ -1055,6 +1055,49 @@ TEST_F(ElasticJob, ASecondFailureIsASecondRestart) {
 
 // A node left out that answers again is taken back once the next checkpoint is being
 // written: the job stops there and goes on over every node, one step trained again.
+// An adaptive batch restarts at the batch it last trained (here one switched to by hand
+// mid-run), not the cluster file's.
+TEST_F(ElasticJob, AnAdaptiveBatchGoesOnAtTheBatchItLastTrained) {
+  std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
+  const std::string every = "checkpoint_every: 5,";
+  ASSERT_NE(yaml.find(every), std::string::npos);
+  yaml.replace(yaml.find(every), every.size(),
+               "checkpoint_every: 5, batch: adaptive, batch_min: 8, batch_max: 64, batch_every: 1000,");
+  dir_.Write("adaptive.yaml", yaml);
+  const auto planned = Poplar({"plan", "adaptive.yaml", "-o", "plan-adaptive.json"});  // ./profiles beside
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  Training training;
+  training.launch = StartLaunch("adaptive", kSteps, "adaptive.yaml", WritePlan(), {"--elastic"});
+  training.rank1 = WaitForSteps("adaptive", 1, 2);
+  training.rank0 = WaitForSteps("adaptive", 0, 2);
+  ASSERT_TRUE(training.started());
+  const auto switched = Poplar({"switch", "adaptive.yaml", "--job-id", "job-adaptive", "--plan",
+                                dir_.Write("batch-32.json", R"({"stage": 2, "global_batch": 32, "ranks": [
+      {"rank": 0, "node": "a", "host": "127.0.0.1", "device_type": "emu-fast", "micro_batches": [20]},
+      {"rank": 1, "node": "b", "host": "127.0.0.1", "device_type": "emu-slow", "micro_batches": [12]}]})")});
+  ASSERT_EQ(switched.exit_code, 0) << switched.out << switched.err;
+  // Killed once a checkpoint after the switch is due: trained at 32 from step `from`.
+  const std::string metrics = dir_.path() + "/adaptive/metrics/rank-0.jsonl";
+  int from = 0, last = 0;
+  for (int i = 0; i < 1200 && (from == 0 || last < (from + 4) / 5 * 5 + 1); ++i) {
+    for (const std::string& line : ReadLines(metrics)) {
+      const auto record = nlohmann::json::parse(line);
+      last = record["step"];
+      if (from == 0 && record["global_batch"] == 32) from = last;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(from, 0) << ReadWholeFile(dir_.path() + "/adaptive.out");
+  ASSERT_LT(last, kSteps) << "the job ended before the kill";
+  kill(training.rank1, SIGKILL);
+  const std::string out = ExpectTrainedToTheEnd("adaptive", training, 2);
+  EXPECT_TRUE(ContainsAll(out, {"adaptive batch: the job goes on at batch 32, the last it trained",
+                                "chosen for goodput every 1000 steps (from 32)"}))
+      << out;
+  EXPECT_EQ(nlohmann::json::parse(ReadTextFile(dir_.path() + "/adaptive/plan.json"))["global_batch"], 32);
+  EXPECT_EQ(nlohmann::json::parse(ReadLines(metrics).back())["global_batch"], 32);
+}
+
 TEST_F(ElasticJob, ANodeThatAnswersAgainIsTakenBackAfterACheckpoint) {
   constexpr int kLong = 150;
   Training training = StartElastic("back", 8, kLong);
