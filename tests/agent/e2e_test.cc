@@ -1099,7 +1099,10 @@ TEST_F(ElasticJob, AnAdaptiveBatchGoesOnAtTheBatchItLastTrained) {
 }
 
 TEST_F(ElasticJob, ANodeThatAnswersAgainIsTakenBackAfterACheckpoint) {
-  constexpr int kLong = 150;
+  // Long enough that the job still trains alone once node b's agent has started again
+  // (its worker's --version, its credentials) and the head's next poll (every 3 s) found
+  // it: 150 steps (some 6 s alone) were too few under the suite's load.
+  constexpr int kLong = 300;
   Training training = StartElastic("back", 8, kLong);
   ASSERT_TRUE(training.started());
   agents_[1]->Signal(SIGKILL);
