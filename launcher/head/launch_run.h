@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -142,7 +143,7 @@ class PlanProposers {
         chooser_(std::move(chooser)),
         prepared_(prepared),
         choices_file_((std::filesystem::path(run_dir) / "batch_choices.json").string()),
-        rebalance_file_((std::filesystem::path(run_dir) / "rebalance_judgements.json").string()),
+        rebalance_file_((std::filesystem::path(run_dir) / "rebalance_judgements.jsonl").string()),
         hand_(std::move(hand)) {}
 
   void Metrics(int rank, const nlohmann::json& record) {
@@ -150,7 +151,9 @@ class PlanProposers {
       const std::size_t judged = rebalancer_->judgements().size();
       const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record);
       if (rebalancer_->judgements().size() != judged) {
-        WriteFileAtomically(rebalance_file_, rebalancer_->judgements().dump(2) + "\n");
+        // One line per judgement, appended: a long run's record costs what it holds.
+        if (!rebalance_out_.is_open()) rebalance_out_.open(rebalance_file_, std::ios::app);
+        rebalance_out_ << rebalancer_->judgements().back().dump() << std::endl;
       }
       if (proposal) {
         const auto number = hand_(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
@@ -182,6 +185,7 @@ class PlanProposers {
   const PreparedPlan& prepared_;
   std::string choices_file_;
   std::string rebalance_file_;
+  std::ofstream rebalance_out_;
   Hand hand_;
 };
 

@@ -84,7 +84,7 @@ class Rebalancer {
   // Device type -> its correction now (1: as profiled).
   const std::map<std::string, double>& corrections() const { return corrections_; }
 
-  // Every judgement in order, for the run directory (rebalance_judgements.json): the
+  // Every judgement in order, for the run directory (rebalance_judgements.jsonl): the
   // step, each type's reading, the corrections and the readings awaiting confirmation
   // after it, and what came of it ("outcome", in words).
   const nlohmann::ordered_json& judgements() const { return judgements_; }

@@ -930,8 +930,8 @@ TEST_F(ThrottlingDevice, IsNoticedAndRebalancedBetweenSteps) {
       << launch.out;
   const auto summary = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/summary.json"));
   // Every judgement is on record; the one that proposed the switch says so.
-  const std::string judgements = ReadWholeFile(dir_.path() + "/run/rebalance_judgements.json");
-  EXPECT_TRUE(Contains(judgements, "\"outcome\": \"proposed: the running plan takes")) << judgements;
+  const std::string judgements = ReadWholeFile(dir_.path() + "/run/rebalance_judgements.jsonl");
+  EXPECT_TRUE(Contains(judgements, "\"outcome\":\"proposed: the running plan takes")) << judgements;
   // A switch after the slowdown, for it.
   int noticed_from = 0;
   for (const auto& entry : summary["plan_switches"]) {
