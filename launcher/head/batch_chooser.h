@@ -98,7 +98,7 @@ class BatchChooser {
   void Following(const WorkerPlan& plan, int number);
 
   // The latest judgement, for the progress (one line) and the run directory
-  // (batch_choices.json: every judgement in order); empty before the first.
+  // (batch_choices.jsonl: every judgement in order); empty before the first.
   const std::string& last_line() const { return last_line_; }
   const nlohmann::ordered_json& judgements() const { return judgements_; }
 

@@ -142,7 +142,7 @@ class PlanProposers {
       : rebalancer_(std::move(rebalancer)),
         chooser_(std::move(chooser)),
         prepared_(prepared),
-        choices_file_((std::filesystem::path(run_dir) / "batch_choices.json").string()),
+        choices_file_((std::filesystem::path(run_dir) / "batch_choices.jsonl").string()),
         rebalance_file_((std::filesystem::path(run_dir) / "rebalance_judgements.jsonl").string()),
         hand_(std::move(hand)) {}
 
@@ -151,9 +151,7 @@ class PlanProposers {
       const std::size_t judged = rebalancer_->judgements().size();
       const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record);
       if (rebalancer_->judgements().size() != judged) {
-        // One line per judgement, appended: a long run's record costs what it holds.
-        if (!rebalance_out_.is_open()) rebalance_out_.open(rebalance_file_, std::ios::app);
-        rebalance_out_ << rebalancer_->judgements().back().dump() << std::endl;
+        AppendLine(rebalance_out_, rebalance_file_, rebalancer_->judgements().back());
       }
       if (proposal) {
         const auto number = hand_(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
@@ -168,7 +166,7 @@ class PlanProposers {
     const std::optional<BatchChoice> choice = chooser_->Metrics(
         rank, record, [&] { return rebalancer_ ? rebalancer_->CorrectedProfiles() : prepared_.profiles; });
     if (chooser_->judgements().size() == judged) return;
-    WriteFileAtomically(choices_file_, chooser_->judgements().dump(2) + "\n");
+    AppendLine(choices_out_, choices_file_, chooser_->judgements().back());
     if (!choice) {
       std::cout << "adaptive batch: " << chooser_->last_line() << std::endl;
       return;
@@ -180,10 +178,18 @@ class PlanProposers {
   }
 
  private:
+  // A judgement as one line of `file`, appended (every attempt's stay, and a long run's
+  // record costs what it holds).
+  static void AppendLine(std::ofstream& out, const std::string& file, const nlohmann::ordered_json& judgement) {
+    if (!out.is_open()) out.open(file, std::ios::app);
+    out << judgement.dump() << std::endl;
+  }
+
   std::optional<Rebalancer> rebalancer_;
   std::optional<BatchChooser> chooser_;
   const PreparedPlan& prepared_;
   std::string choices_file_;
+  std::ofstream choices_out_;
   std::string rebalance_file_;
   std::ofstream rebalance_out_;
   Hand hand_;

@@ -798,7 +798,10 @@ TEST_F(TwoAgents, AnAdaptiveBatchIsChosenBetweenStepsWithinItsBounds) {
   ASSERT_EQ(launch.exit_code, 0) << launch.out << launch.err;
   EXPECT_TRUE(Contains(launch.out, "adaptive batch: 8 to 64 samples, chosen for goodput every 4 steps (from 24)"))
       << launch.out;
-  const auto judgements = nlohmann::json::parse(ReadTextFile(dir_.path() + "/run/batch_choices.json"));
+  nlohmann::json judgements = nlohmann::json::array();
+  for (const std::string& line : ReadLines(dir_.path() + "/run/batch_choices.jsonl")) {
+    judgements.push_back(nlohmann::json::parse(line));
+  }
   std::cout << "judgements: " << judgements.dump() << "\n";
   ASSERT_GE(judgements.size(), 4u) << judgements.dump();
   for (const auto& judgement : judgements) {
