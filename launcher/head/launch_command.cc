@@ -519,12 +519,13 @@ void RunLaunch(const LaunchOptions& options) {
     }
     agents = ConnectAgents(next);
     const auto same_node = [](const NodeSpec& a, const NodeSpec& b) { return a.name == b.name; };
-    if (!std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node) ||
-        next.global_batch != prepared.plan.global_batch) {
-      if (next.global_batch != prepared.plan.global_batch) {
-        std::cout << "adaptive batch: the job goes on at batch " << next.global_batch << ", the last it trained"
-                  << std::endl;
-      }
+    const bool batch_moved = next.global_batch != prepared.plan.global_batch;
+    if (batch_moved) {
+      std::cout << "adaptive batch: the job goes on at batch " << next.global_batch << ", the last it trained"
+                << std::endl;
+    }
+    if (batch_moved ||
+        !std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node)) {
       prepared = Replan(options, next, agents, known, run_dir);
       known.insert(prepared.profiles.begin(), prepared.profiles.end());
     }
