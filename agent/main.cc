@@ -28,6 +28,7 @@
 #include "agent/rpc/keepalive.h"
 #include "agent/rpc/tls.h"
 #include "agent/work_dir.h"
+#include "planner/base/free_port.h"
 #include "planner/base/input_error.h"
 #include "planner/base/join.h"
 #include "planner/base/run_app.h"
@@ -123,6 +124,7 @@ struct AgentOptions {
   std::string config;
   std::string port_file;
   bool list_gpus = false;
+  bool free_port = false;
   std::string nvml_library = "libnvidia-ml.so.1";
 };
 
@@ -250,6 +252,9 @@ int main(int argc, char** argv) {
   app.add_option("--config", options.config, "Agent file (YAML; required)")->check(CLI::ExistingFile);
   app.add_option("--port-file", options.port_file, "Write the port it listens on here (for listen: host:0)")
       ->check(poplar::NotEmpty());
+  app.add_flag("--free-port", options.free_port,
+               "Print a TCP port free on this node and exit (what `poplar launch --slurm` asks rank 0's node "
+               "for the rendezvous)");
   auto* list = app.add_flag("--list-gpus", options.list_gpus,
                             "Print this node's NVIDIA GPUs (NVML) as one JSON line and exit (what `poplar launch "
                             "--slurm` asks each node of its allocation)");
@@ -258,6 +263,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.callback([&] {
     if (options.list_gpus) return poplar::ListGpus(options);
+    if (options.free_port) return static_cast<void>(std::printf("%d\n", poplar::FindFreePort()));
     if (options.config.empty()) throw CLI::RequiredError("--config");
     poplar::Serve(options);
   });

@@ -194,6 +194,17 @@ std::vector<NodeGpus> ListAllocationGpus(const SlurmAllocation& allocation, cons
   return listed;
 }
 
+int FreePortOnNode(const std::string& node, const std::string& srun, const std::string& agent) {
+  const std::string output =
+      RunToEnd({srun, "--nodes=1", "--ntasks=1", "--nodelist=" + node, "--kill-on-bad-exit=1", agent, "--free-port"});
+  for (const std::string& line : Lines(output)) {
+    if (line.empty() || line.size() > 5 || line.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int port = std::stoi(line);
+    if (port > 0 && port < 65536) return port;
+  }
+  throw CommandFailed("--slurm: poplar-agent --free-port on node '" + node + "' printed no port:\n" + output);
+}
+
 std::vector<NodeSpec> AllocationNodes(const SlurmAllocation& allocation, const SlurmSpec& slurm,
                                       const std::vector<NodeGpus>& gpus) {
   std::vector<NodeSpec> nodes;

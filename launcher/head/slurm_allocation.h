@@ -64,6 +64,11 @@ std::vector<NodeSpec> AllocationNodes(const SlurmAllocation& allocation, const S
 std::vector<NodeGpus> ListAllocationGpus(const SlurmAllocation& allocation, const std::string& srun,
                                          const std::string& agent);
 
+// A TCP port free on `node` of the allocation, as `agent` (poplar-agent --free-port) run
+// there as one task by `srun` finds it. Throws CommandFailed with srun's output when it
+// fails or prints no port.
+int FreePortOnNode(const std::string& node, const std::string& srun, const std::string& agent);
+
 // Runs `argv` (argv[0] an absolute path) with this process's environment and returns
 // what it wrote (stdout and stderr). Throws CommandFailed with that output when it
 // cannot start or exits non-zero.

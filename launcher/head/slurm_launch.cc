@@ -233,13 +233,11 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
   return step;
 }
 
-// The rendezvous port under Slurm: --master-port, else one derived from the Slurm job
-// id, so that two allocations sharing a node do not choose the same.
-int SlurmMasterPort(const LaunchOptions& options, const SlurmAllocation& allocation) {
+// The rendezvous port under Slurm: --master-port, else one rank 0's node finds free, so
+// that jobs sharing a node (or several launches in one allocation) do not collide.
+int SlurmMasterPort(const LaunchOptions& options, const SlurmPlace& place, const std::string& rank0_node) {
   if (options.master_port > 0) return options.master_port;
-  std::uint64_t id = 0;
-  for (char c : allocation.job_id) id = id * 31 + static_cast<unsigned char>(c);
-  return 20000 + static_cast<int>(id % 20000);
+  return FreePortOnNode(rank0_node, place.srun, ProgramBesideHead("poplar-agent", "agent"));
 }
 
 }  // namespace
@@ -283,7 +281,7 @@ void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
   job_place.precision = prepared.precision.name;
   // Rank 0's node as Slurm reaches it, whatever host a plan made elsewhere says.
   job_place.master_addr = cluster.nodes.at(NodeIndex(cluster, prepared.plan.placement.at(0).node)).host;
-  job_place.master_port = SlurmMasterPort(options, place.allocation);
+  job_place.master_port = SlurmMasterPort(options, place, prepared.plan.placement.at(0).node);
   WriteFileAtomically((fs::path(run_dir) / "plan.json").string(), prepared.text);
   const Resumption resumption{options.resume, false};
   const SrunStep step =

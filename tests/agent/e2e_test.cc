@@ -1950,6 +1950,27 @@ TEST(Credentials, ANodesCertificateServesAsThatNodeOnly) {
 // An agent that cannot serve says which key of its file is at fault: a port out of range
 // (gRPC would listen on it modulo 65536), or credentials whose key is not the
 // certificate's (not `listen`).
+// `poplar-agent --free-port` (what `poplar launch --slurm` asks rank 0's node for the
+// rendezvous) prints one port below the kernel's ephemeral range that can be bound.
+TEST(AgentFreePort, PrintsAPortBelowTheEphemeralRangeThatCanBeBound) {
+  ScratchDir dir("agent-free-port");
+  const auto printed = RunProcess(Command({POPLAR_AGENT_BINARY, "--free-port"}), dir.path());
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  ASSERT_FALSE(printed.out.empty());
+  EXPECT_EQ(printed.out.find('\n'), printed.out.size() - 1) << printed.out;
+  const int port = std::stoi(printed.out);
+  EXPECT_GE(port, 1024);
+  EXPECT_LT(port, EphemeralPortRange().first);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << strerror(errno);
+  ::close(fd);
+}
+
 TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   ScratchDir dir("agent-start");
   const auto made = RunProcess(
