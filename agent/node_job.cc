@@ -13,6 +13,7 @@
 #include "planner/formats/job_id.h"
 #include "planner/formats/job_settings.h"
 #include "planner/formats/precision.h"
+#include "planner/formats/train_command.h"
 #include "planner/formats/training_limits.h"
 #include "planner/formats/worker_plan.h"
 
@@ -83,34 +84,20 @@ std::string WorkFile(const AgentConfig& config, const std::string& path, const s
 }
 
 // `poplar-worker train` for a rank of this job (without the device's flags); `flags`:
-// those of the job's settings (WorkerFlags).
-// `save_format` names the final weights' file: model.pt or model.safetensors.
+// those of the job's settings (WorkerFlags). `save_format` names the final weights'
+// file: model.pt or model.safetensors.
 std::vector<std::string> TrainArgs(const LaunchSettings& settings, const fs::path& job_dir, const fs::path& checkpoints,
                                    const std::vector<std::string>& flags, const std::string& save_format,
                                    bool has_checkpoint) {
-  std::vector<std::string> args = {"train",
-                                   "--plan",
-                                   (job_dir / "plan.json").string(),
-                                   "--model-config",
-                                   (job_dir / "model.json").string(),
-                                   "--precision",
-                                   settings.precision,
-                                   "--metrics",
-                                   (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
-                                   "--checkpoint-dir",
-                                   checkpoints.string(),
-                                   "--plan-switches",
-                                   (job_dir / "plans").string(),
-                                   "--save",
-                                   (job_dir / ("model." + save_format)).string()};
-  args.insert(args.end(), flags.begin(), flags.end());
-  if (settings.trace_step > 0) {
-    args.insert(args.end(), {"--trace", (job_dir / "traces" / "rank-{rank}.json").string(), "--trace-step",
-                             std::to_string(settings.trace_step)});
-  }
-  if (has_checkpoint) args.insert(args.end(), {"--resume", checkpoints.string()});
-  if (settings.require_checkpoint) args.push_back("--resume-required");
-  return args;
+  const TrainFiles files{(job_dir / "plan.json").string(),
+                         (job_dir / "model.json").string(),
+                         (job_dir / "metrics" / "rank-{rank}.jsonl").string(),
+                         checkpoints.string(),
+                         (job_dir / "plans").string(),
+                         (job_dir / ("model." + save_format)).string(),
+                         (job_dir / "traces" / "rank-{rank}.json").string()};
+  return TrainCommand(files, {settings.precision, flags, settings.trace_step, has_checkpoint,
+                              settings.require_checkpoint, settings.timeout_s});
 }
 
 // `poplar-worker network` for a rank of this job (without the device's flags).
@@ -120,6 +107,7 @@ std::vector<std::string> NetworkArgs(const LaunchSettings& settings, const fs::p
   if (settings.network_max_bytes > 0) {
     args.insert(args.end(), {"--max-bytes", std::to_string(settings.network_max_bytes)});
   }
+  if (settings.timeout_s > 0) args.insert(args.end(), {"--timeout", std::to_string(settings.timeout_s)});
   return args;
 }
 
@@ -205,7 +193,6 @@ std::vector<RankProcess> CheckNodeJob(const AgentConfig& config, const std::vect
     spec.args = train ? TrainArgs(settings, job_dir, checkpoints, setting_flags, save_format, has_checkpoint)
                       : NetworkArgs(settings, job_dir);
     spec.args.insert(spec.args.end(), {"--device", assigned[local]->emulated ? "cpu" : "cuda"});
-    if (settings.timeout_s > 0) spec.args.insert(spec.args.end(), {"--timeout", std::to_string(settings.timeout_s)});
     spec.env = InheritedEnvironment();
     spec.env.insert(spec.env.end(),
                     {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(plan.WorldSize()),

@@ -19,6 +19,7 @@
 #include "planner/cluster/emulated_device.h"
 #include "planner/formats/job_settings.h"
 #include "planner/formats/precision.h"
+#include "planner/formats/train_command.h"
 #include "planner/search/plan_file.h"
 #include "planner/search/plan_report.h"
 #include "planner/search/planner.h"
@@ -154,10 +155,23 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
   fs::create_directories(dir / "plans");
   const fs::path checkpoints = fs::absolute(fs::path(run_dir) / "checkpoints");
   const std::string plan_file = fs::absolute(fs::path(run_dir) / "plan.json").string();
-  const std::vector<std::string> settings = WorkerFlags(
-      job.settings, [&](const std::string& key, const std::string& path) { return SlurmJobFile(cluster, key, path); });
-  const std::string save =
-      (fs::absolute(fs::path(run_dir)) / ("model." + job.settings.save_format.value_or("pt"))).string();
+  const TrainFiles files{
+      plan_file,
+      model_file,
+      (dir / "metrics" / "rank-{rank}.jsonl").string(),
+      checkpoints.string(),
+      (dir / "plans").string(),
+      (fs::absolute(fs::path(run_dir)) / ("model." + job.settings.save_format.value_or("pt"))).string(),
+      (dir / "traces" / "rank-{rank}.json").string()};
+  const TrainRun run{
+      job_place.precision,
+      WorkerFlags(job.settings,
+                  [&](const std::string& key, const std::string& path) { return SlurmJobFile(cluster, key, path); }),
+      options.trace_step,
+      resumption.resume && fs::exists(checkpoints / "latest"),
+      resumption.require_checkpoint,
+      options.timeout_s};
+  const std::vector<std::string> train = TrainCommand(files, run);
 
   SrunStep step;
   step.srun = place.srun;
@@ -193,23 +207,8 @@ SrunStep SlurmStep(const LaunchOptions& options, const ClusterSpec& cluster, con
                                     "MASTER_ADDR=" + job_place.master_addr,
                                     "MASTER_PORT=" + std::to_string(job_place.master_port)};
     env.insert(env.end(), device.env.begin(), device.env.end());
-    std::vector<std::string> argv = {place.worker,       "train",
-                                     "--plan",           plan_file,
-                                     "--model-config",   model_file,
-                                     "--precision",      job_place.precision,
-                                     "--metrics",        (dir / "metrics" / "rank-{rank}.jsonl").string(),
-                                     "--checkpoint-dir", checkpoints.string(),
-                                     "--plan-switches",  (dir / "plans").string(),
-                                     "--save",           save};
-    argv.insert(argv.end(), settings.begin(), settings.end());
-    if (options.trace_step > 0) {
-      argv.insert(argv.end(), {"--trace", (dir / "traces" / "rank-{rank}.json").string(), "--trace-step",
-                               std::to_string(options.trace_step)});
-    }
-    if (resumption.resume && fs::exists(checkpoints / "latest"))
-      argv.insert(argv.end(), {"--resume", checkpoints.string()});
-    if (resumption.require_checkpoint) argv.push_back("--resume-required");
-    if (options.timeout_s > 0) argv.insert(argv.end(), {"--timeout", std::to_string(options.timeout_s)});
+    std::vector<std::string> argv = {place.worker};
+    argv.insert(argv.end(), train.begin(), train.end());
     argv.insert(argv.end(), device.args.begin(), device.args.end());
     script += std::to_string(rank) + ") exec /usr/bin/env";
     for (const std::string& word : env) script += " " + ShellWord(word);

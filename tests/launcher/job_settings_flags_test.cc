@@ -1,6 +1,7 @@
-// Every job setting reaches the worker: the flags the agent passes for a job that sets
-// them all (planner/formats/job_settings.h) are flags `poplar-worker train` takes, and
-// each does what its setting says. A real process.
+// Every job setting reaches the worker: the command an agent or `poplar launch --slurm`
+// gives a rank of a job that sets them all (planner/formats/train_command.h,
+// job_settings.h) is one `poplar-worker train` takes, and each setting does what it
+// says. A real process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/formats/job_settings.h"
+#include "planner/formats/train_command.h"
 #include "worker_harness.h"
 
 namespace poplar::testing {
@@ -35,20 +37,15 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
   const std::vector<std::string> flags =
       WorkerFlags(ParseJobSettings(texts, "settings"),
                   [&](const std::string&, const std::string& path) { return scratch.path() + "/" + path; });
-  std::vector<std::string> args = {"train",
-                                   "--plan",
-                                   WritePlan(scratch, "plan.json", 1, {{4}}),
-                                   "--model-config",
-                                   scratch.path() + "/model.json",
-                                   "--log-every",
-                                   "0",
-                                   "--timeout",
-                                   "60",
-                                   "--metrics",
-                                   "metrics.jsonl",
-                                   "--checkpoint-dir",
-                                   scratch.path() + "/checkpoints"};
-  args.insert(args.end(), flags.begin(), flags.end());
+  // The command agents and `poplar launch --slurm` give each rank.
+  std::filesystem::create_directories(scratch.path() + "/plans");
+  const TrainFiles files{
+      WritePlan(scratch, "plan.json", 1, {{4}}), scratch.path() + "/model.json", scratch.path() + "/metrics.jsonl",
+      scratch.path() + "/checkpoints",           scratch.path() + "/plans",      scratch.path() + "/model.safetensors",
+      scratch.path() + "/trace-{rank}.json"};
+  const TrainRun run{"fp32", flags, /*trace_step=*/3, /*resume=*/false, /*require_checkpoint=*/false, 60};
+  std::vector<std::string> args = TrainCommand(files, run);
+  args.insert(args.end(), {"--log-every", "0"});
   const JobOutcome job = RunJob(scratch, 1, args);
   ASSERT_TRUE(job.AllSucceeded()) << job.Describe();
 
@@ -73,16 +70,18 @@ TEST(JobSettingFlags, AJobSettingEveryOneTrainsWithEach) {
     kept += entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0;
   }
   EXPECT_EQ(kept, 2);
+  EXPECT_TRUE(std::filesystem::exists(scratch.path() + "/model.safetensors"));  // save_format
+  EXPECT_TRUE(std::filesystem::exists(scratch.path() + "/trace-0.json"));       // trace_step
 
   // batch_min and batch_max reach the worker: bounds that leave out the plan's batch of 4
   // are refused before the rendezvous, naming them.
   std::map<std::string, std::string> above = texts;
   above["batch_min"] = "5";
-  std::vector<std::string> bounded(args.begin(), args.end() - static_cast<std::ptrdiff_t>(flags.size()));
-  const std::vector<std::string> above_flags =
+  TrainRun bounds = run;
+  bounds.setting_flags =
       WorkerFlags(ParseJobSettings(above, "settings"),
                   [&](const std::string&, const std::string& path) { return scratch.path() + "/" + path; });
-  bounded.insert(bounded.end(), above_flags.begin(), above_flags.end());
+  const std::vector<std::string> bounded = TrainCommand(files, bounds);
   const JobOutcome refused = RunJob(scratch, 1, bounded);
   EXPECT_EQ(refused.exit_codes[0], 1) << refused.Describe();
   EXPECT_TRUE(Contains(refused.errors[0], "global_batch: is 4, outside --batch-min 5")) << refused.errors[0];
