@@ -410,6 +410,18 @@ PreparedPlan Replan(const LaunchOptions& options, const ClusterSpec& cluster, Cl
   return PlanFromProfiles(options, cluster, std::move(profiles));
 }
 
+// `before` with the plan file `text` (a plan a switch handed rank 0) in its place: the
+// same profiles and precision; its prediction from them when it states none.
+PreparedPlan WithPlan(const ClusterSpec& cluster, PreparedPlan before, const std::string& text,
+                      const std::string& what) {
+  before.text = text;
+  before.plan = ParseWorkerPlan(text, what);
+  if (!before.plan.predicted_step_s && !before.profiles.empty()) {
+    before.plan.predicted_step_s = PredictPlan(cluster, before.profiles, before.plan).step_s;
+  }
+  return before;
+}
+
 // How an attempt ends the launch, or goes on: trained; stopped to take a node back
 // (--elastic); failed with restarts left (--elastic, not the user's stop); or given up.
 enum class Ending { kTrained, kTakeBack, kRestart, kGiveUp };
@@ -519,13 +531,21 @@ void RunLaunch(const LaunchOptions& options) {
     }
     agents = ConnectAgents(next);
     const auto same_node = [](const NodeSpec& a, const NodeSpec& b) { return a.name == b.name; };
-    const bool batch_moved = next.global_batch != prepared.plan.global_batch;
-    if (batch_moved) {
-      std::cout << "adaptive batch: the job goes on at batch " << next.global_batch << ", the last it trained"
-                << std::endl;
-    }
-    if (batch_moved ||
-        !std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node)) {
+    const bool same_nodes =
+        std::equal(next.nodes.begin(), next.nodes.end(), current.nodes.begin(), current.nodes.end(), same_node);
+    // On the same nodes the job goes on with the plan it last trained, which a switch
+    // (rebalancing, an adaptive batch, poplar switch) made for what the head had seen;
+    // on others it is planned again, at the batch it last trained.
+    if (const auto trained = monitor.PlanTrained(); same_nodes && trained) {
+      prepared = WithPlan(next, std::move(prepared), trained->second, "plan " + std::to_string(trained->first));
+      std::cout << "elastic: the job goes on with plan " << trained->first << ", the last it trained (batch "
+                << prepared.plan.global_batch << ")" << std::endl;
+      next.global_batch = prepared.plan.global_batch;
+    } else if (!same_nodes || next.global_batch != prepared.plan.global_batch) {
+      if (next.global_batch != prepared.plan.global_batch) {
+        std::cout << "adaptive batch: the job goes on at batch " << next.global_batch << ", the last it trained"
+                  << std::endl;
+      }
       prepared = Replan(options, next, agents, known, run_dir);
       known.insert(prepared.profiles.begin(), prepared.profiles.end());
     }

@@ -175,6 +175,12 @@ std::optional<std::int64_t> LaunchMonitor::LastGlobalBatch() const {
   return batch->get<std::int64_t>();
 }
 
+std::optional<std::pair<int, std::string>> LaunchMonitor::PlanTrained() const {
+  const auto handed = plans_handed_.find(plan_);
+  if (plan_ == 0 || handed == plans_handed_.end() || !handed->second.contains("plan")) return std::nullopt;
+  return std::make_pair(plan_, handed->second["plan"].dump(2) + "\n");
+}
+
 std::string LaunchMonitor::CheckpointsKept(std::int64_t checkpoint_every, const std::string& where) const {
   const std::int64_t last = rank0_steps_.empty() ? 0 : rank0_steps_.back().value("step", 0);
   const std::int64_t first_due = checkpoint_every > 0 ? std::min(checkpoint_every, steps_) : steps_;

@@ -14,6 +14,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/head/failure_causes.h"
@@ -80,6 +81,9 @@ class LaunchMonitor {
   bool CheckpointDue(std::int64_t checkpoint_every) const;
   // The global batch of rank 0's last step reported; none before its first.
   std::optional<std::int64_t> LastGlobalBatch() const;
+  // The plan rank 0's last step reported trained, when a switch had taken over: its
+  // number and its plan file's text, as handed. None while the starting plan trains.
+  std::optional<std::pair<int, std::string>> PlanTrained() const;
 
   // The summary of a finished run: steps, first and last loss, the median step time
   // over the steps after the first fifth (warm-up) of those the last plan trained, with

@@ -1056,10 +1056,8 @@ TEST_F(ElasticJob, ASecondFailureIsASecondRestart) {
   EXPECT_FALSE(Alive(second));
 }
 
-// A node left out that answers again is taken back once the next checkpoint is being
-// written: the job stops there and goes on over every node, one step trained again.
 // An adaptive batch restarts at the batch it last trained (here one switched to by hand
-// mid-run), not the cluster file's.
+// mid-run), not the cluster file's, when the restart plans anew for the nodes left.
 TEST_F(ElasticJob, AnAdaptiveBatchGoesOnAtTheBatchItLastTrained) {
   std::string yaml = ReadTextFile(dir_.path() + "/cluster.yaml");
   const std::string every = "checkpoint_every: 5,";
@@ -1092,15 +1090,54 @@ TEST_F(ElasticJob, AnAdaptiveBatchGoesOnAtTheBatchItLastTrained) {
   }
   ASSERT_GT(from, 0) << ReadWholeFile(dir_.path() + "/adaptive.out");
   ASSERT_LT(last, kSteps) << "the job ended before the kill";
-  kill(training.rank1, SIGKILL);
-  const std::string out = ExpectTrainedToTheEnd("adaptive", training, 2);
-  EXPECT_TRUE(ContainsAll(out, {"adaptive batch: the job goes on at batch 32, the last it trained",
-                                "chosen for goodput every 1000 steps (from 32)"}))
+  agents_[1]->Signal(SIGKILL);  // node b is lost: the job is planned again for node a
+  const std::string out = ExpectTrainedToTheEnd("adaptive", training, 1);
+  EXPECT_TRUE(
+      ContainsAll(out, {"left out: node 'b'", "adaptive batch: the job goes on at batch 32, the last it trained",
+                        "chosen for goodput every 1000 steps (from 32)"}))
       << out;
   EXPECT_EQ(nlohmann::json::parse(ReadTextFile(dir_.path() + "/adaptive/plan.json"))["global_batch"], 32);
   EXPECT_EQ(nlohmann::json::parse(ReadLines(metrics).back())["global_batch"], 32);
 }
 
+// A restart on the same nodes goes on with the plan the job last trained (here one
+// switched to by hand mid-run), not the one it started with: a switch made for what the
+// head saw of the devices (rebalancing, an adaptive batch) outlives the failure.
+TEST_F(ElasticJob, ARestartOnTheSameNodesGoesOnWithThePlanItLastTrained) {
+  Training training;
+  training.launch = StartLaunch("replan", kSteps, "cluster.yaml", WritePlan(), {"--elastic", "--rebalance", "off"});
+  training.rank1 = WaitForSteps("replan", 1, 2);
+  training.rank0 = WaitForSteps("replan", 0, 2);
+  ASSERT_TRUE(training.started());
+  const auto switched = Poplar({"switch", "cluster.yaml", "--job-id", "job-replan", "--plan",
+                                dir_.Write("split-18-6.json", R"({"stage": 2, "global_batch": 24, "ranks": [
+      {"rank": 0, "node": "a", "host": "127.0.0.1", "device_type": "emu-fast", "micro_batches": [18]},
+      {"rank": 1, "node": "b", "host": "127.0.0.1", "device_type": "emu-slow", "micro_batches": [6]}]})")});
+  ASSERT_EQ(switched.exit_code, 0) << switched.out << switched.err;
+  // Killed once rank 1 has trained its new share: the starting plan gave it 8 samples.
+  const std::string metrics = dir_.path() + "/replan/metrics/rank-1.jsonl";
+  int last = 0;
+  bool moved = false;
+  for (int i = 0; i < 1200 && !moved; ++i) {
+    for (const std::string& line : ReadLines(metrics)) {
+      const auto record = nlohmann::json::parse(line);
+      last = record["step"];
+      moved = moved || record["samples"] == 6;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(moved) << ReadWholeFile(dir_.path() + "/replan.out");
+  ASSERT_LT(last, kSteps) << "the job ended before the kill";
+  kill(training.rank1, SIGKILL);
+  const std::string out = ExpectTrainedToTheEnd("replan", training, 2);
+  EXPECT_TRUE(Contains(out, "elastic: the job goes on with plan 1, the last it trained (batch 24)")) << out;
+  const auto plan = nlohmann::json::parse(ReadTextFile(dir_.path() + "/replan/plan.json"));
+  EXPECT_EQ(plan["ranks"][1]["micro_batches"], nlohmann::json::array({6})) << plan.dump();
+  EXPECT_EQ(nlohmann::json::parse(ReadLines(metrics).back())["samples"], 6);
+}
+
+// A node left out that answers again is taken back once the next checkpoint is being
+// written: the job stops there and goes on over every node, one step trained again.
 TEST_F(ElasticJob, ANodeThatAnswersAgainIsTakenBackAfterACheckpoint) {
   // Long enough that the job still trains alone once node b's agent has started again
   // (its worker's --version, its credentials) and the head's next poll (every 3 s) found
