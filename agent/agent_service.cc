@@ -177,8 +177,12 @@ grpc::Status AgentService::Launch(grpc::ServerContext* context, const v1::Launch
       // jobs/<id>/ (hence under the lock).
       job = std::make_shared<Job>(settings.job_id, PrepareNodeJob(config_, devices, settings, busy_),
                                   StopGrace(settings));
-      jobs_[settings.job_id] = {job, request->launch_id(), settings.kind == LaunchSettings::Kind::kTrain, 0,
-                                ParseJobSettings(settings.job_settings, "settings")};
+      jobs_[settings.job_id] = {job,
+                                request->launch_id(),
+                                settings.kind == LaunchSettings::Kind::kTrain,
+                                0,
+                                ParseJobSettings(settings.job_settings, "settings"),
+                                {}};
       held = Hold(job->devices(), "job '" + settings.job_id + "'");
     }
     std::fprintf(stderr, "poplar-agent: job %s: starting %zu rank(s) for %s\n", settings.job_id.c_str(),
@@ -265,11 +269,10 @@ grpc::Status AgentService::SwitchPlan(grpc::ServerContext*, const v1::SwitchPlan
                        "rank 0 of job '" + request->job_id() + "' runs on another node: a plan goes to rank 0's node");
     }
     const int number = running.plan_switches + 1;
-    WritePlanSwitch(config_, request->job_id(), request->plan_json(), number, running.settings);
+    const std::string announced =
+        WritePlanSwitch(config_, request->job_id(), request->plan_json(), number, request->reason(), running.settings);
     running.plan_switches = number;
-    nlohmann::ordered_json announced = {{"number", number}, {"reason", request->reason()}};
-    announced["plan"] = nlohmann::ordered_json::parse(request->plan_json());
-    running.job->Announce({JobEvent::Kind::kPlanSwitch, -1, announced.dump(), 0});
+    running.job->Announce({JobEvent::Kind::kPlanSwitch, -1, announced, 0});
     std::fprintf(stderr, "poplar-agent: job %s: plan %d handed to rank 0: %s\n", request->job_id().c_str(), number,
                  request->reason().c_str());
     response->set_number(number);

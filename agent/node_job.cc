@@ -233,13 +233,11 @@ fs::path CheckpointFolder(const AgentConfig& config, const std::string& job_id) 
   return fs::path(config.shared_dir) / "jobs" / job_id / "checkpoints";
 }
 
-void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number,
-                     const JobSettings& settings) {
+std::string WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json,
+                            int number, const std::string& reason, const JobSettings& settings) {
   const fs::path job_dir = JobFolder(config, job_id);
-  const WorkerPlan running = LoadWorkerPlan((job_dir / "plan.json").string());
-  RequireSwitchable(running, ParseWorkerPlan(plan_json, "plan_json"), settings.batch_min.value_or(0),
-                    settings.batch_max.value_or(0));
-  WriteFileAtomically((job_dir / "plans" / ("plan-" + std::to_string(number) + ".json")).string(), plan_json);
+  return HandPlanSwitch((job_dir / "plans").string(), number, LoadWorkerPlan((job_dir / "plan.json").string()),
+                        plan_json, reason, "plan_json", settings.batch_min.value_or(0), settings.batch_max.value_or(0));
 }
 
 std::chrono::seconds StopGrace(const LaunchSettings& settings) {

@@ -56,13 +56,12 @@ std::vector<RankProcess> PrepareNodeJob(const AgentConfig& config, const std::ve
 // with a shared_dir, <shared_dir>/jobs/<job id>/checkpoints, the same on every node.
 std::filesystem::path CheckpointFolder(const AgentConfig& config, const std::string& job_id);
 
-// Writes `plan_json` where rank 0 of job `job_id` reads its plan switches, as
-// plans/plan-<number>.json of the job's folder, once it is a plan that can replace the
-// job's (RequireSwitchable against the folder's plan.json, its global batch within the
-// job's batch_min and batch_max where `settings` set them). Throws InputError naming
-// plan_json and the key.
-void WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json, int number,
-                     const JobSettings& settings);
+// Hands `plan_json` to rank 0 of job `job_id` as plan `number` (HandPlanSwitch into the
+// job folder's plans/, against its plan.json, its global batch within the job's
+// batch_min and batch_max where `settings` set them) and returns the announcement.
+// Throws InputError naming plan_json and the key.
+std::string WritePlanSwitch(const AgentConfig& config, const std::string& job_id, const std::string& plan_json,
+                            int number, const std::string& reason, const JobSettings& settings);
 
 // How long the job's stopped ranks may take to end before SIGKILL (Job's stop_grace).
 std::chrono::seconds StopGrace(const LaunchSettings& settings);

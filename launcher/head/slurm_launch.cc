@@ -303,18 +303,13 @@ void RunUnderSlurm(const LaunchStart& start, const SlurmPlace& place) {
   const auto hand = [&](const std::string& plan_text, const std::string& reason,
                         const std::string& proposer) -> std::optional<int> {
     try {
-      RequireSwitchable(prepared.plan, ParseWorkerPlan(plan_text, "the new plan"), job.settings.batch_min.value_or(0),
-                        job.settings.batch_max.value_or(0));
+      monitor.PlanSwitch(HandPlanSwitch(plans.string(), handed + 1, prepared.plan, plan_text, reason, "the new plan",
+                                        job.settings.batch_min.value_or(0), job.settings.batch_max.value_or(0)));
     } catch (const InputError& error) {
       std::cout << proposer << ": the new plan was not handed to rank 0: " << error.what() << std::endl;
       return std::nullopt;
     }
-    const int number = ++handed;
-    WriteFileAtomically((plans / ("plan-" + std::to_string(number) + ".json")).string(), plan_text);
-    nlohmann::ordered_json announced = {{"number", number}, {"reason", reason}};
-    announced["plan"] = nlohmann::ordered_json::parse(plan_text);
-    monitor.PlanSwitch(announced.dump());
-    return number;
+    return ++handed;
   };
   PlanProposers proposers(RebalancerFor(options, cluster, prepared, *job.settings.steps),
                           BatchChooserFor(cluster, job, prepared), prepared, run_dir, hand);

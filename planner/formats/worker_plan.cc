@@ -186,4 +186,14 @@ void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next, std::i
   }
 }
 
+std::string HandPlanSwitch(const std::string& folder, int number, const WorkerPlan& running,
+                           const std::string& plan_text, const std::string& reason, const std::string& file,
+                           std::int64_t batch_min, std::int64_t batch_max) {
+  RequireSwitchable(running, ParseWorkerPlan(plan_text, file), batch_min, batch_max);
+  WriteFileAtomically(folder + "/plan-" + std::to_string(number) + ".json", plan_text);
+  nlohmann::ordered_json announced = {{"number", number}, {"reason", reason}};
+  announced["plan"] = nlohmann::ordered_json::parse(plan_text);
+  return announced.dump();
+}
+
 }  // namespace poplar

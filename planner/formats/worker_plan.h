@@ -94,4 +94,13 @@ void RequireWorldSize(const WorkerPlan& plan, int world_size);
 void RequireSwitchable(const WorkerPlan& running, const WorkerPlan& next, std::int64_t batch_min = 0,
                        std::int64_t batch_max = 0);
 
+// Hands `plan_text` to a running job's rank 0 as plan `number`: once it can replace
+// `running` (RequireSwitchable, its errors naming `file`), writes it whole as
+// `folder`/plan-<number>.json, the folder rank 0's worker reads (--plan-switches), and
+// returns the announcement the head reports: {"number", "reason", "plan"} as JSON text.
+// Throws InputError, having written nothing, for a plan that cannot replace `running`.
+std::string HandPlanSwitch(const std::string& folder, int number, const WorkerPlan& running,
+                           const std::string& plan_text, const std::string& reason, const std::string& file,
+                           std::int64_t batch_min = 0, std::int64_t batch_max = 0);
+
 }  // namespace poplar

@@ -254,5 +254,29 @@ TEST(PlanSwitch, RefusesWhatARunningJobCannotChange) {
   EXPECT_TRUE(Contains(refusal(plan("shares.json", 2, {{4, 4}, {3, 3}}, {1, 3})), "state_share"));
 }
 
+// A plan handed to rank 0 (HandPlanSwitch, as the agent and `poplar launch --slurm` hand
+// one) is written whole where rank 0 reads it and announced with its number and reason;
+// one the running job cannot take writes nothing.
+TEST(PlanSwitch, AHandedPlanIsWrittenForRankZeroOrNothingIs) {
+  ScratchDir scratch("poplar_plan_switch_hand");
+  const WorkerPlan running = LoadWorkerPlan(WritePlan(scratch, "running.json", 2, {{4, 4}, {3, 3}}));
+  const std::string plans = scratch.path() + "/plans";
+  std::filesystem::create_directories(plans);
+  const std::string next = ReadWholeFile(WritePlan(scratch, "next.json", 2, {{8, 6}, {0, 0}}));
+  const auto announced = nlohmann::json::parse(HandPlanSwitch(plans, 3, running, next, "rebalanced", "the new plan"));
+  EXPECT_EQ(announced["number"], 3);
+  EXPECT_EQ(announced["reason"], "rebalanced");
+  EXPECT_EQ(announced["plan"], nlohmann::json::parse(next));
+  EXPECT_EQ(ReadWholeFile(plans + "/plan-3.json"), next);
+  const std::string stage = ReadWholeFile(WritePlan(scratch, "stage.json", 3, {{4, 4}, {3, 3}}));
+  try {
+    HandPlanSwitch(plans, 4, running, stage, "by hand", "the new plan");
+    ADD_FAILURE() << "a plan at another stage was handed";
+  } catch (const InputError& error) {
+    EXPECT_TRUE(Contains(error.what(), "the new plan: stage: is 3")) << error.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(plans + "/plan-4.json"));
+}
+
 }  // namespace
 }  // namespace poplar::testing
