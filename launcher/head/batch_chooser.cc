@@ -85,7 +85,7 @@ std::optional<BatchChoice> BatchChooser::Judge(std::int64_t step, double noise_s
                  " kept: no positive noise scale measured yet";
     judgement["chosen"] = now;
     judgement["reason"] = last_line_;
-    judgements_.push_back(std::move(judgement));
+    if (record_) record_(judgement);
     return std::nullopt;
   }
   std::vector<BatchCandidate> candidates;
@@ -146,7 +146,7 @@ std::optional<BatchChoice> BatchChooser::Judge(std::int64_t step, double noise_s
   }
   judgement["chosen"] = choice ? choice->global_batch : now;
   judgement["reason"] = last_line_;
-  judgements_.push_back(std::move(judgement));
+  if (record_) record_(judgement);
   return choice;
 }
 

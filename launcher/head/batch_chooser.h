@@ -97,10 +97,12 @@ class BatchChooser {
   void NotHanded();
   void Following(const WorkerPlan& plan, int number);
 
-  // The latest judgement, for the progress (one line) and the run directory
-  // (batch_choices.jsonl: every judgement in order); empty before the first.
+  // The latest judgement, for the progress, in one line; empty before the first.
   const std::string& last_line() const { return last_line_; }
-  const nlohmann::ordered_json& judgements() const { return judgements_; }
+  // Each judgement, handed to `record` as it is made (for the run directory's
+  // batch_choices.jsonl) and not kept.
+  using Record = std::function<void(const nlohmann::ordered_json&)>;
+  void RecordJudgements(Record record) { record_ = std::move(record); }
 
  private:
   std::optional<BatchChoice> Judge(std::int64_t step, double noise_scale,
@@ -114,7 +116,7 @@ class BatchChooser {
   std::optional<int> awaited_;
   int since_judged_ = 0;  // rank 0's records since the last judgement (or the batch's start)
   std::string last_line_;
-  nlohmann::ordered_json judgements_ = nlohmann::ordered_json::array();
+  Record record_;
 };
 
 }  // namespace poplar

@@ -144,16 +144,27 @@ class PlanProposers {
         prepared_(prepared),
         choices_file_((std::filesystem::path(run_dir) / "batch_choices.jsonl").string()),
         rebalance_file_((std::filesystem::path(run_dir) / "rebalance_judgements.jsonl").string()),
-        hand_(std::move(hand)) {}
+        hand_(std::move(hand)) {
+    if (rebalancer_) {
+      rebalancer_->RecordJudgements(
+          [this](const nlohmann::ordered_json& judgement) { AppendLine(rebalance_out_, rebalance_file_, judgement); });
+    }
+    if (chooser_) {
+      chooser_->RecordJudgements([this](const nlohmann::ordered_json& judgement) {
+        AppendLine(choices_out_, choices_file_, judgement);
+        // A batch kept is said here; a batch chosen, once handed.
+        if (judgement["chosen"] == judgement["batch"])
+          std::cout << "adaptive batch: " << chooser_->last_line() << std::endl;
+      });
+    }
+  }
+  // The proposers' records write through this object.
+  PlanProposers(const PlanProposers&) = delete;
+  PlanProposers& operator=(const PlanProposers&) = delete;
 
   void Metrics(int rank, const nlohmann::json& record) {
     if (rebalancer_) {
-      const std::size_t judged = rebalancer_->judgements().size();
-      const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record);
-      if (rebalancer_->judgements().size() != judged) {
-        AppendLine(rebalance_out_, rebalance_file_, rebalancer_->judgements().back());
-      }
-      if (proposal) {
+      if (const std::optional<Rebalance> proposal = rebalancer_->Metrics(rank, record)) {
         const auto number = hand_(proposal->plan_text, "rebalanced: " + proposal->reason, "rebalancing");
         if (!number) return rebalancer_->NotHanded();
         rebalancer_->Handed(*number);
@@ -162,15 +173,9 @@ class PlanProposers {
       }
     }
     if (!chooser_) return;
-    const std::size_t judged = chooser_->judgements().size();
     const std::optional<BatchChoice> choice = chooser_->Metrics(
         rank, record, [&] { return rebalancer_ ? rebalancer_->CorrectedProfiles() : prepared_.profiles; });
-    if (chooser_->judgements().size() == judged) return;
-    AppendLine(choices_out_, choices_file_, chooser_->judgements().back());
-    if (!choice) {
-      std::cout << "adaptive batch: " << chooser_->last_line() << std::endl;
-      return;
-    }
+    if (!choice) return;
     const auto number = hand_(choice->plan_text, choice->reason, "adaptive batch");
     if (!number) return chooser_->NotHanded();
     chooser_->Handed(*number);

@@ -90,7 +90,9 @@ std::optional<Rebalance> Rebalancer::Metrics(int rank, const nlohmann::json& rec
   for (std::size_t r = 0; r < predicted_.size(); ++r) {
     if (predicted_[r] > 0 && static_cast<int>(ratios_[r].size()) < options_.window) return std::nullopt;
   }
-  return Judge();
+  std::optional<Rebalance> proposal = Judge();
+  if (record_) record_(last_judgement_);
+  return proposal;
 }
 
 std::optional<Rebalance> Rebalancer::Judge() {
@@ -120,7 +122,7 @@ std::optional<Rebalance> Rebalancer::Judge() {
     }
     speeds += (speeds.empty() ? "" : ", ") + type + " " + Fixed(ratio, 2) + "x";
   }
-  nlohmann::ordered_json& judgement = judgements_.emplace_back();
+  nlohmann::ordered_json& judgement = last_judgement_ = nlohmann::ordered_json::object();
   judgement["step"] = step_;
   judgement["readings"] = measured;
   judgement["corrections"] = corrections_;

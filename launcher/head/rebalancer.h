@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -84,10 +85,14 @@ class Rebalancer {
   // Device type -> its correction now (1: as profiled).
   const std::map<std::string, double>& corrections() const { return corrections_; }
 
-  // Every judgement in order, for the run directory (rebalance_judgements.jsonl): the
-  // step, each type's reading, the corrections and the readings awaiting confirmation
-  // after it, and what came of it ("outcome", in words).
-  const nlohmann::ordered_json& judgements() const { return judgements_; }
+  // Each judgement, handed to `record` as it is made (for the run directory's
+  // rebalance_judgements.jsonl) and not kept: the step, each type's reading, the
+  // corrections and the readings awaiting confirmation after it, and what came of it
+  // ("outcome", in words).
+  using Record = std::function<void(const nlohmann::ordered_json&)>;
+  void RecordJudgements(Record record) { record_ = std::move(record); }
+  // The latest judgement; null before the first.
+  const nlohmann::ordered_json& last_judgement() const { return last_judgement_; }
 
  private:
   void Follow(const WorkerPlan& plan, int number);
@@ -108,7 +113,8 @@ class Rebalancer {
   std::optional<int> awaited_;                // handed as this number, not yet training
   std::int64_t step_ = 0;                     // the latest step reported
   double switch_cost_s_ = 0.05;
-  nlohmann::ordered_json judgements_ = nlohmann::ordered_json::array();
+  nlohmann::ordered_json last_judgement_;
+  Record record_;
 };
 
 }  // namespace poplar

@@ -99,9 +99,9 @@ TEST_F(RebalancerTest, NoiseWithinTheThresholdProposesNothing) {
   for (int step = 301; step <= 400; ++step) {
     ASSERT_FALSE(Step(rebalancer, step, 0, plan_, [](int) { return 1.8; })) << "step " << step;
   }
-  ASSERT_FALSE(rebalancer.judgements().empty());
-  EXPECT_TRUE(Contains(rebalancer.judgements().back()["outcome"].get<std::string>(), "too little to gain"))
-      << rebalancer.judgements().back();
+  ASSERT_FALSE(rebalancer.last_judgement().is_null());
+  EXPECT_TRUE(Contains(rebalancer.last_judgement()["outcome"].get<std::string>(), "too little to gain"))
+      << rebalancer.last_judgement();
 }
 
 // One window's reading, unconfirmed by the next (a warm-up, a neighbour's burst), moves
@@ -131,7 +131,7 @@ TEST_F(RebalancerTest, ASpeedStillDriftingIsFollowed) {
   for (; step <= 9; ++step) ASSERT_FALSE(Step(rebalancer, step, 0, plan_, kAsProfiled)) << step;
   for (; step <= 17; ++step) ASSERT_FALSE(Step(rebalancer, step, 0, plan_, t4(2.0))) << step;
   for (; step <= 25 && !proposal; ++step) proposal = Step(rebalancer, step, 0, plan_, t4(3.0));
-  ASSERT_TRUE(proposal) << rebalancer.judgements().dump(2);
+  ASSERT_TRUE(proposal) << rebalancer.last_judgement().dump(2);
   EXPECT_EQ(step - 1, 25);
   EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 2.5);
   EXPECT_LT(Samples(ParseWorkerPlan(proposal->plan_text, "rebalanced.json"), "T4-16GB"), Samples(plan_, "T4-16GB"));
@@ -155,6 +155,8 @@ TEST_F(RebalancerTest, WindowsOffOppositeWaysMoveNothing) {
 // that plan gives the T4s less.
 TEST_F(RebalancerTest, NothingIsProposedWhileATypesReadingAwaitsConfirmation) {
   Rebalancer rebalancer(cluster_, profiles_, plan_, {});
+  std::vector<nlohmann::ordered_json> judgements;
+  rebalancer.RecordJudgements([&](const nlohmann::ordered_json& judgement) { judgements.push_back(judgement); });
   const auto factor = [&](int step) {
     return [this, step](int rank) {
       if (plan_.placement[rank].device_type == "T4-16GB") return step >= 18 ? 3.0 : 1.0;
@@ -170,8 +172,7 @@ TEST_F(RebalancerTest, NothingIsProposedWhileATypesReadingAwaitsConfirmation) {
   EXPECT_DOUBLE_EQ(rebalancer.corrections().at("T4-16GB"), 3.0);
   EXPECT_LT(Samples(ParseWorkerPlan(proposal->plan_text, "rebalanced.json"), "T4-16GB"), Samples(plan_, "T4-16GB"));
   // Every judgement is on record, with why nothing came of it.
-  const nlohmann::ordered_json& judgements = rebalancer.judgements();
-  ASSERT_EQ(judgements.size(), 4u) << judgements.dump(2);  // steps 9, 17, 25, 33
+  ASSERT_EQ(judgements.size(), 4u);  // steps 9, 17, 25, 33
   EXPECT_EQ(judgements[2]["step"], 25);
   EXPECT_DOUBLE_EQ(judgements[2]["readings"]["T4-16GB"].get<double>(), 3.0);
   EXPECT_DOUBLE_EQ(judgements[2]["corrections"]["V100-16GB"].get<double>(), 1.5);
