@@ -3,10 +3,14 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <utility>
 
+#include "planner/base/input_error.h"
 #include "planner/base/join.h"
+#include "planner/base/number_list.h"
 
 namespace poplar {
 namespace {
@@ -23,6 +27,7 @@ using HandleFn = int (*)(unsigned int, NvmlDevice*);
 using NameFn = int (*)(NvmlDevice, char*, unsigned int);
 using MemoryFn = int (*)(NvmlDevice, NvmlMemory*);
 using CapabilityFn = int (*)(NvmlDevice, int*, int*);
+using MinorNumberFn = int (*)(NvmlDevice, unsigned int*);
 // nvmlDeviceGetComputeRunningProcesses*: fills up to *count records of the version's
 // nvmlProcessInfo layout, each beginning with the pid (unsigned int).
 using ProcessesFn = int (*)(NvmlDevice, unsigned int*, void*);
@@ -97,6 +102,9 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std:
   auto name_of = Symbol<NameFn>(library, "nvmlDeviceGetName");
   auto memory_of = Symbol<MemoryFn>(library, "nvmlDeviceGetMemoryInfo");
   auto capability_of = Symbol<CapabilityFn>(library, "nvmlDeviceGetCudaComputeCapability");
+  // Optional: what Slurm names a GPU by (its /dev/nvidiaN), and its UUID.
+  auto minor_number_of = Symbol<MinorNumberFn>(library, "nvmlDeviceGetMinorNumber");
+  auto uuid_of = Symbol<NameFn>(library, "nvmlDeviceGetUUID");
   const ProcessQuery processes_query = FindProcessQuery(library);
   std::vector<DeviceInfo> gpus;
   unsigned int count = 0;
@@ -122,6 +130,10 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std:
         gpu.memory_bytes = static_cast<std::int64_t>(memory.total);
         gpu.compute_capability = std::to_string(major) + "." + std::to_string(minor);
         gpu.processes = ComputeProcesses(processes_query, device);
+        if (unsigned int number = 0; minor_number_of && minor_number_of(device, &number) == 0) {
+          gpu.minor_number = static_cast<int>(number);
+        }
+        if (char uuid[96] = {}; uuid_of && uuid_of(device, uuid, sizeof(uuid) - 1) == 0) gpu.uuid = uuid;
         gpus.push_back(gpu);
       }
     }
@@ -130,6 +142,20 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std:
   }
   dlclose(library);
   return gpus;
+}
+
+std::vector<DeviceInfo> GpusOfSlurmJob(const std::vector<DeviceInfo>& gpus, const std::string& ids,
+                                       const std::string& variable) {
+  const std::optional<std::vector<int>> listed = ParseNumberList(ids, 4096);
+  if (!listed) {
+    throw InputError(variable, "", "'" + ids.substr(0, 200) + "' is not a list of GPU ids (\"0,2\" or \"0-3\")");
+  }
+  const std::set<int> held(listed->begin(), listed->end());
+  std::vector<DeviceInfo> kept;
+  for (const DeviceInfo& gpu : gpus) {
+    if (held.count(gpu.minor_number >= 0 ? gpu.minor_number : gpu.index) > 0) kept.push_back(gpu);
+  }
+  return kept;
 }
 
 std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_no_gpu) {

@@ -26,12 +26,22 @@ struct DeviceInfo {
   // Emulated: in training runs, later_slowdown from step later_step on (0: never).
   std::int64_t later_step = 0;
   double later_slowdown = 1.0;
+  // GPU: its device minor number (/dev/nvidiaN; -1: unknown) and UUID (empty: unknown).
+  int minor_number = -1;
+  std::string uuid = {};
 };
 
 // GPUs visible through NVML (`library`, normally libnvidia-ml.so.1), in CUDA index
 // order, each with the processes computing on it. Empty, with `why_none` set, when the
 // library or a driver is missing.
 std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library, std::string* why_none);
+
+// The GPUs of `gpus` a Slurm job holds on this node: those whose device minor number
+// (else NVML index) `ids` lists. `ids` is Slurm's list of global GPU ids, as
+// SLURM_STEP_GPUS or SLURM_JOB_GPUS give it ("0,2,5"; ranges "0-3" read too), untrusted.
+// Throws InputError naming `variable` for a list that is not such numbers.
+std::vector<DeviceInfo> GpusOfSlurmJob(const std::vector<DeviceInfo>& gpus, const std::string& ids,
+                                       const std::string& variable);
 
 // This node's devices now: GPUs (when the config asks for discovery) then emulated ones.
 // `why_no_gpu`, when given, receives why GPU discovery found none (empty otherwise).

@@ -129,14 +129,29 @@ struct AgentOptions {
 };
 
 // --list-gpus: this node's NVIDIA GPUs as one JSON line, {"node", "gpus": [{type, index,
-// memory_bytes}], "why_none"}: what `poplar launch --slurm` asks each node of its
-// allocation (launcher/head/slurm_allocation.h). The node is Slurm's name for it
+// uuid, memory_bytes}], "why_none"}: what `poplar launch --slurm` asks each node of its
+// allocation (launcher/head/slurm_allocation.h). Inside a Slurm job that holds GPUs
+// (SLURM_STEP_GPUS, else SLURM_JOB_GPUS), only those. The node is Slurm's name for it
 // (SLURMD_NODENAME) inside a job step, else the host name.
 void ListGpus(const AgentOptions& options) {
   std::string why_none;
+  std::vector<DeviceInfo> found = DiscoverNvidiaGpus(options.nvml_library, &why_none);
+  for (const char* variable : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS"}) {
+    const char* ids = std::getenv(variable);
+    if (ids == nullptr || *ids == '\0') continue;
+    const std::size_t on_node = found.size();
+    found = GpusOfSlurmJob(found, ids, variable);
+    if (found.empty() && on_node > 0) {
+      why_none = "the Slurm job holds none of the node's " + std::to_string(on_node) + " GPUs (" + variable + "=" +
+                 std::string(ids).substr(0, 200) + ")";
+    }
+    break;
+  }
   nlohmann::json gpus = nlohmann::json::array();
-  for (const DeviceInfo& gpu : DiscoverNvidiaGpus(options.nvml_library, &why_none)) {
-    gpus.push_back({{"type", gpu.type}, {"index", gpu.index}, {"memory_bytes", gpu.memory_bytes}});
+  for (const DeviceInfo& gpu : found) {
+    nlohmann::json listed = {{"type", gpu.type}, {"index", gpu.index}, {"memory_bytes", gpu.memory_bytes}};
+    if (!gpu.uuid.empty()) listed["uuid"] = gpu.uuid;
+    gpus.push_back(listed);
   }
   std::string node;
   if (const char* slurm_name = std::getenv("SLURMD_NODENAME")) node = slurm_name;

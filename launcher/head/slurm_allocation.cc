@@ -167,15 +167,21 @@ NodeGpus ParseNodeGpus(const std::string& line, const std::string& source) {
   node.node = fields.String("node");
   node.why_none = fields.OptionalString("why_none").value_or("");
   const nlohmann::json& gpus = fields.Child("gpus");
-  if (!gpus.is_array()) fields.Fail("gpus", "must be a list of {type, index, memory_bytes}");
+  if (!gpus.is_array()) fields.Fail("gpus", "must be a list of {type, index, uuid, memory_bytes}");
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     JsonFields gpu(gpus[i], source, "gpus[" + std::to_string(i) + "]");
     const std::string type = gpu.String("type");
     if (const std::string problem = DeviceTypeProblem(type); !problem.empty()) gpu.Fail("type", problem);
     const int index = static_cast<int>(gpu.IntegerIn("index", 0, 1 << 20, "a GPU index"));
     gpu.IntegerIn("memory_bytes", 0, std::int64_t{1} << 50, "a number of bytes");
+    // It becomes the rank's CUDA_VISIBLE_DEVICES: letters, digits and dashes only.
+    const std::string uuid = gpu.OptionalString("uuid").value_or("");
+    if (uuid.size() > 96 || uuid.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
+                                std::string::npos) {
+      gpu.Fail("uuid", "must be at most 96 letters, digits and dashes (NVML's GPU-...)");
+    }
     gpu.Finish();
-    node.gpus.push_back({type, index});
+    node.gpus.push_back({type, index, uuid});
   }
   fields.Finish();
   return node;

@@ -42,7 +42,8 @@ std::string FindInPath(const std::string& name);
 // One line of `poplar-agent --list-gpus` (JSON): the node, its GPUs, and why it has none.
 struct ListedGpu {
   std::string type;
-  int index = 0;  // NVML's (PCI bus order)
+  int index = 0;          // NVML's (PCI bus order)
+  std::string uuid = {};  // NVML's ("GPU-..."); empty when NVML gave none
 };
 struct NodeGpus {
   std::string node;

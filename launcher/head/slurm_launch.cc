@@ -66,7 +66,10 @@ DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, c
     for (const ListedGpu& gpu : listed.gpus) {
       if (gpu.type != type || k-- != 0) continue;
       flags.args = {"--device", "cuda"};
-      flags.env = {"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=" + std::to_string(gpu.index)};
+      // By UUID where NVML gave one: a job whose devices Slurm constrains (cgroups) sees
+      // its GPUs numbered from 0, not by the node's indices.
+      flags.env = {"CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                   "CUDA_VISIBLE_DEVICES=" + (gpu.uuid.empty() ? std::to_string(gpu.index) : gpu.uuid)};
       return flags;
     }
   }

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "planner/base/number_list.h"
 #include "planner/base/spawner.h"
 
 namespace poplar {
@@ -32,30 +33,6 @@ int LabelOf(const std::string& line, std::string* text) {
   if (i == digits || line.compare(i, 2, ": ") != 0) return -1;
   *text = line.substr(i + 2);
   return std::stoi(line.substr(digits, i - digits));
-}
-
-// "0-1,3" as {0, 1, 3}; nullopt unless it is a list of ranks and ranges.
-std::optional<std::vector<int>> RankList(const std::string& text) {
-  std::vector<int> ranks;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    const std::size_t dash = item.find('-');
-    const auto number = [](const std::string& digits) -> std::optional<int> {
-      if (digits.empty() || digits.size() > 7) return std::nullopt;
-      for (char c : digits) {
-        if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
-      }
-      return std::stoi(digits);
-    };
-    const auto first = number(item.substr(0, dash));
-    const auto last = dash == std::string::npos ? first : number(item.substr(dash + 1));
-    if (!first || !last || *last < *first || *last - *first > 1'000'000) return std::nullopt;
-    for (int rank = *first; rank <= *last; ++rank) ranks.push_back(rank);
-    at = end + 1;
-  }
-  return ranks;
 }
 
 // Each rank's metrics file, read on from where the last read ended, whole lines only.
@@ -99,7 +76,7 @@ std::optional<TaskFailure> ParseTaskFailure(const std::string& line) {
   }
   const std::size_t colon = line.find(": ", at);
   if (colon == std::string::npos) return std::nullopt;
-  const auto ranks = RankList(line.substr(at, colon - at));
+  const auto ranks = ParseNumberList(line.substr(at, colon - at));
   if (!ranks) return std::nullopt;
   TaskFailure failure;
   failure.ranks = *ranks;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "planner/base/input_error.h"
 #include "test_support.h"
 
 namespace poplar {
@@ -46,6 +47,32 @@ TEST(Devices, DiscoversGpusThroughNvmlBeforeTheEmulatedOnes) {
     EXPECT_TRUE(devices[i].processes.empty());
   }
   EXPECT_TRUE(devices[2].emulated);
+}
+
+// A Slurm job's GPUs are those whose /dev/nvidiaN its id list names (here minor numbers
+// 4, 5 and 7 at NVML indices 0-2), not NVML's indices; a list that is not ids is refused.
+TEST(Devices, ASlurmJobHoldsTheGpusItsIdsNameByMinorNumber) {
+  const std::string h200 = std::string("NVIDIA H200|") + kH200Bytes + "|9.0|";
+  const FakeGpus gpus(h200 + "|4;" + h200 + "|5;" + h200 + "|7");
+  std::string why;
+  const std::vector<DeviceInfo> found = DiscoverNvidiaGpus(FAKE_NVML_LIBRARY, &why);
+  ASSERT_EQ(found.size(), 3u);
+  EXPECT_EQ(found[1].minor_number, 5);
+  EXPECT_EQ(found[1].uuid, "GPU-fake-5");
+  std::vector<DeviceInfo> held = GpusOfSlurmJob(found, "5,7", "SLURM_STEP_GPUS");
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[0].index, 1);
+  EXPECT_EQ(held[1].index, 2);
+  EXPECT_EQ(GpusOfSlurmJob(found, "3-5", "SLURM_STEP_GPUS").size(), 2u);
+  EXPECT_TRUE(GpusOfSlurmJob(found, "0,1,2", "SLURM_JOB_GPUS").empty());
+  for (const std::string bad : {"", "a", "1,,2", "5-3", "-1", "1;2", "99999999"}) {
+    try {
+      GpusOfSlurmJob(found, bad, "SLURM_JOB_GPUS");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& error) {
+      EXPECT_TRUE(Contains(error.what(), "SLURM_JOB_GPUS")) << error.what();
+    }
+  }
 }
 
 TEST(Devices, SaysWhyThereIsNoGpu) {

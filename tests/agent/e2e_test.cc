@@ -2008,6 +2008,36 @@ TEST(AgentFreePort, PrintsAPortBelowTheEphemeralRangeThatCanBeBound) {
   ::close(fd);
 }
 
+// `poplar-agent --list-gpus` inside a Slurm step lists the GPUs the job holds
+// (SLURM_STEP_GPUS), each with the UUID its rank is started on, and says why when it
+// holds none of them.
+TEST(AgentListGpus, InsideASlurmStepListsTheJobsGpusOnly) {
+  ScratchDir dir("agent-list-gpus");
+  const auto list = [&](const std::map<std::string, std::string>& env) {
+    ChildOptions options = Command({POPLAR_AGENT_BINARY, "--list-gpus", "--nvml-library", FAKE_NVML_LIBRARY});
+    options.env = env;
+    options.env["FAKE_NVML_GPUS"] = "NVIDIA H200|150754820096|9.0||0;NVIDIA H200|150754820096|9.0||1";
+    options.env["SLURMD_NODENAME"] = "gpu7";
+    return RunProcess(options, dir.path());
+  };
+  const auto all = list({});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(nlohmann::json::parse(all.out)["gpus"].size(), 2u) << all.out;
+  const auto held = list({{"SLURM_STEP_GPUS", "1"}, {"SLURM_JOB_GPUS", "0,1"}});
+  ASSERT_EQ(held.exit_code, 0) << held.err;
+  const auto line = nlohmann::json::parse(held.out);
+  EXPECT_EQ(line["node"], "gpu7");
+  ASSERT_EQ(line["gpus"].size(), 1u) << held.out;
+  EXPECT_EQ(line["gpus"][0]["index"], 1);
+  EXPECT_EQ(line["gpus"][0]["uuid"], "GPU-fake-1");
+  const auto none = list({{"SLURM_JOB_GPUS", "3"}});
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_TRUE(Contains(none.out, "the Slurm job holds none of the node's 2 GPUs (SLURM_JOB_GPUS=3)")) << none.out;
+  const auto bad = list({{"SLURM_JOB_GPUS", "gpu:1"}});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(ContainsAll(bad.err, {"SLURM_JOB_GPUS", "'gpu:1' is not a list of GPU ids"})) << bad.err;
+}
+
 TEST(AgentStart, NamesTheListenPortOrTheCredentialsThatStopIt) {
   ScratchDir dir("agent-start");
   const auto made = RunProcess(

@@ -5,8 +5,10 @@
 //
 //   FAKE_NVML_GPUS="NVIDIA H200|150754820096|9.0|;NVIDIA H200|150754820096|9.0|4242,4243"
 //
-// one GPU per ';'-separated entry: name, memory in bytes, compute capability, and the
-// pids computing on it (comma-separated, possibly none). Unset: no GPU.
+// one GPU per ';'-separated entry: name, memory in bytes, compute capability, the pids
+// computing on it (comma-separated, possibly none), and optionally its device minor
+// number (/dev/nvidiaN; default: its index). Its UUID is "GPU-fake-<minor number>".
+// Unset: no GPU.
 // FAKE_NVML_FAIL_INIT=1 makes nvmlInit_v2 fail as with no driver loaded.
 #include <chrono>
 #include <cstdint>
@@ -25,6 +27,7 @@ struct FakeGpu {
   int major = 0;
   int minor = 0;
   std::vector<unsigned int> pids;
+  unsigned int minor_number = 0;
 };
 
 std::vector<FakeGpu> gpus;
@@ -74,7 +77,7 @@ int nvmlInit_v2() {
   if (!spec || !*spec) return kSuccess;
   for (const std::string& entry : Split(spec, ';')) {
     const std::vector<std::string> fields = Split(entry, '|');
-    if (fields.size() != 4) return kInvalidArgument;
+    if (fields.size() != 4 && fields.size() != 5) return kInvalidArgument;
     FakeGpu gpu;
     gpu.name = fields[0];
     gpu.memory = std::strtoull(fields[1].c_str(), nullptr, 10);
@@ -84,6 +87,8 @@ int nvmlInit_v2() {
     for (const std::string& pid : Split(fields[3], ',')) {
       if (!pid.empty()) gpu.pids.push_back(static_cast<unsigned int>(std::strtoul(pid.c_str(), nullptr, 10)));
     }
+    gpu.minor_number = fields.size() == 5 ? static_cast<unsigned int>(std::strtoul(fields[4].c_str(), nullptr, 10))
+                                          : static_cast<unsigned int>(gpus.size());
     gpus.push_back(gpu);
   }
   return kSuccess;
@@ -123,6 +128,22 @@ int nvmlDeviceGetCudaComputeCapability(void* device, int* major, int* minor) {
   if (!gpu) return kInvalidArgument;
   *major = gpu->major;
   *minor = gpu->minor;
+  return kSuccess;
+}
+
+int nvmlDeviceGetMinorNumber(void* device, unsigned int* minor_number) {
+  const FakeGpu* gpu = Gpu(device);
+  if (!gpu) return kInvalidArgument;
+  *minor_number = gpu->minor_number;
+  return kSuccess;
+}
+
+int nvmlDeviceGetUUID(void* device, char* uuid, unsigned int length) {
+  const FakeGpu* gpu = Gpu(device);
+  if (!gpu) return kInvalidArgument;
+  const std::string text = "GPU-fake-" + std::to_string(gpu->minor_number);
+  if (text.size() + 1 > length) return kInsufficientSize;
+  std::memcpy(uuid, text.c_str(), text.size() + 1);
   return kSuccess;
 }
 

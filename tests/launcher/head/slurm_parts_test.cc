@@ -51,11 +51,19 @@ TEST(ListedGpus, ALineIsReadAsUntrustedInput) {
   EXPECT_EQ(node.node, "gpu3");
   ASSERT_EQ(node.gpus.size(), 2u);
   EXPECT_EQ(node.gpus[1].index, 1);
+  EXPECT_EQ(node.gpus[1].uuid, "");
+  EXPECT_EQ(ParseNodeGpus(
+                R"({"node": "n", "gpus": [{"type": "T", "index": 3, "memory_bytes": 1, "uuid": "GPU-ab-12"}]})", "list")
+                .gpus[0]
+                .uuid,
+            "GPU-ab-12");
   for (const auto& [line, key] : std::vector<std::pair<std::string, std::string>>{
            {R"({"gpus": []})", "node"},
            {R"({"node": "n", "gpus": 3})", "gpus"},
            {R"({"node": "n", "gpus": [{"type": "a b", "index": 0, "memory_bytes": 1}]})", "gpus[0].type"},
            {R"({"node": "n", "gpus": [{"type": "T", "index": -1, "memory_bytes": 1}]})", "gpus[0].index"},
+           {R"({"node": "n", "gpus": [{"type": "T", "index": 0, "memory_bytes": 1, "uuid": "GPU-1 x"}]})",
+            "gpus[0].uuid"},
            {R"({"node": "n", "gpus": [], "extra": 1})", "extra"}}) {
     try {
       ParseNodeGpus(line, "list");
