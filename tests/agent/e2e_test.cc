@@ -1104,8 +1104,10 @@ TEST_F(ElasticJob, AnAdaptiveBatchGoesOnAtTheBatchItLastTrained) {
 // switched to by hand mid-run), not the one it started with: a switch made for what the
 // head saw of the devices (rebalancing, an adaptive batch) outlives the failure.
 TEST_F(ElasticJob, ARestartOnTheSameNodesGoesOnWithThePlanItLastTrained) {
+  // Long enough that the switch, a process of its own, lands well before the end.
+  constexpr int kLonger = 3 * kSteps;
   Training training;
-  training.launch = StartLaunch("replan", kSteps, "cluster.yaml", WritePlan(), {"--elastic", "--rebalance", "off"});
+  training.launch = StartLaunch("replan", kLonger, "cluster.yaml", WritePlan(), {"--elastic", "--rebalance", "off"});
   training.rank1 = WaitForSteps("replan", 1, 2);
   training.rank0 = WaitForSteps("replan", 0, 2);
   ASSERT_TRUE(training.started());
@@ -1127,9 +1129,9 @@ TEST_F(ElasticJob, ARestartOnTheSameNodesGoesOnWithThePlanItLastTrained) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(moved) << ReadWholeFile(dir_.path() + "/replan.out");
-  ASSERT_LT(last, kSteps) << "the job ended before the kill";
+  ASSERT_LT(last, kLonger) << "the job ended before the kill";
   kill(training.rank1, SIGKILL);
-  const std::string out = ExpectTrainedToTheEnd("replan", training, 2);
+  const std::string out = ExpectTrainedToTheEnd("replan", training, 2, kLonger);
   EXPECT_TRUE(Contains(out, "elastic: the job goes on with plan 1, the last it trained (batch 24)")) << out;
   const auto plan = nlohmann::json::parse(ReadTextFile(dir_.path() + "/replan/plan.json"));
   EXPECT_EQ(plan["ranks"][1]["micro_batches"], nlohmann::json::array({6})) << plan.dump();
