@@ -411,11 +411,24 @@ PreparedPlan Replan(const LaunchOptions& options, const ClusterSpec& cluster, Cl
 }
 
 // `before` with the plan file `text` (a plan a switch handed rank 0) in its place: the
-// same profiles and precision; its prediction from them when it states none.
+// same profiles and precision; each rank's node, host and device type from `before`
+// where `text` leaves them out (a switch may: they cannot change); its prediction from
+// the profiles when it states none.
 PreparedPlan WithPlan(const ClusterSpec& cluster, PreparedPlan before, const std::string& text,
                       const std::string& what) {
-  before.text = text;
-  before.plan = ParseWorkerPlan(text, what);
+  ParseWorkerPlan(text, what);  // as the agent checked it when it was handed
+  nlohmann::ordered_json plan = nlohmann::ordered_json::parse(text);
+  for (auto& rank : plan["ranks"]) {
+    const std::size_t number = rank.value("rank", std::size_t{0});
+    if (number >= before.plan.placement.size()) continue;
+    const RankPlacement& placed = before.plan.placement[number];
+    for (const auto& [key, value] :
+         {std::pair{"node", &placed.node}, {"host", &placed.host}, {"device_type", &placed.device_type}}) {
+      if (!rank.contains(key) && !value->empty()) rank[key] = *value;
+    }
+  }
+  before.text = plan.dump(2) + "\n";
+  before.plan = ParseWorkerPlan(before.text, what);
   if (!before.plan.predicted_step_s && !before.profiles.empty()) {
     before.plan.predicted_step_s = PredictPlan(cluster, before.profiles, before.plan).step_s;
   }
