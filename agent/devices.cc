@@ -133,7 +133,8 @@ std::vector<DeviceInfo> DiscoverNvidiaGpus(const std::string& library_name, std:
         if (unsigned int number = 0; minor_number_of && minor_number_of(device, &number) == 0) {
           gpu.minor_number = static_cast<int>(number);
         }
-        if (char uuid[96] = {}; uuid_of && uuid_of(device, uuid, sizeof(uuid) - 1) == 0) gpu.uuid = uuid;
+        // NVML's largest UUID (a MIG device's) fills 96 bytes with its terminating NUL.
+        if (char uuid[97] = {}; uuid_of && uuid_of(device, uuid, 96) == 0) gpu.uuid = uuid;
         gpus.push_back(gpu);
       }
     }
