@@ -549,13 +549,14 @@ void RunLaunch(const LaunchOptions& options) {
     // On the same nodes the job goes on with the plan it last trained, which a switch
     // (rebalancing, an adaptive batch, poplar switch) made for what the head had seen;
     // on others it is planned again, at the batch it last trained.
+    const bool batch_moved = next.global_batch != prepared.plan.global_batch;
     if (const auto trained = monitor.PlanTrained(); same_nodes && trained) {
       prepared = WithPlan(next, std::move(prepared), trained->second, "plan " + std::to_string(trained->first));
       std::cout << "elastic: the job goes on with plan " << trained->first << ", the last it trained (batch "
                 << prepared.plan.global_batch << ")" << std::endl;
       next.global_batch = prepared.plan.global_batch;
-    } else if (!same_nodes || next.global_batch != prepared.plan.global_batch) {
-      if (next.global_batch != prepared.plan.global_batch) {
+    } else if (!same_nodes || batch_moved) {
+      if (batch_moved) {
         std::cout << "adaptive batch: the job goes on at batch " << next.global_batch << ", the last it trained"
                   << std::endl;
       }
