@@ -167,6 +167,7 @@ std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_
   for (const auto& spec : config.emulated) {
     for (int i = 0; i < spec.count; ++i) {
       DeviceInfo device;
+      device.cpus = DeviceCpus(spec, i);
       device.type = spec.type;
       device.index = index++;
       device.memory_bytes = spec.memory_bytes;

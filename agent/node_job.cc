@@ -123,7 +123,8 @@ void AddDeviceSettings(const DeviceInfo& device, bool training, std::vector<std:
     spec.memory_bytes = device.memory_bytes;
     spec.later_step = device.later_step;
     spec.later_slowdown = device.later_slowdown;
-    const std::vector<std::string> flags = EmulatedWorkerFlags(spec, training);
+    spec.cpus = device.cpus;
+    const std::vector<std::string> flags = EmulatedWorkerFlags(spec, 0, training);
     args.insert(args.end(), flags.begin(), flags.end());
     env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
   } else {

@@ -141,6 +141,7 @@ std::filesystem::path Profiler::CachePath(const ProfileSettings& settings, const
                               {"memory_bytes", device.memory_bytes},
                               {"threads", device.threads},
                               {"slowdown", device.slowdown},
+                              {"cpus", device.cpus},
                               {"emulated", device.emulated},
                               {"worker", worker_version_},
                               {"worker_file", WorkerFileStamp(config_.worker)},

@@ -1,10 +1,17 @@
 #include "launcher/device/device.h"
 
 #include <malloc.h>
+#include <sched.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
 
 #ifdef POPLAR_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -15,6 +22,7 @@
 
 #include "launcher/device/counting_allocator.h"
 #include "planner/base/input_error.h"
+#include "planner/base/number_list.h"
 
 namespace poplar {
 
@@ -126,13 +134,43 @@ void KeepFreedMemory() {
 
 }  // namespace
 
+void RunOnCpus(const std::string& text) {
+  const std::optional<std::vector<int>> cpus = ParseNumberList(text, CPU_SETSIZE);
+  if (!cpus || cpus->empty()) throw InputError("--cpus", "", "'" + text.substr(0, 100) + "' is not a list of CPUs");
+  cpu_set_t wanted;
+  CPU_ZERO(&wanted);
+  for (const int cpu : *cpus) {
+    if (cpu >= CPU_SETSIZE) throw InputError("--cpus", "", "CPU " + std::to_string(cpu) + " is out of range");
+    CPU_SET(cpu, &wanted);
+  }
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    for (const int cpu : *cpus) {
+      if (!CPU_ISSET(cpu, &allowed)) {
+        throw InputError("--cpus", "",
+                         "CPU " + std::to_string(cpu) + " is not one this process may run on (" +
+                             std::to_string(CPU_COUNT(&allowed)) + " allowed; see nproc, taskset -p)");
+      }
+    }
+  }
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    if (sched_setaffinity(tid, sizeof wanted, &wanted) != 0 && errno != ESRCH) {
+      throw InputError("--cpus", "", "binding to CPUs " + text + " failed: " + std::strerror(errno));
+    }
+  }
+}
+
 torch::Device SetUpDevice(const DeviceFlags& flags, int local_rank) {
   CountingAllocator::Install();
   const torch::Device device = SelectDevice(flags.kind, local_rank);
-  if (device.is_cuda() && (flags.memory_bytes > 0 || flags.slowdown > 1.0)) {
-    throw InputError(flags.memory_bytes > 0 ? "--memory-bytes" : "--slowdown", "",
-                     "emulates a device on the CPU; a GPU is used as it is");
+  if (device.is_cuda() && (flags.memory_bytes > 0 || flags.slowdown > 1.0 || !flags.cpus.empty())) {
+    throw InputError(flags.memory_bytes > 0 ? "--memory-bytes"
+                     : flags.slowdown > 1.0 ? "--slowdown"
+                                            : "--cpus",
+                     "", "emulates a device on the CPU; a GPU is used as it is");
   }
+  if (!flags.cpus.empty()) RunOnCpus(flags.cpus);
   CountingAllocator::SetCapacity(flags.memory_bytes);
   if (flags.threads > 0) torch::set_num_threads(flags.threads);
   return device;

@@ -19,9 +19,16 @@ namespace poplar {
 bool BuiltWithCuda();
 
 // Readies the process's device: the counting allocator with the emulated cap, the
-// thread count, and the device (SelectDevice). Throws InputError when a GPU is given
-// emulation flags, or cannot be used.
+// thread count, the CPUs (RunOnCpus) and the device (SelectDevice). Throws InputError
+// when a GPU is given emulation flags, or cannot be used.
 torch::Device SetUpDevice(const DeviceFlags& flags, int local_rank);
+
+// Binds every thread of this process to the CPUs of `text` ("0-3,8"), those that exist
+// now and those it starts later (they inherit the mask): an emulated device computes on
+// CPUs of its own, as a GPU is its rank's alone. Throws InputError naming --cpus for a
+// list that does not parse or CPUs this process may not run on (outside its cgroup's,
+// or beyond the machine's).
+void RunOnCpus(const std::string& text);
 
 // "cpu", or "cuda": GPU `local_rank` modulo the visible GPUs (the agent narrows them
 // with CUDA_VISIBLE_DEVICES), made current with a stream of its own for this thread.

@@ -76,7 +76,7 @@ DeviceFlags DeviceFlagsOf(const ClusterSpec& cluster, const SlurmPlace& place, c
   for (const EmulatedDeviceSpec& device : cluster.slurm->emulated) {
     if (device.type != type) continue;
     flags.args = {"--device", "cpu"};
-    const std::vector<std::string> emulated = EmulatedWorkerFlags(device, training);
+    const std::vector<std::string> emulated = EmulatedWorkerFlags(device, k, training);
     flags.args.insert(flags.args.end(), emulated.begin(), emulated.end());
     flags.env = {"OMP_NUM_THREADS=" + std::to_string(device.threads)};
     flags.threads = device.threads;

@@ -65,6 +65,7 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
       ->add_option("--memory-bytes", flags.memory_bytes,
                    "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")
       ->check(kBytes);
+  command->add_option("--cpus", flags.cpus, "Emulated device: run on these CPUs only, \"0-3,8\" (default: any)");
   command
       ->add_option("--cuda-graphs", flags.cuda_graphs,
                    "cuda: replay one-rank micro-batches at stages 0-1 from CUDA graphs (on or off)")

@@ -3,12 +3,36 @@
 #include <set>
 
 #include "planner/base/input_error.h"
+#include "planner/base/join.h"
+#include "planner/base/number_list.h"
 #include "planner/base/number_text.h"
 #include "planner/base/yaml_fields.h"
 #include "planner/formats/profile.h"
 
 namespace poplar {
 namespace {
+
+// The highest CPU number a worker can bind to (glibc's cpu_set_t holds 1,024).
+constexpr int kMostCpu = 1023;
+
+// `cpus`: "0-3,8" (or one number), `wanted` distinct CPUs of at most kMostCpu.
+std::vector<int> ParseCpus(YamlFields& fields, int wanted) {
+  const YAML::Node node = fields.Child("cpus");  // 1 and "0-3,8" alike: numbers or a list's text
+  if (!node.IsScalar()) fields.Fail("cpus", "must be a CPU or a list of CPUs (\"0-3,8\")");
+  const std::string text = node.Scalar();
+  const std::optional<std::vector<int>> cpus = ParseNumberList(text, kMostCpu + 1);
+  if (!cpus) fields.Fail("cpus", "'" + text.substr(0, 100) + "' is not a list of CPUs (\"0-3,8\")");
+  std::set<int> seen;
+  for (const int cpu : *cpus) {
+    if (cpu > kMostCpu) fields.Fail("cpus", "CPU " + std::to_string(cpu) + " is above " + std::to_string(kMostCpu));
+    if (!seen.insert(cpu).second) fields.Fail("cpus", "names CPU " + std::to_string(cpu) + " twice");
+  }
+  if (static_cast<int>(cpus->size()) != wanted) {
+    fields.Fail("cpus", "names " + std::to_string(cpus->size()) + " CPUs; count x threads is " +
+                            std::to_string(wanted) + " (each device's threads run on CPUs of their own)");
+  }
+  return *cpus;
+}
 
 EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
   EmulatedDeviceSpec device;
@@ -31,6 +55,7 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
     device.later_slowdown = later.NumberIn("slowdown", 1, 1000, "a slowdown factor");
     later.Finish();
   }
+  if (fields.Has("cpus")) device.cpus = ParseCpus(fields, device.count * device.threads);
   fields.Finish();
   return device;
 }
@@ -54,10 +79,19 @@ std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const s
   return devices;
 }
 
-std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, bool training) {
+std::vector<int> DeviceCpus(const EmulatedDeviceSpec& spec, int k) {
+  const std::size_t first = static_cast<std::size_t>(k) * spec.threads;
+  if (spec.cpus.size() < first + spec.threads) return {};
+  return {spec.cpus.begin() + first, spec.cpus.begin() + first + spec.threads};
+}
+
+std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, int k, bool training) {
   std::vector<std::string> flags = {"--threads",      std::to_string(spec.threads),
                                     "--slowdown",     ShortestText(spec.slowdown),
                                     "--memory-bytes", std::to_string(spec.memory_bytes)};
+  if (const std::vector<int> cpus = DeviceCpus(spec, k); !cpus.empty()) {
+    flags.insert(flags.end(), {"--cpus", Join(cpus, ",", [](int cpu) { return std::to_string(cpu); })});
+  }
   if (training && spec.later_step > 0) {
     flags.insert(flags.end(), {"--later-slowdown-step", std::to_string(spec.later_step), "--later-slowdown",
                                ShortestText(spec.later_slowdown)});

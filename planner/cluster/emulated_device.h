@@ -23,16 +23,24 @@ struct EmulatedDeviceSpec {
   // `slowdown`. 0: never.
   std::int64_t later_step = 0;
   double later_slowdown = 1.0;
+  // `cpus`: the CPUs the devices of this type run on, `threads` per device in turn (device
+  // k of the type takes cpus[k·threads, (k+1)·threads)), as a GPU is its rank's alone.
+  // Empty: not bound; the operating system moves each worker between the node's CPUs.
+  std::vector<int> cpus;
 };
 
+// The CPUs device `k` (0-based, within its type) of `spec` runs on; empty when not bound.
+std::vector<int> DeviceCpus(const EmulatedDeviceSpec& spec, int k);
+
 // The list at `key` of `fields` ({type, count, threads, slowdown, memory_mib, later:
-// {step, slowdown}} each): throws InputError naming the file and the key of what is
-// wrong (a bad value, a type declared twice). Empty when `key` is absent.
+// {step, slowdown}, cpus} each): throws InputError naming the file and the key of what is
+// wrong (a bad value, a type declared twice, `cpus` not naming count·threads distinct
+// CPUs). Empty when `key` is absent.
 std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const std::string& key);
 
-// The worker's flags for a device of `spec`: --threads, --slowdown, --memory-bytes and,
-// for `training` (a profile measures `slowdown`), --later-slowdown-step with
-// --later-slowdown when it changes later.
-std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, bool training);
+// The worker's flags for device `k` of `spec`: --threads, --slowdown, --memory-bytes,
+// --cpus where the type is bound and, for `training` (a profile measures `slowdown`),
+// --later-slowdown-step with --later-slowdown when it changes later.
+std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, int k, bool training);
 
 }  // namespace poplar

@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <initializer_list>
+#include <string>
+#include <vector>
 
 #include "planner/base/input_error.h"
+#include "planner/cluster/emulated_device.h"
 #include "test_support.h"
 
 namespace poplar {
@@ -81,6 +85,26 @@ TEST_F(AgentFile, MetricsAddressDefaultsToLoopback) {
   ExpectRejected("gpus: none", "gpus: none\nmetrics: 127.0.0.1:7150", "metrics", {"the agent's listen address"});
 }
 
+// `cpus` binds each device of a type to `threads` CPUs of its own, in turn; the worker
+// takes its device's as --cpus. Unbound devices get no flag.
+TEST_F(AgentFile, BindsEachDeviceToItsOwnCpus) {
+  const AgentConfig config =
+      LoadAgentConfig(WriteWith("threads: 1, slowdown: 1.0,", "threads: 2, slowdown: 1.0, cpus: \"4-6,9\","), "");
+  const EmulatedDeviceSpec& fast = config.emulated[0];
+  EXPECT_EQ(fast.cpus, (std::vector<int>{4, 5, 6, 9}));
+  EXPECT_EQ(DeviceCpus(fast, 0), (std::vector<int>{4, 5}));
+  EXPECT_EQ(DeviceCpus(fast, 1), (std::vector<int>{6, 9}));
+  const std::vector<std::string> flags = EmulatedWorkerFlags(fast, 1, /*training=*/true);
+  const auto at = std::find(flags.begin(), flags.end(), "--cpus");
+  ASSERT_NE(at, flags.end());
+  EXPECT_EQ(*(at + 1), "6,9");
+  const std::vector<std::string> unbound = EmulatedWorkerFlags(config.emulated[1], 0, true);
+  EXPECT_EQ(std::find(unbound.begin(), unbound.end(), "--cpus"), unbound.end());
+  // One device, one thread: a bare number.
+  EXPECT_EQ(LoadAgentConfig(WriteWith("slowdown: 2.5,", "slowdown: 2.5, cpus: 1,"), "").emulated[1].cpus,
+            (std::vector<int>{1}));
+}
+
 // Each refusal names the key, the reason, what was written, and its line.
 TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   ExpectRejected("slowdown: 2.5", "slowdown: 0.5", "emulated[1].slowdown",
@@ -95,6 +119,11 @@ TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   ExpectRejected("type: emu-slow", "type: a/b", "emulated[1].type", {"plain name", "'a/b'", "(line 8)"});
   ExpectRejected("127.0.0.1:7150", "127.0.0.1", "listen", {"(line 1)"});
   ExpectRejected("threads: 1,", "thread: 1,", "emulated[0].thread", {"unknown key", "did you mean threads?"});
+  ExpectRejected("threads: 1,", "threads: 1, cpus: 0,", "emulated[0].cpus", {"names 1 CPUs", "count x threads is 2"});
+  ExpectRejected("threads: 1,", "threads: 1, cpus: \"0,0\",", "emulated[0].cpus", {"names CPU 0 twice"});
+  ExpectRejected("threads: 1,", "threads: 1, cpus: \"0,-1\",", "emulated[0].cpus", {"'0,-1' is not a list of CPUs"});
+  ExpectRejected("threads: 1,", "threads: 1, cpus: \"0,5000\",", "emulated[0].cpus", {"CPU 5000 is above 1023"});
+  ExpectRejected("threads: 1,", "threads: 1, cpus: [0, 1],", "emulated[0].cpus", {"must be a CPU or a list"});
   // A folder that takes no files is refused here, naming the file and the key, not at
   // the first profile.
   ExpectRejected("work_dir: work", "work_dir: work\ncache_dir: /proc", "cache_dir",

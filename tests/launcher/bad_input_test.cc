@@ -117,6 +117,12 @@ TEST_F(WorkerBadInput, CudaOnAWorkerWithoutIt) {
   ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--device", "cuda"})), {"--device", "cuda"});
 }
 
+// An emulated device on CPUs the worker may not run on is refused, naming --cpus.
+TEST_F(WorkerBadInput, CpusItMayNotRunOn) {
+  const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
+  ExpectRejected(RunJob(scratch_, 1, Args(plan, {"--cpus", "1023"})), {"--cpus", "CPU 1023 is not one"});
+}
+
 // A nan learning rate is refused, not trained to a nan loss.
 TEST_F(WorkerBadInput, HyperparametersThatAreNotFiniteNumbersAreUsageErrors) {
   const std::string plan = WritePlan(scratch_, "plan.json", 0, {{4}});
