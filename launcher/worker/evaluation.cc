@@ -35,8 +35,9 @@ double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evalua
     } else {
       auto [inputs, targets] = evaluation.data.Batch(first, size);
       const auto start = Clock::now();
+      const EmulatedCompute compute;
       round_sum = engine.EvalMicroBatch(inputs.to(device), targets.to(device));
-      StretchCompute(SecondsSince(start), slowdown);
+      compute.Stretch(SecondsSince(start), slowdown);
       first += size;
       left -= size;
     }

@@ -122,14 +122,16 @@ class StageProfiler {
         auto inputs = torch::randint(config_.vocab_size, {samples, config_.block_size},
                                      torch::TensorOptions(torch::kLong).device(device_));
         const auto micro_batch = Clock::now();
+        const EmulatedCompute micro_batch_compute;
         engine_->MicroBatch(inputs, inputs, /*last=*/true);
-        StretchCompute(SecondsSince(micro_batch), options_.device.slowdown);  // as long as in training
+        micro_batch_compute.Stretch(SecondsSince(micro_batch), options_.device.slowdown);  // as long as in training
         engine_->EndRound(true);
         Synchronize(device_);
         const auto start = Clock::now();
+        const EmulatedCompute step_compute;
         engine_->Step(static_cast<double>(samples) * config_.block_size);
         Synchronize(device_);
-        seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
+        seconds = step_compute.Stretch(SecondsSince(start), options_.device.slowdown);
       }
       return seconds;
     };
@@ -179,10 +181,11 @@ class StageProfiler {
     Synchronize(device_);
     ResetMemoryPeak(device_);
     const auto start = Clock::now();
+    const EmulatedCompute compute;
     // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
     // MicroBatch returns the loss as a number, so the device is done when it returns.
     engine_->MicroBatch(inputs, inputs, /*last=*/false);
-    const double seconds = StretchCompute(SecondsSince(start), options_.device.slowdown);
+    const double seconds = compute.Stretch(SecondsSince(start), options_.device.slowdown);
     engine_->EndRound(true);
     return Sample{seconds, MemoryPeak(device_)};
   }

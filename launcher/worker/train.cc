@@ -71,9 +71,10 @@ class OwnTime {
 MicroBatchResult RunMicroBatch(TrainingEngine& engine, const Communicator& communicator, const TokenData& data,
                                std::int64_t first, int size, bool last, double slowdown, torch::Device device) {
   const OwnTime time(communicator);
+  const EmulatedCompute compute;
   auto [inputs, targets] = data.Batch(first, size);
   const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  return {loss_sum, StretchCompute(time.Seconds(), slowdown)};
+  return {loss_sum, compute.Stretch(time.Seconds(), slowdown)};
 }
 
 // Out of device memory, said in the plan's terms: an emulated or real device's
@@ -597,9 +598,10 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   // all-gather rather than before; the loss's all-reduce below makes every rank wait
   // for it the same.)
   const OwnTime step_phase(communicator_);
+  const EmulatedCompute step_compute;
   figures.optimizer_span[0] = SecondsSince(step_start);
   figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
-  figures.optimizer_s = StretchCompute(step_phase.Seconds(), slowdown_);
+  figures.optimizer_s = step_compute.Stretch(step_phase.Seconds(), slowdown_);
   figures.optimizer_span[1] = SecondsSince(step_start) - figures.optimizer_span[0];
   const NoiseSums noise = LocalNoiseSums(figures.grad_norm, backward_scale * tokens_per_step_);
   figures.noise_s = engine_->TakeLocalNormSeconds();

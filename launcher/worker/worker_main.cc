@@ -59,7 +59,8 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
   // At most what an agent file allows an emulated device (agent_config.cc).
   command->add_option("--threads", flags.threads, "Intra-op CPU threads, at most 1024 (0: libtorch default)")
       ->check(poplar::WholeNumberIn(0, 1024));
-  command->add_option("--slowdown", flags.slowdown, "Emulated device: stretch compute time by this factor (>= 1)")
+  command
+      ->add_option("--slowdown", flags.slowdown, "Emulated device: each compute lasts this many times its work (>= 1)")
       ->check(kSlowdown);
   command
       ->add_option("--memory-bytes", flags.memory_bytes,

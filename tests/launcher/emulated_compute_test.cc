@@ -1,0 +1,60 @@
+// An emulated device's speed (launcher/device/emulated_slowdown.h): a span lasts
+// `slowdown` times its work, the CPU time it used, and time the host took from the
+// worker is absorbed by the wait rather than stretched with it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "launcher/device/emulated_slowdown.h"
+
+namespace poplar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Keeps this thread computing until the process has used `seconds` more CPU time.
+void Compute(double seconds) {
+  const double until = EmulatedCompute::ProcessCpuSeconds() + seconds;
+  volatile double sink = 0;
+  while (EmulatedCompute::ProcessCpuSeconds() < until) {
+    for (int i = 0; i < 1000; ++i) sink = sink + i;
+  }
+}
+
+TEST(EmulatedCompute, ASpanLastsTheSlowdownTimesItsWork) {
+  const auto start = Clock::now();
+  const EmulatedCompute compute;
+  Compute(0.02);
+  const double counted = compute.Stretch(SecondsSince(start), 3.0);
+  const double lasted = SecondsSince(start);
+  EXPECT_GE(counted, 0.06);
+  EXPECT_GE(lasted, 0.06);
+  EXPECT_NEAR(counted, lasted, 0.002);  // what it says it took is what it took
+}
+
+// 20 ms of work and 20 ms taken by the host (a sleep stands for another process on the
+// CPU): the span lasts 3 x 20 ms, not 3 x 40 ms.
+TEST(EmulatedCompute, TimeTheHostTookIsAbsorbedNotStretched) {
+  const auto start = Clock::now();
+  const EmulatedCompute compute;
+  Compute(0.02);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double counted = compute.Stretch(SecondsSince(start), 3.0);
+  EXPECT_GE(counted, 0.06);
+  EXPECT_LT(counted, 0.10) << "the host's 20 ms were stretched too";
+}
+
+TEST(EmulatedCompute, ARealDeviceWaitsNothing) {
+  const auto start = Clock::now();
+  const EmulatedCompute compute;
+  Compute(0.01);
+  const double own = SecondsSince(start);
+  EXPECT_EQ(compute.Stretch(own, 1.0), own);
+  EXPECT_LT(SecondsSince(start), own + 0.005);
+}
+
+}  // namespace
+}  // namespace poplar
