@@ -174,6 +174,7 @@ std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_
       device.emulated = true;
       device.threads = spec.threads;
       device.slowdown = spec.slowdown;
+      device.gflops = spec.gflops;
       device.later_step = spec.later_step;
       device.later_slowdown = spec.later_slowdown;
       devices.push_back(device);

@@ -21,6 +21,7 @@ struct DeviceInfo {
   // Emulation settings (emulated devices only).
   int threads = 1;
   double slowdown = 1.0;
+  double gflops = 0;
   std::vector<int> cpus;  // the CPUs its worker runs on; empty: not bound
   // GPU: the processes NVML sees computing on it now, whoever started them.
   std::vector<unsigned int> processes;

@@ -120,6 +120,7 @@ void AddDeviceSettings(const DeviceInfo& device, bool training, std::vector<std:
     spec.type = device.type;
     spec.threads = device.threads;
     spec.slowdown = device.slowdown;
+    spec.gflops = device.gflops;
     spec.memory_bytes = device.memory_bytes;
     spec.later_step = device.later_step;
     spec.later_slowdown = device.later_slowdown;

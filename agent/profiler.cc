@@ -141,6 +141,7 @@ std::filesystem::path Profiler::CachePath(const ProfileSettings& settings, const
                               {"memory_bytes", device.memory_bytes},
                               {"threads", device.threads},
                               {"slowdown", device.slowdown},
+                              {"gflops", device.gflops},
                               {"cpus", device.cpus},
                               {"emulated", device.emulated},
                               {"worker", worker_version_},

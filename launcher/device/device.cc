@@ -164,9 +164,10 @@ void RunOnCpus(const std::string& text) {
 torch::Device SetUpDevice(const DeviceFlags& flags, int local_rank) {
   CountingAllocator::Install();
   const torch::Device device = SelectDevice(flags.kind, local_rank);
-  if (device.is_cuda() && (flags.memory_bytes > 0 || flags.slowdown > 1.0 || !flags.cpus.empty())) {
+  if (device.is_cuda() && (flags.memory_bytes > 0 || flags.slowdown > 1.0 || flags.gflops > 0 || !flags.cpus.empty())) {
     throw InputError(flags.memory_bytes > 0 ? "--memory-bytes"
                      : flags.slowdown > 1.0 ? "--slowdown"
+                     : flags.gflops > 0     ? "--gflops"
                                             : "--cpus",
                      "", "emulates a device on the CPU; a GPU is used as it is");
   }

@@ -15,6 +15,7 @@ struct DeviceFlags {
   std::string kind = "cpu";       // "cpu" or "cuda"
   int threads = 0;                // intra-op CPU threads; 0: libtorch's default
   double slowdown = 1.0;          // emulated: compute takes this many times its work (>= 1)
+  double gflops = 0;              // emulated: compute lasts at least its FLOPs over this rate; 0: none
   std::int64_t memory_bytes = 0;  // emulated: cap on CPU tensor bytes; 0: none
   std::string cpus;               // cpu: the CPUs every thread runs on, "0-3,8"; empty: any
   // cuda: micro-batches whose backward launches no collective (a one-rank job's, at

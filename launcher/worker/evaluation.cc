@@ -23,7 +23,7 @@ std::optional<Evaluation> LoadEvaluation(const std::string& path, std::int64_t s
 }
 
 double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evaluation& evaluation, int block_size,
-                double slowdown, torch::Device device) {
+                const EmulatedSpeed& speed, torch::Device device) {
   double loss_sum = 0;  // every rank's
   std::int64_t first = evaluation.share.first;
   std::int64_t left = evaluation.share.count;
@@ -37,7 +37,7 @@ double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evalua
       const auto start = Clock::now();
       const EmulatedCompute compute;
       round_sum = engine.EvalMicroBatch(inputs.to(device), targets.to(device));
-      compute.Stretch(SecondsSince(start), slowdown);
+      compute.Stretch(SecondsSince(start), speed, static_cast<double>(inputs.numel()) / 3);
       first += size;
       left -= size;
     }

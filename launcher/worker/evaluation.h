@@ -10,6 +10,7 @@
 #include <string>
 
 #include "launcher/comm/communicator.h"
+#include "launcher/device/emulated_slowdown.h"
 #include "launcher/worker/token_data.h"
 #include "launcher/zero/training_engine.h"
 #include "planner/formats/eval_share.h"
@@ -35,9 +36,10 @@ std::optional<Evaluation> LoadEvaluation(const std::string& path, std::int64_t s
 // the same number of rounds (EvalShare), each ending in an all-reduce of its losses, so
 // that no rank waits longer than a round for the others (one all-reduce at the end
 // would bound the whole of a long evaluation by --timeout at stages 0-2, where the
-// rounds hold no other collective). An emulated device's forwards are stretched by its
-// `slowdown` as the training's are, so that eval_s is its device's.
+// rounds hold no other collective). An emulated device's forwards take its `speed` as the
+// training's do (a forward pass a third of a training token's time at a declared rate),
+// so that eval_s is its device's.
 double Evaluate(TrainingEngine& engine, Communicator& communicator, const Evaluation& evaluation, int block_size,
-                double slowdown, torch::Device device);
+                const EmulatedSpeed& speed, torch::Device device);
 
 }  // namespace poplar

@@ -17,6 +17,7 @@
 #include "launcher/zero/training_engine.h"
 #include "planner/base/input_error.h"
 #include "planner/base/median.h"
+#include "planner/base/number_text.h"
 #include "planner/base/text_file.h"
 #include "planner/formats/hf_config.h"
 #include "planner/formats/profile.h"
@@ -49,7 +50,11 @@ class StageProfiler {
   // standing for rank 0 of two whose other is absent when below 1 (LayoutWorldSize).
   StageProfiler(const ModelConfig& config, int stage, double state_share, const ProfileOptions& options,
                 Communicator& communicator, torch::Device device)
-      : config_(config), options_(options), device_(device), model_(nullptr) {
+      : config_(config),
+        options_(options),
+        device_(device),
+        speed_(SpeedOf(options.device.slowdown, options.device.gflops, config.TrainingFlopsPerToken())),
+        model_(nullptr) {
     torch::manual_seed(options.seed);
     model_ = MakeDecoder(config);
     model_->to(device);
@@ -124,14 +129,14 @@ class StageProfiler {
         const auto micro_batch = Clock::now();
         const EmulatedCompute micro_batch_compute;
         engine_->MicroBatch(inputs, inputs, /*last=*/true);
-        micro_batch_compute.Stretch(SecondsSince(micro_batch), options_.device.slowdown);  // as long as in training
+        micro_batch_compute.Stretch(SecondsSince(micro_batch), speed_, static_cast<double>(inputs.numel()));
         engine_->EndRound(true);
         Synchronize(device_);
         const auto start = Clock::now();
         const EmulatedCompute step_compute;
         engine_->Step(static_cast<double>(samples) * config_.block_size);
         Synchronize(device_);
-        seconds = step_compute.Stretch(SecondsSince(start), options_.device.slowdown);
+        seconds = step_compute.Stretch(SecondsSince(start), speed_);
       }
       return seconds;
     };
@@ -185,7 +190,7 @@ class StageProfiler {
     // Not the last micro-batch: gradients accumulate; stages 2-3 reduce per round.
     // MicroBatch returns the loss as a number, so the device is done when it returns.
     engine_->MicroBatch(inputs, inputs, /*last=*/false);
-    const double seconds = compute.Stretch(SecondsSince(start), options_.device.slowdown);
+    const double seconds = compute.Stretch(SecondsSince(start), speed_, static_cast<double>(inputs.numel()));
     engine_->EndRound(true);
     return Sample{seconds, MemoryPeak(device_)};
   }
@@ -193,6 +198,7 @@ class StageProfiler {
   const ModelConfig& config_;
   const ProfileOptions& options_;
   torch::Device device_;
+  EmulatedSpeed speed_;  // as long as in training
   Decoder model_{nullptr};
   std::unique_ptr<TrainingEngine> engine_;
 };
@@ -376,8 +382,9 @@ void Profile(const ProfileOptions& options) {
       device.is_cuda()
           ? "measured by poplar-worker profile on " + DeviceDescription(device) + "; libtorch " + TORCH_VERSION
           : "measured by poplar-worker profile on CPU, emulated device: " + std::to_string(torch::get_num_threads()) +
-                " threads, slowdown " + std::to_string(options.device.slowdown) + ", memory cap " +
-                std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
+                " threads, slowdown " + std::to_string(options.device.slowdown) +
+                (options.device.gflops > 0 ? ", " + ShortestText(options.device.gflops) + " GFLOP/s" : "") +
+                ", memory cap " + std::to_string(options.device.memory_bytes) + " bytes; libtorch " + TORCH_VERSION;
   profile.model = {std::string(ArchitectureName(config.arch)) + "-" + std::to_string(config.n_layer) + "x" +
                        std::to_string(config.n_embd),
                    config.ParameterCount(), ParseWorkerPrecision(options.precision, "--precision"), config};

@@ -69,12 +69,13 @@ class OwnTime {
 // them (stage 2's and 3's, which the step counts as communication), and for an emulated
 // slower device the extra wall time.
 MicroBatchResult RunMicroBatch(TrainingEngine& engine, const Communicator& communicator, const TokenData& data,
-                               std::int64_t first, int size, bool last, double slowdown, torch::Device device) {
+                               std::int64_t first, int size, bool last, const EmulatedSpeed& speed,
+                               torch::Device device) {
   const OwnTime time(communicator);
   const EmulatedCompute compute;
   auto [inputs, targets] = data.Batch(first, size);
   const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  return {loss_sum, compute.Stretch(time.Seconds(), slowdown)};
+  return {loss_sum, compute.Stretch(time.Seconds(), speed, static_cast<double>(inputs.numel()))};
 }
 
 // Out of device memory, said in the plan's terms: an emulated or real device's
@@ -410,7 +411,7 @@ class TrainingRun {
   std::int64_t samples_done_ = 0;      // samples of the steps trained: the next step's first is this one
   std::vector<BatchStretch> batches_;  // the run's batch sequence (a checkpoint's "batch")
   NoiseScale noise_;
-  double slowdown_ = 1.0;  // an emulated device's, this step (TrainOptions::later_slowdown)
+  EmulatedSpeed speed_;  // an emulated device's, this step (TrainOptions::later_slowdown)
   double tokens_per_step_ = 0;
   std::size_t last_computing_entry_ = 0;  // of the rank's micro-batches (the size of the list: none)
 };
@@ -529,7 +530,10 @@ void TrainingRun::StopIfAsked() {
 void TrainingRun::Step(std::int64_t step) {
   StopIfAsked();
   const bool later = options_.later_slowdown_step > 0 && step + 1 >= options_.later_slowdown_step;
-  slowdown_ = later ? options_.later_slowdown : options_.device.slowdown;
+  // A later slowdown scales a declared rate's time alike (a throttled device).
+  const double slowdown = later ? options_.later_slowdown : options_.device.slowdown;
+  speed_ = SpeedOf(slowdown, options_.device.gflops / (slowdown / options_.device.slowdown),
+                   local_.config.TrainingFlopsPerToken());
   trace_->BeforeStep(step + 1);
   const StepFigures figures = TrainStep(step);
   samples_done_ += local_.plan.global_batch;
@@ -601,7 +605,7 @@ StepFigures TrainingRun::TrainStep(std::int64_t step) {
   const EmulatedCompute step_compute;
   figures.optimizer_span[0] = SecondsSince(step_start);
   figures.grad_norm = engine_->Step(tokens_per_step_ * backward_scale);
-  figures.optimizer_s = step_compute.Stretch(step_phase.Seconds(), slowdown_);
+  figures.optimizer_s = step_compute.Stretch(step_phase.Seconds(), speed_);
   figures.optimizer_span[1] = SecondsSince(step_start) - figures.optimizer_span[0];
   const NoiseSums noise = LocalNoiseSums(figures.grad_norm, backward_scale * tokens_per_step_);
   figures.noise_s = engine_->TakeLocalNormSeconds();
@@ -667,7 +671,7 @@ std::pair<double, double> TrainingRun::MicroBatches(std::int64_t step, Clock::ti
       const double start = SecondsSince(step_start);
       try {
         result = RunMicroBatch(*engine_, communicator_, local_.data, first, size, entry == last_computing_entry_,
-                               slowdown_, local_.device);
+                               speed_, local_.device);
       } catch (const c10::OutOfMemoryError& error) {
         throw OutOfMemory(plan.file, plan.RankKey(env_.rank) + ".micro_batches[" + std::to_string(entry) + "]",
                           "its micro-batch of " + Count(size, "sample") + " at step " + std::to_string(step + 1), error,
@@ -713,7 +717,7 @@ std::optional<HeldOut> TrainingRun::EvaluateAfter(std::int64_t step) {
   if (!local_.evaluation || !DueAfterStep(step + 1, options_.eval_every, options_.steps)) return std::nullopt;
   const auto eval_start = Clock::now();
   const double loss =
-      Evaluate(*engine_, communicator_, *local_.evaluation, local_.config.block_size, slowdown_, local_.device);
+      Evaluate(*engine_, communicator_, *local_.evaluation, local_.config.block_size, speed_, local_.device);
   // An update that overflowed after a finite loss shows here first.
   if (!std::isfinite(loss)) throw Diverged(step + 1, "the held-out loss after it is " + std::to_string(loss));
   return HeldOut{loss, SecondsSince(eval_start)};

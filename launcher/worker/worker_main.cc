@@ -66,6 +66,10 @@ void AddDeviceFlags(CLI::App* command, poplar::DeviceFlags& flags, const std::st
       ->add_option("--memory-bytes", flags.memory_bytes,
                    "Emulated device memory in bytes, enforced on CPU tensors (0: no cap)")
       ->check(kBytes);
+  command
+      ->add_option("--gflops", flags.gflops,
+                   "Emulated device: its rate, GFLOP/s; compute lasts at least its FLOPs over it (0: none)")
+      ->check(NumberWhere([](double v) { return v >= 0 && v <= 1e9; }, "a rate from 0 to 1e9"));
   command->add_option("--cpus", flags.cpus, "Emulated device: run on these CPUs only, \"0-3,8\" (default: any)");
   command
       ->add_option("--cuda-graphs", flags.cuda_graphs,

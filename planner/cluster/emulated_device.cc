@@ -48,6 +48,7 @@ EmulatedDeviceSpec ParseEmulated(YamlFields fields) {
   if (fields.Has("slowdown")) {
     device.slowdown = fields.NumberIn("slowdown", 1, 1000, "a slowdown factor");
   }
+  if (fields.Has("gflops")) device.gflops = fields.NumberIn("gflops", 0.001, 1e9, "a rate in GFLOP/s");
   device.memory_bytes = fields.IntegerIn("memory_mib", 1, std::int64_t{1} << 30, "a number of MiB") << 20;
   if (fields.Has("later")) {
     YamlFields later = fields.Map("later");
@@ -89,6 +90,7 @@ std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, int
   std::vector<std::string> flags = {"--threads",      std::to_string(spec.threads),
                                     "--slowdown",     ShortestText(spec.slowdown),
                                     "--memory-bytes", std::to_string(spec.memory_bytes)};
+  if (spec.gflops > 0) flags.insert(flags.end(), {"--gflops", ShortestText(spec.gflops)});
   if (const std::vector<int> cpus = DeviceCpus(spec, k); !cpus.empty()) {
     flags.insert(flags.end(), {"--cpus", Join(cpus, ",", [](int cpu) { return std::to_string(cpu); })});
   }

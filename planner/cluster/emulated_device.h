@@ -17,6 +17,7 @@ struct EmulatedDeviceSpec {
   int count = 1;
   int threads = 1;                // intra-op CPU threads of each worker
   double slowdown = 1.0;          // compute time is stretched by this factor (>= 1)
+  double gflops = 0;              // the declared rate: compute lasts at least its FLOPs over it; 0: none
   std::int64_t memory_bytes = 0;  // enforced cap (> 0)
   // `later`: from this step of every training run on, compute is stretched by
   // later_slowdown instead (a device that throttles, or recovers); profiles measure
@@ -32,14 +33,15 @@ struct EmulatedDeviceSpec {
 // The CPUs device `k` (0-based, within its type) of `spec` runs on; empty when not bound.
 std::vector<int> DeviceCpus(const EmulatedDeviceSpec& spec, int k);
 
-// The list at `key` of `fields` ({type, count, threads, slowdown, memory_mib, later:
-// {step, slowdown}, cpus} each): throws InputError naming the file and the key of what is
+// The list at `key` of `fields` ({type, count, threads, slowdown, gflops, memory_mib,
+// later: {step, slowdown}, cpus} each): throws InputError naming the file and the key of what is
 // wrong (a bad value, a type declared twice, `cpus` not naming count·threads distinct
 // CPUs). Empty when `key` is absent.
 std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const std::string& key);
 
 // The worker's flags for device `k` of `spec`: --threads, --slowdown, --memory-bytes,
-// --cpus where the type is bound and, for `training` (a profile measures `slowdown`),
+// --gflops where the type declares a rate, --cpus where the type is bound and, for `training` (a profile measures
+// `slowdown`),
 // --later-slowdown-step with --later-slowdown when it changes later.
 std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, int k, bool training);
 

@@ -51,6 +51,11 @@ std::int64_t ModelConfig::ParameterCount() const {
   return vocab * c + static_cast<std::int64_t>(block_size) * c + n_layer * per_block + 2 * c;
 }
 
+double ModelConfig::TrainingFlopsPerToken() const {
+  const double positions = arch == Architecture::kGpt ? static_cast<double>(block_size) * n_embd : 0.0;
+  return 6.0 * (static_cast<double>(ParameterCount()) - positions) + 12.0 * n_layer * block_size * n_embd;
+}
+
 bool ModelConfig::operator==(const ModelConfig& other) const {
   return arch == other.arch && n_layer == other.n_layer && n_head == other.n_head && n_embd == other.n_embd &&
          vocab_size == other.vocab_size && block_size == other.block_size && n_kv_head == other.n_kv_head &&

@@ -30,6 +30,10 @@ struct ModelConfig {
   int head_size() const { return n_embd / n_head; }
   // Parameters of the model, a tied head counted once.
   std::int64_t ParameterCount() const;
+  // Forward and backward FLOPs per token (PaLM's accounting, as nanoGPT's estimate_mfu):
+  // 6 per parameter that multiplies (a GPT's position embeddings do not) plus
+  // attention's 12 · layers · block_size · width. A forward pass alone is a third.
+  double TrainingFlopsPerToken() const;
   bool operator==(const ModelConfig& other) const;
   bool operator!=(const ModelConfig& other) const { return !(*this == other); }
 };

@@ -100,6 +100,14 @@ TEST_F(AgentFile, BindsEachDeviceToItsOwnCpus) {
   EXPECT_EQ(*(at + 1), "6,9");
   const std::vector<std::string> unbound = EmulatedWorkerFlags(config.emulated[1], 0, true);
   EXPECT_EQ(std::find(unbound.begin(), unbound.end(), "--cpus"), unbound.end());
+  // A declared rate goes to the worker as --gflops.
+  const AgentConfig rated = LoadAgentConfig(WriteWith("slowdown: 2.5,", "slowdown: 2.5, gflops: 12.5,"), "");
+  EXPECT_DOUBLE_EQ(rated.emulated[1].gflops, 12.5);
+  const std::vector<std::string> rated_flags = EmulatedWorkerFlags(rated.emulated[1], 0, false);
+  const auto rate = std::find(rated_flags.begin(), rated_flags.end(), "--gflops");
+  ASSERT_NE(rate, rated_flags.end());
+  EXPECT_EQ(*(rate + 1), "12.5");
+  EXPECT_EQ(std::find(flags.begin(), flags.end(), "--gflops"), flags.end());
   // One device, one thread: a bare number.
   EXPECT_EQ(LoadAgentConfig(WriteWith("slowdown: 2.5,", "slowdown: 2.5, cpus: 1,"), "").emulated[1].cpus,
             (std::vector<int>{1}));
@@ -119,6 +127,7 @@ TEST_F(AgentFile, RefusesBadValuesNamingKeyValueAndLine) {
   ExpectRejected("type: emu-slow", "type: a/b", "emulated[1].type", {"plain name", "'a/b'", "(line 8)"});
   ExpectRejected("127.0.0.1:7150", "127.0.0.1", "listen", {"(line 1)"});
   ExpectRejected("threads: 1,", "thread: 1,", "emulated[0].thread", {"unknown key", "did you mean threads?"});
+  ExpectRejected("slowdown: 2.5,", "slowdown: 2.5, gflops: 0,", "emulated[1].gflops", {"a rate in GFLOP/s", "got 0"});
   ExpectRejected("threads: 1,", "threads: 1, cpus: 0,", "emulated[0].cpus", {"names 1 CPUs", "count x threads is 2"});
   ExpectRejected("threads: 1,", "threads: 1, cpus: \"0,0\",", "emulated[0].cpus", {"names CPU 0 twice"});
   ExpectRejected("threads: 1,", "threads: 1, cpus: \"0,-1\",", "emulated[0].cpus", {"'0,-1' is not a list of CPUs"});

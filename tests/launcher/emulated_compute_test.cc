@@ -1,6 +1,7 @@
 // An emulated device's speed (launcher/device/emulated_slowdown.h): a span lasts
 // `slowdown` times its work, the CPU time it used, and time the host took from the
-// worker is absorbed by the wait rather than stretched with it.
+// worker is absorbed by the wait rather than stretched with it; a declared rate sets
+// how long a compute lasts whatever the host's speed.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -28,7 +29,7 @@ TEST(EmulatedCompute, ASpanLastsTheSlowdownTimesItsWork) {
   const auto start = Clock::now();
   const EmulatedCompute compute;
   Compute(0.02);
-  const double counted = compute.Stretch(SecondsSince(start), 3.0);
+  const double counted = compute.Stretch(SecondsSince(start), EmulatedSpeed{3.0, 0});
   const double lasted = SecondsSince(start);
   EXPECT_GE(counted, 0.06);
   EXPECT_GE(lasted, 0.06);
@@ -42,9 +43,28 @@ TEST(EmulatedCompute, TimeTheHostTookIsAbsorbedNotStretched) {
   const EmulatedCompute compute;
   Compute(0.02);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const double counted = compute.Stretch(SecondsSince(start), 3.0);
+  const double counted = compute.Stretch(SecondsSince(start), EmulatedSpeed{3.0, 0});
   EXPECT_GE(counted, 0.06);
   EXPECT_LT(counted, 0.10) << "the host's 20 ms were stretched too";
+}
+
+// A declared rate: 50 tokens at 1 ms each last 50 ms, however little the work took; a
+// host slower than the rate waits nothing.
+TEST(EmulatedCompute, ADeclaredRateSetsHowLongTheComputeLasts) {
+  const EmulatedSpeed speed{1.0, 0.001};
+  const auto start = Clock::now();
+  const EmulatedCompute compute;
+  Compute(0.005);
+  const double counted = compute.Stretch(SecondsSince(start), speed, 50);
+  EXPECT_GE(counted, 0.05);
+  EXPECT_LT(counted, 0.08);
+  const auto slow_start = Clock::now();
+  const EmulatedCompute slow;
+  Compute(0.02);
+  const double own = SecondsSince(slow_start);
+  EXPECT_EQ(slow.Stretch(own, speed, 10), own);  // 10 ms asked, 20 taken
+  EXPECT_DOUBLE_EQ(SpeedOf(2.0, 10, 5e6).seconds_per_token, 5e6 / 10e9);
+  EXPECT_EQ(SpeedOf(2.0, 0, 5e6).seconds_per_token, 0);
 }
 
 TEST(EmulatedCompute, ARealDeviceWaitsNothing) {
@@ -52,7 +72,7 @@ TEST(EmulatedCompute, ARealDeviceWaitsNothing) {
   const EmulatedCompute compute;
   Compute(0.01);
   const double own = SecondsSince(start);
-  EXPECT_EQ(compute.Stretch(own, 1.0), own);
+  EXPECT_EQ(compute.Stretch(own, EmulatedSpeed{}, 1000), own);
   EXPECT_LT(SecondsSince(start), own + 0.005);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "planner/base/number_text.h"
 #include "planner/formats/model_config.h"
 #include "planner/formats/profile.h"
 #include "planner/model/memory_model.h"
@@ -114,6 +115,50 @@ TEST(ProfileMode, FindsTheLargestMicroBatchUnderAnEmulatedMemoryCap) {
   ASSERT_EQ(bigger.exit_code, 0) << bigger.err;
   EXPECT_GT(LoadProfileFile(scratch.path() + "/bigger.json").stages[0].max_micro_batch,
             profile.stages[0].max_micro_batch);
+}
+
+// A device with a declared rate (--gflops) computes at it: every size measured lasts its
+// FLOPs over the rate (20 ms a sample here), the host's own few milliseconds absorbed,
+// and the profile says so.
+TEST(ProfileMode, ADeclaredRateIsWhatTheProfileMeasures) {
+  ScratchDir scratch("poplar_profile");
+  WriteModelConfig(scratch, 32, 64);
+  const ModelConfig config = LoadModelConfig(scratch.path() + "/model.json");
+  const double per_sample = 0.020;
+  const double gflops = config.TrainingFlopsPerToken() * config.block_size / per_sample / 1e9;
+  const std::string path = scratch.path() + "/rated.json";
+  ChildOptions options;
+  options.argv = {POPLAR_WORKER_BINARY,
+                  "profile",
+                  "--model-config",
+                  scratch.path() + "/model.json",
+                  "-o",
+                  path,
+                  "--device-type",
+                  "rated-cpu",
+                  "--memory-bytes",
+                  std::to_string(kCap),
+                  "--threads",
+                  "1",
+                  "--repeats",
+                  "1",
+                  "--stage",
+                  "0",
+                  "--largest-micro-batch",
+                  "4",
+                  "--gflops",
+                  ShortestText(gflops)};
+  const ProcessOutcome run = RunProcess(options, scratch.path());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const DeviceProfile profile = LoadProfileFile(path);
+  EXPECT_TRUE(Contains(profile.source, "GFLOP/s")) << profile.source;
+  ASSERT_EQ(profile.stages.size(), 1u);
+  ASSERT_EQ(profile.stages[0].points.size(), 3u);  // 1, 2 and 4 samples
+  for (const ProfilePoint& point : profile.stages[0].points) {
+    const double lasts = per_sample * point.micro_batch;
+    EXPECT_GE(point.compute_s, lasts) << point.micro_batch;
+    EXPECT_LT(point.compute_s, lasts * 1.1 + 0.002) << point.micro_batch;
+  }
 }
 
 // Refused before minutes of measuring, not after them.

@@ -44,6 +44,18 @@ TEST(ModelConfig, CountsGpt2SmallAsPublished) {
   EXPECT_EQ(config.ParameterCount(), 124439808);
 }
 
+// PaLM's accounting, as nanoGPT's estimate_mfu and scripts/gpu/gpu_runs.py count it: 6
+// per multiplying parameter (GPT-2 small: 124,439,808 less 786,432 position embeddings)
+// plus 12 · layers · block · width.
+TEST(ModelConfig, CountsTrainingFlopsPerTokenAsPalm) {
+  const ModelConfig gpt = ParseModelConfig(
+      R"({"arch": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 1024})", kFile);
+  EXPECT_DOUBLE_EQ(gpt.TrainingFlopsPerToken(), 6.0 * (124439808 - 786432) + 12.0 * 12 * 1024 * 768);
+  const ModelConfig llama = ParseModelConfig(
+      R"({"arch": "llama", "n_layer": 2, "n_head": 4, "n_embd": 64, "vocab_size": 256, "block_size": 32})", kFile);
+  EXPECT_DOUBLE_EQ(llama.TrainingFlopsPerToken(), 6.0 * llama.ParameterCount() + 12.0 * 2 * 32 * 64);
+}
+
 TEST(ModelConfig, ShippedModelsParse) {
   for (const std::string name : {"gpt-tiny", "gpt-small", "gpt2-small", "gpt2-medium"}) {
     SCOPED_TRACE(name);
