@@ -37,21 +37,26 @@ class EmulatedCompute {
   EmulatedCompute() : cpu_start_(ProcessCpuSeconds()) {}
 
   // After compute of `training_tokens` tokens' worth (0 for the optimizer step, a third
-  // of the tokens for a forward pass alone) whose own wall time was `own_s` (the span
-  // less its waits in collectives), waits until the span has lasted what `speed` says;
-  // returns `own_s` plus the wait as it really lasted. A sleep overruns what it asks for
-  // (by 0.1-0.2 ms on a virtual machine), and the step pays the overrun, so the profile
-  // that predicts the step counts it too. A real device (slowdown 1, no rate) waits
-  // nothing and returns `own_s`.
-  double Stretch(double own_s, const EmulatedSpeed& speed, double training_tokens = 0) const {
-    double lasts = training_tokens * speed.seconds_per_token;
-    if (speed.slowdown > 1.0)
-      lasts = std::max(lasts, std::min(own_s, ProcessCpuSeconds() - cpu_start_) * speed.slowdown);
-    const double wait = lasts - own_s;
-    if (wait <= 0) return own_s;
+  // of the tokens for a forward pass alone) whose own wall time was `own_s`, the span
+  // having waited `waited_s` besides in collectives, sleeps until the compute has lasted
+  // what `speed` says, and returns how long it lasted: the longest of `own_s`, `slowdown`
+  // times the work (stretched after the waits), and the rate's time, which the waits
+  // overlap, as a GPU computes while its collectives are in flight (stage 3's gathers
+  // inside a micro-batch hold each rank to the others' host-speed compute; the rate's
+  // time absorbs that). A sleep overruns what it asks for (by 0.1-0.2 ms on a virtual
+  // machine), and the step pays the overrun, so the profile that predicts the step
+  // counts it too. A real device (slowdown 1, no rate) sleeps nothing: `own_s`.
+  double Stretch(double own_s, const EmulatedSpeed& speed, double training_tokens = 0, double waited_s = 0) const {
+    const double rated = training_tokens * speed.seconds_per_token;
+    const double slowed =
+        speed.slowdown > 1.0 ? std::min(own_s, ProcessCpuSeconds() - cpu_start_) * speed.slowdown : 0.0;
+    const double sleep = std::max(slowed - own_s, rated - own_s - waited_s);
+    const double lasted = std::max({own_s, slowed, rated});
+    if (sleep <= 0) return lasted;
     const auto start = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-    return own_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
+    const double overrun = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - sleep;
+    return lasted + std::max(0.0, overrun);
   }
 
   // The CPU time every thread of this process has used, in seconds.

@@ -57,7 +57,8 @@ class OwnTime {
  public:
   explicit OwnTime(const Communicator& communicator)
       : communicator_(communicator), start_(Clock::now()), waited_(communicator.communication_seconds()) {}
-  double Seconds() const { return SecondsSince(start_) - (communicator_.communication_seconds() - waited_); }
+  double Seconds() const { return SecondsSince(start_) - Waited(); }
+  double Waited() const { return communicator_.communication_seconds() - waited_; }
 
  private:
   const Communicator& communicator_;
@@ -75,7 +76,7 @@ MicroBatchResult RunMicroBatch(TrainingEngine& engine, const Communicator& commu
   const EmulatedCompute compute;
   auto [inputs, targets] = data.Batch(first, size);
   const double loss_sum = engine.MicroBatch(inputs.to(device), targets.to(device), last);  // waits for the device
-  return {loss_sum, compute.Stretch(time.Seconds(), speed, static_cast<double>(inputs.numel()))};
+  return {loss_sum, compute.Stretch(time.Seconds(), speed, static_cast<double>(inputs.numel()), time.Waited())};
 }
 
 // Out of device memory, said in the plan's terms: an emulated or real device's

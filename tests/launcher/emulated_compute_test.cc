@@ -63,6 +63,15 @@ TEST(EmulatedCompute, ADeclaredRateSetsHowLongTheComputeLasts) {
   Compute(0.02);
   const double own = SecondsSince(slow_start);
   EXPECT_EQ(slow.Stretch(own, speed, 10), own);  // 10 ms asked, 20 taken
+  // Waits in collectives inside the span overlap the rate's time: 5 ms of work and 30 ms
+  // waited (said, not slept here) sleep 15 ms more, and the compute lasted 50.
+  const auto waiting_start = Clock::now();
+  const EmulatedCompute waiting;
+  Compute(0.005);
+  const double lasted = waiting.Stretch(SecondsSince(waiting_start), speed, 50, 0.03);
+  EXPECT_GE(lasted, 0.05);
+  EXPECT_LT(lasted, 0.06);
+  EXPECT_LT(SecondsSince(waiting_start), 0.035);
   EXPECT_DOUBLE_EQ(SpeedOf(2.0, 10, 5e6).seconds_per_token, 5e6 / 10e9);
   EXPECT_EQ(SpeedOf(2.0, 0, 5e6).seconds_per_token, 0);
 }
