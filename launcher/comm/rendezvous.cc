@@ -9,6 +9,7 @@
 #include <exception>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -353,13 +354,24 @@ void Rendezvous::RequireAgreement(const std::string& what, const std::string& va
         " did not send " + (one ? "its " : "their ") + what + " within --timeout (" +
         (one ? "it stopped, or is stuck: its" : "they stopped, or are stuck: their") + " own output says why)");
   }
-  for (int r = 0; r < world_size_; ++r) {
+  std::optional<InputError> differs;
+  for (int r = 0; r < world_size_ && !differs; ++r) {
     const std::string theirs = GetText(*store_, prefix + std::to_string(r));
     if (theirs != value) {
-      throw InputError("ranks " + std::to_string(rank_) + " and " + std::to_string(r), what,
-                       "differ: every rank must run with the same " + what + " (" + Difference(value, theirs, r) + ")");
+      differs =
+          InputError("ranks " + std::to_string(rank_) + " and " + std::to_string(r), what,
+                     "differ: every rank must run with the same " + what + " (" + Difference(value, theirs, r) + ")");
     }
   }
+  if (!differs) return;
+  // Where the values differ every rank finds it and ends; rank 0 serves the store, so
+  // each waits (within --timeout) until every rank has read them, or a rank still
+  // reading would lose the store and say only "Connection reset by peer".
+  SetText(*store_, prefix + "read/" + std::to_string(rank_), "1");
+  std::vector<std::string> read;
+  for (int r = 0; r < world_size_; ++r) read.push_back(prefix + "read/" + std::to_string(r));
+  PollUntilSet(read, std::chrono::steady_clock::now() + timeout_, /*in_rendezvous=*/false);
+  throw *differs;
 }
 
 }  // namespace poplar

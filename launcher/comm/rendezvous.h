@@ -58,7 +58,8 @@ class Rendezvous {
   // Throws InputError on every rank unless all ranks pass the same `value` for `what`
   // (for example the plan, the model, the flags that decide which collectives run).
   // Ranks that disagree would otherwise deadlock or silently diverge. When `value` is a
-  // JSON object, the error names the first key whose values differ, with both values.
+  // JSON object, the error names the first key whose values differ, with both values;
+  // every rank reads every value before any ends on a difference (rank 0 holds the store).
   // Waits at most --timeout for the others' values, then names the ranks that sent
   // none. (Only the rendezvous heeds its ending: ranks that met train on whatever a
   // late process sets, such as a third RANK given twice.)
