@@ -167,16 +167,13 @@ std::vector<DeviceInfo> ListDevices(const AgentConfig& config, std::string* why_
   for (const auto& spec : config.emulated) {
     for (int i = 0; i < spec.count; ++i) {
       DeviceInfo device;
-      device.cpus = DeviceCpus(spec, i);
       device.type = spec.type;
       device.index = index++;
       device.memory_bytes = spec.memory_bytes;
       device.emulated = true;
-      device.threads = spec.threads;
-      device.slowdown = spec.slowdown;
-      device.gflops = spec.gflops;
-      device.later_step = spec.later_step;
-      device.later_slowdown = spec.later_slowdown;
+      device.emulation = spec;
+      device.emulation.count = 1;
+      device.emulation.cpus = DeviceCpus(spec, i);
       devices.push_back(device);
     }
   }

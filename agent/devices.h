@@ -18,16 +18,10 @@ struct DeviceInfo {
   std::int64_t memory_bytes = 0;
   std::string compute_capability;  // "9.0"; empty when emulated
   bool emulated = false;
-  // Emulation settings (emulated devices only).
-  int threads = 1;
-  double slowdown = 1.0;
-  double gflops = 0;
-  std::vector<int> cpus;  // the CPUs its worker runs on; empty: not bound
+  // Emulated: the config's settings as for this one device (count 1, its own cpus).
+  EmulatedDeviceSpec emulation;
   // GPU: the processes NVML sees computing on it now, whoever started them.
   std::vector<unsigned int> processes;
-  // Emulated: in training runs, later_slowdown from step later_step on (0: never).
-  std::int64_t later_step = 0;
-  double later_slowdown = 1.0;
   // GPU: its device minor number (/dev/nvidiaN; -1: unknown) and UUID (empty: unknown).
   int minor_number = -1;
   std::string uuid = {};

@@ -116,18 +116,9 @@ std::vector<std::string> NetworkArgs(const LaunchSettings& settings, const fs::p
 void AddDeviceSettings(const DeviceInfo& device, bool training, std::vector<std::string>& args,
                        std::vector<std::string>& env) {
   if (device.emulated) {
-    EmulatedDeviceSpec spec;
-    spec.type = device.type;
-    spec.threads = device.threads;
-    spec.slowdown = device.slowdown;
-    spec.gflops = device.gflops;
-    spec.memory_bytes = device.memory_bytes;
-    spec.later_step = device.later_step;
-    spec.later_slowdown = device.later_slowdown;
-    spec.cpus = device.cpus;
-    const std::vector<std::string> flags = EmulatedWorkerFlags(spec, 0, training);
+    const std::vector<std::string> flags = EmulatedWorkerFlags(device.emulation, 0, training);
     args.insert(args.end(), flags.begin(), flags.end());
-    env.push_back("OMP_NUM_THREADS=" + std::to_string(device.threads));
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(device.emulation.threads));
   } else {
     // NVML numbers GPUs in PCI bus order; make CUDA agree before selecting one.
     env.push_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");

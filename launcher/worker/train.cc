@@ -531,9 +531,9 @@ void TrainingRun::StopIfAsked() {
 void TrainingRun::Step(std::int64_t step) {
   StopIfAsked();
   const bool later = options_.later_slowdown_step > 0 && step + 1 >= options_.later_slowdown_step;
-  // A later slowdown scales a declared rate's time alike (a throttled device).
+  // A later slowdown slows a declared rate alike (a throttled device).
   const double slowdown = later ? options_.later_slowdown : options_.device.slowdown;
-  speed_ = SpeedOf(slowdown, options_.device.gflops / (slowdown / options_.device.slowdown),
+  speed_ = SpeedOf(slowdown, options_.device.gflops * options_.device.slowdown / slowdown,
                    local_.config.TrainingFlopsPerToken());
   trace_->BeforeStep(step + 1);
   const StepFigures figures = TrainStep(step);

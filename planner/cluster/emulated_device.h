@@ -34,15 +34,15 @@ struct EmulatedDeviceSpec {
 std::vector<int> DeviceCpus(const EmulatedDeviceSpec& spec, int k);
 
 // The list at `key` of `fields` ({type, count, threads, slowdown, gflops, memory_mib,
-// later: {step, slowdown}, cpus} each): throws InputError naming the file and the key of what is
-// wrong (a bad value, a type declared twice, `cpus` not naming count·threads distinct
-// CPUs). Empty when `key` is absent.
+// later: {step, slowdown}, cpus} each): throws InputError naming the file and the key
+// of what is wrong (a bad value, a type declared twice, `cpus` not naming count·threads
+// distinct CPUs). Empty when `key` is absent.
 std::vector<EmulatedDeviceSpec> ParseEmulatedDevices(YamlFields& fields, const std::string& key);
 
 // The worker's flags for device `k` of `spec`: --threads, --slowdown, --memory-bytes,
-// --gflops where the type declares a rate, --cpus where the type is bound and, for `training` (a profile measures
-// `slowdown`),
-// --later-slowdown-step with --later-slowdown when it changes later.
+// --gflops where the type declares a rate, --cpus where the type is bound and, for
+// `training` (a profile measures `slowdown`), --later-slowdown-step with
+// --later-slowdown when it changes later.
 std::vector<std::string> EmulatedWorkerFlags(const EmulatedDeviceSpec& spec, int k, bool training);
 
 }  // namespace poplar

@@ -33,8 +33,8 @@ struct Fixture {
     config.work_dir = std::filesystem::canonical(dir.path()).string();
     config.worker = "/bin/true";
     dir.Write("tokens.bin", std::string(1000, 'x'));
-    DeviceInfo fast{"emu-fast", 0, 48 << 20, "", true, 2, 1.0, {}};
-    DeviceInfo slow{"emu-slow", 1, 20 << 20, "", true, 1, 2.5, {}};
+    DeviceInfo fast{"emu-fast", 0, 48 << 20, "", true, {"emu-fast", 1, 2, 1.0, 0, 48 << 20}, {}};
+    DeviceInfo slow{"emu-slow", 1, 20 << 20, "", true, {"emu-slow", 1, 1, 2.5, 0, 20 << 20}, {}};
     DeviceInfo slow2 = slow;
     slow2.index = 2;
     devices = {fast, slow, slow2};
@@ -290,7 +290,7 @@ TEST(NodeJob, KeepsCheckpointsUnlessAskedToResume) {
 
 TEST(NodeJob, DevicesInUseAreSkippedAndNamedWhenNoneIsLeft) {
   Fixture f;
-  f.devices.push_back(DeviceInfo{"emu-slow", 3, 20 << 20, "", true, 1, 2.5, {}});
+  f.devices.push_back(DeviceInfo{"emu-slow", 3, 20 << 20, "", true, {"emu-slow", 1, 1, 2.5, 0, 20 << 20}, {}});
   // emu-slow 1 runs another job: ranks 1 and 2 take emu-slow 2 and 3.
   const auto ranks = PrepareNodeJob(f.config, f.devices, f.settings, {{"emu-slow 1", "job 'other'"}});
   ASSERT_EQ(ranks.size(), 3u);

@@ -138,7 +138,7 @@ TEST_F(ProfilerTest, MeasuresAGpuWithTheCudaProfileModeOnThatGpuOnly) {
 }
 
 TEST_F(ProfilerTest, MeasuresAnEmulatedDeviceOnTheCpuWithItsSettings) {
-  DeviceInfo emulated{"emu-slow", 0, 64 << 20, "", true, 2, 2.5, {}};
+  DeviceInfo emulated{"emu-slow", 0, 64 << 20, "", true, {"emu-slow", 1, 2, 2.5, 0, 64 << 20}, {}};
   settings_.stages = {1};
   Run(emulated);
   const auto calls = Calls();

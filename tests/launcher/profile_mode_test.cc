@@ -48,9 +48,9 @@ std::vector<PassRuns> TimedRunsByPass(const std::string& err) {
   return passes;
 }
 
-// `extra`: more flags, after the others.
+// `extra`: more flags, after the others; sizes grow up to `largest_micro_batch`.
 ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std::string& output, int repeats = 1,
-                          const std::vector<std::string>& extra = {}) {
+                          const std::vector<std::string>& extra = {}, int largest_micro_batch = 512) {
   ChildOptions options;
   options.argv = {POPLAR_WORKER_BINARY,
                   "profile",
@@ -67,7 +67,7 @@ ProcessOutcome RunProfile(const ScratchDir& scratch, std::int64_t cap, const std
                   "--repeats",
                   std::to_string(repeats),
                   "--largest-micro-batch",
-                  "512"};
+                  std::to_string(largest_micro_batch)};
   options.argv.insert(options.argv.end(), extra.begin(), extra.end());
   return RunProcess(options, scratch.path());
 }
@@ -127,28 +127,8 @@ TEST(ProfileMode, ADeclaredRateIsWhatTheProfileMeasures) {
   const double per_sample = 0.020;
   const double gflops = config.TrainingFlopsPerToken() * config.block_size / per_sample / 1e9;
   const std::string path = scratch.path() + "/rated.json";
-  ChildOptions options;
-  options.argv = {POPLAR_WORKER_BINARY,
-                  "profile",
-                  "--model-config",
-                  scratch.path() + "/model.json",
-                  "-o",
-                  path,
-                  "--device-type",
-                  "rated-cpu",
-                  "--memory-bytes",
-                  std::to_string(kCap),
-                  "--threads",
-                  "1",
-                  "--repeats",
-                  "1",
-                  "--stage",
-                  "0",
-                  "--largest-micro-batch",
-                  "4",
-                  "--gflops",
-                  ShortestText(gflops)};
-  const ProcessOutcome run = RunProcess(options, scratch.path());
+  const ProcessOutcome run =
+      RunProfile(scratch, kCap, path, /*repeats=*/1, {"--stage", "0", "--gflops", ShortestText(gflops)}, 4);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const DeviceProfile profile = LoadProfileFile(path);
   EXPECT_TRUE(Contains(profile.source, "GFLOP/s")) << profile.source;
